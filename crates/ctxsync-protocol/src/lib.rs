@@ -1,0 +1,30 @@
+//! The ctxsync agent wire protocol (layer 2).
+//!
+//! Owns: the generated tonic/prost code for `proto/ctxsync/agent/v1/agent.proto`
+//! ([`v1`]), the wire limits of SPEC §4 ([`limits`]), their validation ([`WireError`]),
+//! and conversions between wire messages and plain domain types ([`domain`]), so that
+//! higher layers never touch prost structs.
+//!
+//! Must never: touch a database, a file system or the MCP engine; hold state. Validation
+//! is pure and runs before any I/O in the layers above.
+
+pub mod domain;
+pub mod limits;
+mod validate;
+
+pub use domain::{
+    BodyKind, DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody,
+    ResourceStatus, SkillBody, Snapshot, Startup,
+};
+pub use validate::{Problem, WireError, body_len};
+
+/// Generated code for package `ctxsync.agent.v1`: messages, the `Agent` client and server.
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    missing_debug_implementations,
+    unused_qualifications
+)]
+pub mod v1 {
+    include!("gen/ctxsync.agent.v1.rs");
+}

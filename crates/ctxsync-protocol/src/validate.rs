@@ -1,0 +1,207 @@
+//! Wire validation: every limit of SPEC §4, checked before any database access. Each
+//! failure names the offending field and maps to gRPC `InvalidArgument`.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use prost::Message;
+
+use crate::domain::{phase_from_wire, status_from_wire};
+use crate::limits::*;
+use crate::v1;
+use crate::v1::context_resource::Body;
+
+/// A request that breaks a wire limit, naming the field (e.g. `resources[3].source`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {field}: {problem}")]
+pub struct WireError {
+    pub field: String,
+    pub problem: Problem,
+}
+
+/// What is wrong with a field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    TooMany { count: usize, max: usize },
+    TooLong { bytes: usize, max: usize },
+    Empty,
+    Duplicate,
+    OutOfRange { value: u64, max: u64 },
+    UnknownEnum { value: i32 },
+    Missing,
+    InvalidJson(String),
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooMany { count, max } => write!(f, "{count} entries, at most {max} allowed"),
+            Self::TooLong { bytes, max } => write!(f, "{bytes} bytes, at most {max} allowed"),
+            Self::Empty => f.write_str("must not be empty"),
+            Self::Duplicate => f.write_str("duplicates an earlier resource's source"),
+            Self::OutOfRange { value, max } => write!(f, "{value} is above the maximum {max}"),
+            Self::UnknownEnum { value } => write!(f, "unknown value {value}"),
+            Self::Missing => f.write_str("must be set"),
+            Self::InvalidJson(reason) => write!(f, "not valid JSON: {reason}"),
+        }
+    }
+}
+
+impl WireError {
+    pub fn new(field: impl Into<String>, problem: Problem) -> Self {
+        Self {
+            field: field.into(),
+            problem,
+        }
+    }
+}
+
+impl From<WireError> for tonic::Status {
+    fn from(error: WireError) -> Self {
+        tonic::Status::invalid_argument(error.to_string())
+    }
+}
+
+fn max_len(field: impl FnOnce() -> String, text: &str, max: usize) -> Result<(), WireError> {
+    if text.len() > max {
+        return Err(WireError::new(
+            field(),
+            Problem::TooLong {
+                bytes: text.len(),
+                max,
+            },
+        ));
+    }
+    Ok(())
+}
+
+fn max_counter(field: &str, value: u64) -> Result<(), WireError> {
+    if value > MAX_COUNTER {
+        return Err(WireError::new(
+            field,
+            Problem::OutOfRange {
+                value,
+                max: MAX_COUNTER,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a `Startup` message.
+pub(crate) fn startup(startup: &v1::Startup) -> Result<(), WireError> {
+    max_len(
+        || "startup.agent_run_id".into(),
+        &startup.agent_run_id,
+        MAX_RUN_ID_BYTES,
+    )?;
+    max_len(
+        || "startup.version".into(),
+        &startup.version,
+        MAX_AGENT_VERSION_BYTES,
+    )?;
+    max_len(
+        || "startup.expanded_directory".into(),
+        &startup.expanded_directory,
+        MAX_DIRECTORY_BYTES,
+    )
+}
+
+/// Checks a push. Cheap top-level checks come first so an oversized request is refused
+/// before its resources are walked.
+pub(crate) fn push(push: &v1::PushContextStateRequest) -> Result<(), WireError> {
+    max_counter("version", push.version)?;
+    max_len(
+        || "agent_run_id".into(),
+        &push.agent_run_id,
+        MAX_RUN_ID_BYTES,
+    )?;
+    max_len(
+        || "aggregate_hash".into(),
+        &push.aggregate_hash,
+        MAX_HASH_BYTES,
+    )?;
+    max_len(
+        || "snapshot_error".into(),
+        &push.snapshot_error,
+        MAX_ERROR_BYTES,
+    )?;
+    if let Some(discovery) = &push.mcp_discovery
+        && phase_from_wire(discovery.phase).is_none()
+    {
+        let problem = Problem::UnknownEnum {
+            value: discovery.phase,
+        };
+        return Err(WireError::new("mcp_discovery.phase", problem));
+    }
+    if push.resources.len() > MAX_RESOURCES {
+        let problem = Problem::TooMany {
+            count: push.resources.len(),
+            max: MAX_RESOURCES,
+        };
+        return Err(WireError::new("resources", problem));
+    }
+
+    let mut sources = HashSet::with_capacity(push.resources.len());
+    let mut total_body = 0usize;
+    for (i, resource) in push.resources.iter().enumerate() {
+        let field = |name: &str| format!("resources[{i}].{name}");
+        if resource.source.is_empty() {
+            return Err(WireError::new(field("source"), Problem::Empty));
+        }
+        max_len(|| field("source"), &resource.source, MAX_SOURCE_BYTES)?;
+        if !sources.insert(resource.source.as_str()) {
+            return Err(WireError::new(field("source"), Problem::Duplicate));
+        }
+        if let Some(path) = &resource.source_path {
+            max_len(|| field("source_path"), path, MAX_SOURCE_BYTES)?;
+        }
+        max_len(
+            || field("content_hash"),
+            &resource.content_hash,
+            MAX_HASH_BYTES,
+        )?;
+        max_len(|| field("error"), &resource.error, MAX_ERROR_BYTES)?;
+        max_counter(&field("size_bytes"), resource.size_bytes)?;
+        if status_from_wire(resource.status).is_none() {
+            return Err(WireError::new(
+                field("status"),
+                Problem::UnknownEnum {
+                    value: resource.status,
+                },
+            ));
+        }
+        let Some(body) = &resource.body else {
+            return Err(WireError::new(field("body"), Problem::Missing));
+        };
+        let body_bytes = body_len(body);
+        if body_bytes > MAX_BODY_BYTES {
+            return Err(WireError::new(
+                field("body"),
+                Problem::TooLong {
+                    bytes: body_bytes,
+                    max: MAX_BODY_BYTES,
+                },
+            ));
+        }
+        total_body += body_bytes;
+        if total_body > MAX_TOTAL_BODY_BYTES {
+            let problem = Problem::TooLong {
+                bytes: total_body,
+                max: MAX_TOTAL_BODY_BYTES,
+            };
+            return Err(WireError::new("resources[*].body (total)", problem));
+        }
+    }
+    Ok(())
+}
+
+/// The encoded size of a body variant's message, the measure both sides use.
+pub fn body_len(body: &Body) -> usize {
+    match body {
+        Body::InstructionFile(m) => m.encoded_len(),
+        Body::Skill(m) => m.encoded_len(),
+        Body::McpConfig(m) => m.encoded_len(),
+        Body::McpServer(m) => m.encoded_len(),
+    }
+}

@@ -1,0 +1,183 @@
+//! Round trips between domain and wire types, and through protobuf encoding.
+
+use ctxsync_protocol::v1::{self, PushContextStateRequest};
+use ctxsync_protocol::*;
+use prost::Message;
+use serde_json::json;
+
+fn sample(phase: DiscoveryPhase, run: Option<&str>) -> Snapshot {
+    let resource = |source: &str, status, error: Option<&str>, body| Resource {
+        source: source.into(),
+        source_path: Some(format!("/ws/{source}")),
+        content_hash: "c0ffee".into(),
+        size_bytes: 42,
+        status,
+        error: error.map(Into::into),
+        body,
+    };
+    Snapshot {
+        version: 7,
+        aggregate_hash: "ab".repeat(32),
+        initial: false,
+        snapshot_error: Some("too many files".into()),
+        agent_run_id: run.map(Into::into),
+        phase,
+        resources: vec![
+            resource(
+                "AGENTS.md",
+                ResourceStatus::Ok,
+                None,
+                ResourceBody::InstructionFile(InstructionFileBody {
+                    content: "be kind".into(),
+                }),
+            ),
+            resource(
+                "skills/review/SKILL.md",
+                ResourceStatus::Invalid,
+                Some("name must be kebab-case"),
+                ResourceBody::Skill(SkillBody {
+                    meta: "---\nname: Review\n---".into(),
+                    name: "Review".into(),
+                    description: "reviews".into(),
+                }),
+            ),
+            resource(
+                ".mcp.json",
+                ResourceStatus::Oversize,
+                None,
+                ResourceBody::McpConfig,
+            ),
+            resource(
+                "mcp:fs",
+                ResourceStatus::Ok,
+                Some("more than 1000 tools offered"),
+                ResourceBody::McpServer(McpServerBody {
+                    server_name: "fs".into(),
+                    description: "files".into(),
+                    tools: vec![McpTool {
+                        name: "read".into(),
+                        description: "read a file".into(),
+                        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                    }],
+                }),
+            ),
+            resource(
+                "mcp:broken",
+                ResourceStatus::Unreadable,
+                Some("command not found: nope"),
+                ResourceBody::McpServer(McpServerBody {
+                    server_name: "broken".into(),
+                    ..Default::default()
+                }),
+            ),
+            resource(
+                "notes/x.md",
+                ResourceStatus::Excluded,
+                None,
+                ResourceBody::InstructionFile(InstructionFileBody::default()),
+            ),
+        ],
+    }
+}
+
+#[test]
+fn every_body_variant_and_phase_round_trips() {
+    for phase in [
+        DiscoveryPhase::Unspecified,
+        DiscoveryPhase::Pending,
+        DiscoveryPhase::Complete,
+    ] {
+        for run in [None, Some("5f0c6f4e-3b0a-4d7e-9d55-2f1c3a0c9e11")] {
+            let snapshot = sample(phase, run);
+            let wire = PushContextStateRequest::from(snapshot.clone());
+            let back = Snapshot::try_from(wire).expect("a domain snapshot is valid on the wire");
+            assert_eq!(back, snapshot, "phase {phase:?}, run {run:?}");
+        }
+    }
+}
+
+#[test]
+fn encoding_and_decoding_a_request_is_identity() {
+    let wire = PushContextStateRequest::from(sample(DiscoveryPhase::Pending, Some("run-1")));
+    let bytes = wire.encode_to_vec();
+    let decoded = PushContextStateRequest::decode(bytes.as_slice()).expect("decodes");
+    assert_eq!(decoded, wire);
+    assert_eq!(decoded.encode_to_vec(), bytes);
+}
+
+#[test]
+fn unset_phase_and_empty_run_id_read_as_legacy() {
+    let wire = PushContextStateRequest {
+        version: 1,
+        mcp_discovery: None,
+        agent_run_id: String::new(),
+        ..Default::default()
+    };
+    let snapshot = Snapshot::try_from(wire).expect("a legacy push is valid");
+    assert_eq!(snapshot.phase, DiscoveryPhase::Unspecified);
+    assert_eq!(snapshot.agent_run_id, None);
+    assert!(snapshot.is_legacy());
+
+    let current = Snapshot::try_from(PushContextStateRequest::from(sample(
+        DiscoveryPhase::Pending,
+        Some("r"),
+    )))
+    .unwrap();
+    assert!(!current.is_legacy());
+
+    // A legacy domain snapshot leaves the discovery message unset on the wire.
+    let back = PushContextStateRequest::from(snapshot);
+    assert_eq!(back.mcp_discovery, None);
+    assert_eq!(back.agent_run_id, "");
+
+    let startup = Startup::try_from(v1::Startup {
+        version: "1.0".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(startup.agent_run_id, None);
+    assert_eq!(v1::Startup::from(startup).agent_run_id, "");
+}
+
+#[test]
+fn body_json_uses_proto_field_names_and_round_trips() {
+    for resource in sample(DiscoveryPhase::Complete, Some("r")).resources {
+        let json = resource.body.to_json();
+        let kind = resource.body.kind();
+        assert_eq!(BodyKind::parse(kind.as_str()), Some(kind));
+        assert_eq!(
+            ResourceBody::from_json(kind, json).expect("round trips"),
+            resource.body
+        );
+    }
+    let server = ResourceBody::McpServer(McpServerBody {
+        server_name: "fs".into(),
+        description: String::new(),
+        tools: vec![McpTool {
+            name: "read".into(),
+            description: "d".into(),
+            input_schema: json!({}),
+        }],
+    });
+    assert_eq!(
+        server.to_json(),
+        json!({"server_name": "fs", "description": "", "tools": [{"name": "read", "description": "d", "input_schema": {}}]})
+    );
+    assert_eq!(ResourceBody::McpConfig.to_json(), json!({}));
+    assert!(ResourceBody::from_json(BodyKind::Skill, json!({"meta": 1})).is_err());
+}
+
+#[test]
+fn enum_names_round_trip() {
+    for phase in [
+        DiscoveryPhase::Unspecified,
+        DiscoveryPhase::Pending,
+        DiscoveryPhase::Complete,
+    ] {
+        assert_eq!(DiscoveryPhase::parse(phase.as_str()), Some(phase));
+    }
+    for status in ResourceStatus::ALL {
+        assert_eq!(ResourceStatus::parse(status.as_str()), Some(status));
+    }
+    assert_eq!(DiscoveryPhase::parse("done"), None);
+}

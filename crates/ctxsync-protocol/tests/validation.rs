@@ -1,0 +1,311 @@
+//! Every wire limit of SPEC §4 at its boundary: exactly at the limit is accepted, one over
+//! is rejected with the right field named.
+
+use ctxsync_protocol::limits::*;
+use ctxsync_protocol::v1::context_resource::{Body, Status};
+use ctxsync_protocol::v1::push_context_state_request::McpDiscovery;
+use ctxsync_protocol::v1::{self, ContextResource, PushContextStateRequest};
+use ctxsync_protocol::{Problem, Snapshot, Startup, WireError};
+
+fn resource(source: &str) -> ContextResource {
+    ContextResource {
+        source: source.into(),
+        source_path: None,
+        content_hash: "h".into(),
+        size_bytes: 1,
+        status: Status::Ok as i32,
+        error: String::new(),
+        body: Some(Body::InstructionFile(v1::InstructionFile {
+            content: "x".into(),
+        })),
+    }
+}
+
+fn push(resources: Vec<ContextResource>) -> PushContextStateRequest {
+    PushContextStateRequest {
+        version: 1,
+        aggregate_hash: "a".repeat(64),
+        resources,
+        initial: true,
+        snapshot_error: String::new(),
+        agent_run_id: "run".into(),
+        mcp_discovery: Some(McpDiscovery { phase: 1 }),
+    }
+}
+
+/// A body whose encoded length is exactly `bytes` (tag + varint length + content).
+fn body_of_encoded_len(bytes: usize) -> Body {
+    let header = |n: usize| 1 + prost::length_delimiter_len(n);
+    let mut content = bytes - header(bytes);
+    while content + header(content) > bytes {
+        content -= 1;
+    }
+    let body = Body::InstructionFile(v1::InstructionFile {
+        content: "x".repeat(content),
+    });
+    assert_eq!(
+        ctxsync_protocol::body_len(&body),
+        bytes,
+        "helper builds the exact size"
+    );
+    body
+}
+
+/// Validates `request` and checks the outcome: `None` accepted, `Some(field)` rejected
+/// naming exactly that field.
+fn check(name: &str, request: PushContextStateRequest, expect: Option<&str>) {
+    let result = Snapshot::try_from(request);
+    match (result, expect) {
+        (Ok(_), None) => {}
+        (Err(WireError { field, problem }), Some(expected)) => {
+            assert_eq!(field, expected, "{name}: wrong field ({problem})")
+        }
+        (Ok(_), Some(expected)) => panic!("{name}: accepted, expected rejection of {expected}"),
+        (Err(e), None) => panic!("{name}: rejected with {e}, expected acceptance"),
+    }
+}
+
+fn with(
+    mut request: PushContextStateRequest,
+    edit: impl FnOnce(&mut PushContextStateRequest),
+) -> PushContextStateRequest {
+    edit(&mut request);
+    request
+}
+
+fn many(n: usize) -> Vec<ContextResource> {
+    (0..n).map(|i| resource(&format!("file-{i}"))).collect()
+}
+
+#[test]
+fn resource_count() {
+    check("at limit", push(many(MAX_RESOURCES)), None);
+    check(
+        "over limit",
+        push(many(MAX_RESOURCES + 1)),
+        Some("resources"),
+    );
+    check("none", push(vec![]), None);
+}
+
+#[test]
+fn body_size_each_and_total() {
+    let sized = |bytes| {
+        with(push(vec![resource("a")]), |r| {
+            r.resources[0].body = Some(body_of_encoded_len(bytes))
+        })
+    };
+    check("body at limit", sized(MAX_BODY_BYTES), None);
+    check(
+        "body over limit",
+        sized(MAX_BODY_BYTES + 1),
+        Some("resources[0].body"),
+    );
+
+    // 16 bodies of 256 KiB are exactly 4 MiB; one more byte anywhere is over.
+    let full: Vec<ContextResource> = (0..16)
+        .map(|i| ContextResource {
+            body: Some(body_of_encoded_len(MAX_BODY_BYTES)),
+            ..resource(&format!("f{i}"))
+        })
+        .collect();
+    assert_eq!(16 * MAX_BODY_BYTES, MAX_TOTAL_BODY_BYTES);
+    check("total at limit", push(full.clone()), None);
+    let mut over = full;
+    over.push(ContextResource {
+        body: Some(body_of_encoded_len(3)),
+        ..resource("extra")
+    });
+    check(
+        "total over limit",
+        push(over),
+        Some("resources[*].body (total)"),
+    );
+}
+
+#[test]
+fn source_and_source_path_length() {
+    let long = |n| "s".repeat(n);
+    check(
+        "source at limit",
+        push(vec![resource(&long(MAX_SOURCE_BYTES))]),
+        None,
+    );
+    check(
+        "source over",
+        push(vec![resource(&long(MAX_SOURCE_BYTES + 1))]),
+        Some("resources[0].source"),
+    );
+    let with_path = |n| {
+        with(push(vec![resource("a")]), |r| {
+            r.resources[0].source_path = Some(long(n))
+        })
+    };
+    check("path at limit", with_path(MAX_SOURCE_BYTES), None);
+    check(
+        "path over",
+        with_path(MAX_SOURCE_BYTES + 1),
+        Some("resources[0].source_path"),
+    );
+}
+
+#[test]
+fn empty_and_duplicate_sources() {
+    check(
+        "empty",
+        push(vec![resource("a"), resource("")]),
+        Some("resources[1].source"),
+    );
+    check(
+        "duplicate",
+        push(vec![resource("a"), resource("b"), resource("a")]),
+        Some("resources[2].source"),
+    );
+}
+
+#[test]
+fn error_lengths() {
+    let err = |n| {
+        with(push(vec![resource("a")]), |r| {
+            r.resources[0].error = "e".repeat(n)
+        })
+    };
+    check("error at limit", err(MAX_ERROR_BYTES), None);
+    check(
+        "error over",
+        err(MAX_ERROR_BYTES + 1),
+        Some("resources[0].error"),
+    );
+    let snap_err = |n| with(push(vec![]), |r| r.snapshot_error = "e".repeat(n));
+    check("snapshot error at limit", snap_err(MAX_ERROR_BYTES), None);
+    check(
+        "snapshot error over",
+        snap_err(MAX_ERROR_BYTES + 1),
+        Some("snapshot_error"),
+    );
+}
+
+#[test]
+fn hash_lengths() {
+    let agg = |n| with(push(vec![]), |r| r.aggregate_hash = "a".repeat(n));
+    check("aggregate at limit", agg(MAX_HASH_BYTES), None);
+    check(
+        "aggregate over",
+        agg(MAX_HASH_BYTES + 1),
+        Some("aggregate_hash"),
+    );
+    let content = |n| {
+        with(push(vec![resource("a")]), |r| {
+            r.resources[0].content_hash = "c".repeat(n)
+        })
+    };
+    check("content at limit", content(MAX_HASH_BYTES), None);
+    check(
+        "content over",
+        content(MAX_HASH_BYTES + 1),
+        Some("resources[0].content_hash"),
+    );
+}
+
+#[test]
+fn run_id_length_in_push_and_startup() {
+    let run = |n| with(push(vec![]), |r| r.agent_run_id = "r".repeat(n));
+    check("push run id at limit", run(MAX_RUN_ID_BYTES), None);
+    check(
+        "push run id over",
+        run(MAX_RUN_ID_BYTES + 1),
+        Some("agent_run_id"),
+    );
+
+    let startup = |n| v1::Startup {
+        agent_run_id: "r".repeat(n),
+        ..Default::default()
+    };
+    assert!(Startup::try_from(startup(MAX_RUN_ID_BYTES)).is_ok());
+    let err = Startup::try_from(startup(MAX_RUN_ID_BYTES + 1)).unwrap_err();
+    assert_eq!(err.field, "startup.agent_run_id");
+    assert_eq!(
+        err.problem,
+        Problem::TooLong {
+            bytes: MAX_RUN_ID_BYTES + 1,
+            max: MAX_RUN_ID_BYTES
+        }
+    );
+
+    let missing = Startup::try_from(v1::UpdateStartupRequest { startup: None }).unwrap_err();
+    assert_eq!(missing.field, "startup");
+}
+
+#[test]
+fn i64_ranges() {
+    let version = |v| with(push(vec![]), |r| r.version = v);
+    check("version at i64::MAX", version(i64::MAX as u64), None);
+    check(
+        "version over",
+        version(i64::MAX as u64 + 1),
+        Some("version"),
+    );
+    let size = |v| with(push(vec![resource("a")]), |r| r.resources[0].size_bytes = v);
+    check("size at i64::MAX", size(i64::MAX as u64), None);
+    check("size over", size(u64::MAX), Some("resources[0].size_bytes"));
+}
+
+#[test]
+fn unknown_enums_and_missing_body() {
+    let status = |s| with(push(vec![resource("a")]), |r| r.resources[0].status = s);
+    check("status excluded", status(Status::Excluded as i32), None);
+    check("status unspecified", status(0), Some("resources[0].status"));
+    check("status unknown", status(99), Some("resources[0].status"));
+    let phase = |p| {
+        with(push(vec![]), |r| {
+            r.mcp_discovery = Some(McpDiscovery { phase: p })
+        })
+    };
+    check("phase complete", phase(2), None);
+    check("phase unknown", phase(3), Some("mcp_discovery.phase"));
+    check(
+        "missing body",
+        with(push(vec![resource("a")]), |r| r.resources[0].body = None),
+        Some("resources[0].body"),
+    );
+}
+
+#[test]
+fn tool_schemas_must_be_json_objects() {
+    let server = |schema: &str| {
+        with(push(vec![resource("mcp:fs")]), |r| {
+            r.resources[0].body = Some(Body::McpServer(v1::McpServer {
+                server_name: "fs".into(),
+                description: String::new(),
+                tools: vec![v1::McpTool {
+                    name: "read".into(),
+                    description: "d".into(),
+                    input_schema: schema.into(),
+                }],
+            }))
+        })
+    };
+    check("object schema", server(r#"{"type":"object"}"#), None);
+    check("empty schema", server(""), None);
+    check(
+        "broken schema",
+        server("{"),
+        Some("resources[0].mcp_server.tools[0].input_schema"),
+    );
+    check(
+        "array schema",
+        server("[]"),
+        Some("resources[0].mcp_server.tools[0].input_schema"),
+    );
+}
+
+#[test]
+fn errors_map_to_invalid_argument_naming_the_field() {
+    let err = Snapshot::try_from(push(many(MAX_RESOURCES + 1))).unwrap_err();
+    let status = tonic::Status::from(err);
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "invalid resources: 1001 entries, at most 1000 allowed"
+    );
+}

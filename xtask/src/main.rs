@@ -1,0 +1,239 @@
+//! `cargo xtask`: code generation, the layer check, the CI entry point and test set-up.
+
+mod codegen;
+mod layers;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  codegen [--check]  regenerate the committed protocol code (--check: fail if it is stale)
+  layers             check that crate dependencies point down the layer order (SPEC §2)
+  test               install what the tests need, then run every test in the workspace
+  ci                 everything CI runs: fmt, clippy, codegen check, each crate's tests
+                     alone, then the README's test command";
+
+/// The README line that precedes the test command's code block.
+const README_TEST_MARKER: &str = "<!-- readme-test-command -->";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["codegen"] => codegen(&root, false),
+        ["codegen", "--check"] => codegen(&root, true),
+        ["layers"] => check_layers(&root),
+        ["test"] => test(&root),
+        ["ci"] => ci(&root),
+        ["help" | "--help" | "-h"] | [] => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => bail!("unknown arguments {other:?}\n\n{USAGE}"),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+fn codegen(root: &Path, check: bool) -> Result<()> {
+    let files = codegen::generate(root).context("generating protocol code")?;
+    if check {
+        let stale = codegen::stale_files(root, &files)?;
+        if !stale.is_empty() {
+            let list: Vec<String> = stale.iter().map(|p| p.display().to_string()).collect();
+            bail!(
+                "generated protocol code is stale: {}\nrun `cargo xtask codegen` and commit the result",
+                list.join(", ")
+            );
+        }
+        println!("codegen: committed code is up to date");
+        return Ok(());
+    }
+    for file in &files {
+        let path = root.join(&file.path);
+        std::fs::create_dir_all(path.parent().expect("generated files live in a directory"))?;
+        std::fs::write(&path, &file.contents)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("codegen: wrote {}", file.path.display());
+    }
+    Ok(())
+}
+
+fn check_layers(root: &Path) -> Result<()> {
+    let output = Command::new(cargo())
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root)
+        .output()
+        .context("running cargo metadata")?;
+    if !output.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let metadata = serde_json::from_slice(&output.stdout).context("parsing cargo metadata")?;
+    let violations = layers::check(&metadata);
+    if !violations.is_empty() {
+        bail!("layer violations:\n  {}", violations.join("\n  "));
+    }
+    println!("layers: every workspace dependency points down the layer order");
+    Ok(())
+}
+
+/// The README's test command: installs what a fresh machine lacks, then runs all tests.
+fn test(root: &Path) -> Result<()> {
+    install_test_tools(root)?;
+    run(root, cargo(), &["test", "--workspace"])
+}
+
+fn ci(root: &Path) -> Result<()> {
+    let started = std::time::Instant::now();
+    install_test_tools(root)?;
+    run(root, cargo(), &["fmt", "--all", "--check"])?;
+    run(
+        root,
+        cargo(),
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    codegen(root, true)?;
+    check_layers(root)?;
+    for member in workspace_members(root)? {
+        run(root, cargo(), &["test", "-p", &member])?;
+    }
+    let command = readme_test_command(root)?;
+    println!("ci: running the README's test command: {command}");
+    run(root, "bash".into(), &["-c", &command])?;
+    println!("ci: all checks passed in {:.0?}", started.elapsed());
+    Ok(())
+}
+
+/// Extracts the command from the code block that follows [`README_TEST_MARKER`].
+fn readme_test_command(root: &Path) -> Result<String> {
+    let readme = std::fs::read_to_string(root.join("README.md")).context("reading README.md")?;
+    parse_readme_test_command(&readme)
+        .context("README.md has no code block after the readme-test-command marker")
+}
+
+fn parse_readme_test_command(readme: &str) -> Option<String> {
+    let after_marker = &readme[readme.find(README_TEST_MARKER)? + README_TEST_MARKER.len()..];
+    let mut lines = after_marker
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("```"));
+    lines.next()?;
+    let command: Vec<&str> = lines
+        .take_while(|l| !l.trim_start().starts_with("```"))
+        .collect();
+    let command = command.join("\n").trim().to_string();
+    (!command.is_empty()).then_some(command)
+}
+
+fn workspace_members(root: &Path) -> Result<Vec<String>> {
+    let output = Command::new(cargo())
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root)
+        .output()
+        .context("running cargo metadata")?;
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    let mut names: Vec<String> = metadata["packages"]
+        .as_array()
+        .context("cargo metadata lists packages")?
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect();
+    // Bottom layer first, so a failure points at the lowest broken crate.
+    names.sort_by_key(|n| {
+        layers::LAYERS
+            .iter()
+            .position(|l| l == n)
+            .unwrap_or(usize::MAX)
+    });
+    Ok(names)
+}
+
+/// Installs test prerequisites a fresh machine lacks; each is skipped when present.
+fn install_test_tools(root: &Path) -> Result<()> {
+    // A real third-party MCP server for the diagnostics crate's interoperability test.
+    let everything = root.join("target/tools/node_modules/.bin/mcp-server-everything");
+    if !everything.exists() {
+        let prefix = root.join("target/tools");
+        let prefix = prefix.to_str().context("target path is UTF-8")?;
+        run(
+            root,
+            "npm".into(),
+            &[
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                prefix,
+                "@modelcontextprotocol/server-everything",
+            ],
+        )
+        .context("installing @modelcontextprotocol/server-everything (needs npm)")?;
+    }
+    Ok(())
+}
+
+fn cargo() -> PathBuf {
+    std::env::var_os("CARGO").map_or_else(|| "cargo".into(), PathBuf::from)
+}
+
+fn run(root: &Path, program: PathBuf, args: &[&str]) -> Result<()> {
+    println!("$ {} {}", program.display(), args.join(" "));
+    let status = Command::new(&program)
+        .args(args)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("starting {}", program.display()))?;
+    if !status.success() {
+        bail!(
+            "`{} {}` failed with {status}",
+            program.display(),
+            args.join(" ")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readme_test_command_is_the_block_after_the_marker() {
+        let readme = "# x\n```sh\ncargo run\n```\n<!-- readme-test-command -->\nRun the tests:\n```sh\ncargo xtask test\n```\n";
+        assert_eq!(
+            parse_readme_test_command(readme).as_deref(),
+            Some("cargo xtask test")
+        );
+        assert_eq!(parse_readme_test_command("```sh\ncargo test\n```"), None);
+    }
+
+    #[test]
+    fn the_real_readme_names_the_test_command() {
+        let command = readme_test_command(&workspace_root()).expect("README has a test command");
+        assert_eq!(command, "cargo xtask test");
+    }
+}
