@@ -2,6 +2,7 @@
 
 mod codegen;
 mod layers;
+mod tidy;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,6 +15,7 @@ usage: cargo xtask <command>
 commands:
   codegen [--check]  regenerate the committed protocol code (--check: fail if it is stale)
   layers             check that crate dependencies point down the layer order (SPEC §2)
+  tidy               check that every hand-written Rust file opens with a `//!` line
   test               install what the tests need, then run every test in the workspace
   ci                 everything CI runs: fmt, clippy, codegen check, each crate's tests
                      alone, then the README's test command";
@@ -33,6 +35,7 @@ fn main() -> Result<()> {
         ["codegen"] => codegen(&root, false),
         ["codegen", "--check"] => codegen(&root, true),
         ["layers"] => check_layers(&root),
+        ["tidy"] => tidy(&root),
         ["test"] => test(&root),
         ["ci"] => ci(&root),
         ["help" | "--help" | "-h"] | [] => {
@@ -95,6 +98,19 @@ fn check_layers(root: &Path) -> Result<()> {
     Ok(())
 }
 
+fn tidy(root: &Path) -> Result<()> {
+    let missing = tidy::files_without_module_doc(root);
+    if !missing.is_empty() {
+        let list: Vec<String> = missing.iter().map(|p| p.display().to_string()).collect();
+        bail!(
+            "files without a leading `//!` line saying what they are for:\n  {}",
+            list.join("\n  ")
+        );
+    }
+    println!("tidy: every Rust file opens with a module doc");
+    Ok(())
+}
+
 /// The README's test command: installs what a fresh machine lacks, then runs all tests.
 fn test(root: &Path) -> Result<()> {
     install_test_tools(root)?;
@@ -119,6 +135,7 @@ fn ci(root: &Path) -> Result<()> {
     )?;
     codegen(root, true)?;
     check_layers(root)?;
+    tidy(root)?;
     for member in workspace_members(root)? {
         run(root, cargo(), &["test", "-p", &member])?;
     }
