@@ -1,5 +1,6 @@
 //! `cargo xtask`: code generation, the layer check, the CI entry point and test set-up.
 
+mod bench;
 mod codegen;
 mod layers;
 mod tidy;
@@ -17,6 +18,8 @@ commands:
   layers             check that crate dependencies point down the layer order (SPEC §2)
   tidy               check that every hand-written Rust file opens with a `//!` line
   test               install what the tests need, then run every test in the workspace
+  bench [--quick] [--json FILE]
+                     build in release mode and run every benchmark, printing one table
   ci                 everything CI runs: fmt, clippy, codegen check, each crate's tests
                      alone, then the README's test command";
 
@@ -38,6 +41,19 @@ fn main() -> Result<()> {
         ["tidy"] => tidy(&root),
         ["test"] => test(&root),
         ["ci"] => ci(&root),
+        ["bench", rest @ ..] => {
+            let quick = rest.contains(&"--quick");
+            let json = rest
+                .iter()
+                .position(|a| *a == "--json")
+                .and_then(|i| rest.get(i + 1));
+            if rest.iter().any(|a| !a.starts_with("--") && Some(a) != json)
+                || (rest.contains(&"--json") && json.is_none())
+            {
+                bail!("usage: cargo xtask bench [--quick] [--json FILE]");
+            }
+            bench::run(&root, &cargo(), quick, json.map(Path::new))
+        }
         ["help" | "--help" | "-h"] | [] => {
             println!("{USAGE}");
             Ok(())

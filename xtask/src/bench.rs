@@ -1,0 +1,151 @@
+//! `cargo xtask bench`: runs every benchmark program in release mode, collects the rows they
+//! print (one JSON object per line on stdout) and shows them as one table.
+//!
+//! Benchmarks live beside the code they measure as examples; each compares against a
+//! reference measured in the same run, so noisy machines still give honest ratios.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+/// The benchmark programs: (package, example). Each accepts `--quick`.
+pub const PROGRAMS: &[(&str, &str)] = &[];
+
+/// One measured figure, as a benchmark program prints it and `--json` writes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub name: String,
+    pub value: f64,
+    pub unit: String,
+    pub reference: Option<f64>,
+    pub ratio: Option<f64>,
+    pub target: Option<String>,
+    pub pass: Option<bool>,
+}
+
+/// Parses a program's stdout: JSON rows, one per line; other lines are an error, because a
+/// silently dropped row would hide a missing figure.
+pub fn parse_rows(program: &str, stdout: &str) -> Result<Vec<Row>> {
+    stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            serde_json::from_str(line)
+                .with_context(|| format!("{program} printed a line that is not a row: {line}"))
+        })
+        .collect()
+}
+
+fn figure(value: Option<f64>) -> String {
+    match value {
+        None => "-".into(),
+        Some(v) if v.abs() >= 100.0 => format!("{v:.0}"),
+        Some(v) if v.abs() >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.3}"),
+    }
+}
+
+/// Renders rows as a Markdown table (readable in a terminal, pastable into BENCHMARKS.md).
+pub fn table(rows: &[Row]) -> String {
+    let mut out =
+        String::from("| benchmark | figure | unit | reference | ratio | target | result |\n");
+    out.push_str("|---|---:|---|---:|---:|---|---|\n");
+    for row in rows {
+        let result = match row.pass {
+            Some(true) => "pass",
+            Some(false) => "miss",
+            None => "-",
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            row.name,
+            figure(Some(row.value)),
+            row.unit,
+            figure(row.reference),
+            figure(row.ratio),
+            row.target.as_deref().unwrap_or("-"),
+            result
+        ));
+    }
+    out
+}
+
+pub fn run(root: &Path, cargo: &Path, quick: bool, json: Option<&Path>) -> Result<()> {
+    let mut rows = Vec::new();
+    for (package, example) in PROGRAMS {
+        let mut args = vec![
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            package,
+            "--example",
+            example,
+            "--",
+        ];
+        if quick {
+            args.push("--quick");
+        }
+        eprintln!("bench: {package} {example}");
+        let output = Command::new(cargo)
+            .args(&args)
+            .current_dir(root)
+            .stderr(Stdio::inherit())
+            .output()
+            .with_context(|| format!("running {example}"))?;
+        if !output.status.success() {
+            bail!(
+                "benchmark {package}/{example} failed with {}",
+                output.status
+            );
+        }
+        rows.extend(parse_rows(
+            example,
+            &String::from_utf8_lossy(&output.stdout),
+        )?);
+    }
+    if rows.is_empty() {
+        bail!("no benchmark produced a row");
+    }
+    println!("{}", table(&rows));
+    if let Some(path) = json {
+        let doc = serde_json::json!({ "rows": rows });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_parse_and_render() {
+        let stdout = r#"{"name":"discovery","value":0.41,"unit":"s","reference":1.9,"ratio":0.21,"target":"<= 1.3 x slowest","pass":true}
+
+{"name":"rss","value":38.2,"unit":"MiB","reference":null,"ratio":null,"target":null,"pass":null}
+"#;
+        let rows = parse_rows("x", stdout).expect("rows parse");
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].pass, Some(true));
+        let table = table(&rows);
+        assert!(
+            table.contains("| discovery | 0.410 | s | 1.900 | 0.210 | <= 1.3 x slowest | pass |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| rss | 38.2 | MiB | - | - | - | - |"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn a_stray_line_is_an_error() {
+        let err = parse_rows("bench_x", "took 3s\n").unwrap_err();
+        assert!(format!("{err:#}").contains("bench_x printed a line that is not a row"));
+    }
+}
