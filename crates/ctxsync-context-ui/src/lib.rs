@@ -1,0 +1,22 @@
+//! The chat context panel (layer 7): a serializable view model ([`Panel`]) and its three
+//! renderers — JSON for APIs, HTML for the web page, plain text for terminals.
+//!
+//! Owns: how a chat's context is presented — grouping, the discovery banner, the Issues
+//! list, the overall tone — so every surface says the same thing.
+//!
+//! Must never: read a database or talk to an agent (it is handed projected data); call a
+//! server "healthy" or "connected"; show an empty server list while discovery is still
+//! initializing or the tools are withheld; emit unescaped text into HTML.
+
+mod html;
+mod model;
+mod text;
+
+pub use html::{escape, render_fragment, render_page};
+pub use model::*;
+pub use text::render_text;
+
+/// The JSON renderer: the view model as the HTTP API returns it.
+pub fn render_json(panel: &Panel) -> serde_json::Value {
+    serde_json::to_value(panel).expect("the panel serializes to JSON infallibly")
+}

@@ -1,0 +1,160 @@
+//! The plain-text renderer for terminals (`ctxsync context`, the demo).
+
+use std::fmt::Write;
+
+use crate::model::*;
+
+/// Terminal width the renderer wraps long diagnostics to.
+const WIDTH: usize = 100;
+
+/// Wraps `text` to [`WIDTH`] with every line indented by `indent` spaces.
+fn wrapped(out: &mut String, indent: usize, text: &str) {
+    let pad = " ".repeat(indent);
+    let room = WIDTH.saturating_sub(indent).max(20);
+    for paragraph in text.lines() {
+        let mut line = String::new();
+        for word in paragraph.split_whitespace() {
+            let mut word = word;
+            // A word longer than the line (a URL, a path) is broken, never left to overflow.
+            while word.chars().count() > room {
+                if !line.is_empty() {
+                    let _ = writeln!(out, "{pad}{line}");
+                    line.clear();
+                }
+                let split = word.char_indices().nth(room).map_or(word.len(), |(i, _)| i);
+                let _ = writeln!(out, "{pad}{}", &word[..split]);
+                word = &word[split..];
+            }
+            if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > room {
+                let _ = writeln!(out, "{pad}{line}");
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        if !line.is_empty() {
+            let _ = writeln!(out, "{pad}{line}");
+        }
+    }
+}
+
+pub fn render_text(panel: &Panel) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "Chat {} context [{}]",
+        panel.chat_id,
+        panel.tone.as_str()
+    );
+    wrapped(&mut t, 0, &panel.discovery.text);
+    if let Some(dirty) = &panel.dirty {
+        wrapped(
+            &mut t,
+            0,
+            &format!(
+                "! {} {}: {} {}",
+                dirty.text, dirty.refresh.label, dirty.refresh.method, dirty.refresh.href
+            ),
+        );
+    }
+    if let Some(error) = &panel.snapshot_error {
+        wrapped(&mut t, 0, &format!("! Snapshot error: {error}"));
+    }
+
+    let files: usize = panel.files.iter().map(|g| g.files.len()).sum();
+    let _ = writeln!(t, "\nContext files ({files})");
+    for group in &panel.files {
+        let _ = writeln!(t, "  {}/", group.directory);
+        for file in &group.files {
+            let _ = writeln!(
+                t,
+                "    {} ({} B){}",
+                file.name,
+                file.size_bytes,
+                status_suffix(&file.status)
+            );
+        }
+    }
+
+    let _ = writeln!(t, "\nSkills ({})", panel.skills.len());
+    for skill in &panel.skills {
+        let line = if skill.description.is_empty() {
+            format!("{}{}", skill.name, status_suffix(&skill.status))
+        } else {
+            format!(
+                "{}{} — {}",
+                skill.name,
+                status_suffix(&skill.status),
+                skill.description
+            )
+        };
+        wrapped(&mut t, 2, &line);
+    }
+
+    let _ = writeln!(t, "\nMCP config files ({})", panel.mcp.configs.len());
+    for config in &panel.mcp.configs {
+        let state = if config.ok { "ok" } else { "invalid" };
+        let line = match &config.diagnostic {
+            Some(d) => format!("{} [{state}]: {d}", config.path),
+            None => format!("{} [{state}]", config.path),
+        };
+        wrapped(&mut t, 2, &line);
+    }
+
+    match &panel.mcp.servers {
+        None => {
+            let _ = writeln!(t, "\nMCP servers: not available yet");
+        }
+        Some(servers) if servers.is_empty() => {
+            let _ = writeln!(t, "\nMCP servers: none declared");
+        }
+        Some(servers) => {
+            let _ = writeln!(t, "\nMCP servers ({})", servers.len());
+            for server in servers {
+                let state = match server.state {
+                    ServerState::Tools => format!(
+                        "{} tool{}",
+                        server.tools.len(),
+                        if server.tools.len() == 1 { "" } else { "s" }
+                    ),
+                    ServerState::NoTools => "no tools".into(),
+                    ServerState::Failed => "failed".into(),
+                };
+                let line = match &server.diagnostic {
+                    Some(d) => format!("{} [{state}]: {d}", server.name),
+                    None => format!("{} [{state}]", server.name),
+                };
+                wrapped(&mut t, 2, &line);
+                for tool in &server.tools {
+                    wrapped(&mut t, 6, &format!("{} — {}", tool.name, tool.description));
+                }
+            }
+        }
+    }
+
+    let _ = writeln!(t, "\nIssues ({})", panel.issues.len());
+    for issue in &panel.issues {
+        wrapped(
+            &mut t,
+            2,
+            &format!(
+                "[{}] {} {}: {}",
+                issue.severity.as_str(),
+                issue.kind.label(),
+                issue.source,
+                issue.text
+            ),
+        );
+    }
+    t
+}
+
+fn status_suffix(status: &str) -> String {
+    if status == "ok" {
+        String::new()
+    } else {
+        format!(" [{status}]")
+    }
+}

@@ -1,0 +1,260 @@
+//! Snapshot-style tests of the three renderers for every discovery state. Expected output
+//! lives in `tests/golden/`; run with `CTXSYNC_BLESS=1` to rewrite it after a deliberate
+//! change, then review the diff.
+
+use std::path::PathBuf;
+
+use ctxsync_context_ui::*;
+
+fn golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("CTXSYNC_BLESS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "missing {}; run with CTXSYNC_BLESS=1 to create it",
+            path.display()
+        )
+    });
+    assert_eq!(actual, expected, "{name} differs from its golden file");
+}
+
+fn base(state: DiscoveryState) -> Panel {
+    let mut panel = Panel {
+        chat_id: "chat-1".into(),
+        tone: Tone::Ok,
+        discovery: Banner::new(state),
+        dirty: None,
+        snapshot_error: None,
+        files: vec![
+            FileGroup {
+                directory: ".".into(),
+                files: vec![FileItem {
+                    name: "AGENTS.md".into(),
+                    source: "AGENTS.md".into(),
+                    size_bytes: 120,
+                    status: "ok".into(),
+                }],
+            },
+            FileGroup {
+                directory: "docs".into(),
+                files: vec![FileItem {
+                    name: "CLAUDE.md".into(),
+                    source: "docs/CLAUDE.md".into(),
+                    size_bytes: 70000,
+                    status: "oversize".into(),
+                }],
+            },
+        ],
+        skills: vec![SkillItem {
+            name: "code-review".into(),
+            description: "Reviews a change for bugs".into(),
+            source: "skills/code-review/SKILL.md".into(),
+            status: "ok".into(),
+        }],
+        mcp: McpSection {
+            configs: vec![ConfigItem {
+                path: ".mcp.json".into(),
+                ok: true,
+                diagnostic: None,
+            }],
+            servers: None,
+        },
+        issues: vec![IssueItem {
+            kind: IssueKind::File,
+            source: "docs/CLAUDE.md".into(),
+            severity: Tone::Warning,
+            text: "file is 70000 bytes, over the 65536-byte limit".into(),
+        }],
+    };
+    panel.tone = panel.compute_tone();
+    panel
+}
+
+fn mixed_servers() -> Vec<ServerItem> {
+    vec![
+        ServerItem {
+            name: "fs".into(),
+            state: ServerState::Tools,
+            tools: vec![
+                ToolItem {
+                    name: "read".into(),
+                    description: "Read a file".into(),
+                },
+                ToolItem {
+                    name: "write".into(),
+                    description: "Write a file".into(),
+                },
+            ],
+            diagnostic: None,
+        },
+        ServerItem {
+            name: "empty".into(),
+            state: ServerState::NoTools,
+            tools: vec![],
+            diagnostic: None,
+        },
+        ServerItem {
+            name: "broken".into(),
+            state: ServerState::Failed,
+            tools: vec![],
+            diagnostic: Some(
+                "command not found: mcp-broken (check that it is installed and on PATH)".into(),
+            ),
+        },
+    ]
+}
+
+fn states() -> Vec<(&'static str, Panel)> {
+    let pending = base(DiscoveryState::Pending);
+
+    let mut complete = base(DiscoveryState::Complete);
+    complete.mcp.servers = Some(mixed_servers());
+    complete.mcp.configs.push(ConfigItem {
+        path: "tools/.mcp.json".into(),
+        ok: false,
+        diagnostic: Some("invalid JSON at line 3 column 1".into()),
+    });
+    complete.issues.push(IssueItem {
+        kind: IssueKind::McpConfig,
+        source: "tools/.mcp.json".into(),
+        severity: Tone::Error,
+        text: "invalid JSON at line 3 column 1".into(),
+    });
+    complete.issues.push(IssueItem {
+        kind: IssueKind::McpServer,
+        source: "broken".into(),
+        severity: Tone::Error,
+        text: "command not found: mcp-broken (check that it is installed and on PATH)".into(),
+    });
+    complete.dirty = Some(DirtyNotice {
+        text: "The workspace context changed since this chat pinned it.".into(),
+        refresh: Action {
+            label: "Refresh context".into(),
+            method: "PUT".into(),
+            href: "/api/chats/chat-1/context".into(),
+        },
+    });
+    complete.tone = complete.compute_tone();
+
+    let mut none = base(DiscoveryState::CompleteNoServers);
+    none.mcp.configs.clear();
+    none.mcp.servers = Some(vec![]);
+    none.tone = none.compute_tone();
+
+    let stale = base(DiscoveryState::Stale);
+
+    let mut unknown = base(DiscoveryState::Unknown);
+    unknown.snapshot_error = Some("500 resources reached; 12 files excluded".into());
+    unknown.tone = unknown.compute_tone();
+
+    vec![
+        ("pending", pending),
+        ("complete", complete),
+        ("none", none),
+        ("stale", stale),
+        ("unknown", unknown),
+    ]
+}
+
+#[test]
+fn every_state_renders_as_json_html_and_text() {
+    for (name, panel) in states() {
+        golden(
+            &format!("{name}.json"),
+            &(serde_json::to_string_pretty(&render_json(&panel)).unwrap() + "\n"),
+        );
+        golden(&format!("{name}.html"), &render_fragment(&panel));
+        golden(&format!("{name}.txt"), &render_text(&panel));
+    }
+}
+
+#[test]
+fn tone_is_the_worst_of_banner_issues_and_errors() {
+    let by_name: Vec<(&str, Tone)> = states().iter().map(|(n, p)| (*n, p.tone)).collect();
+    assert_eq!(
+        by_name,
+        [
+            ("pending", Tone::Warning),
+            ("complete", Tone::Error),
+            ("none", Tone::Warning), // the oversize file is a warning
+            ("stale", Tone::Warning),
+            ("unknown", Tone::Error), // the snapshot error
+        ]
+    );
+}
+
+#[test]
+fn pending_and_stale_never_show_an_empty_server_list() {
+    for (name, panel) in states() {
+        let html = render_fragment(&panel);
+        let text = render_text(&panel);
+        match panel.discovery.state {
+            DiscoveryState::Pending | DiscoveryState::Stale => {
+                assert!(html.contains(r#"class="servers-unavailable""#), "{name}");
+                assert!(!html.contains("No MCP servers are declared"), "{name}");
+                assert!(text.contains("MCP servers: not available yet"), "{name}");
+            }
+            DiscoveryState::CompleteNoServers => {
+                assert!(html.contains("No MCP servers are declared"), "{name}");
+                assert!(
+                    html.contains(r#"id="section-mcp""#),
+                    "the MCP section stays: {name}"
+                );
+            }
+            _ => {}
+        }
+        assert!(
+            !html.to_lowercase().contains("healthy") && !text.to_lowercase().contains("connected"),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn hostile_text_is_escaped_everywhere() {
+    let mut panel = states().remove(1).1;
+    let hostile = r#"<script>alert("x")</script> & 'quotes'"#;
+    panel.chat_id = hostile.into();
+    let servers = panel.mcp.servers.as_mut().unwrap();
+    servers[0].name = hostile.into();
+    servers[0].tools[0].name = hostile.into();
+    servers[0].tools[0].description = hostile.into();
+    panel.issues[0].text = hostile.into();
+    panel.skills[0].description = hostile.into();
+    let page = render_page(&panel);
+    assert!(
+        !page.contains("<script>alert"),
+        "raw script tag leaked into the page"
+    );
+    assert!(
+        page.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;quotes&#39;")
+    );
+    // The page's own script is the only one.
+    assert_eq!(page.matches("<script>").count(), 1);
+}
+
+#[test]
+fn long_errors_wrap_instead_of_scrolling() {
+    let mut panel = states().remove(1).1;
+    let long = "x".repeat(500);
+    panel.issues[0].text = format!("word {long} end");
+    let html = render_fragment(&panel);
+    assert!(html.contains(r#"<span class="issue-text wrap">"#));
+    assert!(
+        render_page(&panel).contains(".wrap { white-space: pre-wrap; overflow-wrap: anywhere;")
+    );
+    let text = render_text(&panel);
+    assert!(
+        text.lines().all(|l| l.chars().count() <= 100),
+        "a terminal line is over 100 columns"
+    );
+    assert!(
+        text.contains(&"x".repeat(98)),
+        "the long word is broken, not dropped"
+    );
+}
