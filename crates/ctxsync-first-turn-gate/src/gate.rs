@@ -485,6 +485,8 @@ impl<S: DiscoverySource> Attempt<S> {
                 break timed_out();
             }
             let wake = tokio::select! {
+                // The deadline wins a tie, so the budget is never overrun by a read.
+                biased;
                 () = tokio::time::sleep_until(deadline) => break timed_out(),
                 changed = next_change(&mut subscription) => if changed {
                     Wake::Notification
