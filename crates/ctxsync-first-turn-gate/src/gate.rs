@@ -213,9 +213,7 @@ impl<S: DiscoverySource> FirstTurnGate<S> {
     }
 
     pub fn metrics(&self) -> GateMetrics {
-        let now = Instant::now();
-        let mut attempts = self.inner.lock_attempts();
-        attempts.sweep(now);
+        let attempts = self.inner.lock_attempts();
         let waiting = attempts
             .entries
             .values()
@@ -354,18 +352,19 @@ impl<S: DiscoverySource> Inner<S> {
 
         let key: AttemptKey<S> = (chat, agent, current_run(&observation));
         let mut end = {
+            let now = Instant::now();
             let mut attempts = self.lock_attempts();
-            attempts.sweep(Instant::now());
+            attempts.sweep(now);
             match attempts.entries.get(&key) {
                 Some(Entry::Waiting { end, .. }) => end.clone(),
-                Some(Entry::TimedOut { .. }) => {
+                Some(Entry::TimedOut { expires_at }) if *expires_at > now => {
                     // The read above was the refresh: no second budget for this run.
                     let outcome =
                         Outcome::observed(&observation, OutcomeReason::EarlierWaitTimedOut)
                             .timed_out();
                     return (WaitResult::ReusedTimeout, outcome);
                 }
-                None => {
+                Some(Entry::TimedOut { .. }) | None => {
                     let id = attempts.next_id;
                     attempts.next_id += 1;
                     let (end_tx, end_rx) = watch::channel(None);
@@ -530,6 +529,7 @@ impl<S: DiscoverySource> Attempt<S> {
     fn finish(&mut self, observation: &Observation, end: AttemptEnd) {
         let inner = Arc::clone(&self.inner);
         let mut attempts = inner.lock_attempts();
+        attempts.sweep(Instant::now());
         attempts.remove_if_current(&self.key, self.id);
         if end.timed_out {
             // Keyed by the run observed last: if the agent restarted during the wait,

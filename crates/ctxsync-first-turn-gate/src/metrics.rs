@@ -128,7 +128,7 @@ pub struct GateMetrics {
     pub attempts_started: u64,
     /// Attempts waiting right now.
     pub attempts_waiting: u64,
-    /// Timed-out attempts kept for reuse right now.
+    /// Timed-out attempts held for reuse (expired ones until the next wait sweeps them).
     pub attempts_retained: u64,
     /// Re-reads caused by a change notification.
     pub notification_wakeups: u64,

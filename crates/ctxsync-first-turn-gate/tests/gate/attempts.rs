@@ -146,9 +146,30 @@ async fn a_timed_out_attempt_expires_after_its_retention() {
     assert_eq!(gate.metrics().attempts_retained, 1);
 
     tokio::time::advance(ms(1)).await;
-    assert_eq!(gate.metrics().attempts_retained, 0, "swept");
     time_out(&gate, CHAT, AGENT).await;
     assert_eq!(gate.metrics().attempts_started, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_attempts_are_swept() {
+    let source = MemorySource::new();
+    for agent in [AGENT, OTHER_AGENT] {
+        start(&source, agent, Some("run-a"));
+        push(&source, agent, Some("run-a"), Pending);
+    }
+    let gate = gate(&source);
+    time_out(&gate, CHAT, AGENT).await;
+    time_out(&gate, OTHER_CHAT, AGENT).await;
+    assert_eq!(gate.metrics().attempts_retained, 2);
+
+    tokio::time::advance(RETENTION).await;
+    time_out(&gate, CHAT, OTHER_AGENT).await;
+
+    assert_eq!(
+        gate.metrics().attempts_retained,
+        1,
+        "only the new one is held"
+    );
 }
 
 #[tokio::test(start_paused = true)]
