@@ -159,7 +159,7 @@ impl<S: DiscoverySource> FirstTurnGate<S> {
             TurnMode::Default => Some(self.wait_for_bound_agent(&chat).await),
         };
         let inner = &self.inner;
-        let deadline = Instant::now() + inner.config.read_timeout;
+        let deadline = after(Instant::now(), inner.config.read_timeout);
         match inner
             .bounded(deadline, inner.source.turn_inventory(&chat))
             .await
@@ -227,7 +227,7 @@ impl<S: DiscoverySource> FirstTurnGate<S> {
     async fn wait_for_bound_agent(&self, chat: &S::ChatId) -> Outcome {
         let inner = &self.inner;
         let started = Instant::now();
-        let deadline = started + inner.config.read_timeout;
+        let deadline = after(started, inner.config.read_timeout);
         let (result, outcome) = match inner
             .bounded(deadline, inner.source.bound_agent(chat))
             .await
@@ -314,10 +314,11 @@ impl<S: DiscoverySource> Inner<S> {
         started: Instant,
         joined: Option<oneshot::Sender<()>>,
     ) -> (WaitResult, Outcome) {
-        let read_deadline = || Instant::now() + self.config.read_timeout;
+        // One bound for subscribing and reading, so a refresh costs at most one read timeout.
+        let read_deadline = after(started, self.config.read_timeout);
         // Subscribe before reading: a commit after the read then always wakes the attempt.
         let subscription = match self
-            .bounded(read_deadline(), self.source.subscribe(&agent))
+            .bounded(read_deadline, self.source.subscribe(&agent))
             .await
         {
             Ok(subscription) => Some(subscription),
@@ -330,7 +331,7 @@ impl<S: DiscoverySource> Inner<S> {
             }
         };
         let observation = match self
-            .bounded(read_deadline(), self.source.read_discovery(&chat, &agent))
+            .bounded(read_deadline, self.source.read_discovery(&chat, &agent))
             .await
         {
             Ok(observation) => observation,
@@ -416,6 +417,15 @@ impl<S: DiscoverySource> Inner<S> {
     }
 }
 
+/// `instant + duration`, saturating far in the future instead of overflowing on an
+/// absurd configured duration.
+fn after(instant: Instant, duration: Duration) -> Instant {
+    const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+    instant
+        .checked_add(duration.min(FAR_FUTURE))
+        .unwrap_or(instant)
+}
+
 fn log_source_error(error: &SourceError, doing: &str) {
     let cause = std::error::Error::source(error).map(ToString::to_string);
     tracing::warn!(error = %error, cause = ?cause, "first-turn gate: {doing} failed; the turn proceeds");
@@ -453,7 +463,7 @@ impl<S: DiscoverySource> Attempt<S> {
     ) {
         let config = &self.inner.config;
         let every = config.effective_recheck_interval();
-        let mut recheck = tokio::time::interval_at(Instant::now() + every, every);
+        let mut recheck = tokio::time::interval_at(after(Instant::now(), every), every);
         recheck.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // Once the current run is seen pending the budget applies; until then, the grace.
         let mut seen_pending = false;
@@ -474,7 +484,7 @@ impl<S: DiscoverySource> Attempt<S> {
             } else {
                 config.snapshot_grace
             };
-            let deadline = self.started + limit;
+            let deadline = after(self.started, limit);
             let timed_out = || {
                 let mut outcome = Outcome::observed(&observation, reason_if_timed_out).timed_out();
                 outcome.error.clone_from(&last_error);
@@ -506,7 +516,7 @@ impl<S: DiscoverySource> Attempt<S> {
                     continue;
                 }
             }
-            let read_deadline = deadline.min(Instant::now() + config.read_timeout);
+            let read_deadline = deadline.min(after(Instant::now(), config.read_timeout));
             match self
                 .inner
                 .bounded(read_deadline, self.inner.source.read_discovery(chat, agent))
@@ -545,7 +555,7 @@ impl<S: DiscoverySource> Attempt<S> {
                 attempts.entries.get(&observed_key),
                 Some(Entry::Waiting { .. })
             ) {
-                let expires_at = Instant::now() + inner.config.timed_out_retention;
+                let expires_at = after(Instant::now(), inner.config.timed_out_retention);
                 attempts
                     .entries
                     .insert(observed_key, Entry::TimedOut { expires_at });

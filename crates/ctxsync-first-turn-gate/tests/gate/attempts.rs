@@ -294,3 +294,38 @@ async fn a_new_run_a_new_agent_or_a_new_chat_re_arms() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_attempt_fails_open_and_frees_its_key() {
+    let source = MemorySource::new();
+    start(&source, AGENT, Some("run-a"));
+    push(&source, AGENT, Some("run-a"), Pending);
+    // The attempt's first re-read (read 3: two callers read first) panics.
+    let hooked = HookedSource::new(&source, |_, read| {
+        assert_ne!(read, 3, "injected failure: the source panicked");
+    });
+    let gate = FirstTurnGate::new(hooked, GateConfig::default());
+    let first = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.wait_for_discovery(CHAT, AGENT).await }
+    });
+    let second = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.wait_for_discovery(CHAT, AGENT).await }
+    });
+
+    tokio::time::sleep(ms(100)).await;
+    push(&source, AGENT, Some("run-a"), Pending);
+    for waiter in [first, second] {
+        let outcome = waiter.await.unwrap();
+        assert_eq!(outcome.reason, OutcomeReason::AttemptLost);
+        assert_eq!(outcome.waited_ms, 100);
+    }
+    assert_eq!(gate.metrics().waits_failed_open, 2);
+    assert_eq!(gate.metrics().attempts_waiting, 0);
+
+    // The next turn starts a fresh attempt rather than joining the dead one.
+    push(&source, AGENT, Some("run-a"), Complete);
+    let next = gate.wait_for_discovery(CHAT, AGENT).await;
+    assert_eq!(next.reason, OutcomeReason::DiscoveryComplete);
+}

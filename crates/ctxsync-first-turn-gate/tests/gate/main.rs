@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use ctxsync_first_turn_gate::memory::{MemoryId, MemorySource};
 use ctxsync_first_turn_gate::{
-    DiscoveryCounts, FirstTurnGate, GateConfig, Outcome, SnapshotObservation,
+    DiscoveryCounts, DiscoverySource, FirstTurnGate, GateConfig, Observation, Outcome,
+    SnapshotObservation, SourceError, TurnInventory,
 };
 use ctxsync_protocol::DiscoveryPhase;
 use tokio::task::JoinHandle;
@@ -91,4 +92,72 @@ async fn settle() {
     for _ in 0..10 {
         tokio::task::yield_now().await;
     }
+}
+
+/// Runs after a discovery read with the read's number.
+type ReadHook = Box<dyn Fn(&MemorySource, u64) + Send + Sync>;
+
+/// The in-memory source with a hook run after each discovery read, given the read's
+/// number (from 1): to commit at an awkward moment, or to panic.
+struct HookedSource {
+    inner: MemorySource,
+    reads: std::sync::atomic::AtomicU64,
+    after_read: ReadHook,
+}
+
+impl HookedSource {
+    fn new(
+        inner: &MemorySource,
+        after_read: impl Fn(&MemorySource, u64) + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            inner: inner.clone(),
+            reads: 0.into(),
+            after_read: Box::new(after_read),
+        }
+    }
+}
+
+impl DiscoverySource for HookedSource {
+    type ChatId = MemoryId;
+    type AgentId = MemoryId;
+    type Tool = String;
+    type Subscription = <MemorySource as DiscoverySource>::Subscription;
+
+    async fn subscribe(&self, agent: &MemoryId) -> Result<Self::Subscription, SourceError> {
+        self.inner.subscribe(agent).await
+    }
+
+    async fn read_discovery(
+        &self,
+        chat: &MemoryId,
+        agent: &MemoryId,
+    ) -> Result<Observation, SourceError> {
+        let observation = self.inner.read_discovery(chat, agent).await;
+        let read = 1 + self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        (self.after_read)(&self.inner, read);
+        observation
+    }
+
+    async fn bound_agent(&self, chat: &MemoryId) -> Result<Option<MemoryId>, SourceError> {
+        self.inner.bound_agent(chat).await
+    }
+
+    async fn turn_inventory(&self, chat: &MemoryId) -> Result<TurnInventory<String>, SourceError> {
+        self.inner.turn_inventory(chat).await
+    }
+}
+
+/// The gate's futures can be spawned and held across awaits by any server, whatever
+/// the source (checked at compile time).
+#[allow(dead_code)]
+fn gate_futures_are_send<S: DiscoverySource>(
+    gate: &FirstTurnGate<S>,
+    chat: S::ChatId,
+    agent: S::AgentId,
+) {
+    fn send<T: Send>(_: &T) {}
+    send(&gate.wait_for_discovery(chat.clone(), agent.clone()));
+    send(&gate.prepare_turn(chat.clone(), ctxsync_first_turn_gate::TurnMode::Default));
+    send(&gate.measure_release(chat, agent, async {}));
 }

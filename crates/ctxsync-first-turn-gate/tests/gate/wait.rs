@@ -2,9 +2,7 @@
 //! how it fails open.
 
 use ctxsync_first_turn_gate::memory::MemorySource;
-use ctxsync_first_turn_gate::{
-    DiscoveryCounts, DiscoverySource, Observation, OutcomeReason, Phase, SourceError, TurnInventory,
-};
+use ctxsync_first_turn_gate::{DiscoveryCounts, OutcomeReason, Phase};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending, Unspecified};
 use tokio::time::Instant;
 
@@ -343,53 +341,17 @@ async fn a_read_error_while_waiting_heals_on_the_next_read() {
     );
 }
 
-/// Commits the completing snapshot right after answering the first discovery read: the
-/// race between a waiter's read and its subscription.
-struct CommitAfterFirstRead {
-    inner: MemorySource,
-    armed: std::sync::atomic::AtomicBool,
-}
-
-impl DiscoverySource for CommitAfterFirstRead {
-    type ChatId = MemoryId;
-    type AgentId = MemoryId;
-    type Tool = String;
-    type Subscription = <MemorySource as DiscoverySource>::Subscription;
-
-    async fn subscribe(&self, agent: &MemoryId) -> Result<Self::Subscription, SourceError> {
-        self.inner.subscribe(agent).await
-    }
-
-    async fn read_discovery(
-        &self,
-        chat: &MemoryId,
-        agent: &MemoryId,
-    ) -> Result<Observation, SourceError> {
-        let observation = self.inner.read_discovery(chat, agent).await;
-        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            push(&self.inner, *agent, Some("run-a"), Complete);
-        }
-        observation
-    }
-
-    async fn bound_agent(&self, chat: &MemoryId) -> Result<Option<MemoryId>, SourceError> {
-        self.inner.bound_agent(chat).await
-    }
-
-    async fn turn_inventory(&self, chat: &MemoryId) -> Result<TurnInventory<String>, SourceError> {
-        self.inner.turn_inventory(chat).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_commit_right_after_the_first_read_is_not_missed() {
     let inner = MemorySource::new();
     start(&inner, AGENT, Some("run-a"));
     push(&inner, AGENT, Some("run-a"), Pending);
-    let source = CommitAfterFirstRead {
-        inner: inner.clone(),
-        armed: true.into(),
-    };
+    // The race between a waiter's first read and its subscription, made certain.
+    let source = HookedSource::new(&inner, |inner, read| {
+        if read == 1 {
+            push(inner, AGENT, Some("run-a"), Complete);
+        }
+    });
     let gate = FirstTurnGate::new(source, GateConfig::default());
     let started = Instant::now();
 
