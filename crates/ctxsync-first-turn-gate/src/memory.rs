@@ -30,6 +30,7 @@ struct State {
     bindings: HashMap<MemoryId, MemoryId>,
     inventories: HashMap<MemoryId, TurnInventory<String>>,
     failure: Option<String>,
+    subscriptions_fail: bool,
     read_delay: Duration,
 }
 
@@ -103,6 +104,11 @@ impl MemorySource {
         self.state().failure = message.map(str::to_owned);
     }
 
+    /// Makes subscribing fail (as when a notification listener is down).
+    pub fn fail_subscriptions(&self, fail: bool) {
+        self.state().subscriptions_fail = fail;
+    }
+
     /// Makes every read take `delay` before it answers.
     pub fn delay_reads(&self, delay: Duration) {
         self.state().read_delay = delay;
@@ -155,6 +161,9 @@ impl DiscoverySource for MemorySource {
     type Subscription = MemorySubscription;
 
     async fn subscribe(&self, agent: &MemoryId) -> Result<MemorySubscription, SourceError> {
+        if self.state().subscriptions_fail {
+            return Err(SourceError::new("change notifications unavailable"));
+        }
         Ok(MemorySubscription {
             agent: *agent,
             changes: self.shared.changes.subscribe(),

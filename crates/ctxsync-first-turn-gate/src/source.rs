@@ -166,3 +166,27 @@ pub trait DiscoverySource: Send + Sync + 'static {
         chat: &Self::ChatId,
     ) -> impl Future<Output = Result<TurnInventory<Self::Tool>, SourceError>> + Send;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_broadcast_receiver_coalesces_events_counts_lag_as_a_change_and_ends_on_close() {
+        let (tx, mut rx) = broadcast::channel::<u32>(2);
+        for event in 0..2 {
+            tx.send(event).unwrap();
+        }
+        assert!(rx.changed().await, "two queued events: one wake-up");
+        assert!(rx.is_empty(), "the queue was drained");
+
+        for event in 0..5 {
+            tx.send(event).unwrap();
+        }
+        assert!(rx.changed().await, "a lagged receiver still wakes");
+        assert!(rx.is_empty());
+
+        drop(tx);
+        assert!(!rx.changed().await, "closed: no more wake-ups");
+    }
+}

@@ -125,6 +125,29 @@ async fn a_lost_event_is_covered_by_the_recheck_timer() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn without_notifications_the_recheck_timer_still_releases() {
+    let source = MemorySource::new();
+    start(&source, AGENT, Some("run-a"));
+    push(&source, AGENT, Some("run-a"), Pending);
+    source.fail_subscriptions(true);
+    let gate = gate(&source);
+    let started = Instant::now();
+    let waiter = spawn_wait(&gate, CHAT, AGENT);
+
+    tokio::time::sleep(ms(2500)).await;
+    push(&source, AGENT, Some("run-a"), Complete);
+    let (outcome, released_at) = waiter.await.unwrap();
+
+    assert_eq!(released_at - started, 3 * RECHECK);
+    assert_eq!(outcome.phase, Phase::Complete);
+    assert_eq!(
+        outcome.error, None,
+        "a missing subscription is not the turn's problem"
+    );
+    assert_eq!(gate.metrics().notification_wakeups, 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_recheck_timer_is_slow() {
     let source = MemorySource::new();
     start(&source, AGENT, Some("run-a"));
