@@ -148,6 +148,7 @@ pub trait DiscoverySource: Send + Sync + 'static {
 
     /// Re-reads the agent row, its snapshot and the snapshot's outcome counts from one
     /// read transaction, so one process's row is never paired with another's snapshot.
+    /// `chat` is passed along for adapters that read through the chat's projection.
     fn read_discovery(
         &self,
         chat: &Self::ChatId,
