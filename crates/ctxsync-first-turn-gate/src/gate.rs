@@ -1,0 +1,579 @@
+//! The gate: one shared, bounded wait per (chat, agent, run id), woken by change
+//! notifications, and the turn preparation built on it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{oneshot, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::config::GateConfig;
+use crate::metrics::{GateMetrics, Recorder, WaitResult};
+use crate::outcome::{Outcome, OutcomeReason, Verdict, current_run, verdict};
+use crate::source::{ChangeSubscription, DiscoverySource, Observation, SourceError};
+
+/// What kind of turn is being prepared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TurnMode {
+    /// A normal turn: waits for discovery (only the first turn of an agent process
+    /// spends the budget) and reports the outcome.
+    Default,
+    /// A planning turn: never waits and carries no outcome.
+    Plan,
+}
+
+/// What a turn runs with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TurnContext<T> {
+    /// Eligible tools, read after the wait so tools found meanwhile are included.
+    pub tools: Vec<T>,
+    /// The model note when discovery is incomplete.
+    pub note: Option<String>,
+    /// The wait's outcome; `None` for a plan-mode turn.
+    pub outcome: Option<Outcome>,
+    /// Why `tools` and `note` are empty when the inventory could not be read; the turn
+    /// proceeds without workspace tools.
+    pub inventory_error: Option<String>,
+}
+
+/// Result of [`FirstTurnGate::measure_release`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseSample {
+    /// From just before the commit started to the waiter's release.
+    pub latency: Duration,
+    pub outcome: Outcome,
+}
+
+/// The first-turn gate. Cheap to clone; clones share attempts and metrics.
+///
+/// Must be used inside a tokio runtime: each attempt runs on a spawned task so that no
+/// caller's cancellation cancels it.
+pub struct FirstTurnGate<S: DiscoverySource> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: DiscoverySource> Clone for FirstTurnGate<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S: DiscoverySource> fmt::Debug for FirstTurnGate<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FirstTurnGate")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+type AttemptKey<S> = (
+    <S as DiscoverySource>::ChatId,
+    <S as DiscoverySource>::AgentId,
+    Option<String>,
+);
+
+struct Inner<S: DiscoverySource> {
+    source: S,
+    config: GateConfig,
+    attempts: Mutex<Attempts<S>>,
+    metrics: Recorder,
+}
+
+struct Attempts<S: DiscoverySource> {
+    next_id: u64,
+    entries: HashMap<AttemptKey<S>, Entry>,
+}
+
+enum Entry {
+    Waiting {
+        id: u64,
+        end: watch::Receiver<Option<AttemptEnd>>,
+    },
+    TimedOut {
+        expires_at: Instant,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct AttemptEnd {
+    outcome: Outcome,
+    timed_out: bool,
+}
+
+impl<S: DiscoverySource> Attempts<S> {
+    fn sweep(&mut self, now: Instant) {
+        self.entries.retain(|_, entry| match entry {
+            Entry::TimedOut { expires_at } => *expires_at > now,
+            Entry::Waiting { .. } => true,
+        });
+    }
+
+    fn remove_if_current(&mut self, key: &AttemptKey<S>, id: u64) {
+        if matches!(self.entries.get(key), Some(Entry::Waiting { id: current, .. }) if *current == id)
+        {
+            self.entries.remove(key);
+        }
+    }
+}
+
+impl<S: DiscoverySource> FirstTurnGate<S> {
+    pub fn new(source: S, config: GateConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                source,
+                config,
+                attempts: Mutex::new(Attempts {
+                    next_id: 0,
+                    entries: HashMap::new(),
+                }),
+                metrics: Recorder::default(),
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &GateConfig {
+        &self.inner.config
+    }
+
+    /// Waits, bounded, until `agent`'s current process has finished MCP discovery, and
+    /// says how it went. Never fails: every problem is described in the outcome.
+    ///
+    /// Returns at once for a complete or legacy current run. Otherwise joins the one
+    /// attempt for (chat, agent, run id), starting it if needed; a retained timed-out
+    /// attempt returns at once with a fresh read instead of waiting again.
+    pub async fn wait_for_discovery(&self, chat: S::ChatId, agent: S::AgentId) -> Outcome {
+        self.inner.wait(chat, agent, None).await
+    }
+
+    /// Prepares a turn of `chat`: in [`TurnMode::Default`] waits for discovery of the
+    /// chat's bound agent first, then reads the turn's tools and note.
+    pub async fn prepare_turn(&self, chat: S::ChatId, mode: TurnMode) -> TurnContext<S::Tool> {
+        let outcome = match mode {
+            TurnMode::Plan => None,
+            TurnMode::Default => Some(self.wait_for_bound_agent(&chat).await),
+        };
+        let inner = &self.inner;
+        let deadline = after(Instant::now(), inner.config.read_timeout);
+        match inner
+            .bounded(deadline, inner.source.turn_inventory(&chat))
+            .await
+        {
+            Ok(inventory) => TurnContext {
+                tools: inventory.tools,
+                note: inventory.note,
+                outcome,
+                inventory_error: None,
+            },
+            Err(error) => {
+                log_source_error(&error, "reading the turn inventory");
+                TurnContext {
+                    tools: Vec::new(),
+                    note: None,
+                    outcome,
+                    inventory_error: Some(error.message().to_owned()),
+                }
+            }
+        }
+    }
+
+    /// Measures how fast a waiter is released: starts waiting for `agent`, and once the
+    /// waiter has joined an attempt, runs `commit` (which should commit the completing
+    /// change and return). Returns the time from just before `commit` to the release,
+    /// or `Err` with the outcome when the waiter returned without waiting.
+    pub async fn measure_release(
+        &self,
+        chat: S::ChatId,
+        agent: S::AgentId,
+        commit: impl Future<Output = ()>,
+    ) -> Result<ReleaseSample, Outcome> {
+        let (joined_tx, joined_rx) = oneshot::channel();
+        let waiter = async {
+            let outcome = self.inner.wait(chat, agent, Some(joined_tx)).await;
+            (outcome, Instant::now())
+        };
+        tokio::pin!(waiter);
+        tokio::select! {
+            (outcome, _) = &mut waiter => return Err(outcome),
+            joined = joined_rx => if joined.is_err() {
+                return Err(waiter.await.0);
+            },
+        }
+        let commit_started = Instant::now();
+        let ((), (outcome, released_at)) = tokio::join!(commit, waiter);
+        Ok(ReleaseSample {
+            latency: released_at.saturating_duration_since(commit_started),
+            outcome,
+        })
+    }
+
+    pub fn metrics(&self) -> GateMetrics {
+        let attempts = self.inner.lock_attempts();
+        let waiting = attempts
+            .entries
+            .values()
+            .filter(|e| matches!(e, Entry::Waiting { .. }))
+            .count();
+        let retained = attempts.entries.len() - waiting;
+        drop(attempts);
+        self.inner.metrics.snapshot(waiting as u64, retained as u64)
+    }
+
+    async fn wait_for_bound_agent(&self, chat: &S::ChatId) -> Outcome {
+        let inner = &self.inner;
+        let started = Instant::now();
+        let deadline = after(started, inner.config.read_timeout);
+        let (result, outcome) = match inner
+            .bounded(deadline, inner.source.bound_agent(chat))
+            .await
+        {
+            Ok(Some(agent)) => return inner.wait(chat.clone(), agent, None).await,
+            Ok(None) => (
+                WaitResult::Immediate,
+                Outcome::unobserved(OutcomeReason::NoBoundAgent, None),
+            ),
+            Err(error) => {
+                log_source_error(&error, "reading the chat's bound agent");
+                (
+                    WaitResult::FailedOpen,
+                    Outcome::unobserved(
+                        OutcomeReason::SourceUnavailable,
+                        Some(error.message().to_owned()),
+                    ),
+                )
+            }
+        };
+        let waited = started.elapsed();
+        inner.metrics.wait_finished(result, waited);
+        outcome.with_waited(waited)
+    }
+}
+
+/// Counts a caller whose future is dropped before it returns.
+struct CancellationWatch<'a> {
+    metrics: &'a Recorder,
+    finished: bool,
+}
+
+impl Drop for CancellationWatch<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.metrics.wait_cancelled();
+        }
+    }
+}
+
+impl<S: DiscoverySource> Inner<S> {
+    fn lock_attempts(&self) -> MutexGuard<'_, Attempts<S>> {
+        // The map stays consistent even if a holder panicked: every update is one step.
+        self.attempts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn bounded<T>(
+        &self,
+        deadline: Instant,
+        read: impl Future<Output = Result<T, SourceError>>,
+    ) -> Result<T, SourceError> {
+        match tokio::time::timeout_at(deadline, read).await {
+            Ok(result) => result,
+            Err(_) => Err(SourceError::new("reading discovery state timed out")),
+        }
+    }
+
+    /// One caller's wait. `joined` is told when the caller has joined a waiting attempt
+    /// (for [`FirstTurnGate::measure_release`]).
+    async fn wait(
+        self: &Arc<Self>,
+        chat: S::ChatId,
+        agent: S::AgentId,
+        joined: Option<oneshot::Sender<()>>,
+    ) -> Outcome {
+        let started = Instant::now();
+        let mut watch = CancellationWatch {
+            metrics: &self.metrics,
+            finished: false,
+        };
+        let (result, outcome) = self.decide(chat, agent, started, joined).await;
+        watch.finished = true;
+        let waited = started.elapsed();
+        self.metrics.wait_finished(result, waited);
+        outcome.with_waited(waited)
+    }
+
+    async fn decide(
+        self: &Arc<Self>,
+        chat: S::ChatId,
+        agent: S::AgentId,
+        started: Instant,
+        joined: Option<oneshot::Sender<()>>,
+    ) -> (WaitResult, Outcome) {
+        // One bound for subscribing and reading, so a refresh costs at most one read timeout.
+        let read_deadline = after(started, self.config.read_timeout);
+        // Subscribe before reading: a commit after the read then always wakes the attempt.
+        let subscription = match self
+            .bounded(read_deadline, self.source.subscribe(&agent))
+            .await
+        {
+            Ok(subscription) => Some(subscription),
+            Err(error) => {
+                log_source_error(
+                    &error,
+                    "subscribing to agent changes; re-checking on the timer only",
+                );
+                None
+            }
+        };
+        let observation = match self
+            .bounded(read_deadline, self.source.read_discovery(&chat, &agent))
+            .await
+        {
+            Ok(observation) => observation,
+            Err(error) => {
+                log_source_error(&error, "reading discovery state");
+                let outcome = Outcome::unobserved(
+                    OutcomeReason::SourceUnavailable,
+                    Some(error.message().to_owned()),
+                );
+                return (WaitResult::FailedOpen, outcome);
+            }
+        };
+        if let Verdict::Ready(reason) = verdict(&observation) {
+            return (
+                WaitResult::Immediate,
+                Outcome::observed(&observation, reason),
+            );
+        }
+
+        let key: AttemptKey<S> = (chat, agent, current_run(&observation));
+        let mut end = {
+            let now = Instant::now();
+            let mut attempts = self.lock_attempts();
+            attempts.sweep(now);
+            match attempts.entries.get(&key) {
+                Some(Entry::Waiting { end, .. }) => end.clone(),
+                Some(Entry::TimedOut { expires_at }) if *expires_at > now => {
+                    // The read above was the refresh: no second budget for this run.
+                    let outcome =
+                        Outcome::observed(&observation, OutcomeReason::EarlierWaitTimedOut)
+                            .timed_out();
+                    return (WaitResult::ReusedTimeout, outcome);
+                }
+                Some(Entry::TimedOut { .. }) | None => {
+                    let id = attempts.next_id;
+                    attempts.next_id += 1;
+                    let (end_tx, end_rx) = watch::channel(None);
+                    attempts.entries.insert(
+                        key.clone(),
+                        Entry::Waiting {
+                            id,
+                            end: end_rx.clone(),
+                        },
+                    );
+                    self.metrics.attempt_started();
+                    tracing::debug!(chat = ?key.0, agent = ?key.1, run = ?key.2, "first-turn gate: waiting for discovery");
+                    let attempt = Attempt {
+                        inner: Arc::clone(self),
+                        key,
+                        id,
+                        started,
+                        end: end_tx,
+                        finished: false,
+                    };
+                    tokio::spawn(attempt.run(subscription, observation));
+                    end_rx
+                }
+            }
+        };
+        if let Some(joined) = joined {
+            let _ = joined.send(());
+        }
+        let end = end
+            .wait_for(Option::is_some)
+            .await
+            .map(|end| end.clone())
+            .ok()
+            .flatten();
+        match end {
+            Some(AttemptEnd {
+                outcome,
+                timed_out: false,
+            }) => (WaitResult::Released, outcome),
+            Some(AttemptEnd {
+                outcome,
+                timed_out: true,
+            }) => (WaitResult::TimedOut, outcome),
+            None => (
+                WaitResult::FailedOpen,
+                Outcome::unobserved(OutcomeReason::AttemptLost, None),
+            ),
+        }
+    }
+}
+
+/// `instant + duration`, saturating far in the future instead of overflowing on an
+/// absurd configured duration.
+fn after(instant: Instant, duration: Duration) -> Instant {
+    const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+    instant
+        .checked_add(duration.min(FAR_FUTURE))
+        .unwrap_or(instant)
+}
+
+fn log_source_error(error: &SourceError, doing: &str) {
+    let cause = std::error::Error::source(error).map(ToString::to_string);
+    tracing::warn!(error = %error, cause = ?cause, "first-turn gate: {doing} failed; the turn proceeds");
+}
+
+/// One shared wait, running on its own task.
+struct Attempt<S: DiscoverySource> {
+    inner: Arc<Inner<S>>,
+    key: AttemptKey<S>,
+    id: u64,
+    started: Instant,
+    end: watch::Sender<Option<AttemptEnd>>,
+    finished: bool,
+}
+
+/// Why an attempt re-reads.
+enum Wake {
+    Notification,
+    Recheck,
+    SubscriptionEnded,
+}
+
+async fn next_change<T: ChangeSubscription>(subscription: &mut Option<T>) -> bool {
+    match subscription {
+        Some(subscription) => subscription.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl<S: DiscoverySource> Attempt<S> {
+    async fn run(
+        mut self,
+        mut subscription: Option<S::Subscription>,
+        mut observation: Observation,
+    ) {
+        let config = &self.inner.config;
+        let every = config.effective_recheck_interval();
+        let mut recheck = tokio::time::interval_at(after(Instant::now(), every), every);
+        recheck.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Once the current run is seen pending the budget applies; until then, the grace.
+        let mut seen_pending = false;
+        let mut last_error: Option<String> = None;
+        let (chat, agent) = (&self.key.0, &self.key.1);
+
+        let (outcome, timed_out) = loop {
+            let reason_if_timed_out = match verdict(&observation) {
+                Verdict::Ready(reason) => break (Outcome::observed(&observation, reason), false),
+                Verdict::AwaitCompletion => {
+                    seen_pending = true;
+                    OutcomeReason::BudgetExhausted
+                }
+                Verdict::AwaitCurrentSnapshot => OutcomeReason::NoCurrentSnapshot,
+            };
+            let limit = if seen_pending {
+                config.discovery_budget
+            } else {
+                config.snapshot_grace
+            };
+            let deadline = after(self.started, limit);
+            let timed_out = || {
+                let mut outcome = Outcome::observed(&observation, reason_if_timed_out).timed_out();
+                outcome.error.clone_from(&last_error);
+                (outcome, true)
+            };
+            if Instant::now() >= deadline {
+                break timed_out();
+            }
+            let wake = tokio::select! {
+                // The deadline wins a tie, so the budget is never overrun by a read.
+                biased;
+                () = tokio::time::sleep_until(deadline) => break timed_out(),
+                changed = next_change(&mut subscription) => if changed {
+                    Wake::Notification
+                } else {
+                    Wake::SubscriptionEnded
+                },
+                _ = recheck.tick() => Wake::Recheck,
+            };
+            match wake {
+                Wake::Notification => self.inner.metrics.notification_wakeup(),
+                Wake::Recheck => self.inner.metrics.recheck_read(),
+                Wake::SubscriptionEnded => {
+                    tracing::debug!(
+                        ?agent,
+                        "first-turn gate: subscription ended; re-checking on the timer only"
+                    );
+                    subscription = None;
+                    continue;
+                }
+            }
+            let read_deadline = deadline.min(after(Instant::now(), config.read_timeout));
+            match self
+                .inner
+                .bounded(read_deadline, self.inner.source.read_discovery(chat, agent))
+                .await
+            {
+                Ok(fresh) => {
+                    observation = fresh;
+                    last_error = None;
+                }
+                Err(error) => {
+                    log_source_error(&error, "re-reading discovery state while waiting");
+                    last_error = Some(error.message().to_owned());
+                }
+            }
+        };
+        self.finish(&observation, AttemptEnd { outcome, timed_out });
+    }
+
+    /// Publishes the end to every joiner and updates the attempt map in one step.
+    fn finish(&mut self, observation: &Observation, end: AttemptEnd) {
+        let inner = Arc::clone(&self.inner);
+        let mut attempts = inner.lock_attempts();
+        attempts.sweep(Instant::now());
+        attempts.remove_if_current(&self.key, self.id);
+        if end.timed_out {
+            // Keyed by the run observed last: if the agent restarted during the wait,
+            // the next turn of the new run reuses this attempt instead of waiting again.
+            let (chat, agent, run) = &self.key;
+            let observed_run = current_run(observation);
+            if observed_run != *run {
+                tracing::info!(?chat, ?agent, from = ?run, to = ?observed_run, "first-turn gate: agent restarted during a timed-out wait; re-keying the attempt");
+            }
+            tracing::info!(?chat, ?agent, run = ?observed_run, reason = ?end.outcome.reason, "first-turn gate: wait timed out; the turn proceeds");
+            let observed_key = (chat.clone(), agent.clone(), observed_run);
+            if !matches!(
+                attempts.entries.get(&observed_key),
+                Some(Entry::Waiting { .. })
+            ) {
+                let expires_at = after(Instant::now(), inner.config.timed_out_retention);
+                attempts
+                    .entries
+                    .insert(observed_key, Entry::TimedOut { expires_at });
+            }
+        }
+        self.end.send_replace(Some(end));
+        self.finished = true;
+    }
+}
+
+impl<S: DiscoverySource> Drop for Attempt<S> {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Panicked or aborted: free the key so the next caller starts afresh; joiners
+            // see the sender gone and fail open.
+            self.inner
+                .lock_attempts()
+                .remove_if_current(&self.key, self.id);
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The first-turn gate (layer 6): the bounded, event-driven wait for an agent's MCP
+//! discovery before a chat's turn, shared per chat and process (SPEC §8).
+//!
+//! Owns: the wait rules (a complete or legacy current run returns at once; a pending
+//! current run waits up to the budget; no snapshot of the current run waits up to the
+//! grace), the one shared attempt per (chat, agent, run id) with its retention and
+//! re-keying, the [`Outcome`] that says how the wait went, turn preparation
+//! ([`FirstTurnGate::prepare_turn`]) and the gate's metrics.
+//!
+//! Reads everything through [`DiscoverySource`], the seam an adapter over persistence
+//! (committed rows, change notifications) and the chat projection (counts, tools, note)
+//! fills; [`memory::MemorySource`] is an in-memory one for tests and benchmarks.
+//!
+//! Must never: fail a turn (timeouts, read errors, stale runs and cancelled callers all
+//! end in an outcome); poll tightly (waits wake on notifications, with a re-check timer
+//! of at least a second for lost ones); trust an event's content (a wake-up only
+//! triggers a re-read of committed state); wait longer than the budget; spend the
+//! budget twice for one agent process and chat while a timed-out attempt is retained.
+
+mod config;
+mod gate;
+pub mod memory;
+mod metrics;
+mod outcome;
+mod source;
+
+pub use config::{
+    DEFAULT_DISCOVERY_BUDGET, DEFAULT_READ_TIMEOUT, DEFAULT_RECHECK_INTERVAL,
+    DEFAULT_SNAPSHOT_GRACE, DEFAULT_TIMED_OUT_RETENTION, GateConfig, MIN_RECHECK_INTERVAL,
+};
+pub use gate::{FirstTurnGate, ReleaseSample, TurnContext, TurnMode};
+pub use metrics::{GateMetrics, WAIT_SECONDS_BUCKETS};
+pub use outcome::{Outcome, OutcomeReason, Phase};
+pub use source::{
+    ChangeSubscription, DiscoveryCounts, DiscoverySource, Observation, SnapshotObservation,
+    SourceError, TurnInventory,
+};

@@ -1,0 +1,207 @@
+//! An in-memory [`DiscoverySource`] for tests, demos and benchmarks: committed state in
+//! a map, notifications on a broadcast channel, and switches for lost notifications,
+//! failing reads and slow reads. It counts every read.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
+use crate::source::{
+    ChangeSubscription, DiscoverySource, Observation, SnapshotObservation, SourceError,
+    TurnInventory,
+};
+
+/// Chat ids and agent ids of the in-memory source.
+pub type MemoryId = u64;
+
+/// One agent's committed rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentRecord {
+    pub run_id: Option<String>,
+    pub snapshot: Option<SnapshotObservation>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    agents: HashMap<MemoryId, AgentRecord>,
+    bindings: HashMap<MemoryId, MemoryId>,
+    inventories: HashMap<MemoryId, TurnInventory<String>>,
+    failure: Option<String>,
+    subscriptions_fail: bool,
+    read_delay: Duration,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Carries the changed agent's id; receivers ignore everything else.
+    changes: broadcast::Sender<MemoryId>,
+    discovery_reads: AtomicU64,
+    inventory_reads: AtomicU64,
+}
+
+/// See the module documentation. Clones share state.
+#[derive(Clone, Debug)]
+pub struct MemorySource {
+    shared: Arc<Shared>,
+}
+
+impl Default for MemorySource {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemorySource {
+    pub fn new() -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                changes: broadcast::channel(64).0,
+                discovery_reads: AtomicU64::new(0),
+                inventory_reads: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Changes `agent`'s rows (creating them if needed), then notifies its subscribers.
+    pub fn commit(&self, agent: MemoryId, change: impl FnOnce(&mut AgentRecord)) {
+        self.commit_silently(agent, change);
+        // No subscriber is not an error: nobody is waiting.
+        let _ = self.shared.changes.send(agent);
+    }
+
+    /// Like [`Self::commit`], but the notification is lost.
+    pub fn commit_silently(&self, agent: MemoryId, change: impl FnOnce(&mut AgentRecord)) {
+        change(self.state().agents.entry(agent).or_default());
+    }
+
+    pub fn remove_agent(&self, agent: MemoryId) {
+        self.state().agents.remove(&agent);
+        let _ = self.shared.changes.send(agent);
+    }
+
+    pub fn bind(&self, chat: MemoryId, agent: MemoryId) {
+        self.state().bindings.insert(chat, agent);
+    }
+
+    pub fn set_inventory(&self, chat: MemoryId, inventory: TurnInventory<String>) {
+        self.state().inventories.insert(chat, inventory);
+    }
+
+    /// Makes every read fail with `message` (`None` heals the source).
+    pub fn fail_reads(&self, message: Option<&str>) {
+        self.state().failure = message.map(str::to_owned);
+    }
+
+    /// Makes subscribing fail (as when a notification listener is down).
+    pub fn fail_subscriptions(&self, fail: bool) {
+        self.state().subscriptions_fail = fail;
+    }
+
+    /// Makes every read take `delay` before it answers.
+    pub fn delay_reads(&self, delay: Duration) {
+        self.state().read_delay = delay;
+    }
+
+    pub fn discovery_reads(&self) -> u64 {
+        self.shared.discovery_reads.load(Ordering::Relaxed)
+    }
+
+    pub fn inventory_reads(&self) -> u64 {
+        self.shared.inventory_reads.load(Ordering::Relaxed)
+    }
+
+    /// Waits out the configured delay, then returns the failure, if any.
+    async fn before_read(&self) -> Result<(), SourceError> {
+        let delay = self.state().read_delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        match &self.state().failure {
+            Some(message) => Err(SourceError::new(message.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A subscription to one agent's changes on the shared broadcast channel.
+#[derive(Debug)]
+pub struct MemorySubscription {
+    agent: MemoryId,
+    changes: broadcast::Receiver<MemoryId>,
+}
+
+impl ChangeSubscription for MemorySubscription {
+    async fn changed(&mut self) -> bool {
+        loop {
+            match self.changes.recv().await {
+                Ok(agent) if agent != self.agent => continue,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                Err(broadcast::error::RecvError::Closed) => return false,
+            }
+        }
+    }
+}
+
+impl DiscoverySource for MemorySource {
+    type ChatId = MemoryId;
+    type AgentId = MemoryId;
+    type Tool = String;
+    type Subscription = MemorySubscription;
+
+    async fn subscribe(&self, agent: &MemoryId) -> Result<MemorySubscription, SourceError> {
+        if self.state().subscriptions_fail {
+            return Err(SourceError::new("change notifications unavailable"));
+        }
+        Ok(MemorySubscription {
+            agent: *agent,
+            changes: self.shared.changes.subscribe(),
+        })
+    }
+
+    async fn read_discovery(
+        &self,
+        _chat: &MemoryId,
+        agent: &MemoryId,
+    ) -> Result<Observation, SourceError> {
+        self.shared.discovery_reads.fetch_add(1, Ordering::Relaxed);
+        self.before_read().await?;
+        Ok(match self.state().agents.get(agent) {
+            None => Observation::AgentMissing,
+            Some(record) => Observation::Agent {
+                run_id: record.run_id.clone(),
+                snapshot: record.snapshot.clone(),
+            },
+        })
+    }
+
+    async fn bound_agent(&self, chat: &MemoryId) -> Result<Option<MemoryId>, SourceError> {
+        self.before_read().await?;
+        Ok(self.state().bindings.get(chat).copied())
+    }
+
+    async fn turn_inventory(&self, chat: &MemoryId) -> Result<TurnInventory<String>, SourceError> {
+        self.shared.inventory_reads.fetch_add(1, Ordering::Relaxed);
+        self.before_read().await?;
+        Ok(self
+            .state()
+            .inventories
+            .get(chat)
+            .cloned()
+            .unwrap_or(TurnInventory {
+                tools: Vec::new(),
+                note: None,
+            }))
+    }
+}
