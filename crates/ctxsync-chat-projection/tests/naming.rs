@@ -38,7 +38,7 @@ fn view_of(pairs: &[(String, String)]) -> View {
     }
     let rows = order
         .into_iter()
-        .map(|s| common::server(s, &by_server[s]))
+        .map(|s| server(s, &by_server[s]))
         .collect();
     project(&agent("run-1", Some(snapshot("run-1", Complete, rows))))
 }
