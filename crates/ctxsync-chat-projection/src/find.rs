@@ -18,8 +18,9 @@ pub const MAX_QUERIES: usize = 16;
 pub const MAX_NAMES: usize = 64;
 /// Only this much of each query is read.
 const MAX_QUERY_BYTES: usize = 512;
-/// Only this many distinct terms of each query are scored.
-const MAX_TERMS_PER_QUERY: usize = 16;
+/// Only this many distinct terms of each query, and of the whole request, are scored.
+const MAX_TERMS_PER_QUERY: usize = 8;
+const MAX_TERMS: usize = 32;
 /// Only this much of each description, and this many parameters, are searched.
 const MAX_INDEXED_DESCRIPTION_BYTES: usize = 2048;
 const MAX_INDEXED_PARAMETERS: usize = 64;
@@ -81,10 +82,23 @@ impl ActiveTools {
         self.0.contains(name)
     }
 
+    /// The active names, sorted; for keeping a turn's activations between requests.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+
     /// The active tools that `catalog` still offers, in catalog order. A name activated
     /// earlier but no longer eligible (say, the view turned stale) is never returned.
     pub fn tools<'c>(&self, catalog: &'c ToolCatalog) -> Vec<&'c EligibleTool> {
         catalog.iter().filter(|t| self.contains(&t.name)).collect()
+    }
+}
+
+/// Restores a turn's activations from [`ActiveTools::names`]. Only names the catalog
+/// offers ever become tools ([`ActiveTools::tools`]).
+impl FromIterator<String> for ActiveTools {
+    fn from_iter<I: IntoIterator<Item = String>>(names: I) -> Self {
+        Self(names.into_iter().collect())
     }
 }
 
@@ -130,18 +144,28 @@ pub fn find_tools(
     }
 
     if !queries.is_empty() {
-        let parsed: Vec<Query<'_>> = {
-            let scopes = ScopeIndex::new(catalog);
-            queries.iter().map(|q| Query::parse(q, &scopes)).collect()
-        };
+        let scopes = ScopeIndex::new(catalog);
+        let mut vocabulary = Vec::new();
+        let parsed: Vec<Query<'_>> = queries
+            .iter()
+            .map(|q| Query::parse(q, &scopes, &mut vocabulary))
+            .collect();
         let mut ranked: Vec<(Rank, &EligibleTool)> = catalog
             .iter()
             .filter(|t| !seen.contains(t.name.as_str()))
+            .filter(|t| parsed.iter().any(|q| q.admits(t)))
             .filter_map(|tool| {
-                let index = ToolIndex::new(tool);
+                // Each distinct term is scored once per tool, whatever the queries.
+                let scores: Vec<u32> = if vocabulary.is_empty() {
+                    Vec::new()
+                } else {
+                    let index = ToolIndex::new(tool);
+                    vocabulary.iter().map(|term| index.score(term)).collect()
+                };
+                let names = [tool.name.to_lowercase(), tool.tool.to_lowercase()];
                 parsed
                     .iter()
-                    .filter_map(|q| q.rank(tool, &index))
+                    .filter_map(|q| q.rank(tool, &scores, &names))
                     .max()
                     .map(|rank| (rank, tool))
             })
@@ -221,17 +245,30 @@ struct Query<'a> {
     scope: Option<&'a str>,
     /// The unscoped text, lower-cased, for whole-name matches.
     phrase: String,
-    terms: Vec<String>,
+    /// Indices into the request's vocabulary.
+    terms: Vec<usize>,
 }
 
 impl<'a> Query<'a> {
-    fn parse(query: &'a str, scopes: &ScopeIndex<'a>) -> Self {
+    /// Parses `query`, adding its terms to the request's `vocabulary` of distinct terms
+    /// (at most [`MAX_TERMS_PER_QUERY`] per query and [`MAX_TERMS`] in all).
+    fn parse(query: &'a str, scopes: &ScopeIndex<'a>, vocabulary: &mut Vec<String>) -> Self {
         let (scope, text) = match scopes.split(query) {
             Some((server, rest)) => (Some(server), rest),
             None => (None, query),
         };
-        let mut terms = tokens(text);
-        terms.truncate(MAX_TERMS_PER_QUERY);
+        let mut terms = Vec::new();
+        for token in tokens(text).into_iter().take(MAX_TERMS_PER_QUERY) {
+            let index = match vocabulary.iter().position(|t| *t == token) {
+                Some(index) => index,
+                None if vocabulary.len() < MAX_TERMS => {
+                    vocabulary.push(token);
+                    vocabulary.len() - 1
+                }
+                None => continue,
+            };
+            terms.push(index);
+        }
         Self {
             scope,
             phrase: text.trim().to_lowercase(),
@@ -239,28 +276,29 @@ impl<'a> Query<'a> {
         }
     }
 
-    fn rank(&self, tool: &EligibleTool, index: &ToolIndex) -> Option<Rank> {
-        if let Some(server) = self.scope {
-            if tool.server != server {
-                return None;
-            }
-            if self.terms.is_empty() {
-                // `server:` alone lists the server's tools.
-                return Some((0, 0));
-            }
+    fn admits(&self, tool: &EligibleTool) -> bool {
+        self.scope.is_none_or(|server| tool.server == server)
+    }
+
+    /// `scores` holds the tool's score for each vocabulary term; `names` its lower-cased
+    /// model-facing and original names.
+    fn rank(&self, tool: &EligibleTool, scores: &[u32], names: &[String; 2]) -> Option<Rank> {
+        if !self.admits(tool) {
+            return None;
+        }
+        if self.scope.is_some() && self.terms.is_empty() {
+            // `server:` alone lists the server's tools.
+            return Some((0, 0));
         }
         let mut matched = 0;
         let mut score = 0;
-        for term in &self.terms {
-            let best = index.score(term);
-            if best > 0 {
+        for &term in &self.terms {
+            if scores[term] > 0 {
                 matched += 1;
-                score += best;
+                score += scores[term];
             }
         }
-        if !self.phrase.is_empty()
-            && (self.phrase == tool.name.to_lowercase() || self.phrase == tool.tool.to_lowercase())
-        {
+        if !self.phrase.is_empty() && names.contains(&self.phrase) {
             score += WHOLE_NAME;
         }
         (score > 0).then_some((matched, score))
@@ -282,7 +320,7 @@ struct ToolIndex {
 
 impl ToolIndex {
     fn new(tool: &EligibleTool) -> Self {
-        let parameters: String = tool
+        let parameters = tool
             .input_schema
             .get("properties")
             .and_then(serde_json::Value::as_object)
@@ -290,23 +328,17 @@ impl ToolIndex {
                 props
                     .keys()
                     .take(MAX_INDEXED_PARAMETERS)
-                    .map(String::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                    .flat_map(|p| words(p))
+                    .collect()
             })
             .unwrap_or_default();
         let description = prefix_within_bytes(&tool.description, MAX_INDEXED_DESCRIPTION_BYTES);
-        let field = |text: &str, weights| {
-            let mut tokens = tokens(text);
-            tokens.sort_unstable();
-            (tokens, weights)
-        };
         Self {
             fields: [
-                field(&tool.tool, NAME),
-                field(&tool.server, SERVER),
-                field(&parameters, PARAMETER),
-                field(description, DESCRIPTION),
+                (sorted(words(&tool.tool).collect()), NAME),
+                (sorted(words(&tool.server).collect()), SERVER),
+                (sorted(parameters), PARAMETER),
+                (sorted(words(description).collect()), DESCRIPTION),
             ],
         }
     }
@@ -336,14 +368,23 @@ impl ToolIndex {
     }
 }
 
-/// Lower-cased alphanumeric runs of `text`, deduplicated in first-seen order.
-fn tokens(text: &str) -> Vec<String> {
-    let mut seen = HashSet::new();
+/// Lower-cased alphanumeric runs of `text`.
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|t| !t.is_empty())
         .map(str::to_lowercase)
-        .filter(|t| seen.insert(t.clone()))
-        .collect()
+}
+
+fn sorted(mut words: Vec<String>) -> Vec<String> {
+    words.sort_unstable();
+    words.dedup();
+    words
+}
+
+/// [`words`] of `text`, deduplicated in first-seen order.
+fn tokens(text: &str) -> Vec<String> {
+    let mut seen = HashSet::new();
+    words(text).filter(|t| seen.insert(t.clone())).collect()
 }
 
 #[cfg(test)]

@@ -326,12 +326,20 @@ fn hostile_input_is_bounded() {
     let queries: Vec<&str> = std::iter::repeat_n(noisy.as_str(), 16).collect();
     let names: Vec<&str> = std::iter::repeat_n(long_name.as_str(), 64).collect();
     check(&queries, &names, &[]);
-    // Terms after the 16th of a query are ignored.
-    let many_terms = format!(
-        "{} log",
-        (0..16).map(|i| format!("w{i} ")).collect::<String>()
-    );
-    check(&[&many_terms], &[], &[]);
+    // Terms after the 8th of a query, and after the 32nd of a request, are ignored.
+    let junk = |from: usize| {
+        (from..from + 8)
+            .map(|i| format!("w{i} "))
+            .collect::<String>()
+    };
+    check(&[&format!("{} log", junk(0))], &[], &[]);
+    check(&["w0 w1 w2 w3 w4 w5 w6 log"], &[], &["git__log"]);
+    let full: Vec<String> = (0..4).map(|q| junk(q * 8)).collect();
+    let mut queries: Vec<&str> = full.iter().map(String::as_str).collect();
+    queries.push("commit history");
+    check(&queries, &[], &[]);
+    queries[0] = "w8";
+    check(&queries, &[], &["git__log"]);
 }
 
 #[test]
