@@ -24,6 +24,8 @@ const MAX_TERMS: usize = 32;
 /// Only this much of each description, and this many parameters, are searched.
 const MAX_INDEXED_DESCRIPTION_BYTES: usize = 2048;
 const MAX_INDEXED_PARAMETERS: usize = 64;
+/// Enough of a description to fill [`MAX_DESCRIPTION_CHARS`] after folding whitespace.
+const MAX_SHOWN_DESCRIPTION_BYTES: usize = 4096;
 /// Substring matches need a term at least this long, so `a` does not match everything.
 const MIN_SUBSTRING_TERM_CHARS: usize = 3;
 
@@ -162,10 +164,10 @@ pub fn find_tools(
                     let index = ToolIndex::new(tool);
                     vocabulary.iter().map(|term| index.score(term)).collect()
                 };
-                let names = [tool.name.to_lowercase(), tool.tool.to_lowercase()];
+                let lowered = [tool.name.to_lowercase(), tool.tool.to_lowercase()];
                 parsed
                     .iter()
-                    .filter_map(|q| q.rank(tool, &scores, &names))
+                    .filter_map(|q| q.rank(tool, &scores, &lowered))
                     .max()
                     .map(|rank| (rank, tool))
             })
@@ -187,7 +189,13 @@ pub fn find_tools(
             .into_iter()
             .map(|t| ToolMatch {
                 name: t.name.clone(),
-                description: cap_chars(&one_line(&t.description), MAX_DESCRIPTION_CHARS),
+                description: cap_chars(
+                    &one_line(prefix_within_bytes(
+                        &t.description,
+                        MAX_SHOWN_DESCRIPTION_BYTES,
+                    )),
+                    MAX_DESCRIPTION_CHARS,
+                ),
             })
             .collect(),
         activated,

@@ -1,5 +1,16 @@
 //! The plain inputs of the projection: what the store read for one chat or agent, in one
 //! consistent transaction, mapped without interpretation.
+//!
+//! The store adapter (`load_view`) is a field-by-field mapping of one
+//! `read_agent_context` result, never of two reads, so one process's agent row is never
+//! paired with another process's snapshot:
+//! - chat with no bound agent → [`Binding::NoAgent`];
+//! - bound agent id for which the read returns no agent row → [`Binding::MissingAgent`];
+//! - otherwise [`Binding::Agent`] with `agent_run_id` = the row's `agent_run_id` (`''`
+//!   stays empty) and `snapshot` = the snapshot row, if any: its `agent_run_id`,
+//!   `mcp_discovery_phase` as [`DiscoveryPhase`], `aggregate_hash`, `snapshot_error`
+//!   (empty → `None`), and every resource row as a [`Resource`] (with
+//!   `ResourceBody::from_json`). Empty run ids are kept as empty strings, never `None`.
 
 use ctxsync_protocol::{DiscoveryPhase, Resource};
 
