@@ -1,0 +1,50 @@
+//! The plain inputs of the projection: what the store read for one chat or agent, in one
+//! consistent transaction, mapped without interpretation.
+//!
+//! The store adapter (`load_view`) is a field-by-field mapping of one
+//! `read_agent_context` result, never of two reads, so one process's agent row is never
+//! paired with another process's snapshot:
+//! - chat with no bound agent → [`Binding::NoAgent`];
+//! - bound agent id for which the read returns no agent row → [`Binding::MissingAgent`];
+//! - otherwise [`Binding::Agent`] with `agent_run_id` = the row's `agent_run_id` (`''`
+//!   stays empty) and `snapshot` = the snapshot row, if any: its `agent_run_id`,
+//!   `mcp_discovery_phase` as [`DiscoveryPhase`], `aggregate_hash`, `snapshot_error`
+//!   (empty → `None`), and every resource row as a [`Resource`] (with
+//!   `ResourceBody::from_json`). Empty run ids are kept as empty strings, never `None`.
+
+use ctxsync_protocol::{DiscoveryPhase, Resource};
+
+/// What a chat (or an agent-scoped read) is bound to, as read in one transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Binding {
+    /// The chat has no bound agent.
+    NoAgent,
+    /// The chat names an agent that no longer exists (deleted or replaced). Projects as
+    /// `unknown` and stale, without tools and without failing the read.
+    MissingAgent,
+    /// The bound agent's row, with its snapshot if it has published one.
+    Agent(AgentState),
+}
+
+/// The agent row and its stored snapshot.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentState {
+    /// The run id of the agent process that is running now (`workspace_agents.agent_run_id`);
+    /// empty for a legacy agent, which gives no freshness guarantee.
+    pub agent_run_id: String,
+    /// `None` until the agent has published a snapshot.
+    pub snapshot: Option<SnapshotState>,
+}
+
+/// The agent's stored snapshot and its resources.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SnapshotState {
+    /// The run id stamped on the snapshot; empty when a legacy process published it.
+    pub agent_run_id: String,
+    pub phase: DiscoveryPhase,
+    /// The snapshot's aggregate hash (instruction files and skills only); used for pinning.
+    pub aggregate_hash: String,
+    pub snapshot_error: Option<String>,
+    /// Every stored resource row of the snapshot, of any kind and status.
+    pub resources: Vec<Resource>,
+}

@@ -1,0 +1,31 @@
+//! The single read model of an agent's MCP state for chats (layer 5, SPEC §7).
+//!
+//! Owns: the projection of what an agent committed (agent row, snapshot, resources) into a
+//! [`View`] — discovery [`Phase`], freshness (`stale`), per-source outcomes, counts, the
+//! eligible [`ToolCatalog`] with model-facing names, the model note — plus [`find_tools`]
+//! over that catalog and the chat context pinning model ([`PinnedContext`],
+//! [`ChatContext`]). The turn, the chat API and find_tools all read this one view, so the
+//! model and the person see the same inventory.
+//!
+//! Must never: write anything or do I/O (this core is pure: plain input types in, values
+//! out; loading from the store is a thin adapter above it); decide freshness from
+//! clocks; offer a tool from a stale snapshot; merge discovery completeness, per-source
+//! outcomes, turn eligibility and the result of a tool invocation into one flag (the view
+//! keeps `phase`, the outcomes and the catalog apart, and knows nothing of invocations).
+
+mod find;
+mod input;
+mod naming;
+mod note;
+mod pin;
+mod text;
+mod view;
+
+pub use find::{
+    ActiveTools, FindToolsError, FindToolsRequest, FindToolsResponse, MAX_DESCRIPTION_CHARS,
+    MAX_MATCHES, MAX_NAMES, MAX_QUERIES, ToolMatch, find_tools,
+};
+pub use input::{AgentState, Binding, SnapshotState};
+pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ToolCatalog};
+pub use pin::{ChatContext, PinnedContext};
+pub use view::{AgentPresence, ConfigOutcome, Counts, Phase, ServerOutcome, View, project};

@@ -1,0 +1,376 @@
+//! Model-facing tool names: `<server>__<tool>`, sanitized to `^[A-Za-z0-9_-]{1,64}$`,
+//! shortened with a stable hash suffix on overflow or collision, never two tools with one
+//! name, and always mapped back to the `(server, tool)` pair the agent invokes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// The longest model-facing tool name.
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+/// Hex digits of the hash suffix: 32 bits keep accidental clashes rare, and any clash is
+/// resolved anyway.
+const HASH_HEX_LEN: usize = 8;
+const SEPARATOR: &str = "__";
+
+/// One tool a turn may offer: its model-facing name and what invocation needs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EligibleTool {
+    /// The model-facing name, unique in its catalog.
+    pub name: String,
+    /// The MCP server's name as the agent knows it.
+    pub server: String,
+    /// The tool's name on that server.
+    pub tool: String,
+    pub description: String,
+    /// The tool's input JSON Schema, as the server reported it.
+    pub input_schema: serde_json::Value,
+}
+
+/// The eligible tools of a view, ordered by server, then tool name. Empty when stale.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolCatalog {
+    tools: Vec<EligibleTool>,
+    by_name: HashMap<String, usize>,
+}
+
+impl ToolCatalog {
+    /// The tool with this model-facing name.
+    pub fn get(&self, name: &str) -> Option<&EligibleTool> {
+        self.by_name.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// Maps a model-facing name back to the `(server, tool)` pair to invoke.
+    pub fn resolve(&self, name: &str) -> Option<(&str, &str)> {
+        self.get(name).map(|t| (t.server.as_str(), t.tool.as_str()))
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, EligibleTool> {
+        self.tools.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// Names every `(server, tool)` pair. Pairs are deduplicated (the first occurrence
+    /// wins), so callers pass them in a deterministic order.
+    pub(crate) fn build(tools: Vec<ToolSpec>) -> Self {
+        let mut unique: BTreeMap<(String, String), ToolSpec> = BTreeMap::new();
+        for spec in tools {
+            unique
+                .entry((spec.server.clone(), spec.tool.clone()))
+                .or_insert(spec);
+        }
+        let specs: Vec<ToolSpec> = unique.into_values().collect();
+        let names = assign_names(&specs);
+        let tools: Vec<EligibleTool> = specs
+            .into_iter()
+            .zip(names)
+            .map(|(spec, name)| EligibleTool {
+                name,
+                server: spec.server,
+                tool: spec.tool,
+                description: spec.description,
+                input_schema: spec.input_schema,
+            })
+            .collect();
+        let by_name = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Self { tools, by_name }
+    }
+}
+
+impl<'a> IntoIterator for &'a ToolCatalog {
+    type Item = &'a EligibleTool;
+    type IntoIter = std::slice::Iter<'a, EligibleTool>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl Serialize for ToolCatalog {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(&self.tools)
+    }
+}
+
+/// A tool as reported on an OK server row, before naming.
+#[derive(Clone, Debug)]
+pub(crate) struct ToolSpec {
+    pub server: String,
+    pub tool: String,
+    pub description: String,
+    pub input_schema: serde_json::Value,
+}
+
+/// Whether `name` is a valid model-facing tool name.
+#[cfg(test)]
+pub(crate) fn is_valid_name(name: &str) -> bool {
+    (1..=MAX_TOOL_NAME_LEN).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn sanitize(part: &str) -> String {
+    part.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Names for `specs`, which must be sorted by `(server, tool)` and free of duplicates.
+///
+/// The result depends only on the set of pairs, never on their order:
+/// 1. every pair gets a candidate `sanitize(server)__sanitize(tool)`;
+/// 2. a candidate within the length limit is kept when no other pair has it, or, among
+///    pairs sharing it, by the only pair whose unsanitized name it is (a tool's natural
+///    name beats a sanitized look-alike);
+/// 3. every other pair gets the candidate cut short plus `_` and a hash of the original
+///    pair, re-hashed with an attempt counter while that name is taken, in pair order.
+fn assign_names(specs: &[ToolSpec]) -> Vec<String> {
+    let candidates: Vec<String> = specs
+        .iter()
+        .map(|s| format!("{}{SEPARATOR}{}", sanitize(&s.server), sanitize(&s.tool)))
+        .collect();
+    let natural: Vec<bool> = specs
+        .iter()
+        .zip(&candidates)
+        .map(|(s, c)| *c == format!("{}{SEPARATOR}{}", s.server, s.tool))
+        .collect();
+
+    let mut groups: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, candidate) in candidates.iter().enumerate() {
+        groups.entry(candidate.as_str()).or_default().push(i);
+    }
+
+    let mut names: Vec<Option<String>> = vec![None; specs.len()];
+    let mut used: HashSet<String> = HashSet::new();
+    for (candidate, members) in &groups {
+        if candidate.len() > MAX_TOOL_NAME_LEN {
+            continue;
+        }
+        let keeper = match members.as_slice() {
+            [only] => Some(*only),
+            _ => {
+                let mut naturals = members.iter().filter(|&&i| natural[i]);
+                match (naturals.next(), naturals.next()) {
+                    (Some(&i), None) => Some(i),
+                    _ => None,
+                }
+            }
+        };
+        if let Some(i) = keeper {
+            names[i] = Some((*candidate).to_owned());
+            used.insert((*candidate).to_owned());
+        }
+    }
+
+    let prefix_len = MAX_TOOL_NAME_LEN - 1 - HASH_HEX_LEN;
+    for (i, spec) in specs.iter().enumerate() {
+        if names[i].is_some() {
+            continue;
+        }
+        // Candidates are ASCII, so any byte index is a char boundary.
+        let prefix = &candidates[i][..candidates[i].len().min(prefix_len)];
+        let mut attempt = 0u32;
+        let name = loop {
+            let name = format!(
+                "{prefix}_{}",
+                hash_suffix(&spec.server, &spec.tool, attempt)
+            );
+            if !used.contains(&name) {
+                break name;
+            }
+            attempt += 1;
+        };
+        used.insert(name.clone());
+        names[i] = Some(name);
+    }
+    names
+        .into_iter()
+        .map(|n| n.expect("every pair is named"))
+        .collect()
+}
+
+/// The first [`HASH_HEX_LEN`] hex digits of sha256 over a length-prefixed encoding of the
+/// original pair (and the attempt, after the first).
+fn hash_suffix(server: &str, tool: &str, attempt: u32) -> String {
+    let mut hasher = Sha256::new();
+    for part in [server, tool] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
+    if attempt > 0 {
+        hasher.update(attempt.to_be_bytes());
+    }
+    let digest = hasher.finalize();
+    digest
+        .iter()
+        .take(HASH_HEX_LEN / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalog(pairs: &[(&str, &str)]) -> ToolCatalog {
+        ToolCatalog::build(
+            pairs
+                .iter()
+                .map(|(server, tool)| ToolSpec {
+                    server: (*server).to_owned(),
+                    tool: (*tool).to_owned(),
+                    description: String::new(),
+                    input_schema: serde_json::json!({"type": "object"}),
+                })
+                .collect(),
+        )
+    }
+
+    /// Checks the name of every pair, given as `server/tool => name` lines in pair order.
+    fn check(pairs: &[(&str, &str)], expect: &str) {
+        let catalog = catalog(pairs);
+        let mut actual = String::new();
+        for (server, tool) in pairs {
+            let named = catalog
+                .iter()
+                .find(|t| t.server == *server && t.tool == *tool)
+                .expect("every pair is in the catalog");
+            assert!(is_valid_name(&named.name), "invalid name {:?}", named.name);
+            assert_eq!(
+                catalog.resolve(&named.name),
+                Some((*server, *tool)),
+                "the name maps back to its pair"
+            );
+            actual.push_str(&format!("{server}/{tool} => {}\n", named.name));
+        }
+        assert_eq!(actual.trim_end(), expect.trim());
+        // Any order of the same pairs names them the same way.
+        let mut reversed = pairs.to_vec();
+        reversed.reverse();
+        assert_eq!(self::catalog(&reversed), catalog, "names depend on order");
+    }
+
+    fn hash(server: &str, tool: &str) -> String {
+        hash_suffix(server, tool, 0)
+    }
+
+    #[test]
+    fn natural_names_are_kept() {
+        check(
+            &[("fs", "read_file"), ("git-hub", "list-prs")],
+            "fs/read_file => fs__read_file\ngit-hub/list-prs => git-hub__list-prs",
+        );
+    }
+
+    #[test]
+    fn other_characters_are_sanitized() {
+        check(
+            &[("my.server", "read file"), ("fs", "héllo")],
+            "my.server/read file => my_server__read_file\nfs/héllo => fs__h_llo",
+        );
+    }
+
+    #[test]
+    fn hash_suffix_is_stable() {
+        // Pinned so names stay stable across releases: sha256 of the length-prefixed pair.
+        assert_eq!(hash("fs", "read"), hash("fs", "read"));
+        assert_ne!(hash("fs", "read"), hash("fsr", "ead"));
+        assert_eq!(hash("a", "b").len(), HASH_HEX_LEN);
+        assert_ne!(hash_suffix("a", "b", 1), hash("a", "b"));
+    }
+
+    #[test]
+    fn long_names_are_shortened_with_a_hash() {
+        let tool = "t".repeat(70);
+        let name = format!("srv__{}_{}", "t".repeat(50), hash("srv", &tool));
+        assert_eq!(name.len(), MAX_TOOL_NAME_LEN);
+        check(&[("srv", &tool)], &format!("srv/{tool} => {name}"));
+        // Exactly 64 characters still fits.
+        let tool = "t".repeat(59);
+        check(&[("srv", &tool)], &format!("srv/{tool} => srv__{tool}"));
+    }
+
+    #[test]
+    fn a_natural_name_beats_a_sanitized_look_alike() {
+        let hashed = format!("a_b__c_{}", hash("a.b", "c"));
+        check(
+            &[("a.b", "c"), ("a_b", "c")],
+            &format!("a.b/c => {hashed}\na_b/c => a_b__c"),
+        );
+    }
+
+    #[test]
+    fn sanitized_look_alikes_are_all_hashed() {
+        let first = format!("a_b__c_{}", hash("a.b", "c"));
+        let second = format!("a_b__c_{}", hash("a b", "c"));
+        check(
+            &[("a.b", "c"), ("a b", "c")],
+            &format!("a.b/c => {first}\na b/c => {second}"),
+        );
+    }
+
+    #[test]
+    fn two_natural_claims_to_one_name_are_both_hashed() {
+        // `a__b` + `c` and `a` + `b__c` both spell `a__b__c`.
+        let first = format!("a__b__c_{}", hash("a", "b__c"));
+        let second = format!("a__b__c_{}", hash("a__b", "c"));
+        check(
+            &[("a", "b__c"), ("a__b", "c")],
+            &format!("a/b__c => {first}\na__b/c => {second}"),
+        );
+    }
+
+    #[test]
+    fn a_tool_named_like_a_hashed_name_keeps_it_and_the_hashed_one_moves() {
+        // An adversarial server names its tool exactly what `x.y/z` would be hashed to.
+        let taken = format!("x_y__z_{}", hash("x.y", "z"));
+        let (server, tool) = taken.split_once("__").expect("has separator");
+        let moved = format!("x_y__z_{}", hash_suffix("x.y", "z", 1));
+        check(
+            &[("x.y", "z"), ("x_y", "z"), (server, tool)],
+            &format!("x.y/z => {moved}\nx_y/z => x_y__z\n{server}/{tool} => {taken}"),
+        );
+    }
+
+    #[test]
+    fn duplicate_pairs_are_offered_once() {
+        let catalog = catalog(&[("fs", "read"), ("fs", "read")]);
+        assert_eq!(catalog.len(), 1);
+        assert_eq!(catalog.resolve("fs__read"), Some(("fs", "read")));
+        assert_eq!(catalog.resolve("fs__write"), None);
+    }
+
+    #[test]
+    fn validity() {
+        for (name, valid) in [
+            ("a", true),
+            ("A-z_09", true),
+            ("", false),
+            ("a.b", false),
+            ("é", false),
+            (&"x".repeat(64), true),
+            (&"x".repeat(65), false),
+        ] {
+            assert_eq!(is_valid_name(name), valid, "{name:?}");
+        }
+    }
+}

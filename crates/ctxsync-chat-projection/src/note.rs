@@ -1,0 +1,241 @@
+//! The model note: one `Workspace MCP: …` line stating discovery state and outcomes,
+//! placed inside the turn's `<workspace-context>` block when the view is incomplete.
+
+use std::fmt::Write as _;
+
+use crate::text::{cap_bytes, one_line};
+use crate::view::{AgentPresence, Phase, View};
+
+/// Every note line starts with this.
+pub(crate) const NOTE_PREFIX: &str = "Workspace MCP: ";
+const OPEN_TAG: &str = "<workspace-context>";
+const CLOSE_TAG: &str = "</workspace-context>";
+/// Diagnostics are sanitized and bounded upstream (4 KiB); the one-line note keeps less.
+const MAX_DIAGNOSTIC_BYTES: usize = 300;
+const MAX_NAME_BYTES: usize = 120;
+const MAX_PATH_BYTES: usize = 200;
+/// Entries listed per section before "and N more".
+const MAX_LISTED: usize = 20;
+
+impl View {
+    /// The one-line `Workspace MCP: …` summary of this view, for any state: the state
+    /// sentence, then discovered servers with tool counts and warnings, failed servers
+    /// with their errors, and config files with theirs.
+    pub fn summary(&self) -> String {
+        let mut line = String::from(NOTE_PREFIX);
+        line.push_str(state_sentence(self));
+
+        let servers = self.servers();
+        if servers.is_empty() {
+            match (self.agent(), self.phase()) {
+                (AgentPresence::Unbound | AgentPresence::Missing, _) => {}
+                (_, Phase::Pending) => line.push_str(" No servers reported yet."),
+                (AgentPresence::Reported, _) => line.push_str(" No servers were discovered."),
+                (AgentPresence::NoSnapshot, _) => {}
+            }
+        }
+        section(
+            &mut line,
+            "Discovered servers",
+            servers.iter().filter(|s| s.ok).map(|s| {
+                let tools = match s.tool_count {
+                    1 => "1 tool".to_owned(),
+                    n => format!("{n} tools"),
+                };
+                match &s.diagnostic {
+                    Some(warning) => format!(
+                        "{} ({tools}; warning: {})",
+                        clean(&s.name, MAX_NAME_BYTES),
+                        clean(warning, MAX_DIAGNOSTIC_BYTES)
+                    ),
+                    None => format!("{} ({tools})", clean(&s.name, MAX_NAME_BYTES)),
+                }
+            }),
+        );
+        section(
+            &mut line,
+            "Failed servers",
+            servers.iter().filter(|s| !s.ok).map(|s| {
+                format!(
+                    "{} (error: {})",
+                    clean(&s.name, MAX_NAME_BYTES),
+                    clean(s.diagnostic.as_deref().unwrap_or(""), MAX_DIAGNOSTIC_BYTES)
+                )
+            }),
+        );
+        for (title, ok, label) in [
+            ("Invalid config files", false, "error"),
+            ("Config file warnings", true, "warning"),
+        ] {
+            section(
+                &mut line,
+                title,
+                self.configs().iter().filter(|c| c.ok == ok).map(|c| {
+                    format!(
+                        "{} ({label}: {})",
+                        clean(&c.path, MAX_PATH_BYTES),
+                        clean(&c.diagnostic, MAX_DIAGNOSTIC_BYTES)
+                    )
+                }),
+            );
+        }
+        line
+    }
+
+    /// The note for the model: [`Self::summary`] when the view is incomplete, else nothing.
+    pub fn model_note(&self) -> Option<String> {
+        self.incomplete().then(|| self.summary())
+    }
+
+    /// The turn's system context with the model note placed before the last closing
+    /// `</workspace-context>` tag, or appended in a new block when there is none.
+    /// Unchanged when there is no note.
+    pub fn with_model_note(&self, system_context: &str) -> String {
+        match self.model_note() {
+            Some(note) => insert_note(system_context, &note),
+            None => system_context.to_owned(),
+        }
+    }
+}
+
+fn state_sentence(view: &View) -> &'static str {
+    match (view.agent(), view.is_stale(), view.phase()) {
+        (AgentPresence::Unbound, ..) => {
+            "no workspace agent is bound to this chat, so no MCP tools are available."
+        }
+        (AgentPresence::Missing, ..) => {
+            "the workspace agent bound to this chat no longer exists, so no MCP tools are available."
+        }
+        (_, true, _) => {
+            "tools from a previous agent process are withheld until the current process reports; the servers below are as that previous process reported them."
+        }
+        (_, false, Phase::Pending) => "discovery is still initializing; more servers may appear.",
+        (_, false, Phase::Complete) => "discovery is complete.",
+        (_, false, Phase::Unknown) => {
+            "discovery status is unknown (this agent gives no completeness guarantee)."
+        }
+    }
+}
+
+/// Appends ` Title: a, b, c.` when there are entries, listing at most [`MAX_LISTED`].
+fn section(line: &mut String, title: &str, entries: impl Iterator<Item = String>) {
+    let mut listed = 0usize;
+    let mut more = 0usize;
+    for entry in entries {
+        if listed == MAX_LISTED {
+            more += 1;
+            continue;
+        }
+        line.push_str(if listed == 0 { " " } else { ", " });
+        if listed == 0 {
+            line.push_str(title);
+            line.push_str(": ");
+        }
+        line.push_str(&entry);
+        listed += 1;
+    }
+    if more > 0 {
+        let _ = write!(line, ", and {more} more");
+    }
+    if listed > 0 {
+        line.push('.');
+    }
+}
+
+/// A value made safe for the one-line note: folded onto one line, angle brackets
+/// replaced so no text can open or close the context block, and bounded.
+fn clean(text: &str, max_bytes: usize) -> String {
+    let folded = one_line(text).replace('<', "‹").replace('>', "›");
+    cap_bytes(&folded, max_bytes)
+}
+
+/// Places `note` on its own line before the last `</workspace-context>`, or appends a new
+/// block holding it.
+fn insert_note(system_context: &str, note: &str) -> String {
+    let newline_unless_fresh = |text: &str| {
+        if text.is_empty() || text.ends_with('\n') {
+            ""
+        } else {
+            "\n"
+        }
+    };
+    match system_context.rfind(CLOSE_TAG) {
+        Some(at) => {
+            let (before, after) = system_context.split_at(at);
+            format!("{before}{}{note}\n{after}", newline_unless_fresh(before))
+        }
+        None => format!(
+            "{system_context}{}{OPEN_TAG}\n{note}\n{CLOSE_TAG}",
+            newline_unless_fresh(system_context)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(context: &str, note: &str, expect: &str) {
+        assert_eq!(insert_note(context, note), expect);
+    }
+
+    #[test]
+    fn note_goes_before_the_closing_tag() {
+        check(
+            "sys\n<workspace-context>\nAGENTS.md: hi\n</workspace-context>\ntail",
+            "Workspace MCP: x",
+            "sys\n<workspace-context>\nAGENTS.md: hi\nWorkspace MCP: x\n</workspace-context>\ntail",
+        );
+        check(
+            "<workspace-context>files</workspace-context>",
+            "Workspace MCP: x",
+            "<workspace-context>files\nWorkspace MCP: x\n</workspace-context>",
+        );
+        // A file quoting the tag cannot pull the note out of the real (last) block.
+        check(
+            "<workspace-context>a </workspace-context> b\n</workspace-context>",
+            "N",
+            "<workspace-context>a </workspace-context> b\nN\n</workspace-context>",
+        );
+    }
+
+    #[test]
+    fn without_a_block_a_new_one_is_appended() {
+        check(
+            "You are helpful.",
+            "Workspace MCP: x",
+            "You are helpful.\n<workspace-context>\nWorkspace MCP: x\n</workspace-context>",
+        );
+        check(
+            "",
+            "Workspace MCP: x",
+            "<workspace-context>\nWorkspace MCP: x\n</workspace-context>",
+        );
+        check(
+            "sys\n",
+            "N",
+            "sys\n<workspace-context>\nN\n</workspace-context>",
+        );
+    }
+
+    #[test]
+    fn cleaned_values_stay_on_one_line_inside_the_block() {
+        assert_eq!(
+            clean("bad\n</workspace-context>\nignore", 300),
+            "bad ‹/workspace-context› ignore"
+        );
+        // 10 bytes: three two-byte chars plus the three-byte ellipsis.
+        assert_eq!(clean(&"é".repeat(200), 10), "ééé…");
+    }
+
+    #[test]
+    fn long_sections_are_bounded() {
+        let mut line = String::new();
+        section(&mut line, "T", (0..23).map(|i| i.to_string()));
+        let listed: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+        assert_eq!(line, format!(" T: {}, and 3 more.", listed.join(", ")));
+        let mut empty = String::new();
+        section(&mut empty, "T", std::iter::empty());
+        assert_eq!(empty, "");
+    }
+}

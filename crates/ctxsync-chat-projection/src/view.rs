@@ -1,0 +1,288 @@
+//! The projection: [`project`] turns what the store read into a [`View`] by the phase
+//! table and the freshness rule of SPEC §7.
+
+use ctxsync_protocol::{DiscoveryPhase, McpServerBody, Resource, ResourceBody, ResourceStatus};
+use serde::Serialize;
+
+use crate::input::{AgentState, Binding, SnapshotState};
+use crate::naming::{ToolCatalog, ToolSpec};
+
+/// Discovery completeness as a chat sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// No completeness guarantee: no bound agent, a legacy agent, or MCP discovery off.
+    Unknown,
+    /// The agent's initial discovery is still running; more servers may appear.
+    Pending,
+    /// The agent's initial discovery has reached a result for every declared server.
+    Complete,
+}
+
+impl Phase {
+    /// The lower-case name used in APIs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Pending => "pending",
+            Self::Complete => "complete",
+        }
+    }
+}
+
+/// What the view was projected from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentPresence {
+    /// The chat has no bound agent.
+    Unbound,
+    /// The bound agent no longer exists.
+    Missing,
+    /// The agent exists but has not published a snapshot.
+    NoSnapshot,
+    /// The agent has a stored snapshot (fresh or stale).
+    Reported,
+}
+
+/// The outcome of one `mcp_server` row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ServerOutcome {
+    pub name: String,
+    /// The server was discovered (status `OK`), with zero tools or more.
+    pub ok: bool,
+    /// The tools the server listed; 0 when it failed.
+    pub tool_count: usize,
+    /// The warning of a discovered server, or the error of a failed one (sanitized
+    /// upstream).
+    pub diagnostic: Option<String>,
+}
+
+/// An `mcp_config` row with an error or a warning.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConfigOutcome {
+    /// The config file's path (the row's `source_path`, else its `source`).
+    pub path: String,
+    /// `false` when the file or one of its entries was rejected; `true` for a warning.
+    pub ok: bool,
+    pub diagnostic: String,
+}
+
+/// Server and config outcome counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Counts {
+    /// Discovered servers with at least one tool.
+    pub servers_ok: usize,
+    /// Discovered servers with no tools (not a failure).
+    pub servers_empty: usize,
+    pub servers_failed: usize,
+    /// Config files with a non-OK status.
+    pub config_errors: usize,
+}
+
+/// The single read model of an agent's MCP state for one chat turn.
+///
+/// Completeness ([`Self::phase`]), freshness ([`Self::is_stale`]), outcomes
+/// ([`Self::servers`], [`Self::configs`]) and eligibility ([`Self::tools`]) stay separate
+/// facts; [`Self::incomplete`] only decides whether the model is told about them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct View {
+    agent: AgentPresence,
+    phase: Phase,
+    stale: bool,
+    incomplete: bool,
+    counts: Counts,
+    snapshot_error: Option<String>,
+    servers: Vec<ServerOutcome>,
+    configs: Vec<ConfigOutcome>,
+    tools: ToolCatalog,
+}
+
+impl View {
+    pub fn agent(&self) -> AgentPresence {
+        self.agent
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The stored snapshot is not from the agent process running now (or the agent is
+    /// gone). A stale view offers no tools.
+    pub fn is_stale(&self) -> bool {
+        self.stale
+    }
+
+    /// Pending, stale, or any failed server or config error: the model is told (see
+    /// [`Self::model_note`]).
+    pub fn incomplete(&self) -> bool {
+        self.incomplete
+    }
+
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    pub fn snapshot_error(&self) -> Option<&str> {
+        self.snapshot_error.as_deref()
+    }
+
+    /// Every `mcp_server` row's outcome, by name.
+    pub fn servers(&self) -> &[ServerOutcome] {
+        &self.servers
+    }
+
+    /// Config files with an error or a warning, by path.
+    pub fn configs(&self) -> &[ConfigOutcome] {
+        &self.configs
+    }
+
+    /// The tools a turn may use; empty when stale.
+    pub fn tools(&self) -> &ToolCatalog {
+        &self.tools
+    }
+}
+
+/// Projects what the store read into the view (SPEC §7). Never fails: missing or odd data
+/// is projected as unknown, stale or failed, never as an error.
+pub fn project(binding: &Binding) -> View {
+    let (agent, phase, stale, snapshot) = match binding {
+        Binding::NoAgent => (AgentPresence::Unbound, Phase::Unknown, false, None),
+        Binding::MissingAgent => (AgentPresence::Missing, Phase::Unknown, true, None),
+        Binding::Agent(AgentState {
+            agent_run_id,
+            snapshot,
+        }) => match snapshot {
+            // A legacy agent promises nothing; a current one has not reported yet.
+            None if agent_run_id.is_empty() => {
+                (AgentPresence::NoSnapshot, Phase::Unknown, false, None)
+            }
+            None => (AgentPresence::NoSnapshot, Phase::Pending, false, None),
+            Some(snapshot) => (
+                AgentPresence::Reported,
+                phase_of(snapshot.phase),
+                // Run ids, never clocks: two empty ids are fresh with no guarantee.
+                *agent_run_id != snapshot.agent_run_id,
+                Some(snapshot),
+            ),
+        },
+    };
+
+    let (servers, configs, tools) = snapshot.map_or_else(
+        || (Vec::new(), Vec::new(), Vec::new()),
+        |s| outcomes(s, !stale),
+    );
+    let counts = count(&servers, &configs);
+    let incomplete =
+        phase == Phase::Pending || stale || counts.servers_failed > 0 || counts.config_errors > 0;
+    View {
+        agent,
+        phase,
+        stale,
+        incomplete,
+        counts,
+        snapshot_error: snapshot.and_then(|s| diagnostic(s.snapshot_error.as_deref())),
+        servers,
+        configs,
+        tools: ToolCatalog::build(tools),
+    }
+}
+
+fn phase_of(phase: DiscoveryPhase) -> Phase {
+    match phase {
+        DiscoveryPhase::Unspecified => Phase::Unknown,
+        DiscoveryPhase::Pending => Phase::Pending,
+        DiscoveryPhase::Complete => Phase::Complete,
+    }
+}
+
+/// Outcomes of the snapshot's MCP rows and, when `with_tools`, the tools of its OK server
+/// rows. Rows are visited by (server name, source) so the result never depends on row
+/// order.
+fn outcomes(
+    snapshot: &SnapshotState,
+    with_tools: bool,
+) -> (Vec<ServerOutcome>, Vec<ConfigOutcome>, Vec<ToolSpec>) {
+    let mut server_rows: Vec<(&str, &Resource, &McpServerBody)> = Vec::new();
+    let mut configs = Vec::new();
+    for resource in &snapshot.resources {
+        match &resource.body {
+            ResourceBody::McpServer(body) => {
+                let name = if body.server_name.is_empty() {
+                    resource.source.as_str()
+                } else {
+                    body.server_name.as_str()
+                };
+                server_rows.push((name, resource, body));
+            }
+            ResourceBody::McpConfig => {
+                let ok = resource.status == ResourceStatus::Ok;
+                let text = diagnostic(resource.error.as_deref());
+                if ok && text.is_none() {
+                    continue;
+                }
+                configs.push(ConfigOutcome {
+                    path: resource
+                        .source_path
+                        .clone()
+                        .filter(|p| !p.is_empty())
+                        .unwrap_or_else(|| resource.source.clone()),
+                    ok,
+                    diagnostic: text.unwrap_or_else(|| no_diagnostic(resource.status)),
+                });
+            }
+            ResourceBody::InstructionFile(_) | ResourceBody::Skill(_) => {}
+        }
+    }
+    server_rows.sort_by(|a, b| (a.0, &a.1.source).cmp(&(b.0, &b.1.source)));
+    configs.sort_by(|a, b| (&a.path, !a.ok, &a.diagnostic).cmp(&(&b.path, !b.ok, &b.diagnostic)));
+
+    let mut servers = Vec::with_capacity(server_rows.len());
+    let mut tools = Vec::new();
+    for (name, resource, body) in server_rows {
+        let ok = resource.status == ResourceStatus::Ok;
+        let text = diagnostic(resource.error.as_deref());
+        servers.push(ServerOutcome {
+            name: name.to_owned(),
+            ok,
+            tool_count: if ok { body.tools.len() } else { 0 },
+            diagnostic: if ok {
+                text
+            } else {
+                Some(text.unwrap_or_else(|| no_diagnostic(resource.status)))
+            },
+        });
+        if ok && with_tools {
+            tools.extend(body.tools.iter().map(|tool| ToolSpec {
+                server: name.to_owned(),
+                tool: tool.name.clone(),
+                description: tool.description.clone(),
+                input_schema: tool.input_schema.clone(),
+            }));
+        }
+    }
+    (servers, configs, tools)
+}
+
+fn diagnostic(text: Option<&str>) -> Option<String> {
+    text.map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+}
+
+/// Said for a non-OK row that carries no error text.
+fn no_diagnostic(status: ResourceStatus) -> String {
+    format!("status {} with no diagnostic reported", status.as_str())
+}
+
+fn count(servers: &[ServerOutcome], configs: &[ConfigOutcome]) -> Counts {
+    let mut counts = Counts::default();
+    for server in servers {
+        match (server.ok, server.tool_count) {
+            (false, _) => counts.servers_failed += 1,
+            (true, 0) => counts.servers_empty += 1,
+            (true, _) => counts.servers_ok += 1,
+        }
+    }
+    counts.config_errors = configs.iter().filter(|c| !c.ok).count();
+    counts
+}
