@@ -8,10 +8,12 @@
 //! server "healthy" or "connected"; show an empty server list while discovery is still
 //! initializing or the tools are withheld; emit unescaped text into HTML.
 
+mod builder;
 mod html;
 mod model;
 mod text;
 
+pub use builder::build_panel;
 pub use html::{escape, render_fragment, render_page};
 pub use model::*;
 pub use text::render_text;

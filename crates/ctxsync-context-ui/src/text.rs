@@ -50,13 +50,11 @@ pub fn render_text(panel: &Panel) -> String {
     );
     wrapped(&mut t, 0, &panel.discovery.text);
     if let Some(dirty) = &panel.dirty {
-        wrapped(
-            &mut t,
-            0,
-            &format!(
-                "! {} {}: {} {}",
-                dirty.text, dirty.refresh.label, dirty.refresh.method, dirty.refresh.href
-            ),
+        wrapped(&mut t, 0, &format!("! {}", dirty.text));
+        let _ = writeln!(
+            t,
+            "  {}: {} {}",
+            dirty.refresh.label, dirty.refresh.method, dirty.refresh.href
         );
     }
     if let Some(error) = &panel.snapshot_error {
