@@ -100,9 +100,21 @@ enum ConnectError {
     Timeout,
     CommandNotFound(String),
     Spawn(String),
-    Initialize(String),
+    /// `closed`: the transport closed (the process may have died) rather than an MCP error.
+    Initialize {
+        detail: String,
+        closed: bool,
+    },
     Unauthorized(String),
-    List(String),
+    List(ListFailure),
+}
+
+/// A failed tool listing.
+#[derive(Debug)]
+struct ListFailure {
+    message: String,
+    /// The transport closed, so the process's exit status may explain more.
+    closed: bool,
 }
 
 /// `30s` for whole seconds, else `300ms`.
@@ -181,7 +193,7 @@ impl ConnectionTask {
                     while tools_changed_rx.try_recv().is_ok() {}
                     match tokio::time::timeout(self.timeout, list_tools(&peer)).await {
                         Ok(Ok((tools, warning))) => self.send(EventKind::ToolsChanged { tools, warning }),
-                        Ok(Err(error)) => break Some(format!("re-listing tools after tools/list_changed failed: {error}")),
+                        Ok(Err(error)) => break Some(format!("re-listing tools after tools/list_changed failed: {}", error.message)),
                         Err(_) => break Some(format!(
                             "re-listing tools after tools/list_changed: no response within {}",
                             human_duration(self.timeout)
@@ -226,10 +238,17 @@ impl ConnectionTask {
                         _ => ConnectError::Spawn(format!("cannot start {command}: {error}")),
                     })?;
                 *process = Some(child);
-                client
-                    .serve((stdout, stdin))
-                    .await
-                    .map_err(|error| ConnectError::Initialize(error.to_string()))?
+                client.serve((stdout, stdin)).await.map_err(|error| {
+                    let closed = matches!(
+                        error,
+                        ClientInitializeError::ConnectionClosed(_)
+                            | ClientInitializeError::TransportError { .. }
+                    );
+                    ConnectError::Initialize {
+                        detail: format!("initialize failed: {error}"),
+                        closed,
+                    }
+                })?
             }
             TransportConfig::Http { url, headers } => {
                 let headers: HashMap<http::HeaderName, http::HeaderValue> = headers
@@ -286,13 +305,19 @@ impl ConnectionTask {
             ConnectError::Unauthorized(detail) => {
                 format!("unauthorized; check the headers ({detail})")
             }
-            ConnectError::Initialize(detail) | ConnectError::List(detail) => match process.as_mut()
-            {
-                // A process that died explains the failure better than a closed pipe does.
-                Some(child) => match tokio::time::timeout(EXIT_STATUS_GRACE, child.wait()).await {
-                    Ok(status) => exited(&status, Some(child)),
-                    Err(_) => with_stderr(detail, Some(child)),
-                },
+            ConnectError::Initialize { detail, closed }
+            | ConnectError::List(ListFailure {
+                message: detail,
+                closed,
+            }) => match process.as_mut() {
+                // A process that died explains a closed pipe better than the pipe does.
+                Some(child) if closed => {
+                    match tokio::time::timeout(EXIT_STATUS_GRACE, child.wait()).await {
+                        Ok(status) => exited(&status, Some(child)),
+                        Err(_) => with_stderr(detail, Some(child)),
+                    }
+                }
+                Some(child) => with_stderr(detail, Some(child)),
                 None => detail,
             },
         };
@@ -316,7 +341,10 @@ fn classify_http_error(error: ClientInitializeError) -> ConnectError {
     if unauthorized {
         ConnectError::Unauthorized(chain)
     } else {
-        ConnectError::Initialize(chain)
+        ConnectError::Initialize {
+            detail: format!("initialize failed: {chain}"),
+            closed: false,
+        }
     }
 }
 
@@ -346,7 +374,13 @@ fn with_stderr(message: String, process: Option<&ServerProcess>) -> String {
 }
 
 /// Lists all tools, following cursors with a guard against servers that page forever.
-async fn list_tools(peer: &Peer<RoleClient>) -> Result<(Vec<ToolInfo>, Option<String>), String> {
+async fn list_tools(
+    peer: &Peer<RoleClient>,
+) -> Result<(Vec<ToolInfo>, Option<String>), ListFailure> {
+    let guard = |message: String| ListFailure {
+        message,
+        closed: false,
+    };
     let mut tools = Vec::new();
     let mut offered = 0usize;
     let mut seen = HashSet::new();
@@ -355,10 +389,13 @@ async fn list_tools(peer: &Peer<RoleClient>) -> Result<(Vec<ToolInfo>, Option<St
         let params = cursor
             .clone()
             .map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
-        let page = peer
-            .list_tools(params)
-            .await
-            .map_err(|error| format!("tools/list failed: {error}"))?;
+        let page = peer.list_tools(params).await.map_err(|error| ListFailure {
+            closed: matches!(
+                error,
+                rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
+            ),
+            message: format!("tools/list failed: {error}"),
+        })?;
         offered += page.tools.len();
         let room = MAX_TOOLS_PER_SERVER.saturating_sub(tools.len());
         tools.extend(page.tools.into_iter().take(room).map(|tool| ToolInfo {
@@ -377,15 +414,17 @@ async fn list_tools(peer: &Peer<RoleClient>) -> Result<(Vec<ToolInfo>, Option<St
             }
             Some(next) => {
                 if !seen.insert(next.clone()) {
-                    return Err("tools/list repeated a cursor; the server pages forever".into());
+                    return Err(guard(
+                        "tools/list repeated a cursor; the server pages forever".into(),
+                    ));
                 }
                 cursor = Some(next);
             }
         }
     }
-    Err(format!(
+    Err(guard(format!(
         "tools/list returned more than {MAX_TOOL_PAGES} pages"
-    ))
+    )))
 }
 
 #[cfg(test)]
