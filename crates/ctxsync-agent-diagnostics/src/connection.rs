@@ -22,7 +22,7 @@ use crate::{
     config::{ServerEntry, TransportConfig},
     process::{ProcessGroups, ServerProcess, SpawnSpec},
     report::ToolInfo,
-    sanitize::{SecretSet, sanitize_diagnostic},
+    sanitize::{MAX_DIAGNOSTIC_BYTES, SecretSet, sanitize_diagnostic},
 };
 
 /// Most `tools/list` pages followed before the server is considered broken.
@@ -117,6 +117,36 @@ struct ListFailure {
     closed: bool,
 }
 
+/// Drops the Rust type names rmcp puts into transport errors (`[rmcp::transport::...<...>] `):
+/// noise for a person reading a diagnostic.
+fn without_type_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("[rmcp::") {
+        out.push_str(&rest[..start]);
+        let mut depth = 0usize;
+        let mut end = None;
+        for (offset, c) in rest[start..].char_indices() {
+            match c {
+                '[' | '<' => depth += 1,
+                ']' | '>' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            if depth == 0 {
+                end = Some(start + offset + c.len_utf8());
+                break;
+            }
+        }
+        let Some(end) = end else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        rest = rest[end..].strip_prefix(' ').unwrap_or(&rest[end..]);
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `30s` for whole seconds, else `300ms`.
 pub(crate) fn human_duration(duration: Duration) -> String {
     if duration.subsec_millis() == 0 && duration.as_secs() > 0 {
@@ -138,7 +168,7 @@ impl ConnectionTask {
         if let TransportConfig::Stdio { command, .. } = &self.entry.transport {
             secrets.remove(command);
         }
-        sanitize_diagnostic(text, &secrets)
+        sanitize_diagnostic(&without_type_names(text), &secrets)
     }
 
     /// Runs until cancelled or the connection is lost, reporting through `events`.
@@ -175,13 +205,13 @@ impl ConnectionTask {
             tokio::select! {
                 () = self.cancel.cancelled() => break None,
                 status = exit_of(&mut process) => {
-                    break Some(exited(&status, process.as_ref()));
+                    break Some(exited(&status, process.as_mut()).await);
                 }
                 _ = &mut closed => {
                     session_ended = true;
                     let message = match process.as_mut() {
                         Some(child) => match tokio::time::timeout(EXIT_STATUS_GRACE, child.wait()).await {
-                            Ok(status) => exited(&status, Some(child)),
+                            Ok(status) => exited(&status, Some(child)).await,
                             Err(_) => with_stderr("the server closed the connection".into(), Some(child)),
                         },
                         None => "the server closed the connection".to_owned(),
@@ -313,7 +343,7 @@ impl ConnectionTask {
                 // A process that died explains a closed pipe better than the pipe does.
                 Some(child) if closed => {
                     match tokio::time::timeout(EXIT_STATUS_GRACE, child.wait()).await {
-                        Ok(status) => exited(&status, Some(child)),
+                        Ok(status) => exited(&status, Some(child)).await,
                         Err(_) => with_stderr(detail, Some(child)),
                     }
                 }
@@ -355,21 +385,52 @@ async fn exit_of(process: &mut Option<ServerProcess>) -> std::io::Result<std::pr
     }
 }
 
-fn exited(
+async fn exited(
     status: &std::io::Result<std::process::ExitStatus>,
-    process: Option<&ServerProcess>,
+    process: Option<&mut ServerProcess>,
 ) -> String {
     let message = match status {
         Ok(status) => format!("the server exited with {status}"),
         Err(error) => format!("the server process could not be waited for: {error}"),
     };
-    with_stderr(message, process)
+    match process {
+        Some(process) => {
+            process.settle_stderr().await;
+            with_stderr(message, Some(process))
+        }
+        None => message,
+    }
 }
 
+/// Appends the stderr tail, keeping its end (the freshest lines) within the diagnostic bound.
 fn with_stderr(message: String, process: Option<&ServerProcess>) -> String {
-    match process.map(ServerProcess::stderr_tail) {
-        Some(tail) if !tail.is_empty() => format!("{message}; stderr: {tail}"),
-        _ => message,
+    const SEPARATOR: &str = "; stderr: ";
+    let Some(tail) = process.map(ServerProcess::stderr_tail) else {
+        return message;
+    };
+    let budget = MAX_DIAGNOSTIC_BYTES.saturating_sub(message.len() + SEPARATOR.len());
+    let tail = keep_end(&tail, budget);
+    if tail.is_empty() {
+        message
+    } else {
+        format!("{message}{SEPARATOR}{tail}")
+    }
+}
+
+/// The end of `text` within `budget` bytes, starting at a line start so that no secret is cut
+/// in half (a cut secret would escape redaction).
+fn keep_end(text: &str, budget: usize) -> &str {
+    if text.len() <= budget {
+        return text;
+    }
+    let mut start = text.len() - budget;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let end = &text[start..];
+    match end.find('\n') {
+        Some(newline) => &end[newline + 1..],
+        None => "",
     }
 }
 
@@ -430,6 +491,34 @@ async fn list_tools(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rmcp_type_names_are_dropped() {
+        for (text, expect) in [
+            (
+                "Send message error Transport [rmcp::transport::worker::WorkerTransport<rmcp::X<reqwest::Client>>] error: HTTP 401",
+                "Send message error Transport error: HTTP 401",
+            ),
+            ("no types here", "no types here"),
+            ("[rmcp::unclosed<", "[rmcp::unclosed<"),
+            ("a [rmcp::A] b [rmcp::B<C>] c", "a b c"),
+        ] {
+            assert_eq!(without_type_names(text), expect);
+        }
+    }
+
+    #[test]
+    fn keep_end_starts_at_a_line() {
+        for (text, budget, expect) in [
+            ("short", 10, "short"),
+            ("one\ntwo\nthree", 9, "three"),
+            ("one\ntwo\nthree", 10, "two\nthree"),
+            ("no-newline-at-all", 5, ""),
+            ("éé\néé", 5, "éé"),
+        ] {
+            assert_eq!(keep_end(text, budget), expect, "{text:?} {budget}");
+        }
+    }
 
     #[test]
     fn durations_read_naturally() {

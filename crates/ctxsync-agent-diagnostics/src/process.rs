@@ -19,6 +19,8 @@ use tokio::{
 pub(crate) const STDERR_TAIL_BYTES: usize = 4096;
 /// How long reaping a killed process may take before we stop waiting for it.
 const REAP_TIMEOUT: Duration = Duration::from_secs(2);
+/// After a process exited, how long its stderr may take to be read to the end.
+const STDERR_SETTLE: Duration = Duration::from_millis(300);
 
 /// Every live process group the engine started, so the engine can kill them synchronously
 /// (e.g. from `Drop`) even when the tasks that own them are gone.
@@ -105,6 +107,7 @@ pub(crate) struct ServerProcess {
     pgid: Option<i32>,
     groups: Arc<ProcessGroups>,
     stderr: Arc<StderrTail>,
+    stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// What spawning needs to know.
@@ -141,7 +144,7 @@ impl ServerProcess {
             groups.register(pgid);
         }
         let stderr = Arc::new(StderrTail::default());
-        if let Some(mut pipe) = child.stderr.take() {
+        let stderr_reader = child.stderr.take().map(|mut pipe| {
             let tail = stderr.clone();
             tokio::spawn(async move {
                 let mut chunk = vec![0u8; 8192];
@@ -152,8 +155,8 @@ impl ServerProcess {
                     }
                     tail.push(&chunk[..read]);
                 }
-            });
-        }
+            })
+        });
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err(io::Error::other("stdio pipes were not created"));
         };
@@ -162,6 +165,7 @@ impl ServerProcess {
             pgid,
             groups,
             stderr,
+            stderr_reader,
         };
         Ok((process, stdout, stdin))
     }
@@ -169,6 +173,16 @@ impl ServerProcess {
     /// Waits for the leader to exit.
     pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
         self.child.wait().await
+    }
+
+    /// Waits briefly for stderr to be read to its end, so that after an exit the tail holds
+    /// the process's last words.
+    pub(crate) async fn settle_stderr(&mut self) {
+        if let Some(reader) = self.stderr_reader.as_mut()
+            && tokio::time::timeout(STDERR_SETTLE, reader).await.is_ok()
+        {
+            self.stderr_reader = None;
+        }
     }
 
     /// The stderr tail as text.

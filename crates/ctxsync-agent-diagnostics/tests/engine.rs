@@ -554,3 +554,131 @@ async fn concurrent_reloads_coalesce_and_progress_counts() {
     assert!(progress.connecting.is_empty());
     engine.close().await;
 }
+
+#[tokio::test]
+async fn no_secret_reaches_any_outcome() {
+    let fixture = serve_http(
+        FixtureConfig::new()
+            .tools(1)
+            .require_header("x-api-key", "the-right-key"),
+    )
+    .await
+    .expect("serve");
+    let port = fixture.addr().port();
+    let secrets = [
+        "entry-env-secret-1",
+        "header-value-secret-2",
+        "bearer-token-secret-3",
+        "url-user-secret-4",
+        "url-password-secret-5",
+        "url-query-secret-6",
+        "url-path-secret-7",
+        "positional-arg-secret-8",
+        "flag-value-secret-9",
+        "injected-agent-token-10",
+        "ambient-env-secret-11",
+    ];
+    let ws = Workspace::new();
+    ws.write_servers(json!({
+        // stderr carries each secret; only its own rule can redact it.
+        "entry_env": {"command": "sh", "args": ["-c", "echo \"$ENTRY_SECRET\" >&2; exit 3"],
+                      "env": {"ENTRY_SECRET": "entry-env-secret-1"}},
+        "ambient": {"command": "sh", "args": ["-c", "echo \"$AMBIENT_SECRET\" >&2; exit 3"]},
+        "injected": {"command": "sh", "args": ["-c", "printf '%s-%s\\n' injected-agent token-10 >&2; exit 3"]},
+        "args": {"command": fixture_bin(), "args": [
+            "--tools", "1", "--nonce", "positional-arg-secret-8", "--fail-initialize=flag-value-secret-9"]},
+        "headers": {"url": fixture.url(), "headers": {
+            "x-api-key": "header-value-secret-2", "Authorization": "Bearer bearer-token-secret-3"}},
+        "url_parts": {"url": format!(
+            "http://url-user-secret-4:url-password-secret-5@127.0.0.1:{port}/mcp?key=url-query-secret-6")},
+        "url_path": {"url": "http://127.0.0.1:1/url-path-secret-7"},
+    }));
+    let mut config = ws.engine_config();
+    config
+        .env
+        .insert("AMBIENT_SECRET".into(), "ambient-env-secret-11".into());
+    config
+        .injected_secrets
+        .push("injected-agent-token-10".into());
+    let engine = Engine::start(config);
+    let report = complete(&engine).await;
+    let text = serde_json::to_string_pretty(&*report).expect("json");
+    for secret in secrets {
+        assert!(!text.contains(secret), "{secret} leaked:\n{text}");
+    }
+    assert!(report.servers.iter().all(|s| !s.connected), "{text}");
+    // The secrets did reach the messages, so redaction (not luck) kept them out.
+    for name in ["entry_env", "ambient", "injected"] {
+        let error = server(&report, name).error.clone().unwrap_or_default();
+        assert!(error.ends_with("stderr: [redacted]"), "{name}: {error}");
+    }
+    let args = server(&report, "args").error.clone().unwrap_or_default();
+    assert!(
+        args.contains("nonce=[redacted]") && args.contains("-32603: [redacted]"),
+        "{args}"
+    );
+    let path = server(&report, "url_path")
+        .error
+        .clone()
+        .unwrap_or_default();
+    assert!(path.contains("[redacted]"), "{path}");
+    engine.close().await;
+    fixture.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_diagnostic_is_bounded_on_a_utf8_boundary() {
+    let ws = Workspace::new();
+    let mut servers = serde_json::Map::new();
+    servers.insert(
+        "multibyte".into(),
+        json!({"command": "sh", "args": ["-c",
+            "i=0; while [ $i -lt 2000 ]; do echo \"ééé😀 line $i\"; i=$((i+1)); done >&2; exit 1"]}),
+    );
+    servers.insert(
+        "flood".into(),
+        fixture_entry(
+            &FixtureConfig::new()
+                .stderr_flood(1_000_000)
+                .exit_on_start(2),
+        ),
+    );
+    for i in 0..300 {
+        servers.insert(format!("bad_é😀_{i}_"), json!({"command": "x"}));
+    }
+    ws.write(".mcp.json", &json!({"mcpServers": servers}).to_string());
+    let engine = Engine::start(ws.engine_config());
+    let report = complete(&engine).await;
+    let mut diagnostics: Vec<&str> = Vec::new();
+    for server in &report.servers {
+        diagnostics.extend(server.error.as_deref());
+        diagnostics.extend(server.warning.as_deref());
+    }
+    for outcome in &report.config_outcomes {
+        diagnostics.extend(outcome.error.as_deref());
+        diagnostics.extend(outcome.warning.as_deref());
+    }
+    assert_eq!(diagnostics.len(), 3, "{report:#?}");
+    for diagnostic in diagnostics {
+        assert!(diagnostic.len() <= 4096, "{} bytes", diagnostic.len());
+    }
+    // The stderr tail keeps its freshest lines within the bound.
+    let multibyte = server(&report, "multibyte")
+        .error
+        .clone()
+        .unwrap_or_default();
+    assert!(multibyte.len() > 3900, "{}", multibyte.len());
+    assert!(multibyte.ends_with("ééé😀 line 1999"), "{multibyte}");
+    let flood = server(&report, "flood").error.clone().unwrap_or_default();
+    assert!(
+        flood.starts_with("the server exited with exit status: 2; stderr: xxx"),
+        "{flood}"
+    );
+    // 300 invalid entries overflow the bound and are cut on a character boundary.
+    let config = report.config_outcomes[0].error.clone().unwrap_or_default();
+    assert!(
+        config.ends_with("... [truncated]") && config.len() > 4000,
+        "{config}"
+    );
+    engine.close().await;
+}
