@@ -34,6 +34,9 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(5 * 60);
 /// How long closing connections may take before their tasks are aborted (groups are
 /// SIGKILLed either way).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// A connection that lived this long before it was lost resets the retry backoff; one that
+/// dies sooner (a crash loop) keeps backing off.
+const STABLE_CONNECTION: Duration = Duration::from_secs(60);
 /// The default config file, relative to the workspace.
 const DEFAULT_CONFIG_FILE: &str = ".mcp.json";
 /// Prefix of the warning on a server whose reconnect failed (SPEC §3.2, verbatim).
@@ -108,7 +111,12 @@ impl EngineConfig {
             config_paths: Vec::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             retry: RetryPolicy::default(),
-            env: std::env::vars().collect(),
+            // Non-UTF-8 variables cannot appear in a JSON config or a diagnostic; skip them.
+            env: std::env::vars_os()
+                .filter_map(|(name, value)| {
+                    Some((name.into_string().ok()?, value.into_string().ok()?))
+                })
+                .collect(),
             injected_secrets: Vec::new(),
             watch: true,
             watch_debounce: DEFAULT_WATCH_DEBOUNCE,
@@ -170,7 +178,7 @@ impl Engine {
         let groups = Arc::new(ProcessGroups::default());
         let files = config.files();
         let watcher = if config.watch {
-            crate::watch::watch_files(&files, commands.clone())
+            crate::watch::watch_files(&files, commands.downgrade())
         } else {
             None
         };
@@ -283,6 +291,7 @@ struct Live {
     list_warning: Option<String>,
     /// Set while a newer configuration failed to connect and this connection was kept.
     retained_warning: Option<String>,
+    connected_at: Instant,
 }
 
 /// What one declared name currently is.
@@ -491,6 +500,9 @@ impl Actor {
         // New, changed, or failed with a different configuration: connect anew. A live
         // connection stays until the new one succeeds.
         slot.retry_due = None;
+        if !failed_unchanged {
+            slot.failures = 0;
+        }
         let id = self.spawn_attempt(&name, entry);
         self.wait_for(id, &name);
     }
@@ -555,9 +567,9 @@ impl Actor {
                     tools,
                     list_warning: warning,
                     retained_warning: None,
+                    connected_at: Instant::now(),
                 });
                 slot.failed = None;
-                slot.failures = 0;
                 slot.retry_due = None;
                 if let Some(old) = replaced {
                     let join = self.cancel(old.task);
@@ -590,6 +602,9 @@ impl Actor {
                 if slot.live.as_ref().is_some_and(|l| l.task.id == event.id) {
                     let live = slot.live.take().expect("checked");
                     self.task_names.remove(&event.id);
+                    if live.connected_at.elapsed() >= STABLE_CONNECTION {
+                        slot.failures = 0;
+                    }
                     if slot.attempt.is_none() {
                         slot.failed = Some((live.entry, error));
                         schedule_retry(slot, &self.config.retry);

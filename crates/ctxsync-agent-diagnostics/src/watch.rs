@@ -9,10 +9,11 @@ use tokio::sync::mpsc;
 use crate::engine::Command;
 
 /// Starts watching the directories of `files`; events about those files become
-/// [`Command::FilesChanged`]. Returns `None` (watching off) when no watcher can be created.
+/// [`Command::FilesChanged`]. The sender is weak so that the watcher (owned by the engine's
+/// actor) never keeps the actor alive after the last `Engine` handle is dropped. Returns `None` (watching off) when no watcher can be created.
 pub(crate) fn watch_files(
     files: &[PathBuf],
-    commands: mpsc::UnboundedSender<Command>,
+    commands: mpsc::WeakUnboundedSender<Command>,
 ) -> Option<notify::RecommendedWatcher> {
     let wanted: BTreeSet<PathBuf> = files.iter().cloned().collect();
     let handler = move |event: notify::Result<notify::Event>| {
@@ -23,7 +24,10 @@ pub(crate) fn watch_files(
             EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
             EventKind::Access(_) | EventKind::Any | EventKind::Other => false,
         };
-        if relevant && event.paths.iter().any(|path| wanted.contains(path)) {
+        if relevant
+            && event.paths.iter().any(|path| wanted.contains(path))
+            && let Some(commands) = commands.upgrade()
+        {
             // The engine is gone only while shutting down.
             let _ = commands.send(Command::FilesChanged);
         }

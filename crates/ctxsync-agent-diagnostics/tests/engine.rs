@@ -511,11 +511,25 @@ async fn dropping_the_engine_kills_its_servers() {
     let ws = Workspace::new();
     let pid_file = ws.file("s.pid");
     ws.write_servers(json!({"s": fixture_entry(&FixtureConfig::new().pid_file(&pid_file))}));
-    let engine = Engine::start(ws.engine_config());
+    // Watching and fast retries on: neither may bring a server back after the drop.
+    let mut config = ws.engine_config();
+    config.watch = true;
+    config.retry = RetryPolicy {
+        enabled: true,
+        initial_delay: Duration::from_millis(20),
+        max_delay: Duration::from_millis(20),
+    };
+    let engine = Engine::start(config);
     complete(&engine).await;
     let pid = read_pid(&pid_file).await;
     drop(engine);
     assert_gone(pid, "the server of a dropped engine").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        read_pid(&pid_file).await,
+        pid,
+        "a server was started after the drop"
+    );
 }
 
 #[tokio::test]
