@@ -696,3 +696,26 @@ async fn every_diagnostic_is_bounded_on_a_utf8_boundary() {
     );
     engine.close().await;
 }
+
+#[tokio::test]
+async fn stdio_runs_in_the_workspace_with_agent_and_entry_env_only() {
+    let ws = Workspace::new();
+    ws.write_servers(json!({
+        "probe": {"command": "sh", "args": ["-c",
+            "echo \"cwd=$(pwd) agent=$AGENT_VAR entry=$ENTRY_VAR other=${CARGO_PKG_NAME:-unset}\" >&2; exit 1"],
+            "env": {"ENTRY_VAR": "cd"}},
+    }));
+    let mut config = ws.engine_config();
+    // Values shorter than 4 characters are never redacted, so they stay readable here.
+    config.env.insert("AGENT_VAR".into(), "ab".into());
+    let engine = Engine::start(config);
+    let report = complete(&engine).await;
+    let error = server(&report, "probe").error.clone().unwrap_or_default();
+    let cwd = std::fs::canonicalize(ws.path()).expect("canonical workspace");
+    let expect = format!("cwd={} agent=ab entry=cd other=unset", cwd.display());
+    assert!(
+        error.ends_with(&expect),
+        "{error}\nexpected to end with: {expect}"
+    );
+    engine.close().await;
+}
