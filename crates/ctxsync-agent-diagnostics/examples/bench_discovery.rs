@@ -1,0 +1,151 @@
+//! Benchmark: parallel discovery of 20 slow stdio servers, and engine memory with 50 servers.
+//!
+//! `cargo run --release -p ctxsync-agent-diagnostics --example bench_discovery -- [--quick]`
+//! prints one JSON object per line on stdout; progress goes to stderr.
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use ctxsync_agent_diagnostics::{Engine, EngineConfig, Phase, RetryPolicy};
+use ctxsync_mcp_fixture::FixtureConfig;
+use serde_json::{Value, json};
+
+/// Each benchmarked server takes this long to answer `initialize`.
+const INIT_DELAY: Duration = Duration::from_millis(300);
+/// Servers discovered together in the timing benchmark.
+const PARALLEL_SERVERS: usize = 20;
+/// Servers kept connected in the memory benchmark.
+const MEMORY_SERVERS: usize = 50;
+/// Target of the parallel/single ratio.
+const RATIO_TARGET: f64 = 1.3;
+/// Bound on one discovery; far above anything a healthy run needs.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn emit(
+    name: &str,
+    value: f64,
+    unit: &str,
+    reference: Option<f64>,
+    target: Option<&str>,
+    pass: Option<bool>,
+) {
+    let ratio = reference.filter(|r| *r > 0.0).map(|r| value / r);
+    let line: Value = json!({
+        "name": name,
+        "value": value,
+        "unit": unit,
+        "reference": reference,
+        "ratio": if target.is_some() { ratio } else { None },
+        "target": target,
+        "pass": pass,
+    });
+    println!("{line}");
+}
+
+/// Starts an engine on `count` fixture servers and waits for the phase to complete.
+async fn discover(fixture: &Path, count: usize) -> (Engine, Duration, tempfile::TempDir) {
+    let workspace = tempfile::tempdir().expect("tempdir");
+    let server = json!({
+        "command": fixture,
+        "args": FixtureConfig::new().tools(3).init_delay(INIT_DELAY).to_args(),
+    });
+    let servers: serde_json::Map<String, Value> = (0..count)
+        .map(|i| (format!("server-{i}"), server.clone()))
+        .collect();
+    let config_file = workspace.path().join(".mcp.json");
+    std::fs::write(&config_file, json!({"mcpServers": servers}).to_string()).expect("write");
+
+    let mut config = EngineConfig::new(workspace.path());
+    config.watch = false;
+    config.connect_timeout = CONNECT_TIMEOUT;
+    config.retry = RetryPolicy {
+        enabled: false,
+        ..RetryPolicy::default()
+    };
+    let started = Instant::now();
+    let engine = Engine::start(config);
+    let mut reports = engine.subscribe();
+    let report = reports
+        .wait_for(|report| report.phase == Phase::Complete)
+        .await
+        .expect("engine alive")
+        .clone();
+    let elapsed = started.elapsed();
+    let connected = report.servers.iter().filter(|s| s.connected).count();
+    assert_eq!(connected, count, "every server must connect: {report:#?}");
+    (engine, elapsed, workspace)
+}
+
+async fn median_discovery(fixture: &Path, count: usize, trials: usize) -> Duration {
+    let mut times = Vec::with_capacity(trials);
+    for trial in 0..trials {
+        let (engine, elapsed, _workspace) = discover(fixture, count).await;
+        engine.close().await;
+        eprintln!("  {count} server(s), trial {}: {elapsed:?}", trial + 1);
+        times.push(elapsed);
+    }
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(f64::NAN);
+    kib / 1024.0
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|arg| arg == "--quick");
+    let trials = if quick { 3 } else { 7 };
+    let fixture = ctxsync_mcp_fixture::binary_path().expect("fixture binary");
+    eprintln!("bench_discovery: fixture {}", fixture.display());
+
+    // Warm the page cache and the binary's first start before timing anything.
+    let (engine, _, _workspace) = discover(fixture, 1).await;
+    engine.close().await;
+
+    eprintln!("single server ({trials} trials)");
+    let single = median_discovery(fixture, 1, trials).await;
+    eprintln!("{PARALLEL_SERVERS} servers ({trials} trials)");
+    let parallel = median_discovery(fixture, PARALLEL_SERVERS, trials).await;
+    let single_ms = single.as_secs_f64() * 1000.0;
+    let parallel_ms = parallel.as_secs_f64() * 1000.0;
+    let ratio = parallel_ms / single_ms;
+    emit(
+        "discovery_1_stdio_server_300ms_init",
+        single_ms,
+        "ms",
+        None,
+        None,
+        None,
+    );
+    emit(
+        "discovery_20_stdio_servers_300ms_init",
+        parallel_ms,
+        "ms",
+        Some(single_ms),
+        Some("ratio to the slowest single server <= 1.3"),
+        Some(ratio <= RATIO_TARGET),
+    );
+
+    let baseline = rss_mib();
+    eprintln!("memory: {MEMORY_SERVERS} connected servers");
+    let (engine, _, _workspace) = discover(fixture, MEMORY_SERVERS).await;
+    let with_servers = rss_mib();
+    emit(
+        "engine_rss_50_connected_servers",
+        with_servers,
+        "MiB",
+        Some(baseline),
+        None,
+        None,
+    );
+    engine.close().await;
+}

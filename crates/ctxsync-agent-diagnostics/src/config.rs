@@ -1,0 +1,673 @@
+//! `.mcp.json` parsing: structural and semantic errors as data, `${VAR}` expansion, duplicates.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashSet},
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::sanitize::SecretSet;
+
+/// Longest accepted server name, in bytes.
+pub const MAX_SERVER_NAME_BYTES: usize = 1024;
+/// How much of an offending name an error message quotes.
+const NAME_QUOTE_BYTES: usize = 64;
+
+/// How the engine reaches one server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransportConfig {
+    /// A child process speaking MCP on stdin/stdout.
+    Stdio {
+        /// Program to run (looked up in the agent's `PATH`).
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Extra environment on top of the agent's.
+        env: BTreeMap<String, String>,
+    },
+    /// MCP streamable HTTP.
+    Http {
+        /// Endpoint URL (http or https).
+        url: String,
+        /// Headers sent with every request.
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// One valid server declaration, variables expanded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerEntry {
+    /// The server's name (the key in `mcpServers`).
+    pub name: String,
+    /// How to reach it.
+    pub transport: TransportConfig,
+    /// The file that declared it.
+    pub source: PathBuf,
+}
+
+impl ServerEntry {
+    /// Every secret this entry carries: env values, header values and bearer tokens, URL
+    /// userinfo/path/query, positional args and `--flag=value` values.
+    pub fn secrets(&self) -> SecretSet {
+        let mut secrets = SecretSet::new();
+        match &self.transport {
+            TransportConfig::Stdio { args, env, .. } => {
+                secrets.insert_args(args.iter().map(String::as_str));
+                for value in env.values() {
+                    secrets.insert(value);
+                }
+            }
+            TransportConfig::Http { url, headers } => {
+                secrets.insert_url(url);
+                for value in headers.values() {
+                    secrets.insert_header_value(value);
+                }
+            }
+        }
+        secrets
+    }
+}
+
+/// What went wrong (or deserves a warning) in one config file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigOutcome {
+    /// The file.
+    pub path: PathBuf,
+    /// A structural error (the whole file was rejected) or the list of rejected entries.
+    pub error: Option<String>,
+    /// Something that did not reject anything, e.g. an ignored duplicate server name.
+    pub warning: Option<String>,
+}
+
+/// Reads and parses one config file. A missing file yields no entries and no outcome.
+pub fn parse_config_file(
+    path: &Path,
+    env: &BTreeMap<String, String>,
+) -> (Vec<ServerEntry>, Option<ConfigOutcome>) {
+    match std::fs::read(path) {
+        Ok(bytes) => parse_config_bytes(path, &bytes, env),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => (Vec::new(), None),
+        Err(error) => (
+            Vec::new(),
+            Some(outcome_error(path, format!("unreadable: {error}"))),
+        ),
+    }
+}
+
+/// Parses the contents of one config file (used by [`parse_config_file`] and fuzzing).
+pub fn parse_config_bytes(
+    path: &Path,
+    bytes: &[u8],
+    env: &BTreeMap<String, String>,
+) -> (Vec<ServerEntry>, Option<ConfigOutcome>) {
+    let reject = |message: String| (Vec::new(), Some(outcome_error(path, message)));
+    let document: Value = match serde_json::from_slice(bytes) {
+        Ok(document) => document,
+        // serde_json errors name a line and column, never the content.
+        Err(error) => return reject(format!("invalid JSON: {error}")),
+    };
+    let Value::Object(document) = document else {
+        return reject("the top level is not a JSON object".into());
+    };
+    let servers = match document.get("mcpServers") {
+        None => return (Vec::new(), None),
+        Some(Value::Object(servers)) => servers,
+        Some(_) => return reject("\"mcpServers\" is not an object".into()),
+    };
+    if let Some((name, _)) = servers.iter().find(|(_, entry)| !entry.is_object()) {
+        return reject(format!(
+            "server entry {} is not an object",
+            quote_name(name)
+        ));
+    }
+
+    let mut entries = Vec::new();
+    let mut rejected = Vec::new();
+    for (name, entry) in servers {
+        let Value::Object(entry) = entry else {
+            unreachable!("checked above")
+        };
+        match parse_entry(name, entry, env) {
+            Ok(transport) => entries.push(ServerEntry {
+                name: name.clone(),
+                transport,
+                source: path.to_owned(),
+            }),
+            Err(reasons) => rejected.push(format!("{}: {}", quote_name(name), reasons.join(", "))),
+        }
+    }
+    let outcome = (!rejected.is_empty()).then(|| {
+        let noun = if rejected.len() == 1 {
+            "entry"
+        } else {
+            "entries"
+        };
+        outcome_error(
+            path,
+            format!(
+                "{} invalid server {noun}: {}",
+                rejected.len(),
+                rejected.join("; ")
+            ),
+        )
+    });
+    (entries, outcome)
+}
+
+/// Reads the files in order (each path once), drops later duplicates of a server name with a
+/// warning on the later file, and returns the valid entries plus one outcome per file that
+/// has something to say.
+pub fn load_config_files(
+    paths: &[PathBuf],
+    env: &BTreeMap<String, String>,
+) -> (Vec<ServerEntry>, Vec<ConfigOutcome>) {
+    let mut seen_paths = HashSet::new();
+    let mut declared: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut entries = Vec::new();
+    let mut outcomes = Vec::new();
+    for path in paths {
+        let identity = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        if !seen_paths.insert(identity) {
+            continue;
+        }
+        let (file_entries, outcome) = parse_config_file(path, env);
+        let mut duplicates = Vec::new();
+        for entry in file_entries {
+            if let Some(first) = declared.get(&entry.name) {
+                duplicates.push(format!(
+                    "server {} is already declared in {}; this declaration is ignored",
+                    quote_name(&entry.name),
+                    first.display()
+                ));
+                continue;
+            }
+            declared.insert(entry.name.clone(), path.clone());
+            entries.push(entry);
+        }
+        let warning = (!duplicates.is_empty()).then(|| duplicates.join("; "));
+        match (outcome, warning) {
+            (Some(mut outcome), warning) => {
+                outcome.warning = warning;
+                outcomes.push(outcome);
+            }
+            (None, Some(warning)) => outcomes.push(ConfigOutcome {
+                path: path.clone(),
+                error: None,
+                warning: Some(warning),
+            }),
+            (None, None) => {}
+        }
+    }
+    (entries, outcomes)
+}
+
+fn outcome_error(path: &Path, error: String) -> ConfigOutcome {
+    ConfigOutcome {
+        path: path.to_owned(),
+        error: Some(error),
+        warning: None,
+    }
+}
+
+/// A name for messages: quoted and cut, since names can be long.
+fn quote_name(name: &str) -> String {
+    if name.len() <= NAME_QUOTE_BYTES {
+        return format!("\"{name}\"");
+    }
+    let mut cut = NAME_QUOTE_BYTES;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("\"{}…\"", &name[..cut])
+}
+
+fn name_problems(name: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if name.is_empty() {
+        problems.push("empty name".to_owned());
+    }
+    if name.contains("__") {
+        problems.push("name contains \"__\"".to_owned());
+    }
+    if name.starts_with('_') || name.ends_with('_') {
+        problems.push("name starts or ends with \"_\"".to_owned());
+    }
+    if name.len() > MAX_SERVER_NAME_BYTES {
+        problems.push(format!("name is longer than {MAX_SERVER_NAME_BYTES} bytes"));
+    }
+    problems
+}
+
+/// Expands variables in every value of one entry, collecting unset variables by name.
+struct Expander<'a> {
+    env: &'a BTreeMap<String, String>,
+    missing: BTreeSet<String>,
+}
+
+impl Expander<'_> {
+    /// `${VAR}` and `${VAR:-default}` (default when unset or empty); anything else is literal.
+    fn expand(&mut self, input: &str) -> String {
+        let mut out = String::with_capacity(input.len());
+        let mut rest = input;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let Some(end) = after.find('}') else {
+                out.push_str(&rest[start..]);
+                return out;
+            };
+            let body = &after[..end];
+            let (name, default) = match body.split_once(":-") {
+                Some((name, default)) => (name, Some(default)),
+                None => (body, None),
+            };
+            if !is_variable_name(name) {
+                out.push_str(&rest[start..start + 2 + end + 1]);
+            } else {
+                match (self.env.get(name), default) {
+                    (Some(value), Some(default)) if value.is_empty() => out.push_str(default),
+                    (Some(value), _) => out.push_str(value),
+                    (None, Some(default)) => out.push_str(default),
+                    (None, None) => {
+                        self.missing.insert(name.to_owned());
+                    }
+                }
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn string_field<'a>(
+    entry: &'a Map<String, Value>,
+    field: &str,
+    problems: &mut Vec<String>,
+) -> Option<&'a str> {
+    match entry.get(field)? {
+        Value::String(value) => Some(value),
+        _ => {
+            problems.push(format!("\"{field}\" is not a string"));
+            None
+        }
+    }
+}
+
+fn string_map(
+    entry: &Map<String, Value>,
+    field: &str,
+    problems: &mut Vec<String>,
+) -> Vec<(String, String)> {
+    match entry.get(field) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(map)) => map
+            .iter()
+            .filter_map(|(key, value)| match value {
+                Value::String(value) => Some((key.clone(), value.clone())),
+                _ => {
+                    problems.push(format!("\"{field}\" value of {key:?} is not a string"));
+                    None
+                }
+            })
+            .collect(),
+        Some(_) => {
+            problems.push(format!("\"{field}\" is not an object"));
+            Vec::new()
+        }
+    }
+}
+
+fn parse_entry(
+    name: &str,
+    entry: &Map<String, Value>,
+    env: &BTreeMap<String, String>,
+) -> Result<TransportConfig, Vec<String>> {
+    let mut problems = name_problems(name);
+    let mut expander = Expander {
+        env,
+        missing: BTreeSet::new(),
+    };
+    let command = string_field(entry, "command", &mut problems);
+    let url = string_field(entry, "url", &mut problems);
+    let kind = string_field(entry, "type", &mut problems);
+
+    let transport = match (kind, command, url) {
+        (_, Some(_), Some(_)) => {
+            problems.push("both \"command\" and \"url\" are set".into());
+            None
+        }
+        (None, None, None) if !entry.contains_key("command") && !entry.contains_key("url") => {
+            problems.push("neither \"command\" nor \"url\" is set".into());
+            None
+        }
+        (Some("sse"), _, _) => {
+            problems.push("unsupported transport \"sse\"".into());
+            None
+        }
+        (Some("stdio"), None, _) => {
+            problems.push("type \"stdio\" requires \"command\"".into());
+            None
+        }
+        (Some("http" | "streamable-http"), _, None) => {
+            problems.push("type \"http\" requires \"url\"".into());
+            None
+        }
+        (Some(other), _, _) if !matches!(other, "stdio" | "http" | "streamable-http") => {
+            problems.push(format!("unknown type {other:?}"));
+            None
+        }
+        (_, Some(command), None) => Some(stdio(entry, command, &mut expander, &mut problems)),
+        (_, None, Some(url)) => Some(http(entry, url, &mut expander, &mut problems)),
+        // A present but mistyped command/url was reported by string_field.
+        (_, None, None) => None,
+    };
+    for variable in &expander.missing {
+        problems.push(format!("variable {variable} is not set and has no default"));
+    }
+    match transport {
+        Some(transport) if problems.is_empty() => Ok(transport),
+        _ => Err(problems),
+    }
+}
+
+fn stdio(
+    entry: &Map<String, Value>,
+    command: &str,
+    expander: &mut Expander<'_>,
+    problems: &mut Vec<String>,
+) -> TransportConfig {
+    let command = expander.expand(command);
+    if command.trim().is_empty() {
+        problems.push("\"command\" is empty".into());
+    }
+    let args = match entry.get("args") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(args)) => args
+            .iter()
+            .filter_map(|arg| match arg {
+                Value::String(arg) => Some(expander.expand(arg)),
+                _ => {
+                    problems.push("\"args\" contains a non-string".into());
+                    None
+                }
+            })
+            .collect(),
+        Some(_) => {
+            problems.push("\"args\" is not an array".into());
+            Vec::new()
+        }
+    };
+    let env = string_map(entry, "env", problems)
+        .into_iter()
+        .map(|(key, value)| (key, expander.expand(&value)))
+        .collect();
+    TransportConfig::Stdio { command, args, env }
+}
+
+fn http(
+    entry: &Map<String, Value>,
+    url: &str,
+    expander: &mut Expander<'_>,
+    problems: &mut Vec<String>,
+) -> TransportConfig {
+    let url = expander.expand(url);
+    // Messages never quote the URL: it may carry credentials.
+    match url::Url::parse(&url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {}
+        Ok(_) => problems.push("\"url\" is not an http or https URL".into()),
+        Err(error) => problems.push(format!("\"url\" is invalid: {error}")),
+    }
+    let mut headers = BTreeMap::new();
+    for (name, value) in string_map(entry, "headers", problems) {
+        let value = expander.expand(&value);
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            problems.push(format!("invalid header name {name:?}"));
+        } else if http::HeaderValue::from_str(&value).is_err() {
+            problems.push(format!("invalid value for header {name:?}"));
+        }
+        headers.insert(name, value);
+    }
+    TransportConfig::Http { url, headers }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env() -> BTreeMap<String, String> {
+        [
+            ("TOKEN", "tok-1234"),
+            ("EMPTY", ""),
+            ("HOST", "example.com"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    }
+
+    /// Parses `json` and renders entries and the outcome as one line each.
+    fn check(json: &str, expect: &[&str]) {
+        let (entries, outcome) =
+            parse_config_bytes(Path::new("/w/.mcp.json"), json.as_bytes(), &env());
+        let mut lines: Vec<String> = entries
+            .iter()
+            .map(|entry| match &entry.transport {
+                TransportConfig::Stdio { command, args, env } => {
+                    format!("{} stdio {command} {args:?} {env:?}", entry.name)
+                }
+                TransportConfig::Http { url, headers } => {
+                    format!("{} http {url} {headers:?}", entry.name)
+                }
+            })
+            .collect();
+        if let Some(outcome) = outcome {
+            lines.push(format!("error: {}", outcome.error.unwrap_or_default()));
+        }
+        assert_eq!(lines, expect, "input: {json}");
+    }
+
+    #[test]
+    fn structural_errors_reject_the_file() {
+        check(
+            "{",
+            &["error: invalid JSON: EOF while parsing an object at line 1 column 1"],
+        );
+        check("[]", &["error: the top level is not a JSON object"]);
+        check(
+            r#"{"mcpServers": []}"#,
+            &["error: \"mcpServers\" is not an object"],
+        );
+        check(
+            r#"{"mcpServers": {"ok": {"command": "a"}, "bad": 3}}"#,
+            &["error: server entry \"bad\" is not an object"],
+        );
+        check("{}", &[]);
+        check(r#"{"mcpServers": {}}"#, &[]);
+    }
+
+    #[test]
+    fn transports() {
+        check(
+            r#"{"mcpServers": {"a": {"command": "srv", "args": ["-x", "${TOKEN}"], "env": {"K": "v-${HOST}"}}}}"#,
+            &[r#"a stdio srv ["-x", "tok-1234"] {"K": "v-example.com"}"#],
+        );
+        check(
+            r#"{"mcpServers": {"h": {"url": "https://${HOST}/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}}}"#,
+            &[r#"h http https://example.com/mcp {"Authorization": "Bearer tok-1234"}"#],
+        );
+        check(
+            r#"{"mcpServers": {"h": {"type": "streamable-http", "url": "http://127.0.0.1:1/mcp"}}}"#,
+            &["h http http://127.0.0.1:1/mcp {}"],
+        );
+        check(
+            r#"{"mcpServers": {"s": {"type": "stdio", "command": "x", "args": null}}}"#,
+            &["s stdio x [] {}"],
+        );
+    }
+
+    #[test]
+    fn semantic_errors_reject_only_the_entry() {
+        check(
+            r#"{"mcpServers": {"good": {"command": "ok"}, "none": {}, "both": {"command": "a", "url": "http://h"}}}"#,
+            &[
+                "good stdio ok [] {}",
+                "error: 2 invalid server entries: \"both\": both \"command\" and \"url\" are set; \"none\": neither \"command\" nor \"url\" is set",
+            ],
+        );
+        check(
+            r#"{"mcpServers": {"a": {"type": "sse", "url": "http://h"}, "b": {"type": "ws", "url": "http://h"}, "c": {"type": "http", "command": "x"}}}"#,
+            &[
+                "error: 3 invalid server entries: \"a\": unsupported transport \"sse\"; \"b\": unknown type \"ws\"; \"c\": type \"http\" requires \"url\"",
+            ],
+        );
+        check(
+            r#"{"mcpServers": {"": {"command": "a"}, "a__b": {"command": "a"}, "_a": {"command": "a"}, "b_": {"command": "a"}}}"#,
+            &[
+                "error: 4 invalid server entries: \"\": empty name; \"_a\": name starts or ends with \"_\"; \"a__b\": name contains \"__\"; \"b_\": name starts or ends with \"_\"",
+            ],
+        );
+        check(
+            r#"{"mcpServers": {"v": {"command": "srv-${NOPE}", "env": {"A": "${ALSO_NOPE:-}", "B": "${EMPTY:-dflt}", "C": "${EMPTY}"}}}}"#,
+            &["error: 1 invalid server entry: \"v\": variable NOPE is not set and has no default"],
+        );
+        check(
+            r#"{"mcpServers": {"u": {"url": "ftp://${TOKEN}@h"}, "w": {"url": "http://h", "headers": {"bad name": "x", "ok": "line\nbreak"}}}}"#,
+            &[
+                "error: 2 invalid server entries: \"u\": \"url\" is not an http or https URL; \"w\": invalid header name \"bad name\", invalid value for header \"ok\"",
+            ],
+        );
+        check(
+            r#"{"mcpServers": {"t": {"command": 3, "args": "x", "env": {"A": 1}}}}"#,
+            &["error: 1 invalid server entry: \"t\": \"command\" is not a string"],
+        );
+    }
+
+    #[test]
+    fn long_names_are_rejected_and_quoted_short() {
+        let name = "n".repeat(MAX_SERVER_NAME_BYTES + 1);
+        let json = format!(r#"{{"mcpServers": {{"{name}": {{"command": "a"}}}}}}"#);
+        let quoted = format!("\"{}…\"", "n".repeat(NAME_QUOTE_BYTES));
+        check(
+            &json,
+            &[&format!(
+                "error: 1 invalid server entry: {quoted}: name is longer than 1024 bytes"
+            )],
+        );
+        let ok = "n".repeat(MAX_SERVER_NAME_BYTES);
+        let json = format!(r#"{{"mcpServers": {{"{ok}": {{"command": "a"}}}}}}"#);
+        let (entries, outcome) = parse_config_bytes(Path::new("x"), json.as_bytes(), &env());
+        assert_eq!((entries.len(), outcome), (1, None));
+    }
+
+    #[test]
+    fn expansion() {
+        let env = env();
+        let cases = [
+            ("plain", "plain", &[][..]),
+            ("${TOKEN}", "tok-1234", &[]),
+            ("a${HOST}b${TOKEN}", "aexample.combtok-1234", &[]),
+            ("${MISSING:-fallback}", "fallback", &[]),
+            ("${EMPTY:-fallback}", "fallback", &[]),
+            ("${EMPTY}", "", &[]),
+            ("${MISSING}", "", &["MISSING"]),
+            ("$TOKEN ${ unterminated", "$TOKEN ${ unterminated", &[]),
+            ("${not-a-name}", "${not-a-name}", &[]),
+        ];
+        for (input, expect, missing) in cases {
+            let mut expander = Expander {
+                env: &env,
+                missing: BTreeSet::new(),
+            };
+            assert_eq!(expander.expand(input), expect, "{input}");
+            let missing: BTreeSet<String> = missing.iter().map(|s| (*s).to_owned()).collect();
+            assert_eq!(expander.missing, missing, "{input}");
+        }
+    }
+
+    #[test]
+    fn files_missing_duplicate_paths_and_names() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = dir.path().join("a.json");
+        let second = dir.path().join("b.json");
+        let missing = dir.path().join("missing.json");
+        std::fs::write(
+            &first,
+            r#"{"mcpServers": {"x": {"command": "one"}, "bad": {}}}"#,
+        )
+        .expect("write");
+        std::fs::write(
+            &second,
+            r#"{"mcpServers": {"x": {"command": "two"}, "y": {"command": "three"}}}"#,
+        )
+        .expect("write");
+        let dotted = dir.path().join(".").join("a.json");
+        let (entries, outcomes) =
+            load_config_files(&[first.clone(), missing, dotted, second.clone()], &env());
+        let names: Vec<(&str, &Path)> = entries
+            .iter()
+            .map(|e| (e.name.as_str(), e.source.as_path()))
+            .collect();
+        assert_eq!(names, [("x", first.as_path()), ("y", second.as_path())]);
+        assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+        assert_eq!(outcomes[0].path, first);
+        assert!(
+            outcomes[0]
+                .error
+                .as_deref()
+                .unwrap_or_default()
+                .contains("\"bad\"")
+        );
+        assert_eq!(outcomes[1].path, second);
+        assert_eq!(outcomes[1].error, None);
+        assert_eq!(
+            outcomes[1].warning.as_deref(),
+            Some(
+                format!(
+                    "server \"x\" is already declared in {}; this declaration is ignored",
+                    first.display()
+                )
+                .as_str()
+            )
+        );
+    }
+
+    #[test]
+    fn unreadable_file_is_a_structural_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (entries, outcome) = parse_config_file(dir.path(), &env());
+        assert!(entries.is_empty());
+        let error = outcome.and_then(|o| o.error).unwrap_or_default();
+        assert!(error.starts_with("unreadable: "), "{error}");
+    }
+
+    #[test]
+    fn entry_secrets() {
+        let entry = ServerEntry {
+            name: "s".into(),
+            transport: TransportConfig::Http {
+                url: "https://u:pass-1234@h/p-secret?k=q-secret".into(),
+                headers: [("authorization".into(), "Bearer tok-abcd".into())].into(),
+            },
+            source: PathBuf::from("x"),
+        };
+        let out = crate::sanitize::sanitize_diagnostic(
+            "pass-1234 p-secret q-secret tok-abcd Bearer tok-abcd",
+            &entry.secrets(),
+        );
+        assert_eq!(
+            out,
+            "[redacted] [redacted] [redacted] [redacted] [redacted]"
+        );
+    }
+}

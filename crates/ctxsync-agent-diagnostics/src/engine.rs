@@ -1,0 +1,786 @@
+//! The MCP engine: one actor task owning every connection, publishing the report as it changes.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    hash::BuildHasher,
+    path::PathBuf,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use tokio::{
+    sync::{mpsc, oneshot, watch},
+    task::JoinHandle,
+    time::Instant,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    config::{ConfigOutcome, ServerEntry, load_config_files},
+    connection::{ConnectionTask, EventKind, ServerEvent},
+    process::ProcessGroups,
+    report::{Phase, Progress, Report, ServerReport, ToolInfo},
+    sanitize::{SecretSet, sanitize_diagnostic},
+};
+
+/// Default bound on one server's spawn + `initialize` + first complete `tools/list`.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default quiet period after a config file change before reloading.
+pub const DEFAULT_WATCH_DEBOUNCE: Duration = Duration::from_millis(250);
+/// Default first retry delay for a failed server.
+pub const DEFAULT_RETRY_INITIAL: Duration = Duration::from_secs(5);
+/// Default longest retry delay.
+pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(5 * 60);
+/// How long closing connections may take before their tasks are aborted (groups are
+/// SIGKILLed either way).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// A connection that lived this long before it was lost resets the retry backoff; one that
+/// dies sooner (a crash loop) keeps backing off.
+const STABLE_CONNECTION: Duration = Duration::from_secs(60);
+/// The default config file, relative to the workspace.
+const DEFAULT_CONFIG_FILE: &str = ".mcp.json";
+/// Prefix of the warning on a server whose reconnect failed (SPEC §3.2, verbatim).
+const RETAINED_WARNING: &str =
+    "reconnect with the updated configuration failed; tools are from the previous connection: ";
+
+/// Retry of failed servers: `initial` doubling to `max`, each delay jittered by ±20%.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Whether failed servers are retried at all.
+    pub enabled: bool,
+    /// Delay before the first retry.
+    pub initial_delay: Duration,
+    /// Upper bound of any delay.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            initial_delay: DEFAULT_RETRY_INITIAL,
+            max_delay: DEFAULT_RETRY_MAX,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before retry number `failures` (1-based), jittered, never above `max_delay`.
+    fn delay(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(30);
+        let base = self
+            .initial_delay
+            .saturating_mul(1u32 << doublings)
+            .min(self.max_delay);
+        // Spread retries of many servers that failed together; std's RandomState is seeded
+        // randomly per instance, which is all the randomness jitter needs.
+        let random = std::collections::hash_map::RandomState::new().hash_one(failures);
+        let factor = 0.8 + (random % 401) as f64 / 1000.0;
+        base.mul_f64(factor).min(self.max_delay)
+    }
+}
+
+/// How the engine is set up.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The workspace: stdio servers run here; `.mcp.json` is read from here.
+    pub workspace_dir: PathBuf,
+    /// Config files read after `<workspace>/.mcp.json` (relative paths are relative to the
+    /// workspace). Duplicates are read once.
+    pub config_paths: Vec<PathBuf>,
+    /// Bound on one server's spawn, `initialize` and first complete `tools/list`.
+    pub connect_timeout: Duration,
+    /// Retry of failed servers.
+    pub retry: RetryPolicy,
+    /// The agent's environment: expands `${VAR}`, is passed to stdio servers, and its values
+    /// (except non-secret names such as PATH) are redacted from diagnostics.
+    pub env: BTreeMap<String, String>,
+    /// Secrets the agent holds (e.g. its token) that must never appear in a diagnostic.
+    pub injected_secrets: Vec<String>,
+    /// Reload when a config file changes.
+    pub watch: bool,
+    /// Quiet period after a change before the reload.
+    pub watch_debounce: Duration,
+}
+
+impl EngineConfig {
+    /// Defaults: the process environment, 30 s timeout, retries, watching on.
+    pub fn new(workspace_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            workspace_dir: workspace_dir.into(),
+            config_paths: Vec::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            retry: RetryPolicy::default(),
+            // Non-UTF-8 variables cannot appear in a JSON config or a diagnostic; skip them.
+            env: std::env::vars_os()
+                .filter_map(|(name, value)| {
+                    Some((name.into_string().ok()?, value.into_string().ok()?))
+                })
+                .collect(),
+            injected_secrets: Vec::new(),
+            watch: true,
+            watch_debounce: DEFAULT_WATCH_DEBOUNCE,
+        }
+    }
+
+    /// All config files in order, absolute.
+    fn files(&self) -> Vec<PathBuf> {
+        let mut files = vec![self.workspace_dir.join(DEFAULT_CONFIG_FILE)];
+        files.extend(
+            self.config_paths
+                .iter()
+                .map(|path| self.workspace_dir.join(path)),
+        );
+        files
+    }
+}
+
+/// Errors at the engine's boundary.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// The engine was closed (or dropped) before the request finished.
+    #[error("the MCP engine is closed")]
+    Closed,
+}
+
+type Waiter = oneshot::Sender<Result<Arc<Report>, EngineError>>;
+
+pub(crate) enum Command {
+    Reload(Waiter),
+    FilesChanged,
+    Close(oneshot::Sender<()>),
+}
+
+/// The running MCP engine. Dropping it kills every server process group at once; prefer
+/// [`Engine::close`] for an orderly shutdown.
+#[derive(Debug)]
+pub struct Engine {
+    commands: mpsc::UnboundedSender<Command>,
+    report: watch::Receiver<Arc<Report>>,
+    progress: watch::Receiver<Progress>,
+    groups: Arc<ProcessGroups>,
+    actor: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Starts the engine and its initial reload. Must be called inside a Tokio runtime.
+    pub fn start(config: EngineConfig) -> Engine {
+        let mut config = config;
+        if config.workspace_dir.is_relative()
+            && let Ok(cwd) = std::env::current_dir()
+        {
+            config.workspace_dir = cwd.join(&config.workspace_dir);
+        }
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let (report_tx, report) = watch::channel(Arc::new(Report::initial()));
+        let (progress_tx, progress) = watch::channel(Progress::default());
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let groups = Arc::new(ProcessGroups::default());
+        let files = config.files();
+        let watcher = if config.watch {
+            crate::watch::watch_files(&files, commands.downgrade())
+        } else {
+            None
+        };
+        let mut base_secrets = SecretSet::new();
+        base_secrets.insert_environment(config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        for secret in &config.injected_secrets {
+            base_secrets.insert(secret);
+        }
+        let actor = Actor {
+            files,
+            agent_env: Arc::new(config.env.clone()),
+            secrets: Arc::new(base_secrets.clone()),
+            base_secrets,
+            config,
+            slots: BTreeMap::new(),
+            task_names: HashMap::new(),
+            config_outcomes: Vec::new(),
+            phase: Phase::Pending,
+            reload: None,
+            queued: None,
+            progress: Progress::default(),
+            next_id: 0,
+            events_tx,
+            events_rx,
+            commands_rx,
+            report_tx,
+            progress_tx,
+            groups: groups.clone(),
+            closing: Vec::new(),
+            debounce: None,
+            _watcher: watcher,
+        };
+        let actor = tokio::spawn(actor.run());
+        Engine {
+            commands,
+            report,
+            progress,
+            groups,
+            actor: Mutex::new(Some(actor)),
+        }
+    }
+
+    /// The current report. Never blocks on I/O.
+    pub fn report(&self) -> Arc<Report> {
+        self.report.borrow().clone()
+    }
+
+    /// A receiver that is notified on every change of the report (and never without one).
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Report>> {
+        self.report.clone()
+    }
+
+    /// Progress of the current reload ("Starting MCP servers (k/n): name").
+    pub fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress.clone()
+    }
+
+    /// Re-reads the config files and applies the difference; resolves when every connect
+    /// attempt of that reload has a result. Requests during a reload coalesce into one next
+    /// reload.
+    pub async fn reload(&self) -> Result<Arc<Report>, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Reload(tx))
+            .map_err(|_| EngineError::Closed)?;
+        rx.await.map_err(|_| EngineError::Closed)?
+    }
+
+    /// Closes every connection and kills every server process group; idempotent.
+    pub async fn close(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Close(tx)).is_ok() {
+            // An error means the actor already stopped, which is what we want.
+            let _ = rx.await;
+        }
+        let actor = self
+            .actor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(actor) = actor {
+            // A panicked actor has nothing left to clean up; the groups are killed below.
+            let _ = actor.await;
+        }
+        self.groups.kill_all();
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Synchronous, so no server outlives the engine even if the runtime is going away.
+        self.groups.kill_all();
+    }
+}
+
+/// A running connection task.
+#[derive(Debug)]
+struct TaskHandle {
+    id: u64,
+    cancel: CancellationToken,
+    join: JoinHandle<()>,
+}
+
+/// A connected server.
+#[derive(Debug)]
+struct Live {
+    entry: ServerEntry,
+    task: TaskHandle,
+    tools: Vec<ToolInfo>,
+    list_warning: Option<String>,
+    /// Set while a newer configuration failed to connect and this connection was kept.
+    retained_warning: Option<String>,
+    connected_at: Instant,
+}
+
+/// What one declared name currently is.
+#[derive(Debug, Default)]
+struct Slot {
+    live: Option<Live>,
+    attempt: Option<(ServerEntry, TaskHandle)>,
+    failed: Option<(ServerEntry, String)>,
+    failures: u32,
+    retry_due: Option<Instant>,
+}
+
+impl Slot {
+    fn report(&self, name: &str) -> Option<ServerReport> {
+        if let Some(live) = &self.live {
+            let warnings: Vec<&str> = [&live.retained_warning, &live.list_warning]
+                .into_iter()
+                .flatten()
+                .map(String::as_str)
+                .collect();
+            return Some(ServerReport {
+                name: name.to_owned(),
+                connected: true,
+                tools: live.tools.clone(),
+                error: None,
+                warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
+            });
+        }
+        self.failed.as_ref().map(|(_, error)| ServerReport {
+            name: name.to_owned(),
+            connected: false,
+            tools: Vec::new(),
+            error: Some(error.clone()),
+            warning: None,
+        })
+    }
+}
+
+/// One reload in progress.
+#[derive(Debug)]
+struct ReloadRun {
+    /// Attempts it waits for: task id → server name.
+    waiting: BTreeMap<u64, String>,
+    total: usize,
+    waiters: Vec<Waiter>,
+    initial: bool,
+}
+
+struct Actor {
+    config: EngineConfig,
+    files: Vec<PathBuf>,
+    agent_env: Arc<BTreeMap<String, String>>,
+    base_secrets: SecretSet,
+    secrets: Arc<SecretSet>,
+    slots: BTreeMap<String, Slot>,
+    task_names: HashMap<u64, String>,
+    config_outcomes: Vec<ConfigOutcome>,
+    phase: Phase,
+    reload: Option<ReloadRun>,
+    queued: Option<Vec<Waiter>>,
+    progress: Progress,
+    next_id: u64,
+    events_tx: mpsc::UnboundedSender<ServerEvent>,
+    events_rx: mpsc::UnboundedReceiver<ServerEvent>,
+    commands_rx: mpsc::UnboundedReceiver<Command>,
+    report_tx: watch::Sender<Arc<Report>>,
+    progress_tx: watch::Sender<Progress>,
+    groups: Arc<ProcessGroups>,
+    /// Connections being closed in the background (replaced ones).
+    closing: Vec<JoinHandle<()>>,
+    debounce: Option<Instant>,
+    _watcher: Option<notify::RecommendedWatcher>,
+}
+
+impl Actor {
+    async fn run(mut self) {
+        self.start_reload(Vec::new(), true).await;
+        loop {
+            if self.reload.is_none()
+                && let Some(waiters) = self.queued.take()
+            {
+                self.start_reload(waiters, false).await;
+                continue;
+            }
+            self.closing.retain(|join| !join.is_finished());
+            let retry_at = self.next_retry();
+            tokio::select! {
+                command = self.commands_rx.recv() => match command {
+                    // Every Engine handle is gone.
+                    None => break,
+                    Some(Command::Reload(waiter)) => self.request_reload(Some(waiter)),
+                    Some(Command::FilesChanged) => {
+                        self.debounce = Some(Instant::now() + self.config.watch_debounce);
+                    }
+                    Some(Command::Close(done)) => {
+                        self.shutdown().await;
+                        let _ = done.send(());
+                        return;
+                    }
+                },
+                Some(event) = self.events_rx.recv() => self.on_event(event),
+                () = sleep_until_opt(self.debounce) => {
+                    self.debounce = None;
+                    self.request_reload(None);
+                }
+                () = sleep_until_opt(retry_at) => self.start_due_retries(),
+            }
+        }
+        self.shutdown().await;
+    }
+
+    fn request_reload(&mut self, waiter: Option<Waiter>) {
+        self.queued.get_or_insert_with(Vec::new).extend(waiter);
+    }
+
+    async fn start_reload(&mut self, waiters: Vec<Waiter>, initial: bool) {
+        let files = self.files.clone();
+        let env = self.agent_env.clone();
+        // File I/O off the runtime threads; the actor just waits for the parse.
+        let (entries, outcomes) =
+            tokio::task::spawn_blocking(move || load_config_files(&files, &env))
+                .await
+                .unwrap_or_default();
+
+        let mut secrets = self.base_secrets.clone();
+        for entry in &entries {
+            secrets.extend(&entry.secrets());
+        }
+        self.secrets = Arc::new(secrets);
+        self.config_outcomes = outcomes
+            .into_iter()
+            .map(|outcome| ConfigOutcome {
+                error: outcome
+                    .error
+                    .map(|e| sanitize_diagnostic(&e, &self.secrets)),
+                warning: outcome
+                    .warning
+                    .map(|w| sanitize_diagnostic(&w, &self.secrets)),
+                path: outcome.path,
+            })
+            .collect();
+
+        self.reload = Some(ReloadRun {
+            waiting: BTreeMap::new(),
+            total: 0,
+            waiters,
+            initial,
+        });
+        let desired: BTreeMap<String, ServerEntry> = entries
+            .into_iter()
+            .map(|entry| (entry.name.clone(), entry))
+            .collect();
+
+        let removed: Vec<String> = self
+            .slots
+            .keys()
+            .filter(|name| !desired.contains_key(*name))
+            .cloned()
+            .collect();
+        let mut closing = Vec::new();
+        for name in removed {
+            if let Some(slot) = self.slots.remove(&name) {
+                closing.extend(slot.live.map(|live| live.task));
+                closing.extend(slot.attempt.map(|(_, task)| task));
+            }
+        }
+        let closing: Vec<JoinHandle<()>> = closing.into_iter().map(|t| self.cancel(t)).collect();
+        // Removal is finished when the reload says so: wait for the processes to be gone.
+        close_all(closing).await;
+
+        for (name, entry) in desired {
+            self.apply(name, entry);
+        }
+        self.publish();
+        self.finish_reload_if_done();
+    }
+
+    /// Brings one declared server in line with `entry`.
+    fn apply(&mut self, name: String, entry: ServerEntry) {
+        let slot = self.slots.entry(name.clone()).or_default();
+        if let Some((pending, task)) = &slot.attempt {
+            if pending.transport == entry.transport {
+                let id = task.id;
+                self.wait_for(id, &name);
+                return;
+            }
+            let (_, task) = slot.attempt.take().expect("checked above");
+            let join = self.cancel(task);
+            self.closing.push(join);
+        }
+        let slot = self.slots.get_mut(&name).expect("inserted above");
+        if let Some(live) = &mut slot.live
+            && live.entry.transport == entry.transport
+        {
+            // Unchanged, or restored after a failed reconnect: the old warning no longer applies.
+            live.retained_warning = None;
+            return;
+        }
+        let failed_unchanged = slot
+            .failed
+            .as_ref()
+            .is_some_and(|(failed, _)| failed.transport == entry.transport);
+        if slot.live.is_none() && failed_unchanged && slot.retry_due.is_some() {
+            return; // its scheduled retry covers it
+        }
+        // New, changed, or failed with a different configuration: connect anew. A live
+        // connection stays until the new one succeeds.
+        slot.retry_due = None;
+        if !failed_unchanged {
+            slot.failures = 0;
+        }
+        let id = self.spawn_attempt(&name, entry);
+        self.wait_for(id, &name);
+    }
+
+    fn wait_for(&mut self, id: u64, name: &str) {
+        if let Some(run) = &mut self.reload
+            && run.waiting.insert(id, name.to_owned()).is_none()
+        {
+            run.total += 1;
+        }
+    }
+
+    fn spawn_attempt(&mut self, name: &str, entry: ServerEntry) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let cancel = CancellationToken::new();
+        let task = ConnectionTask {
+            id,
+            entry: entry.clone(),
+            workspace_dir: self.config.workspace_dir.clone(),
+            agent_env: self.agent_env.clone(),
+            secrets: self.secrets.clone(),
+            timeout: self.config.connect_timeout,
+            events: self.events_tx.clone(),
+            cancel: cancel.clone(),
+            groups: self.groups.clone(),
+        };
+        let join = tokio::spawn(task.run());
+        self.task_names.insert(id, name.to_owned());
+        let slot = self.slots.entry(name.to_owned()).or_default();
+        slot.attempt = Some((entry, TaskHandle { id, cancel, join }));
+        id
+    }
+
+    /// Cancels a task and forgets it; the returned handle resolves once it has cleaned up.
+    fn cancel(&mut self, task: TaskHandle) -> JoinHandle<()> {
+        task.cancel.cancel();
+        self.task_names.remove(&task.id);
+        if let Some(run) = &mut self.reload {
+            run.waiting.remove(&task.id);
+        }
+        task.join
+    }
+
+    fn on_event(&mut self, event: ServerEvent) {
+        let Some(name) = self.task_names.get(&event.id).cloned() else {
+            return; // from a task we already cancelled
+        };
+        let Some(slot) = self.slots.get_mut(&name) else {
+            return;
+        };
+        let is_attempt = slot
+            .attempt
+            .as_ref()
+            .is_some_and(|(_, task)| task.id == event.id);
+        match event.kind {
+            EventKind::Connected { tools, warning } if is_attempt => {
+                let (entry, task) = slot.attempt.take().expect("is_attempt");
+                let replaced = slot.live.replace(Live {
+                    entry,
+                    task,
+                    tools,
+                    list_warning: warning,
+                    retained_warning: None,
+                    connected_at: Instant::now(),
+                });
+                slot.failed = None;
+                slot.retry_due = None;
+                if let Some(old) = replaced {
+                    let join = self.cancel(old.task);
+                    self.closing.push(join);
+                }
+                self.attempt_finished(event.id);
+            }
+            EventKind::ConnectFailed { error } if is_attempt => {
+                let (entry, task) = slot.attempt.take().expect("is_attempt");
+                self.task_names.remove(&task.id);
+                if let Some(live) = &mut slot.live {
+                    // Keep what works; the live entry keeps its old config, so the next
+                    // reload sees a difference and tries the new one again.
+                    let warning = format!("{RETAINED_WARNING}{error}");
+                    live.retained_warning = Some(sanitize_diagnostic(&warning, &self.secrets));
+                } else {
+                    slot.failed = Some((entry, error));
+                    schedule_retry(slot, &self.config.retry);
+                }
+                self.attempt_finished(event.id);
+            }
+            EventKind::ToolsChanged { tools, warning } => {
+                if let Some(live) = slot.live.as_mut().filter(|l| l.task.id == event.id) {
+                    live.tools = tools;
+                    live.list_warning = warning;
+                    self.publish();
+                }
+            }
+            EventKind::Lost { error } => {
+                if slot.live.as_ref().is_some_and(|l| l.task.id == event.id) {
+                    let live = slot.live.take().expect("checked");
+                    self.task_names.remove(&event.id);
+                    if live.connected_at.elapsed() >= STABLE_CONNECTION {
+                        slot.failures = 0;
+                    }
+                    if slot.attempt.is_none() {
+                        slot.failed = Some((live.entry, error));
+                        schedule_retry(slot, &self.config.retry);
+                    }
+                    self.closing.push(live.task.join);
+                    self.publish();
+                }
+            }
+            // A connect result for a task that is no longer this slot's attempt.
+            EventKind::Connected { .. } | EventKind::ConnectFailed { .. } => {}
+        }
+    }
+
+    fn attempt_finished(&mut self, id: u64) {
+        if let Some(run) = &mut self.reload {
+            run.waiting.remove(&id);
+        }
+        self.publish();
+        self.finish_reload_if_done();
+    }
+
+    fn finish_reload_if_done(&mut self) {
+        if !self
+            .reload
+            .as_ref()
+            .is_some_and(|run| run.waiting.is_empty())
+        {
+            return;
+        }
+        let run = self.reload.take().expect("checked");
+        if run.initial {
+            self.phase = Phase::Complete;
+        }
+        self.publish();
+        let report = self.report_tx.borrow().clone();
+        for waiter in run.waiters {
+            let _ = waiter.send(Ok(report.clone()));
+        }
+    }
+
+    fn next_retry(&self) -> Option<Instant> {
+        self.slots
+            .values()
+            .filter(|slot| slot.live.is_none() && slot.attempt.is_none())
+            .filter_map(|slot| slot.retry_due)
+            .min()
+    }
+
+    fn start_due_retries(&mut self) {
+        let now = Instant::now();
+        let due: Vec<(String, ServerEntry)> = self
+            .slots
+            .iter()
+            .filter(|(_, slot)| slot.live.is_none() && slot.attempt.is_none())
+            .filter(|(_, slot)| slot.retry_due.is_some_and(|due| due <= now))
+            .filter_map(|(name, slot)| Some((name.clone(), slot.failed.as_ref()?.0.clone())))
+            .collect();
+        for (name, entry) in due {
+            if let Some(slot) = self.slots.get_mut(&name) {
+                slot.retry_due = None;
+            }
+            let id = self.spawn_attempt(&name, entry);
+            // A retry that overlaps a reload counts for it, so reload() sees its result.
+            if self.reload.is_some() {
+                self.wait_for(id, &name);
+            }
+        }
+    }
+
+    fn publish(&mut self) {
+        let report = Report {
+            phase: self.phase,
+            servers: self
+                .slots
+                .iter()
+                .filter_map(|(name, slot)| slot.report(name))
+                .collect(),
+            config_outcomes: self.config_outcomes.clone(),
+        };
+        self.report_tx.send_if_modified(|current| {
+            if **current == report {
+                return false;
+            }
+            *current = Arc::new(report);
+            true
+        });
+        if let Some(run) = &self.reload {
+            let mut connecting: Vec<String> = run.waiting.values().cloned().collect();
+            connecting.sort();
+            connecting.dedup();
+            self.progress = Progress {
+                total: run.total,
+                finished: run.total - run.waiting.len(),
+                connecting,
+            };
+        } else {
+            self.progress.finished = self.progress.total;
+            self.progress.connecting.clear();
+        }
+        let progress = self.progress.clone();
+        self.progress_tx.send_if_modified(|current| {
+            if *current == progress {
+                return false;
+            }
+            *current = progress;
+            true
+        });
+    }
+
+    async fn shutdown(&mut self) {
+        let mut joins = std::mem::take(&mut self.closing);
+        let slots = std::mem::take(&mut self.slots);
+        for slot in slots.into_values() {
+            for task in slot
+                .live
+                .map(|l| l.task)
+                .into_iter()
+                .chain(slot.attempt.map(|a| a.1))
+            {
+                task.cancel.cancel();
+                joins.push(task.join);
+            }
+        }
+        close_all(joins).await;
+        self.groups.kill_all();
+        // Pending reload() callers learn that the engine closed.
+        if let Some(run) = self.reload.take() {
+            for waiter in run.waiters {
+                let _ = waiter.send(Err(EngineError::Closed));
+            }
+        }
+        for waiter in self.queued.take().into_iter().flatten() {
+            let _ = waiter.send(Err(EngineError::Closed));
+        }
+    }
+}
+
+fn schedule_retry(slot: &mut Slot, policy: &RetryPolicy) {
+    if !policy.enabled {
+        return;
+    }
+    slot.failures = slot.failures.saturating_add(1);
+    slot.retry_due = Some(Instant::now() + policy.delay(slot.failures));
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits (bounded) for cancelled connection tasks; tasks that overrun are aborted, which drops
+/// their processes and so kills their groups.
+async fn close_all(joins: Vec<JoinHandle<()>>) {
+    let deadline = Instant::now() + CLOSE_TIMEOUT;
+    for mut join in joins {
+        if tokio::time::timeout_at(deadline, &mut join).await.is_err() {
+            join.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delays_double_with_jitter_and_cap() {
+        let policy = RetryPolicy::default();
+        for (failures, base) in [(1, 5.0), (2, 10.0), (3, 20.0), (7, 300.0), (40, 300.0)] {
+            let delay = policy.delay(failures).as_secs_f64();
+            assert!(
+                delay >= base * 0.8 - 1e-9 && delay <= (base * 1.2).min(300.0) + 1e-9,
+                "failures {failures}: {delay}"
+            );
+        }
+    }
+}

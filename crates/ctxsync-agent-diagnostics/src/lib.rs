@@ -1,0 +1,32 @@
+//! Agent-side MCP discovery for ctxsync (layer 1).
+//!
+//! This crate owns what is true about MCP in a workspace: parsing `.mcp.json` files
+//! ([`load_config_files`], with structural and semantic errors as data), the [`Engine`] that
+//! connects to every declared server with rmcp (stdio child processes in their own process
+//! groups, or streamable HTTP), lists their tools with a cursor guard and a tool cap, reloads
+//! differentially when config files change, retries failed servers, and publishes one
+//! immutable [`Report`] (phase, per-server and per-file outcomes) that readers get without
+//! blocking. Every diagnostic leaving it is sanitized and bounded ([`sanitize_diagnostic`]).
+//!
+//! It must never know about protobuf, gRPC or databases, and never depends on another ctxsync
+//! crate (only `ctxsync-mcp-fixture`, as a dev-dependency for tests).
+
+mod config;
+mod connection;
+mod engine;
+mod process;
+mod report;
+mod sanitize;
+mod watch;
+
+pub use config::{
+    ConfigOutcome, MAX_SERVER_NAME_BYTES, ServerEntry, TransportConfig, load_config_files,
+    parse_config_bytes, parse_config_file,
+};
+pub use connection::{MAX_TOOL_PAGES, MAX_TOOLS_PER_SERVER};
+pub use engine::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX, DEFAULT_WATCH_DEBOUNCE,
+    Engine, EngineConfig, EngineError, RetryPolicy,
+};
+pub use report::{Phase, Progress, Report, ServerReport, ToolInfo};
+pub use sanitize::{MAX_DIAGNOSTIC_BYTES, REDACTED, SecretSet, sanitize_diagnostic};

@@ -1,0 +1,189 @@
+//! Shared helpers for engine tests: temp workspaces, fixture entries, report history, pids.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use ctxsync_agent_diagnostics::{Engine, EngineConfig, Report, RetryPolicy, ServerReport};
+use ctxsync_mcp_fixture::FixtureConfig;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+/// Upper bound for anything that should happen soon; tests never wait this long when passing.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+/// Connect timeout for tests whose servers are expected to answer.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn fixture_bin() -> &'static Path {
+    ctxsync_mcp_fixture::binary_path().expect("the ctxsync-mcp-fixture binary")
+}
+
+/// A `.mcp.json` entry that runs the fixture over stdio.
+pub fn fixture_entry(config: &FixtureConfig) -> Value {
+    json!({"command": fixture_bin(), "args": config.to_args()})
+}
+
+/// A temporary workspace directory.
+pub struct Workspace {
+    dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes `{"mcpServers": servers}` to `<workspace>/.mcp.json`.
+    pub fn write_servers(&self, servers: Value) {
+        self.write(".mcp.json", &json!({"mcpServers": servers}).to_string());
+    }
+
+    pub fn write(&self, name: &str, text: &str) {
+        // Write-then-rename so a watching engine never reads a half-written file.
+        let tmp = self.file(&format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).expect("write config");
+        std::fs::rename(&tmp, self.file(name)).expect("rename config");
+    }
+
+    /// Engine config for this workspace: small env, no watching, no retries.
+    pub fn engine_config(&self) -> EngineConfig {
+        let mut config = EngineConfig::new(self.path());
+        config.env = base_env();
+        config.watch = false;
+        config.connect_timeout = CONNECT_TIMEOUT;
+        config.retry = RetryPolicy {
+            enabled: false,
+            ..RetryPolicy::default()
+        };
+        config
+    }
+}
+
+/// PATH and HOME only: enough to run `sh`, nothing that would be redacted.
+pub fn base_env() -> BTreeMap<String, String> {
+    ["PATH", "HOME"]
+        .into_iter()
+        .filter_map(|name| Some((name.to_owned(), std::env::var(name).ok()?)))
+        .collect()
+}
+
+/// Waits until the report satisfies `done`.
+pub async fn wait_for(
+    rx: &mut watch::Receiver<Arc<Report>>,
+    what: &str,
+    done: impl Fn(&Report) -> bool,
+) -> Arc<Report> {
+    let waited = tokio::time::timeout(PATIENCE, rx.wait_for(|report| done(report)))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|report| report.clone());
+    match waited {
+        Some(report) => report,
+        None => panic!(
+            "timed out waiting for {what}; last report: {:#?}",
+            rx.borrow()
+        ),
+    }
+}
+
+pub async fn complete(engine: &Engine) -> Arc<Report> {
+    let mut rx = engine.subscribe();
+    wait_for(&mut rx, "phase complete", |r| {
+        r.phase == ctxsync_agent_diagnostics::Phase::Complete
+    })
+    .await
+}
+
+pub fn server<'a>(report: &'a Report, name: &str) -> &'a ServerReport {
+    report
+        .server(name)
+        .unwrap_or_else(|| panic!("no server {name} in {report:#?}"))
+}
+
+pub fn tool_names(server: &ServerReport) -> Vec<&str> {
+    server.tools.iter().map(|tool| tool.name.as_str()).collect()
+}
+
+/// Every report the engine published, in order, from the moment of the call.
+pub struct History {
+    reports: Arc<Mutex<Vec<Arc<Report>>>>,
+}
+
+impl History {
+    pub fn record(engine: &Engine) -> Self {
+        let mut rx = engine.subscribe();
+        let reports = Arc::new(Mutex::new(vec![rx.borrow_and_update().clone()]));
+        let sink = reports.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let report = rx.borrow_and_update().clone();
+                sink.lock().expect("history").push(report);
+            }
+        });
+        Self { reports }
+    }
+
+    pub fn reports(&self) -> Vec<Arc<Report>> {
+        self.reports.lock().expect("history").clone()
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => {
+            // The state follows the parenthesized command name.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            !matches!(state, Some('Z' | 'X') | None)
+        }
+    }
+}
+
+/// Waits until the process is gone (killing is asynchronous in the kernel).
+pub async fn assert_gone(pid: u32, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while alive(pid) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} (pid {pid}) is still alive"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reads a pid file once it has been written.
+pub async fn read_pid(path: &Path) -> u32 {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && let Ok(pid) = text.trim().parse()
+        {
+            return pid;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pid in {}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,511 @@
+//! The fixture's scripted behaviour: one type that is both the CLI (clap) and the builder.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Parser, ValueEnum};
+use serde_json::Value;
+
+/// How the fixture talks MCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FixtureTransport {
+    /// JSON-RPC lines on stdin/stdout.
+    Stdio,
+    /// MCP streamable HTTP on a loopback port; the URL is printed on stdout.
+    Http,
+}
+
+/// One tool the fixture offers, as given with `--tool-json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// Tool name.
+    pub name: String,
+    /// Tool description.
+    pub description: String,
+    /// JSON schema of the input (an object).
+    pub input_schema: serde_json::Map<String, Value>,
+}
+
+impl ToolSpec {
+    /// A tool with an object schema taking one optional string `value`.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"value": {"type": "string"}}
+        });
+        let Value::Object(input_schema) = schema else {
+            unreachable!("literal is an object")
+        };
+        Self {
+            name: name.into(),
+            description: description.into(),
+            input_schema,
+        }
+    }
+
+    fn to_json(&self) -> String {
+        serde_json::json!({
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+        })
+        .to_string()
+    }
+}
+
+fn parse_tool_json(text: &str) -> Result<ToolSpec, String> {
+    let value: Value = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    let name = value
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("missing string field \"name\"")?;
+    let description = value
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let input_schema = match value.get("inputSchema") {
+        None => ToolSpec::new(name, description).input_schema,
+        Some(Value::Object(schema)) => schema.clone(),
+        Some(_) => return Err("\"inputSchema\" must be an object".into()),
+    };
+    Ok(ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        input_schema,
+    })
+}
+
+fn parse_header(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text
+        .split_once(':')
+        .ok_or("expected NAME:VALUE, e.g. x-api-key:secret")?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err("empty header name".into());
+    }
+    Ok((name.to_ascii_lowercase(), value.trim().to_owned()))
+}
+
+/// Scripted behaviour of one fixture server.
+///
+/// Every field is a CLI flag of the `ctxsync-mcp-fixture` binary and has a builder method,
+/// and [`FixtureConfig::to_args`] turns a built value back into flags, so tests can script a
+/// child process and an in-process server the same way.
+#[derive(Debug, Clone, PartialEq, Parser)]
+#[command(
+    name = "ctxsync-mcp-fixture",
+    version,
+    about = "A scripted MCP server for ctxsync tests, demos and benchmarks"
+)]
+pub struct FixtureConfig {
+    /// Transport to serve.
+    #[arg(long, value_enum, default_value = "stdio")]
+    transport: FixtureTransport,
+    /// Address to bind in HTTP mode.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// HTTP mode: answer 401 unless the request carries this header (NAME:VALUE).
+    #[arg(long, value_name = "NAME:VALUE", value_parser = parse_header)]
+    require_header: Option<(String, String)>,
+    /// Number of generated tools (`tool_0`, `tool_1`, ...), after any `--tool-json` tools.
+    #[arg(long, default_value_t = 2)]
+    tools: usize,
+    /// An explicit tool: `{"name": .., "description": .., "inputSchema": {..}}` (repeatable).
+    #[arg(long = "tool-json", value_name = "JSON", value_parser = parse_tool_json)]
+    tool_specs: Vec<ToolSpec>,
+    /// Also offer a `whoami` tool that returns this instance's nonce.
+    #[arg(long)]
+    whoami: bool,
+    /// Append ` [nonce <nonce>]` to every tool description.
+    #[arg(long)]
+    nonce_in_descriptions: bool,
+    /// The per-instance nonce (random when absent).
+    #[arg(long)]
+    nonce: Option<String>,
+    /// Wait this long before answering `initialize`.
+    #[arg(long, default_value_t = 0)]
+    init_delay_ms: u64,
+    /// Never answer `initialize`.
+    #[arg(long)]
+    hang: bool,
+    /// Answer `initialize` with a JSON-RPC error carrying this message.
+    #[arg(long, value_name = "MESSAGE")]
+    fail_initialize: Option<String>,
+    /// Exit at start, before reading any request (process mode only).
+    #[arg(long)]
+    exit_on_start: bool,
+    /// Exit this long after the client's `initialized` notification (process mode only).
+    #[arg(long)]
+    exit_after_ms: Option<u64>,
+    /// Exit code for `--exit-on-start`, `--exit-after-ms` and `--stderr-secret`.
+    #[arg(long, default_value_t = 1)]
+    exit_code: i32,
+    /// Exit (by any exit flag) only if this file does not exist yet, and create it: the next
+    /// process started with the same marker behaves well.
+    #[arg(long, value_name = "PATH")]
+    exit_once_marker: Option<PathBuf>,
+    /// Page `tools/list` with this many tools per page.
+    #[arg(long)]
+    page_size: Option<usize>,
+    /// Return the same `nextCursor` on every page, forever.
+    #[arg(long)]
+    repeat_cursor: bool,
+    /// Write this text to stderr, then exit with `--exit-code` (process mode only).
+    #[arg(long, value_name = "TEXT")]
+    stderr_secret: Option<String>,
+    /// Write this many bytes to stderr at start.
+    #[arg(long, default_value_t = 0)]
+    stderr_flood_bytes: usize,
+    /// This long after `initialized`, replace the tools with `--changed-tools` generated ones
+    /// (`changed_0`, ...) and send `notifications/tools/list_changed`.
+    #[arg(long)]
+    change_tools_after_ms: Option<u64>,
+    /// Number of tools after the change.
+    #[arg(long, default_value_t = 1)]
+    changed_tools: usize,
+    /// Write the process id to this file at start (process mode only).
+    #[arg(long, value_name = "PATH")]
+    pid_file: Option<PathBuf>,
+}
+
+impl Default for FixtureConfig {
+    fn default() -> Self {
+        Self::parse_from(["ctxsync-mcp-fixture"])
+    }
+}
+
+impl FixtureConfig {
+    /// The default: stdio, two generated tools, answers at once.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Parses CLI flags (without the program name).
+    pub fn from_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let program = std::iter::once(std::ffi::OsString::from("ctxsync-mcp-fixture"));
+        Self::try_parse_from(program.chain(args.into_iter().map(Into::into)))
+    }
+
+    /// The CLI flags (without the program name) that reproduce this configuration.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        let mut flag = |name: &str, value: Option<String>| {
+            args.push(format!("--{name}"));
+            args.extend(value);
+        };
+        if self.transport == FixtureTransport::Http {
+            flag("transport", Some("http".into()));
+        }
+        flag("listen", Some(self.listen.to_string()));
+        if let Some((name, value)) = &self.require_header {
+            flag("require-header", Some(format!("{name}:{value}")));
+        }
+        flag("tools", Some(self.tools.to_string()));
+        for spec in &self.tool_specs {
+            flag("tool-json", Some(spec.to_json()));
+        }
+        if self.whoami {
+            flag("whoami", None);
+        }
+        if self.nonce_in_descriptions {
+            flag("nonce-in-descriptions", None);
+        }
+        if let Some(nonce) = &self.nonce {
+            flag("nonce", Some(nonce.clone()));
+        }
+        flag("init-delay-ms", Some(self.init_delay_ms.to_string()));
+        if self.hang {
+            flag("hang", None);
+        }
+        if let Some(message) = &self.fail_initialize {
+            flag("fail-initialize", Some(message.clone()));
+        }
+        if self.exit_on_start {
+            flag("exit-on-start", None);
+        }
+        if let Some(ms) = self.exit_after_ms {
+            flag("exit-after-ms", Some(ms.to_string()));
+        }
+        flag("exit-code", Some(self.exit_code.to_string()));
+        if let Some(path) = &self.exit_once_marker {
+            flag("exit-once-marker", Some(path.display().to_string()));
+        }
+        if let Some(size) = self.page_size {
+            flag("page-size", Some(size.to_string()));
+        }
+        if self.repeat_cursor {
+            flag("repeat-cursor", None);
+        }
+        if let Some(text) = &self.stderr_secret {
+            flag("stderr-secret", Some(text.clone()));
+        }
+        if self.stderr_flood_bytes > 0 {
+            flag(
+                "stderr-flood-bytes",
+                Some(self.stderr_flood_bytes.to_string()),
+            );
+        }
+        if let Some(ms) = self.change_tools_after_ms {
+            flag("change-tools-after-ms", Some(ms.to_string()));
+        }
+        flag("changed-tools", Some(self.changed_tools.to_string()));
+        if let Some(path) = &self.pid_file {
+            flag("pid-file", Some(path.display().to_string()));
+        }
+        args
+    }
+
+    /// Serve streamable HTTP instead of stdio.
+    pub fn http(mut self) -> Self {
+        self.transport = FixtureTransport::Http;
+        self
+    }
+    /// Address to bind in HTTP mode (default `127.0.0.1:0`).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+    /// HTTP mode: answer 401 without this header.
+    pub fn require_header(mut self, name: &str, value: &str) -> Self {
+        self.require_header = Some((name.to_ascii_lowercase(), value.to_owned()));
+        self
+    }
+    /// Number of generated tools (0 allowed).
+    pub fn tools(mut self, count: usize) -> Self {
+        self.tools = count;
+        self
+    }
+    /// Adds an explicit tool (offered before the generated ones).
+    pub fn tool(mut self, spec: ToolSpec) -> Self {
+        self.tool_specs.push(spec);
+        self
+    }
+    /// Also offer the `whoami` tool.
+    pub fn whoami(mut self) -> Self {
+        self.whoami = true;
+        self
+    }
+    /// Put the nonce into every tool description.
+    pub fn nonce_in_descriptions(mut self) -> Self {
+        self.nonce_in_descriptions = true;
+        self
+    }
+    /// Fix the nonce instead of a random one.
+    pub fn nonce(mut self, nonce: impl Into<String>) -> Self {
+        self.nonce = Some(nonce.into());
+        self
+    }
+    /// Delay before answering `initialize`.
+    pub fn init_delay(mut self, delay: Duration) -> Self {
+        self.init_delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+    /// Never answer `initialize`.
+    pub fn hang(mut self) -> Self {
+        self.hang = true;
+        self
+    }
+    /// Answer `initialize` with an error carrying `message`.
+    pub fn fail_initialize(mut self, message: impl Into<String>) -> Self {
+        self.fail_initialize = Some(message.into());
+        self
+    }
+    /// Exit at start with `code`.
+    pub fn exit_on_start(mut self, code: i32) -> Self {
+        self.exit_on_start = true;
+        self.exit_code = code;
+        self
+    }
+    /// Exit `delay` after `initialized` with `code`.
+    pub fn exit_after(mut self, delay: Duration, code: i32) -> Self {
+        self.exit_after_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+        self.exit_code = code;
+        self
+    }
+    /// Only the first process that sees no marker file exits; it creates the marker.
+    pub fn exit_once(mut self, marker: impl Into<PathBuf>) -> Self {
+        self.exit_once_marker = Some(marker.into());
+        self
+    }
+    /// Page `tools/list`.
+    pub fn page_size(mut self, size: usize) -> Self {
+        self.page_size = Some(size);
+        self
+    }
+    /// Return the same cursor forever.
+    pub fn repeat_cursor(mut self) -> Self {
+        self.repeat_cursor = true;
+        self
+    }
+    /// Write `text` to stderr, then exit with `code`.
+    pub fn stderr_secret(mut self, text: impl Into<String>, code: i32) -> Self {
+        self.stderr_secret = Some(text.into());
+        self.exit_code = code;
+        self
+    }
+    /// Write `bytes` bytes to stderr at start.
+    pub fn stderr_flood(mut self, bytes: usize) -> Self {
+        self.stderr_flood_bytes = bytes;
+        self
+    }
+    /// After `delay`, switch to `count` tools named `changed_*` and notify the client.
+    pub fn change_tools_after(mut self, delay: Duration, count: usize) -> Self {
+        self.change_tools_after_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+        self.changed_tools = count;
+        self
+    }
+    /// Write the pid to `path` at start.
+    pub fn pid_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.pid_file = Some(path.into());
+        self
+    }
+
+    pub(crate) fn transport(&self) -> FixtureTransport {
+        self.transport
+    }
+    pub(crate) fn listen_addr(&self) -> SocketAddr {
+        self.listen
+    }
+    pub(crate) fn required_header(&self) -> Option<&(String, String)> {
+        self.require_header.as_ref()
+    }
+    pub(crate) fn nonce_value(&self) -> Option<&str> {
+        self.nonce.as_deref()
+    }
+    pub(crate) fn nonce_in_descriptions_enabled(&self) -> bool {
+        self.nonce_in_descriptions
+    }
+    pub(crate) fn init_delay_value(&self) -> Duration {
+        Duration::from_millis(self.init_delay_ms)
+    }
+    pub(crate) fn hangs(&self) -> bool {
+        self.hang
+    }
+    pub(crate) fn initialize_failure(&self) -> Option<&str> {
+        self.fail_initialize.as_deref()
+    }
+    pub(crate) fn exits_on_start(&self) -> bool {
+        self.exit_on_start
+    }
+    pub(crate) fn exit_after_value(&self) -> Option<Duration> {
+        self.exit_after_ms.map(Duration::from_millis)
+    }
+    pub(crate) fn exit_code_value(&self) -> i32 {
+        self.exit_code
+    }
+    pub(crate) fn exit_once_marker_path(&self) -> Option<&PathBuf> {
+        self.exit_once_marker.as_ref()
+    }
+    pub(crate) fn page_size_value(&self) -> Option<usize> {
+        self.page_size.filter(|size| *size > 0)
+    }
+    pub(crate) fn repeats_cursor(&self) -> bool {
+        self.repeat_cursor
+    }
+    pub(crate) fn stderr_secret_value(&self) -> Option<&str> {
+        self.stderr_secret.as_deref()
+    }
+    pub(crate) fn stderr_flood_value(&self) -> usize {
+        self.stderr_flood_bytes
+    }
+    pub(crate) fn tool_change(&self) -> Option<(Duration, usize)> {
+        self.change_tools_after_ms
+            .map(|ms| (Duration::from_millis(ms), self.changed_tools))
+    }
+    pub(crate) fn pid_file_path(&self) -> Option<&PathBuf> {
+        self.pid_file.as_ref()
+    }
+
+    /// The initial tool list (explicit tools, generated tools, then `whoami`).
+    pub(crate) fn initial_tools(&self) -> Vec<ToolSpec> {
+        let mut tools = self.tool_specs.clone();
+        tools.extend(
+            (0..self.tools)
+                .map(|i| ToolSpec::new(format!("tool_{i}"), format!("Fixture tool {i}"))),
+        );
+        if self.whoami {
+            tools.push(ToolSpec::new(
+                "whoami",
+                "Returns the nonce of the fixture instance that answered",
+            ));
+        }
+        tools
+    }
+
+    /// The tool list after a scripted change.
+    pub(crate) fn changed_tool_list(&self) -> Vec<ToolSpec> {
+        (0..self.changed_tools)
+            .map(|i| ToolSpec::new(format!("changed_{i}"), format!("Changed fixture tool {i}")))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(config: FixtureConfig) {
+        let args = config.to_args();
+        let parsed = FixtureConfig::from_args(&args).expect("to_args output parses");
+        assert_eq!(parsed, config, "args: {args:?}");
+    }
+
+    #[test]
+    fn builder_and_flags_round_trip() {
+        check(FixtureConfig::new());
+        check(FixtureConfig::new().tools(0));
+        check(
+            FixtureConfig::new()
+                .http()
+                .require_header("X-Api-Key", "s3cret:with:colons")
+                .tool(ToolSpec::new("read", "Reads"))
+                .tools(1500)
+                .whoami()
+                .nonce_in_descriptions()
+                .nonce("n-1")
+                .init_delay(Duration::from_millis(300))
+                .page_size(7)
+                .repeat_cursor()
+                .fail_initialize("boom")
+                .exit_after(Duration::from_millis(20), 3)
+                .exit_once("/tmp/marker")
+                .stderr_flood(10)
+                .change_tools_after(Duration::from_millis(5), 4)
+                .pid_file("/tmp/pid"),
+        );
+        check(FixtureConfig::new().hang().exit_on_start(7));
+        check(FixtureConfig::new().stderr_secret("hunter22", 2));
+    }
+
+    #[test]
+    fn invalid_flags_are_errors() {
+        for args in [
+            vec!["--tool-json", "{"],
+            vec!["--tool-json", "{\"description\": \"x\"}"],
+            vec!["--require-header", "no-colon"],
+            vec!["--transport", "carrier-pigeon"],
+        ] {
+            assert!(FixtureConfig::from_args(&args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn initial_tools_order() {
+        let names = |config: FixtureConfig| -> Vec<String> {
+            config.initial_tools().into_iter().map(|t| t.name).collect()
+        };
+        assert_eq!(names(FixtureConfig::new().tools(0)), Vec::<String>::new());
+        assert_eq!(
+            names(
+                FixtureConfig::new()
+                    .tool(ToolSpec::new("a", ""))
+                    .tools(1)
+                    .whoami()
+            ),
+            ["a", "tool_0", "whoami"]
+        );
+    }
+}

@@ -1,0 +1,32 @@
+//! Test support for ctxsync: a real MCP server (rmcp, server side) with scripted behaviour.
+//!
+//! It owns nothing but test behaviour: a server reachable over stdio (the
+//! `ctxsync-mcp-fixture` binary) or streamable HTTP (in-process with [`serve_http`], or the
+//! binary with `--transport http`, which prints its URL on stdout), scripted by
+//! [`FixtureConfig`] (builder or CLI flags): tool count and schemas, slow, hung or failing
+//! `initialize`, exits with a chosen code, paged or never-ending `tools/list`, oversized tool
+//! lists, secrets and floods on stderr, `tools/list_changed`, a per-instance nonce and an
+//! optional required HTTP header. Other crates' tests get the binary from [`binary_path`].
+//!
+//! It must never be a normal dependency of a library crate (dev-dependency only; the demo
+//! binary is the one exception) and never depends on other ctxsync crates.
+
+mod binary;
+mod config;
+mod http;
+mod process;
+mod server;
+
+pub use binary::{FIXTURE_BIN_ENV, binary_path};
+pub use config::{FixtureConfig, FixtureTransport, ToolSpec};
+pub use http::{HttpFixture, serve_http};
+pub use process::run_process;
+pub use server::FixtureServer;
+
+/// Errors at this crate's boundary.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FixtureError {
+    /// The fixture binary could not be built or found.
+    #[error("cannot provide the ctxsync-mcp-fixture binary: {0}")]
+    Build(String),
+}

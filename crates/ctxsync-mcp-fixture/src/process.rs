@@ -1,0 +1,98 @@
+//! Process mode: what the binary does around the server (pid file, scripted exits, stderr).
+
+use std::{io::Write, process::ExitCode};
+
+use rmcp::ServiceExt;
+
+use crate::{
+    config::{FixtureConfig, FixtureTransport},
+    server::FixtureServer,
+};
+
+/// Whether a scripted exit should happen: always without a marker; with one, only for the
+/// first process, which creates the marker.
+pub(crate) fn should_exit(config: &FixtureConfig) -> bool {
+    match config.exit_once_marker_path() {
+        None => true,
+        Some(marker) => std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(marker)
+            .is_ok(),
+    }
+}
+
+/// Runs the fixture as a process until its client disconnects (stdio) or it is killed (HTTP).
+pub async fn run_process(config: FixtureConfig) -> ExitCode {
+    let server = FixtureServer::with_mode(config.clone(), true);
+    eprintln!(
+        "ctxsync-mcp-fixture pid={} nonce={}",
+        std::process::id(),
+        server.nonce()
+    );
+    if let Some(path) = config.pid_file_path()
+        && let Err(error) = std::fs::write(path, std::process::id().to_string())
+    {
+        eprintln!("ctxsync-mcp-fixture: cannot write pid file: {error}");
+        return ExitCode::FAILURE;
+    }
+    if config.stderr_flood_value() > 0 {
+        flood_stderr(config.stderr_flood_value());
+    }
+    if let Some(secret) = config.stderr_secret_value()
+        && should_exit(&config)
+    {
+        eprintln!("ctxsync-mcp-fixture: failing on purpose; secret={secret}");
+        std::process::exit(config.exit_code_value());
+    }
+    if config.exits_on_start() && should_exit(&config) {
+        std::process::exit(config.exit_code_value());
+    }
+
+    match config.transport() {
+        FixtureTransport::Stdio => match server.serve(rmcp::transport::stdio()).await {
+            Ok(running) => {
+                // The loop ends when the client closes stdin; that is a normal end.
+                let _ = running.waiting().await;
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("ctxsync-mcp-fixture: initialize failed: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        FixtureTransport::Http => match crate::http::serve(server).await {
+            Ok(fixture) => {
+                let mut stdout = std::io::stdout().lock();
+                // The parent reads this line to learn the port.
+                let printed = writeln!(stdout, "{}", fixture.url()).and_then(|()| stdout.flush());
+                drop(stdout);
+                if let Err(error) = printed {
+                    eprintln!("ctxsync-mcp-fixture: cannot print the address: {error}");
+                    return ExitCode::FAILURE;
+                }
+                std::future::pending::<()>().await;
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("ctxsync-mcp-fixture: cannot listen: {error}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn flood_stderr(bytes: usize) {
+    let line = [b'x'; 1023];
+    let mut stderr = std::io::stderr().lock();
+    let mut left = bytes;
+    while left > 0 {
+        let chunk = left.min(1024);
+        let mut buf = line[..chunk.saturating_sub(1)].to_vec();
+        buf.push(b'\n');
+        if stderr.write_all(&buf).is_err() {
+            return;
+        }
+        left -= chunk;
+    }
+}

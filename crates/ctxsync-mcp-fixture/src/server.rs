@@ -1,0 +1,214 @@
+//! The MCP server handler: answers `initialize`, `tools/list` and `tools/call` as scripted.
+
+use std::{
+    borrow::Cow,
+    sync::{Arc, RwLock},
+};
+
+use rmcp::{
+    ErrorData, RoleServer, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+        InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
+        ServerCapabilities, ServerConfig, Tool,
+    },
+    service::{NotificationContext, RequestContext},
+};
+
+use crate::config::{FixtureConfig, ToolSpec};
+
+/// The cursor a `--repeat-cursor` server returns on every page.
+const REPEATED_CURSOR: &str = "again";
+
+/// State shared by every session of one fixture instance.
+#[derive(Debug)]
+struct Shared {
+    config: FixtureConfig,
+    nonce: String,
+    tools: RwLock<Vec<Tool>>,
+    /// Whether scripted exits may end the process (never for an in-process server).
+    process_mode: bool,
+}
+
+/// One fixture server instance; clones share nonce and tools (one per HTTP session).
+#[derive(Debug, Clone)]
+pub struct FixtureServer {
+    shared: Arc<Shared>,
+}
+
+impl FixtureServer {
+    /// A server for in-process use: scripted process exits are ignored.
+    pub fn new(config: FixtureConfig) -> Self {
+        Self::with_mode(config, false)
+    }
+
+    pub(crate) fn with_mode(config: FixtureConfig, process_mode: bool) -> Self {
+        let nonce = config
+            .nonce_value()
+            .map(str::to_owned)
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let shared = Shared {
+            tools: RwLock::new(Vec::new()),
+            nonce,
+            process_mode,
+            config,
+        };
+        let server = Self {
+            shared: Arc::new(shared),
+        };
+        server.set_tools(server.shared.config.initial_tools());
+        server
+    }
+
+    pub(crate) fn config(&self) -> &FixtureConfig {
+        &self.shared.config
+    }
+
+    /// This instance's nonce.
+    pub fn nonce(&self) -> &str {
+        &self.shared.nonce
+    }
+
+    fn set_tools(&self, specs: Vec<ToolSpec>) {
+        let tools = specs.into_iter().map(|spec| self.to_tool(spec)).collect();
+        *self.shared.tools.write().unwrap_or_else(|e| e.into_inner()) = tools;
+    }
+
+    fn to_tool(&self, spec: ToolSpec) -> Tool {
+        let description = if self.shared.config.nonce_in_descriptions_enabled() {
+            format!("{} [nonce {}]", spec.description, self.shared.nonce)
+        } else {
+            spec.description
+        };
+        Tool::new(spec.name, description, Arc::new(spec.input_schema))
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        self.shared
+            .tools
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn page(&self, cursor: Option<&str>) -> Result<ListToolsResult, ErrorData> {
+        let tools = self.tools();
+        let config = &self.shared.config;
+        let Some(page_size) = config.page_size_value() else {
+            if config.repeats_cursor() {
+                return Ok(ListToolsResult {
+                    next_cursor: Some(REPEATED_CURSOR.into()),
+                    ..ListToolsResult::with_all_items(tools)
+                });
+            }
+            return Ok(ListToolsResult::with_all_items(tools));
+        };
+        let offset = match cursor {
+            None => 0,
+            Some(REPEATED_CURSOR) if config.repeats_cursor() => 0,
+            Some(cursor) => cursor
+                .strip_prefix("offset:")
+                .and_then(|n| n.parse::<usize>().ok())
+                .ok_or_else(|| ErrorData::invalid_params("unknown cursor", None))?,
+        };
+        let end = offset.saturating_add(page_size).min(tools.len());
+        let page = tools.get(offset..end).unwrap_or_default().to_vec();
+        let next_cursor = if config.repeats_cursor() {
+            Some(REPEATED_CURSOR.to_owned())
+        } else {
+            (end < tools.len()).then(|| format!("offset:{end}"))
+        };
+        Ok(ListToolsResult {
+            next_cursor,
+            ..ListToolsResult::with_all_items(page)
+        })
+    }
+}
+
+impl ServerHandler for FixtureServer {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        let mut info = InitializeResult::new(capabilities).with_instructions(format!(
+            "nonce={} pid={}",
+            self.shared.nonce,
+            std::process::id()
+        ));
+        info.server_info = Implementation::new("ctxsync-mcp-fixture", env!("CARGO_PKG_VERSION"))
+            .with_description(format!("nonce {}", self.shared.nonce));
+        info
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let config = &self.shared.config;
+        if config.hangs() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(config.init_delay_value()).await;
+        if let Some(message) = config.initialize_failure() {
+            return Err(ErrorData::internal_error(message.to_owned(), None));
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        self.page(cursor)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let known = self.tools().iter().any(|tool| tool.name == request.name);
+        if !known {
+            return Err(ErrorData::invalid_params(
+                Cow::Owned(format!("unknown tool {}", request.name)),
+                None,
+            ));
+        }
+        let text = if request.name == "whoami" {
+            self.shared.nonce.clone()
+        } else {
+            let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+            format!("{} called with {arguments}", request.name)
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let config = &self.shared.config;
+        if let Some((delay, _)) = config.tool_change() {
+            let server = self.clone();
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                server.set_tools(server.shared.config.changed_tool_list());
+                // The client may already be gone; nothing to report to anyone then.
+                let _ = peer.notify_tool_list_changed().await;
+            });
+        }
+        if let Some(delay) = config.exit_after_value()
+            && self.shared.process_mode
+            && crate::process::should_exit(config)
+        {
+            let code = config.exit_code_value();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                std::process::exit(code);
+            });
+        }
+    }
+}
