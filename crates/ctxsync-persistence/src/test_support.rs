@@ -124,11 +124,16 @@ fn ensure_template(admin: &mut PgConnection, server_url: &str) -> Result<String,
             return Ok(());
         }
         let building = format!("{template}_build");
+        // Two calls: a multi-statement string would run as one transaction block,
+        // which neither statement allows.
         admin
             .batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {0} WITH (FORCE); CREATE DATABASE {0}",
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
                 quote_ident(&building)
             ))
+            .and_then(|()| {
+                admin.batch_execute(&format!("CREATE DATABASE {}", quote_ident(&building)))
+            })
             .map_err(|e| format!("creating the template: {e}"))?;
         {
             let mut conn = PgConnection::establish(&with_database(server_url, &building))
