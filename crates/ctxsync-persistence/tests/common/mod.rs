@@ -36,6 +36,14 @@ impl Harness {
         Some(Self::over(TestStore::postgres().await?).await)
     }
 
+    /// The API over `store`, sharing `db`'s harness shape (used when a test needs its
+    /// own store options).
+    pub async fn over_store(store: Store) -> ServedStore {
+        let api = serve_agent_api(store.clone()).await;
+        let client = api.client().await;
+        ServedStore { api, client, store }
+    }
+
     pub async fn over(db: TestStore) -> Self {
         let api = serve_agent_api(db.store().clone()).await;
         let client = api.client().await;
@@ -116,13 +124,48 @@ pub fn assert_status<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, 
 }
 
 /// Waits for the next event (bounded by [`EVENT_DEADLINE`]).
-pub async fn next_event(
-    next: impl Future<Output = Option<ChangeEvent>>,
-) -> ChangeEvent {
+pub async fn next_event(next: impl Future<Output = Option<ChangeEvent>>) -> ChangeEvent {
     tokio::time::timeout(EVENT_DEADLINE, next)
         .await
         .expect("no event within the deadline")
         .expect("store closed")
+}
+
+/// The agent API over a caller-made store.
+pub struct ServedStore {
+    pub api: TestAgentApi,
+    pub client: AgentClient<Channel>,
+    pub store: Store,
+}
+
+impl ServedStore {
+    pub async fn agent(&self, name: &str) -> (AgentId, String) {
+        let created = self.store.create_agent(name).await.expect("create agent");
+        (created.id, created.token.into_string())
+    }
+
+    pub async fn startup(&self, token: &str, run: &str) -> Result<v1::Startup, Status> {
+        let startup = Startup {
+            agent_run_id: Some(run.to_owned()),
+            ..Startup::default()
+        };
+        let mut client = self.client.clone();
+        client
+            .update_startup(with_bearer(v1::UpdateStartupRequest::from(startup), token))
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    pub async fn push(&self, token: &str, snapshot: Snapshot) -> Result<bool, Status> {
+        let mut client = self.client.clone();
+        client
+            .push_context_state(with_bearer(
+                v1::PushContextStateRequest::from(snapshot),
+                token,
+            ))
+            .await
+            .map(|r| r.into_inner().accepted)
+    }
 }
 
 // ---- fixtures ------------------------------------------------------------------------
