@@ -298,7 +298,7 @@ pub(crate) struct ResourceFingerprint {
     pub error: Option<String>,
 }
 
-#[derive(Insertable, Clone)]
+#[derive(Insertable)]
 #[diesel(table_name = workspace_agent_context_resources)]
 #[diesel(treat_none_as_default_value = false)]
 pub(crate) struct ResourceRow {
@@ -314,18 +314,6 @@ pub(crate) struct ResourceRow {
     pub error: Option<String>,
     pub created_at: DbTime,
     pub updated_at: DbTime,
-}
-
-impl ResourceRow {
-    pub(crate) fn matches(&self, stored: &ResourceFingerprint) -> bool {
-        self.source_path == stored.source_path
-            && self.body_kind == stored.body_kind
-            && self.body_digest == stored.body_digest
-            && self.content_hash == stored.content_hash
-            && self.size_bytes == stored.size_bytes
-            && self.status == stored.status
-            && self.error == stored.error
-    }
 }
 
 /// A resource as stored (agent resources and chat pins share this shape).

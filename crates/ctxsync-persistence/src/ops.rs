@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 
 use ctxsync_protocol::limits::MAX_RUN_ID_BYTES;
-use ctxsync_protocol::{Snapshot, Startup};
+use std::io::Write;
+
+use ctxsync_protocol::{Resource, ResourceBody, Snapshot, Startup};
 use diesel::prelude::*;
 use diesel::upsert::excluded;
 use sha2::{Digest, Sha256};
@@ -199,51 +201,74 @@ pub(crate) fn agent_event(agent_id: AgentId, snapshot_version: Option<u64>) -> C
 
 // ---- push ----------------------------------------------------------------------------
 
-/// A push converted to rows before the transaction starts: JSON encoding and hashing
-/// happen once, outside any retry and outside the write lock.
+/// A push checked and fingerprinted before the transaction starts, so hashing happens
+/// once, outside any retry and outside the write lock.
 pub(crate) struct PreparedPush {
     run_id: String,
     version: i64,
     snapshot: Snapshot,
-    rows: Vec<ResourceRow>,
+    /// Per resource: the server-computed digest of its stored body, and its size.
+    digests: Vec<Vec<u8>>,
+    sizes: Vec<i64>,
 }
 
-pub(crate) fn prepare_push(
-    agent_id: AgentId,
-    snapshot: Snapshot,
-    now: DbTime,
-) -> Result<PreparedPush, StoreError> {
+pub(crate) fn prepare_push(snapshot: Snapshot) -> Result<PreparedPush, StoreError> {
     let run_id = snapshot.agent_run_id.clone().unwrap_or_default();
     check_run_id(&run_id)?;
     let version = to_i64("version", snapshot.version)?;
-    let rows = snapshot
+    let sizes = snapshot
         .resources
         .iter()
-        .map(|r| {
-            // serde_json's maps are sorted, so equal bodies encode to equal bytes.
-            let body = serde_json::to_string(&r.body.to_json()).expect("JSON values encode");
-            Ok(ResourceRow {
-                agent_id,
-                source: r.source.clone(),
-                source_path: r.source_path.clone(),
-                body_kind: DbBodyKind(r.body.kind()),
-                body_digest: Sha256::digest(body.as_bytes()).to_vec(),
-                body: JsonText(body),
-                content_hash: r.content_hash.clone(),
-                size_bytes: to_i64("size_bytes", r.size_bytes)?,
-                status: DbStatus(r.status),
-                error: r.error.clone(),
-                created_at: now,
-                updated_at: now,
-            })
-        })
-        .collect::<Result<_, StoreError>>()?;
+        .map(|r| to_i64("size_bytes", r.size_bytes))
+        .collect::<Result<_, _>>()?;
+    let digests = snapshot
+        .resources
+        .iter()
+        .map(|r| body_digest(&r.body))
+        .collect();
     Ok(PreparedPush {
         run_id,
         version,
         snapshot,
-        rows,
+        digests,
+        sizes,
     })
+}
+
+/// Writes the stored JSON form of a body: the variant's fields under their proto names
+/// (as [`ResourceBody::to_json`], without building a `Value` first); an MCP config body
+/// is always `{}`. Deterministic, so equal bodies give equal bytes and digests.
+fn write_body_json(body: &ResourceBody, mut out: impl Write) -> std::io::Result<()> {
+    match body {
+        ResourceBody::InstructionFile(b) => serde_json::to_writer(out, b)?,
+        ResourceBody::Skill(b) => serde_json::to_writer(out, b)?,
+        ResourceBody::McpConfig => out.write_all(b"{}")?,
+        ResourceBody::McpServer(b) => serde_json::to_writer(out, b)?,
+    }
+    Ok(())
+}
+
+fn body_json(body: &ResourceBody) -> JsonText {
+    let mut bytes = Vec::new();
+    write_body_json(body, &mut bytes).expect("writing to memory cannot fail");
+    JsonText(String::from_utf8(bytes).expect("serde_json writes UTF-8"))
+}
+
+/// sha256 of [`write_body_json`]'s output, streamed: unchanged bodies are never copied.
+fn body_digest(body: &ResourceBody) -> Vec<u8> {
+    struct Hashing(Sha256);
+    impl Write for Hashing {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.update(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hashing = Hashing(Sha256::new());
+    write_body_json(body, &mut hashing).expect("hashing cannot fail");
+    hashing.0.finalize().to_vec()
 }
 
 /// SPEC §5.4 steps 1–4; the caller commits and then notifies in-process.
@@ -320,10 +345,10 @@ pub(crate) fn push(
             workspace_agent_context_snapshots::received_at.eq(header.received_at),
         ));
     on_backend!(tx, |c| upsert.execute(c))?;
-    changes.resources = write_resources(tx, agent_id, &push.rows)?;
+    changes.resources = write_resources(tx, agent_id, push, now)?;
 
     // 4. Chats: adopt a first pin, then mark or clear dirty against the new hash.
-    adopt_first_pin(tx, agent_id, &push.rows, snapshot, now)?;
+    adopt_first_pin(tx, agent_id, snapshot, now)?;
     if changes.aggregate_hash_changed {
         changes.chats_marked_dirty = mark_chats_dirty(tx, agent_id, &snapshot.aggregate_hash, now)?;
     }
@@ -338,7 +363,8 @@ pub(crate) fn push(
 fn write_resources(
     tx: &mut Tx<'_>,
     agent_id: AgentId,
-    rows: &[ResourceRow],
+    push: &PreparedPush,
+    now: DbTime,
 ) -> Result<ResourceChanges, StoreError> {
     let stored: Vec<ResourceFingerprint> = {
         on_backend!(tx, |c| workspace_agent_context_resources::table
@@ -350,24 +376,27 @@ fn write_resources(
         stored.iter().map(|r| (r.source.as_str(), r)).collect();
     let mut changes = ResourceChanges::default();
     let mut to_write = Vec::new();
-    for row in rows {
-        match stored.remove(row.source.as_str()) {
-            None => {
-                changes.inserted += 1;
-                to_write.push(row);
+    let resources = push.snapshot.resources.iter();
+    for ((resource, digest), size) in resources.zip(&push.digests).zip(&push.sizes) {
+        let candidate = ResourceCandidate {
+            resource,
+            body_digest: digest,
+            size_bytes: *size,
+        };
+        match stored.remove(resource.source.as_str()) {
+            None => changes.inserted += 1,
+            Some(old) if candidate.matches(old) => {
+                changes.unchanged += 1;
+                continue;
             }
-            Some(old) if row.matches(old) => changes.unchanged += 1,
-            Some(_) => {
-                changes.updated += 1;
-                to_write.push(row);
-            }
+            Some(_) => changes.updated += 1,
         }
+        to_write.push(candidate.into_row(agent_id, now));
     }
     for chunk in to_write.chunks(ROWS_PER_STATEMENT) {
         use workspace_agent_context_resources::dsl as r;
-        let values: Vec<&ResourceRow> = chunk.to_vec();
         let upsert = diesel::insert_into(r::workspace_agent_context_resources)
-            .values(values)
+            .values(chunk)
             .on_conflict((r::agent_id, r::source))
             .do_update()
             .set((
@@ -397,12 +426,50 @@ fn write_resources(
     Ok(changes)
 }
 
+/// A pushed resource with its server-computed body digest.
+struct ResourceCandidate<'a> {
+    resource: &'a Resource,
+    body_digest: &'a [u8],
+    size_bytes: i64,
+}
+
+impl ResourceCandidate<'_> {
+    /// True when nothing a reader sees differs from the stored row.
+    fn matches(&self, stored: &ResourceFingerprint) -> bool {
+        let r = self.resource;
+        r.source_path == stored.source_path
+            && r.body.kind() == stored.body_kind.0
+            && self.body_digest == stored.body_digest.as_slice()
+            && r.content_hash == stored.content_hash
+            && self.size_bytes == stored.size_bytes
+            && r.status == stored.status.0
+            && r.error == stored.error
+    }
+
+    fn into_row(self, agent_id: AgentId, now: DbTime) -> ResourceRow {
+        let r = self.resource;
+        ResourceRow {
+            agent_id,
+            source: r.source.clone(),
+            source_path: r.source_path.clone(),
+            body_kind: DbBodyKind(r.body.kind()),
+            body: body_json(&r.body),
+            body_digest: self.body_digest.to_vec(),
+            content_hash: r.content_hash.clone(),
+            size_bytes: self.size_bytes,
+            status: DbStatus(r.status),
+            error: r.error.clone(),
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}
+
 /// Chats bound to this agent that have never pinned anything pin this snapshot: the
 /// snapshot a chat "first sees" (SPEC §7).
 fn adopt_first_pin(
     tx: &mut Tx<'_>,
     agent_id: AgentId,
-    rows: &[ResourceRow],
     snapshot: &Snapshot,
     now: DbTime,
 ) -> Result<(), StoreError> {
@@ -413,11 +480,15 @@ fn adopt_first_pin(
             .select(chats::id);
         on_backend!(tx, |c| query.load(c))?
     };
-    let pinnable: Vec<PinnedCopy> = rows
+    if unpinned.is_empty() {
+        return Ok(());
+    }
+    let pinnable: Vec<PinnedCopy> = snapshot
+        .resources
         .iter()
-        .filter(|r| is_pinned_kind(r.body_kind))
-        .map(PinnedCopy::from_row)
-        .collect();
+        .filter(|r| is_pinned_kind(DbBodyKind(r.body.kind())))
+        .map(PinnedCopy::from_resource)
+        .collect::<Result<_, _>>()?;
     for chat_id in unpinned {
         write_pin(
             tx,
@@ -515,17 +586,17 @@ struct PinnedCopy {
 }
 
 impl PinnedCopy {
-    fn from_row(r: &ResourceRow) -> Self {
-        Self {
+    fn from_resource(r: &Resource) -> Result<Self, StoreError> {
+        Ok(Self {
             source: r.source.clone(),
             source_path: r.source_path.clone(),
-            body_kind: r.body_kind,
-            body: r.body.clone(),
+            body_kind: DbBodyKind(r.body.kind()),
+            body: body_json(&r.body),
             content_hash: r.content_hash.clone(),
-            size_bytes: r.size_bytes,
-            status: r.status,
+            size_bytes: to_i64("size_bytes", r.size_bytes)?,
+            status: DbStatus(r.status),
             error: r.error.clone(),
-        }
+        })
     }
 
     fn from_stored(r: StoredResource) -> Self {

@@ -186,7 +186,7 @@ impl Store {
         let version = snapshot.version;
         let outcome = self
             .with_conn(move |conn, origin| {
-                let prepared = ops::prepare_push(agent, snapshot, DbTime(Utc::now()))?;
+                let prepared = ops::prepare_push(snapshot)?;
                 conn.write(|tx| ops::push(tx, agent, &prepared, DbTime(Utc::now()), origin))
             })
             .await?;

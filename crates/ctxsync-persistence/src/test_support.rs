@@ -330,6 +330,11 @@ impl Deref for TestStore {
     }
 }
 
+/// HTTP/2 flow-control windows large enough that a snapshot of several MiB crosses
+/// loopback without waiting for window updates (h2's default is 64 KiB).
+const STREAM_WINDOW_BYTES: u32 = 4 * 1024 * 1024;
+const CONNECTION_WINDOW_BYTES: u32 = 8 * 1024 * 1024;
+
 /// The agent API served on `127.0.0.1:<ephemeral>`; shut down on drop.
 #[derive(Debug)]
 pub struct TestAgentApi {
@@ -350,9 +355,11 @@ pub async fn serve_agent_api(store: Store) -> TestAgentApi {
     let (shutdown, signal) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let result = tonic::transport::Server::builder()
+            .initial_stream_window_size(STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
             .add_service(api.into_server())
             .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(listener),
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
                 async {
                     let _ = signal.await;
                 },
@@ -382,10 +389,15 @@ impl TestAgentApi {
 
     /// A generated client connected to this server.
     pub async fn client(&self) -> AgentClient<Channel> {
-        AgentClient::connect(self.endpoint())
+        let channel = tonic::transport::Endpoint::from_shared(self.endpoint())
+            .expect("a valid endpoint")
+            .tcp_nodelay(true)
+            .initial_stream_window_size(STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .connect()
             .await
-            .expect("connecting to the test agent API")
-            .max_decoding_message_size(crate::agent_api::MAX_REQUEST_BYTES)
+            .expect("connecting to the test agent API");
+        AgentClient::new(channel).max_decoding_message_size(crate::agent_api::MAX_REQUEST_BYTES)
     }
 
     pub fn metrics(&self) -> AgentApiCounters {
