@@ -24,7 +24,8 @@
 //! simple and obviously correct; and the per-operation hop to a blocking thread costs
 //! microseconds against a transaction's milliseconds. The one place that must be
 //! truly asynchronous, waiting for PostgreSQL notifications, uses a dedicated
-//! `tokio-postgres` connection instead ([`pg_listener`](crate#notifications)).
+//! `tokio-postgres` connection instead (see Notifications below). The crate README
+//! carries the same justification at more length.
 //!
 //! ## Notifications
 //!
