@@ -60,6 +60,11 @@ pub fn check(metadata: &Value) -> Vec<String> {
                 continue;
             }
             let kind = dep["kind"].as_str().unwrap_or("normal");
+            // A crate's dev-dependency on itself only turns on its own test features
+            // (e.g. persistence's `test-support`): no edge between layers.
+            if dep_name == name && kind == "dev" {
+                continue;
+            }
             if dep_name == TOOLING {
                 violations.push(format!("`{name}` depends on `{TOOLING}` ({kind})"));
                 continue;
@@ -186,6 +191,23 @@ mod tests {
         check_edges(
             &[("ctxsync-protocol", &[("ctxsync-protocol", "normal")])],
             &["same-layer normal dependency"],
+        );
+    }
+
+    #[test]
+    fn a_self_dev_dependency_for_test_features_passes() {
+        check_edges(
+            &[
+                ("ctxsync-protocol", &[]),
+                (
+                    "ctxsync-persistence",
+                    &[
+                        ("ctxsync-protocol", "normal"),
+                        ("ctxsync-persistence", "dev"),
+                    ],
+                ),
+            ],
+            &[],
         );
     }
 

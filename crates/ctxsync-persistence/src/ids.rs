@@ -1,0 +1,85 @@
+//! Typed ids for agents and chats, stored as the backend-neutral [`UuidSql`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use diesel::deserialize::{self, FromSql, FromSqlRow};
+use diesel::expression::AsExpression;
+use diesel::pg::{Pg, PgValue};
+use diesel::serialize::{self, Output, ToSql};
+use diesel::sqlite::{Sqlite, SqliteValue};
+use uuid::Uuid;
+
+use crate::sql_types::UuidSql;
+
+macro_rules! uuid_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, AsExpression, FromSqlRow)]
+        #[diesel(sql_type = UuidSql)]
+        pub struct $name(Uuid);
+
+        impl $name {
+            /// A fresh random (v4) id.
+            pub fn new_random() -> Self {
+                Self(Uuid::new_v4())
+            }
+
+            pub fn from_uuid(uuid: Uuid) -> Self {
+                Self(uuid)
+            }
+
+            pub fn as_uuid(&self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.hyphenated().fmt(f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = uuid::Error;
+
+            fn from_str(text: &str) -> Result<Self, Self::Err> {
+                Uuid::parse_str(text).map(Self)
+            }
+        }
+
+        impl ToSql<UuidSql, Pg> for $name {
+            fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Pg>) -> serialize::Result {
+                <Uuid as ToSql<diesel::sql_types::Uuid, Pg>>::to_sql(&self.0, out)
+            }
+        }
+
+        impl FromSql<UuidSql, Pg> for $name {
+            fn from_sql(value: PgValue<'_>) -> deserialize::Result<Self> {
+                <Uuid as FromSql<diesel::sql_types::Uuid, Pg>>::from_sql(value).map(Self)
+            }
+        }
+
+        impl ToSql<UuidSql, Sqlite> for $name {
+            fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Sqlite>) -> serialize::Result {
+                out.set_value(self.0.hyphenated().to_string());
+                Ok(serialize::IsNull::No)
+            }
+        }
+
+        impl FromSql<UuidSql, Sqlite> for $name {
+            fn from_sql(mut value: SqliteValue<'_, '_, '_>) -> deserialize::Result<Self> {
+                Ok(Self(Uuid::parse_str(value.read_text())?))
+            }
+        }
+    };
+}
+
+uuid_id!(
+    /// A workspace agent (a row of `workspace_agents`).
+    AgentId
+);
+uuid_id!(
+    /// A chat (a row of `chats`).
+    ChatId
+);

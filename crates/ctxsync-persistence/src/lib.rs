@@ -1,0 +1,64 @@
+//! ctxsync persistence and agent API (layer 3, SPEC §5).
+//!
+//! Owns: the diesel schema and migrations for PostgreSQL and embedded SQLite
+//! ([`db::migrations`]), the [`Store`] (agents and tokens, UpdateStartup,
+//! PushContextState, consistent reads, chats and their pinned context), change
+//! notifications ([`ChangeEvent`]; in-process for SQLite, LISTEN/NOTIFY across
+//! processes for PostgreSQL), and the gRPC agent API service ([`agent_api`]) that
+//! authenticates, validates with `ctxsync-protocol`, and persists.
+//!
+//! Must never: know gRPC outside [`agent_api`]; trust event or push content (events
+//! carry ids and versions only, readers re-read committed state; pushes are validated
+//! before any database access); store an agent token (only its sha256); let one agent
+//! touch another's rows; depend on a workspace crate other than `ctxsync-protocol`.
+//!
+//! ## Blocking database work
+//!
+//! diesel is synchronous. Every store operation checks a connection out of an r2d2
+//! pool (diesel's `r2d2` feature) and runs its whole transaction inside one
+//! `tokio::task::spawn_blocking` call, so the async runtime never blocks on the
+//! database. We chose this over `diesel-async` because: it supports both backends
+//! with one API (diesel-async has no native SQLite connection, only a wrapper that
+//! itself uses blocking threads); a transaction is a plain closure, which makes the
+//! PostgreSQL retry-on-serialization-failure loop and SQLite's `BEGIN IMMEDIATE`
+//! simple and obviously correct; and the per-operation hop to a blocking thread costs
+//! microseconds against a transaction's milliseconds. The one place that must be
+//! truly asynchronous, waiting for PostgreSQL notifications, uses a dedicated
+//! `tokio-postgres` connection instead (see Notifications below). The crate README
+//! carries the same justification at more length.
+//!
+//! ## Notifications
+//!
+//! Writers publish an event after commit to in-process subscribers. On PostgreSQL the
+//! transaction also runs `pg_notify` (delivered at commit), and every store keeps one
+//! event-driven LISTEN connection that forwards other processes' events; when that
+//! connection drops it reconnects with backoff and sends [`ChangeEvent::Resync`].
+
+pub mod agent_api;
+mod db;
+mod error;
+mod ids;
+mod model;
+mod notify;
+mod ops;
+mod pg_listener;
+mod schema;
+mod sql_types;
+mod store;
+#[cfg(feature = "test-support")]
+pub mod test_support;
+mod token;
+
+pub use agent_api::{AgentApi, AgentApiCounters, AgentApiMetrics};
+pub use db::{
+    Backend, DatabaseConfig, MAX_WRITE_ATTEMPTS, SQLITE_FILE_NAME, StoreOptions, migrations,
+};
+pub use error::StoreError;
+pub use ids::{AgentId, ChatId};
+pub use model::{
+    AgentContext, AgentRecord, ChatContext, ChatRecord, MAX_RETIRED_RUN_IDS, NewAgent, PushChanges,
+    PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome,
+};
+pub use notify::{AgentSubscription, ChangeEvent, ChatSubscription};
+pub use store::{MAX_AGENT_NAME_BYTES, Store};
+pub use token::AgentToken;

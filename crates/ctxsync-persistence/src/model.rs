@@ -1,0 +1,415 @@
+//! What the store hands out (plain records and outcomes) and the diesel row types they
+//! are read from and written as.
+
+use chrono::{DateTime, Utc};
+use ctxsync_protocol::{BodyKind, DiscoveryPhase, Resource, ResourceBody};
+use diesel::prelude::*;
+
+use crate::error::StoreError;
+use crate::ids::{AgentId, ChatId};
+use crate::schema::*;
+use crate::sql_types::{DbBodyKind, DbPhase, DbStatus, DbTime, JsonText};
+use crate::token::AgentToken;
+
+// ---- public records ------------------------------------------------------------------
+
+/// A newly created agent and its bearer token (shown once, never stored).
+#[derive(Clone, Debug)]
+pub struct NewAgent {
+    pub id: AgentId,
+    pub token: AgentToken,
+}
+
+/// A `workspace_agents` row, without its token hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentRecord {
+    pub id: AgentId,
+    pub name: String,
+    /// The run id of the agent process that is running now; empty for a legacy agent
+    /// or before the first UpdateStartup.
+    pub agent_run_id: String,
+    /// `Startup.version` of the last UpdateStartup.
+    pub startup_version: String,
+    /// `Startup.expanded_directory` of the last UpdateStartup.
+    pub expanded_directory: String,
+    /// Run ids this agent replaced, oldest first (at most [`MAX_RETIRED_RUN_IDS`]).
+    pub retired_agent_run_ids: Vec<String>,
+    /// When the last UpdateStartup was stored.
+    pub started_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Retired run ids kept per agent (SPEC §5.3).
+pub const MAX_RETIRED_RUN_IDS: usize = 16;
+
+/// The stored snapshot header (`workspace_agent_context_snapshots`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotRecord {
+    /// The run id of the process that pushed it; fresh iff equal to the agent row's.
+    pub agent_run_id: String,
+    pub phase: DiscoveryPhase,
+    pub version: u64,
+    pub aggregate_hash: String,
+    pub snapshot_error: Option<String>,
+    /// Server clock; never used for freshness.
+    pub received_at: DateTime<Utc>,
+}
+
+/// An agent's row, snapshot and resources, read in one consistent transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentContext {
+    pub agent: AgentRecord,
+    pub snapshot: Option<SnapshotRecord>,
+    /// Sorted by source.
+    pub resources: Vec<Resource>,
+}
+
+/// What an UpdateStartup stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartupOutcome {
+    /// The row's run id before the update.
+    pub previous_run_id: String,
+    /// The row's run id now (empty for a legacy agent).
+    pub agent_run_id: String,
+    /// The run id this update retired, if it replaced a non-empty one.
+    pub retired_run_id: Option<String>,
+    pub startup_version: String,
+    pub expanded_directory: String,
+}
+
+impl StartupOutcome {
+    pub fn run_id_changed(&self) -> bool {
+        self.previous_run_id != self.agent_run_id
+    }
+}
+
+/// The result of a PushContextState.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PushOutcome {
+    /// Stored; says what changed.
+    Accepted(PushChanges),
+    /// The push came from another process than the agent row's current run: nothing
+    /// written, nobody notified.
+    DroppedStaleRun,
+    /// A replayed or out-of-order version (and not `initial`): nothing written.
+    DroppedStaleVersion { stored_version: u64 },
+}
+
+impl PushOutcome {
+    pub fn accepted(&self) -> bool {
+        matches!(self, Self::Accepted(_))
+    }
+}
+
+/// What an accepted push changed. Any change notifies subscribers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PushChanges {
+    /// There was no snapshot before this push.
+    pub snapshot_created: bool,
+    pub phase_changed: bool,
+    pub run_id_changed: bool,
+    pub aggregate_hash_changed: bool,
+    pub snapshot_error_changed: bool,
+    pub resources: ResourceChanges,
+    /// Chats newly marked dirty because they pin another aggregate hash.
+    pub chats_marked_dirty: usize,
+}
+
+impl PushChanges {
+    /// True when readers would see something different (a version-only push is not).
+    pub fn is_change(&self) -> bool {
+        self.snapshot_created
+            || self.phase_changed
+            || self.run_id_changed
+            || self.aggregate_hash_changed
+            || self.snapshot_error_changed
+            || self.resources.any()
+    }
+}
+
+/// Resource rows written by a push. Unchanged rows are not rewritten.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResourceChanges {
+    pub inserted: usize,
+    pub updated: usize,
+    pub deleted: usize,
+    pub unchanged: usize,
+}
+
+impl ResourceChanges {
+    pub fn any(&self) -> bool {
+        self.inserted + self.updated + self.deleted > 0
+    }
+}
+
+/// A `chats` row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChatRecord {
+    pub id: ChatId,
+    /// May name an agent that no longer exists (agents are deleted without their chats).
+    pub agent_id: Option<AgentId>,
+    /// The aggregate hash of the pinned snapshot; `None` until the chat pins one.
+    pub pinned_aggregate_hash: Option<String>,
+    pub pinned_at: Option<DateTime<Utc>>,
+    /// Set when the agent's aggregate hash moved away from the pinned one.
+    pub dirty_since: Option<DateTime<Utc>>,
+    /// The pinned snapshot's error, if it had one.
+    pub context_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl ChatRecord {
+    pub fn is_dirty(&self) -> bool {
+        self.dirty_since.is_some()
+    }
+}
+
+/// A chat and its pinned instruction files and skills (sorted by source).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChatContext {
+    pub chat: ChatRecord,
+    pub pinned: Vec<Resource>,
+}
+
+// ---- rows ----------------------------------------------------------------------------
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = workspace_agents)]
+#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+pub(crate) struct AgentRow {
+    pub id: AgentId,
+    pub name: String,
+    pub agent_run_id: String,
+    pub startup_version: String,
+    pub expanded_directory: String,
+    pub retired_agent_run_ids: JsonText,
+    pub started_at: Option<DbTime>,
+    pub created_at: DbTime,
+    pub updated_at: DbTime,
+}
+
+impl AgentRow {
+    pub(crate) fn retired(&self) -> Result<Vec<String>, StoreError> {
+        serde_json::from_str(&self.retired_agent_run_ids.0)
+            .map_err(|e| StoreError::Corrupt(format!("agent {}: retired run ids: {e}", self.id)))
+    }
+
+    pub(crate) fn into_record(self) -> Result<AgentRecord, StoreError> {
+        let retired_agent_run_ids = self.retired()?;
+        Ok(AgentRecord {
+            id: self.id,
+            name: self.name,
+            agent_run_id: self.agent_run_id,
+            startup_version: self.startup_version,
+            expanded_directory: self.expanded_directory,
+            retired_agent_run_ids,
+            started_at: self.started_at.map(|t| t.0),
+            created_at: self.created_at.0,
+            updated_at: self.updated_at.0,
+        })
+    }
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = workspace_agents)]
+pub(crate) struct NewAgentRow<'a> {
+    pub id: AgentId,
+    pub name: &'a str,
+    pub token_hash: &'a [u8],
+    pub agent_run_id: &'a str,
+    pub startup_version: &'a str,
+    pub expanded_directory: &'a str,
+    pub retired_agent_run_ids: JsonText,
+    pub created_at: DbTime,
+    pub updated_at: DbTime,
+}
+
+#[derive(Queryable, Selectable, Insertable)]
+#[diesel(table_name = workspace_agent_context_snapshots)]
+#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+#[diesel(treat_none_as_default_value = false)]
+pub(crate) struct SnapshotRow {
+    pub agent_id: AgentId,
+    pub agent_run_id: String,
+    pub mcp_discovery_phase: DbPhase,
+    pub version: i64,
+    pub aggregate_hash: String,
+    pub snapshot_error: Option<String>,
+    pub received_at: DbTime,
+    pub created_at: DbTime,
+}
+
+impl SnapshotRow {
+    pub(crate) fn into_record(self) -> Result<SnapshotRecord, StoreError> {
+        Ok(SnapshotRecord {
+            agent_run_id: self.agent_run_id,
+            phase: self.mcp_discovery_phase.0,
+            version: stored_u64("snapshot version", self.version)?,
+            aggregate_hash: self.aggregate_hash,
+            snapshot_error: self.snapshot_error,
+            received_at: self.received_at.0,
+        })
+    }
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = chats)]
+#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+pub(crate) struct ChatRow {
+    pub id: ChatId,
+    pub agent_id: Option<AgentId>,
+    pub pinned_aggregate_hash: Option<String>,
+    pub pinned_at: Option<DbTime>,
+    pub dirty_since: Option<DbTime>,
+    pub context_error: Option<String>,
+    pub created_at: DbTime,
+    pub updated_at: DbTime,
+}
+
+impl From<ChatRow> for ChatRecord {
+    fn from(row: ChatRow) -> Self {
+        Self {
+            id: row.id,
+            agent_id: row.agent_id,
+            pinned_aggregate_hash: row.pinned_aggregate_hash,
+            pinned_at: row.pinned_at.map(|t| t.0),
+            dirty_since: row.dirty_since.map(|t| t.0),
+            context_error: row.context_error,
+            created_at: row.created_at.0,
+            updated_at: row.updated_at.0,
+        }
+    }
+}
+
+/// The columns a push compares to decide whether a stored resource changed.
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = workspace_agent_context_resources)]
+#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+pub(crate) struct ResourceFingerprint {
+    pub source: String,
+    pub source_path: Option<String>,
+    pub body_kind: DbBodyKind,
+    pub body_digest: Vec<u8>,
+    pub content_hash: String,
+    pub size_bytes: i64,
+    pub status: DbStatus,
+    pub error: Option<String>,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = workspace_agent_context_resources)]
+#[diesel(treat_none_as_default_value = false)]
+pub(crate) struct ResourceRow {
+    pub agent_id: AgentId,
+    pub source: String,
+    pub source_path: Option<String>,
+    pub body_kind: DbBodyKind,
+    pub body: JsonText,
+    pub body_digest: Vec<u8>,
+    pub content_hash: String,
+    pub size_bytes: i64,
+    pub status: DbStatus,
+    pub error: Option<String>,
+    pub created_at: DbTime,
+    pub updated_at: DbTime,
+}
+
+/// A resource as stored (agent resources and chat pins share this shape).
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = workspace_agent_context_resources)]
+#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+pub(crate) struct StoredResource {
+    pub source: String,
+    pub source_path: Option<String>,
+    pub body_kind: DbBodyKind,
+    pub body: JsonText,
+    pub content_hash: String,
+    pub size_bytes: i64,
+    pub status: DbStatus,
+    pub error: Option<String>,
+}
+
+impl StoredResource {
+    pub(crate) fn into_resource(self) -> Result<Resource, StoreError> {
+        let corrupt =
+            |what: String| StoreError::Corrupt(format!("resource {:?}: {what}", self.source));
+        let value: serde_json::Value =
+            serde_json::from_str(&self.body.0).map_err(|e| corrupt(e.to_string()))?;
+        let body =
+            ResourceBody::from_json(self.body_kind.0, value).map_err(|e| corrupt(e.to_string()))?;
+        let size_bytes = stored_u64("size_bytes", self.size_bytes)?;
+        Ok(Resource {
+            source: self.source,
+            source_path: self.source_path,
+            content_hash: self.content_hash,
+            size_bytes,
+            status: self.status.0,
+            error: self.error,
+            body,
+        })
+    }
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = chat_context_resources)]
+#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+pub(crate) struct StoredChatResource {
+    pub source: String,
+    pub source_path: Option<String>,
+    pub body_kind: DbBodyKind,
+    pub body: JsonText,
+    pub content_hash: String,
+    pub size_bytes: i64,
+    pub status: DbStatus,
+    pub error: Option<String>,
+}
+
+impl From<StoredChatResource> for StoredResource {
+    fn from(r: StoredChatResource) -> Self {
+        Self {
+            source: r.source,
+            source_path: r.source_path,
+            body_kind: r.body_kind,
+            body: r.body,
+            content_hash: r.content_hash,
+            size_bytes: r.size_bytes,
+            status: r.status,
+            error: r.error,
+        }
+    }
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = chat_context_resources)]
+#[diesel(treat_none_as_default_value = false)]
+pub(crate) struct ChatResourceRow {
+    pub chat_id: ChatId,
+    pub source: String,
+    pub source_path: Option<String>,
+    pub body_kind: DbBodyKind,
+    pub body: JsonText,
+    pub content_hash: String,
+    pub size_bytes: i64,
+    pub status: DbStatus,
+    pub error: Option<String>,
+    pub pinned_at: DbTime,
+}
+
+/// True for the kinds a chat pins (SPEC §7): instruction files and skills. MCP rows are
+/// runtime capabilities, read from the agent's latest snapshot, never pinned.
+pub(crate) fn is_pinned_kind(kind: DbBodyKind) -> bool {
+    matches!(kind.0, BodyKind::InstructionFile | BodyKind::Skill)
+}
+
+/// Converts a stored non-negative BIGINT back to `u64`.
+pub(crate) fn stored_u64(what: &str, value: i64) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("negative {what}: {value}")))
+}
+
+/// Converts a caller's `u64` for a BIGINT column.
+pub(crate) fn to_i64(what: &str, value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value)
+        .map_err(|_| StoreError::InvalidInput(format!("{what} {value} does not fit in i64")))
+}

@@ -1,0 +1,968 @@
+//! The persistence behaviour suite (SPEC §5), written once and run against both
+//! backends: every test exists as `sqlite::<name>` and `postgres::<name>`. Behaviour
+//! visible on the wire goes through the real gRPC service on loopback.
+
+mod common;
+
+use common::*;
+use ctxsync_persistence::{
+    ChangeEvent, MAX_RETIRED_RUN_IDS, PushOutcome, ResourceChanges, StoreError,
+};
+use ctxsync_protocol::DiscoveryPhase::{Complete, Pending, Unspecified};
+use ctxsync_protocol::v1;
+use ctxsync_protocol::v1::context_resource::Body;
+use tonic::Code;
+
+/// Generates `sqlite::$name` and `postgres::$name` for each `async fn $name(Harness)`.
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(crate::common::Harness::sqlite().await).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    if let Some(harness) = crate::common::Harness::postgres().await {
+                        super::$name(harness).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+both_backends!(
+    phase_and_run_id_round_trip,
+    a_request_without_discovery_reads_as_unspecified,
+    a_stale_run_is_dropped_and_the_row_untouched,
+    the_same_run_is_accepted,
+    an_empty_run_is_accepted_against_an_empty_row_only,
+    update_startup_overwrites_the_run_id_empty_included,
+    an_oversized_run_id_is_rejected_with_nothing_written,
+    a_retired_run_id_is_refused,
+    only_the_last_retired_run_ids_are_kept,
+    replayed_and_out_of_order_versions_are_dropped,
+    initial_bypasses_the_version_gate,
+    absent_sources_are_deleted_and_unchanged_rows_kept,
+    phase_only_and_run_id_only_changes_are_reported_and_notified,
+    a_version_only_push_does_not_notify,
+    an_mcp_only_change_does_not_dirty_a_chat,
+    chats_pin_refresh_rebind_and_clear_dirty,
+    a_chat_created_before_any_snapshot_pins_the_first,
+    every_wire_limit_is_rejected_before_any_write,
+    wrong_and_missing_tokens_are_refused,
+    one_agents_token_cannot_touch_another_agents_rows,
+    deleting_an_agent_keeps_its_chats_pointing_at_it,
+    concurrent_writers_all_succeed,
+    agents_are_listed_and_tokens_authenticate,
+);
+
+const RUN_A: &str = "4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01";
+const RUN_B: &str = "8e0d2f77-2c1b-4b6e-8d7e-4a2f5c9e0b02";
+
+async fn phase_and_run_id_round_trip(h: Harness) {
+    let (agent, token) = h.agent("alpha").await;
+    let started = h.startup(&token, RUN_A).await.unwrap();
+    assert_eq!(started.agent_run_id, RUN_A);
+    assert_eq!(started.version, "1.2.3");
+
+    let pushed = snapshot(1, Some(RUN_A), Pending, workspace());
+    assert!(h.push(&token, pushed.clone()).await.unwrap());
+    let ctx = h.context(agent).await;
+    assert_eq!(ctx.agent.agent_run_id, RUN_A);
+    assert_eq!(ctx.agent.expanded_directory, "/workspace");
+    let stored = ctx.snapshot.expect("snapshot stored");
+    assert_eq!(stored.agent_run_id, RUN_A);
+    assert_eq!(stored.phase, Pending);
+    assert_eq!(stored.version, 1);
+    assert_eq!(stored.aggregate_hash, pushed.aggregate_hash);
+    assert_eq!(ctx.resources, sorted(workspace()), "resources round trip");
+
+    assert!(
+        h.push(&token, snapshot(2, Some(RUN_A), Complete, workspace()))
+            .await
+            .unwrap()
+    );
+    let stored = h.context(agent).await.snapshot.unwrap();
+    assert_eq!((stored.phase, stored.version), (Complete, 2));
+}
+
+async fn a_request_without_discovery_reads_as_unspecified(h: Harness) {
+    let (agent, token) = h.agent("legacy").await;
+    let request: v1::PushContextStateRequest = snapshot(1, None, Unspecified, workspace()).into();
+    assert!(
+        request.mcp_discovery.is_none(),
+        "fixture must omit the message"
+    );
+    assert!(h.push_wire(&token, request).await.unwrap());
+    let ctx = h.context(agent).await;
+    let stored = ctx.snapshot.unwrap();
+    assert_eq!(stored.phase, Unspecified);
+    assert_eq!(stored.agent_run_id, "");
+    assert_eq!(ctx.agent.agent_run_id, "");
+}
+
+async fn a_stale_run_is_dropped_and_the_row_untouched(h: Harness) {
+    let (agent, token) = h.agent("restarting").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    assert!(
+        h.push(&token, snapshot(1, Some(RUN_A), Complete, workspace()))
+            .await
+            .unwrap()
+    );
+    let before = h.context(agent).await;
+
+    // The agent restarted as run B; the old process pushes late, even as `initial`.
+    h.startup(&token, RUN_B).await.unwrap();
+    let mut late = snapshot(
+        7,
+        Some(RUN_A),
+        Complete,
+        vec![instruction("AGENTS.md", "old")],
+    );
+    late.initial = true;
+    let mut events = h.store().subscribe_agent(agent);
+    assert!(!h.push(&token, late).await.unwrap(), "stale run accepted");
+
+    let after = h.context(agent).await;
+    assert_eq!(after.agent.agent_run_id, RUN_B);
+    assert_eq!(
+        after.snapshot, before.snapshot,
+        "snapshot rewritten by a stale run"
+    );
+    assert_eq!(after.resources, before.resources);
+    assert_eq!(h.api.metrics().pushes_dropped_stale_run, 1);
+
+    // Nobody was notified: the next event is the new run's first push.
+    assert!(
+        h.push(&token, snapshot(1, Some(RUN_B), Pending, workspace()))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        next_event(events.next()).await,
+        ChangeEvent::AgentContextChanged {
+            agent_id: agent,
+            snapshot_version: Some(1)
+        }
+    );
+}
+
+async fn the_same_run_is_accepted(h: Harness) {
+    let (agent, token) = h.agent("steady").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    for version in 1..=3 {
+        let accepted = h
+            .push(&token, snapshot(version, Some(RUN_A), Pending, workspace()))
+            .await
+            .unwrap();
+        assert!(accepted, "version {version} dropped");
+    }
+    assert_eq!(h.context(agent).await.snapshot.unwrap().version, 3);
+    assert_eq!(h.api.metrics().pushes_accepted, 3);
+}
+
+async fn an_empty_run_is_accepted_against_an_empty_row_only(h: Harness) {
+    let (agent, token) = h.agent("legacy-then-new").await;
+    assert!(
+        h.push(&token, snapshot(1, None, Unspecified, workspace()))
+            .await
+            .unwrap()
+    );
+    assert_eq!(h.context(agent).await.snapshot.unwrap().version, 1);
+
+    h.startup(&token, RUN_A).await.unwrap();
+    let legacy = snapshot(
+        2,
+        None,
+        Unspecified,
+        vec![instruction("AGENTS.md", "legacy")],
+    );
+    assert!(
+        !h.push(&token, legacy).await.unwrap(),
+        "empty run accepted against run A"
+    );
+    let ctx = h.context(agent).await;
+    assert_eq!(ctx.snapshot.unwrap().version, 1);
+    assert_eq!(ctx.resources, sorted(workspace()));
+}
+
+async fn update_startup_overwrites_the_run_id_empty_included(h: Harness) {
+    let (agent, token) = h.agent("cycling").await;
+    let check = |run: &'static str, retired: &'static [&'static str]| {
+        let (h, token) = (&h, &token);
+        async move {
+            let echoed = h.startup(token, run).await.unwrap();
+            assert_eq!(echoed.agent_run_id, run);
+            let row = h.context(agent).await.agent;
+            assert_eq!(row.agent_run_id, run, "after startup {run:?}");
+            assert_eq!(row.retired_agent_run_ids, retired, "after startup {run:?}");
+            assert!(row.started_at.is_some());
+        }
+    };
+    check(RUN_A, &[]).await;
+    check(RUN_A, &[]).await; // a reconnect of the same process
+    check(RUN_B, &[RUN_A]).await;
+    check("", &[RUN_A, RUN_B]).await; // a legacy agent clears it
+    check("", &[RUN_A, RUN_B]).await;
+}
+
+async fn an_oversized_run_id_is_rejected_with_nothing_written(h: Harness) {
+    let (agent, token) = h.agent("oversized").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    let before = h.context(agent).await;
+    let long = "r".repeat(65);
+    assert_status(
+        h.startup(&token, &long).await,
+        Code::InvalidArgument,
+        "agent_run_id",
+    );
+    assert_status(
+        h.push(&token, snapshot(1, Some(&long), Pending, workspace()))
+            .await,
+        Code::InvalidArgument,
+        "agent_run_id",
+    );
+    assert_eq!(h.context(agent).await, before, "something was written");
+    // Exactly 64 bytes is allowed.
+    let max = "r".repeat(64);
+    assert_eq!(h.startup(&token, &max).await.unwrap().agent_run_id, max);
+}
+
+async fn a_retired_run_id_is_refused(h: Harness) {
+    let (agent, token) = h.agent("superseded").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    h.startup(&token, RUN_B).await.unwrap();
+    let before = h.context(agent).await;
+    assert_status(
+        h.startup(&token, RUN_A).await,
+        Code::FailedPrecondition,
+        "superseded by a newer agent process",
+    );
+    assert_eq!(
+        h.context(agent).await,
+        before,
+        "a refused startup changed the row"
+    );
+    assert_eq!(h.api.metrics().startups_superseded, 1);
+    // Its pushes are dropped too.
+    let mut late = snapshot(1, Some(RUN_A), Complete, workspace());
+    late.initial = true;
+    assert!(!h.push(&token, late).await.unwrap());
+}
+
+async fn only_the_last_retired_run_ids_are_kept(h: Harness) {
+    let (agent, token) = h.agent("many-restarts").await;
+    let runs: Vec<String> = (0..MAX_RETIRED_RUN_IDS + 3)
+        .map(|i| format!("run-{i:02}"))
+        .collect();
+    for run in &runs {
+        h.startup(&token, run).await.unwrap();
+    }
+    let retired = h.context(agent).await.agent.retired_agent_run_ids;
+    let expect = &runs[runs.len() - 1 - MAX_RETIRED_RUN_IDS..runs.len() - 1];
+    assert_eq!(retired, expect);
+}
+
+async fn replayed_and_out_of_order_versions_are_dropped(h: Harness) {
+    let (agent, token) = h.agent("versions").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    let push = |version: u64, initial: bool| {
+        let mut s = snapshot(version, Some(RUN_A), Pending, workspace());
+        s.initial = initial;
+        s
+    };
+    assert!(h.push(&token, push(1, true)).await.unwrap());
+    assert!(h.push(&token, push(3, false)).await.unwrap());
+    assert!(
+        !h.push(&token, push(3, false)).await.unwrap(),
+        "replay accepted"
+    );
+    assert!(
+        !h.push(&token, push(2, false)).await.unwrap(),
+        "out of order accepted"
+    );
+    assert_eq!(h.context(agent).await.snapshot.unwrap().version, 3);
+    assert_eq!(h.api.metrics().pushes_dropped_stale_version, 2);
+    let outcome = h
+        .store()
+        .push_context_state(agent, push(2, false))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        PushOutcome::DroppedStaleVersion { stored_version: 3 }
+    );
+}
+
+async fn initial_bypasses_the_version_gate(h: Harness) {
+    let (agent, token) = h.agent("reconnecting").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    assert!(
+        h.push(&token, snapshot(5, Some(RUN_A), Pending, workspace()))
+            .await
+            .unwrap()
+    );
+    let mut reconnect = snapshot(2, Some(RUN_A), Complete, workspace());
+    reconnect.initial = true;
+    assert!(h.push(&token, reconnect).await.unwrap());
+    let stored = h.context(agent).await.snapshot.unwrap();
+    assert_eq!((stored.version, stored.phase), (2, Complete));
+}
+
+async fn absent_sources_are_deleted_and_unchanged_rows_kept(h: Harness) {
+    let store = h.store();
+    let (agent, _) = h.agent("sources").await;
+    let first = vec![
+        instruction("AGENTS.md", "a"),
+        instruction("CLAUDE.md", "b"),
+        mcp_server("fs", &["read"]),
+    ];
+    let outcome = store
+        .push_context_state(agent, snapshot(1, None, Pending, first))
+        .await
+        .unwrap();
+    let PushOutcome::Accepted(changes) = outcome else {
+        panic!("dropped: {outcome:?}")
+    };
+    assert_eq!(
+        changes.resources,
+        ResourceChanges {
+            inserted: 3,
+            ..ResourceChanges::default()
+        }
+    );
+
+    let second = vec![
+        instruction("AGENTS.md", "a"),
+        mcp_server("fs", &["read", "write"]),
+    ];
+    let outcome = store
+        .push_context_state(agent, snapshot(2, None, Pending, second.clone()))
+        .await
+        .unwrap();
+    let PushOutcome::Accepted(changes) = outcome else {
+        panic!("dropped: {outcome:?}")
+    };
+    assert_eq!(
+        changes.resources,
+        ResourceChanges {
+            inserted: 0,
+            updated: 1,
+            deleted: 1,
+            unchanged: 1
+        }
+    );
+    assert_eq!(h.context(agent).await.resources, sorted(second));
+}
+
+async fn phase_only_and_run_id_only_changes_are_reported_and_notified(h: Harness) {
+    let (agent, token) = h.agent("changes").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    let mut events = h.store().subscribe_agent(agent);
+    let event = |version| ChangeEvent::AgentContextChanged {
+        agent_id: agent,
+        snapshot_version: version,
+    };
+
+    assert!(
+        h.push(&token, snapshot(1, Some(RUN_A), Pending, workspace()))
+            .await
+            .unwrap()
+    );
+    assert_eq!(next_event(events.next()).await, event(Some(1)));
+
+    // Phase only: same resources, same hash.
+    let outcome = h
+        .store()
+        .push_context_state(agent, snapshot(2, Some(RUN_A), Complete, workspace()))
+        .await
+        .unwrap();
+    let PushOutcome::Accepted(changes) = outcome else {
+        panic!("dropped: {outcome:?}")
+    };
+    assert!(changes.phase_changed && changes.is_change());
+    assert!(!changes.run_id_changed && !changes.aggregate_hash_changed);
+    assert!(!changes.resources.any(), "{changes:?}");
+    assert_eq!(next_event(events.next()).await, event(Some(2)));
+
+    // Run id only: a restart (which itself notifies) pushing identical content.
+    h.startup(&token, RUN_B).await.unwrap();
+    assert_eq!(next_event(events.next()).await, event(None));
+    let outcome = h
+        .store()
+        .push_context_state(agent, snapshot(1, Some(RUN_B), Complete, workspace()))
+        .await
+        .unwrap();
+    let PushOutcome::Accepted(changes) = outcome else {
+        panic!("dropped: {outcome:?}")
+    };
+    assert!(changes.run_id_changed && changes.is_change());
+    assert!(!changes.phase_changed && !changes.aggregate_hash_changed);
+    assert!(!changes.resources.any(), "{changes:?}");
+    assert_eq!(next_event(events.next()).await, event(Some(1)));
+
+    // And through the wire: a phase-only push is accepted and notifies.
+    let mut pending_again = snapshot(2, Some(RUN_B), Pending, workspace());
+    pending_again.initial = false;
+    assert!(h.push(&token, pending_again).await.unwrap());
+    assert_eq!(next_event(events.next()).await, event(Some(2)));
+}
+
+async fn a_version_only_push_does_not_notify(h: Harness) {
+    let (agent, token) = h.agent("quiet").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    let mut events = h.store().subscribe_agent(agent);
+    assert!(
+        h.push(&token, snapshot(1, Some(RUN_A), Pending, workspace()))
+            .await
+            .unwrap()
+    );
+    assert!(
+        h.push(&token, snapshot(2, Some(RUN_A), Pending, workspace()))
+            .await
+            .unwrap()
+    );
+    assert!(
+        h.push(&token, snapshot(3, Some(RUN_A), Complete, workspace()))
+            .await
+            .unwrap()
+    );
+    let version = |e: ChangeEvent| match e {
+        ChangeEvent::AgentContextChanged {
+            snapshot_version, ..
+        } => snapshot_version,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(version(next_event(events.next()).await), Some(1));
+    assert_eq!(
+        version(next_event(events.next()).await),
+        Some(3),
+        "the unchanged version 2 notified"
+    );
+    assert_eq!(h.context(agent).await.snapshot.unwrap().version, 3);
+}
+
+async fn an_mcp_only_change_does_not_dirty_a_chat(h: Harness) {
+    let (agent, token) = h.agent("pinning").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    let v1 = snapshot(1, Some(RUN_A), Pending, workspace());
+    assert!(h.push(&token, v1.clone()).await.unwrap());
+    let chat = h.store().create_chat(Some(agent)).await.unwrap();
+    assert_eq!(
+        chat.pinned_aggregate_hash.as_deref(),
+        Some(v1.aggregate_hash.as_str())
+    );
+    assert!(!chat.is_dirty());
+
+    // MCP only: servers change, a server fails, the hash stays.
+    let mcp_changed = vec![
+        instruction("AGENTS.md", "Be brief."),
+        skill("pdf-tools", "Work with PDF files"),
+        mcp_config(".mcp.json"),
+        mcp_server("fs", &["read", "write", "delete"]),
+        failed_server("git", "failed to connect"),
+    ];
+    let v2 = snapshot(2, Some(RUN_A), Complete, mcp_changed);
+    assert_eq!(v2.aggregate_hash, v1.aggregate_hash);
+    assert!(h.push(&token, v2).await.unwrap());
+    assert!(
+        !h.store()
+            .get_chat(chat.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_dirty(),
+        "MCP change dirtied the chat"
+    );
+
+    // An instruction file changes: dirty.
+    let mut edited = workspace();
+    edited[0] = instruction("AGENTS.md", "Be thorough.");
+    let v3 = snapshot(3, Some(RUN_A), Complete, edited);
+    let outcome = h.store().push_context_state(agent, v3).await.unwrap();
+    let PushOutcome::Accepted(changes) = outcome else {
+        panic!("dropped: {outcome:?}")
+    };
+    assert!(changes.aggregate_hash_changed);
+    assert_eq!(changes.chats_marked_dirty, 1);
+    let dirty = h.store().get_chat(chat.id).await.unwrap().unwrap();
+    assert!(dirty.is_dirty());
+    let pinned = h
+        .store()
+        .read_chat_context(chat.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .pinned;
+    assert_eq!(
+        pinned[0],
+        instruction("AGENTS.md", "Be brief."),
+        "the pin moved"
+    );
+}
+
+async fn chats_pin_refresh_rebind_and_clear_dirty(h: Harness) {
+    let store = h.store();
+    let (agent, token) = h.agent("chat-owner").await;
+    let (other, other_token) = h.agent("other").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    assert!(
+        h.push(&token, snapshot(1, Some(RUN_A), Complete, workspace()))
+            .await
+            .unwrap()
+    );
+    let mut error_snapshot = snapshot(1, None, Complete, vec![instruction("README.md", "other")]);
+    error_snapshot.snapshot_error = Some("500 resources excluded".into());
+    assert!(h.push(&other_token, error_snapshot.clone()).await.unwrap());
+
+    let chat = store.create_chat(Some(agent)).await.unwrap();
+    let mut events = store.subscribe_chat(chat.id).await.unwrap();
+    let ctx = store.read_chat_context(chat.id).await.unwrap().unwrap();
+    let pinnable: Vec<_> = sorted(workspace())
+        .into_iter()
+        .filter(|r| r.source == "AGENTS.md" || r.source.starts_with("skills/"))
+        .collect();
+    assert_eq!(
+        ctx.pinned, pinnable,
+        "only instruction files and skills are pinned"
+    );
+
+    let mut edited = workspace();
+    edited[0] = instruction("AGENTS.md", "v2");
+    let v2 = snapshot(2, Some(RUN_A), Complete, edited);
+    assert!(h.push(&token, v2.clone()).await.unwrap());
+    assert!(matches!(
+        next_event(events.next()).await,
+        ChangeEvent::AgentContextChanged { agent_id, .. } if agent_id == agent
+    ));
+    assert!(store.get_chat(chat.id).await.unwrap().unwrap().is_dirty());
+
+    // clear_dirty keeps the pin; refresh re-pins.
+    let cleared = store.clear_chat_dirty(chat.id).await.unwrap();
+    assert!(!cleared.is_dirty());
+    assert_eq!(cleared.pinned_aggregate_hash, chat.pinned_aggregate_hash);
+    assert!(matches!(
+        next_event(events.next()).await,
+        ChangeEvent::ChatChanged { .. }
+    ));
+    let refreshed = store.refresh_chat(chat.id).await.unwrap();
+    assert_eq!(
+        refreshed.pinned_aggregate_hash.as_deref(),
+        Some(v2.aggregate_hash.as_str())
+    );
+    let pinned = store
+        .read_chat_context(chat.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .pinned;
+    assert_eq!(pinned[0], instruction("AGENTS.md", "v2"));
+    assert!(matches!(
+        next_event(events.next()).await,
+        ChangeEvent::ChatChanged { .. }
+    ));
+
+    // Rebinding pins the other agent's snapshot and its error; events follow it.
+    let rebound = store.bind_chat(chat.id, Some(other)).await.unwrap();
+    assert_eq!(rebound.agent_id, Some(other));
+    assert_eq!(
+        rebound.pinned_aggregate_hash,
+        Some(error_snapshot.aggregate_hash)
+    );
+    assert_eq!(
+        rebound.context_error.as_deref(),
+        Some("500 resources excluded")
+    );
+    assert_eq!(
+        next_event(events.next()).await,
+        ChangeEvent::ChatChanged {
+            chat_id: chat.id,
+            agent_id: Some(other)
+        }
+    );
+    assert_eq!(events.agent_id(), Some(other));
+
+    // Unbinding clears the pin.
+    let unbound = store.bind_chat(chat.id, None).await.unwrap();
+    assert_eq!(
+        (unbound.agent_id, unbound.pinned_aggregate_hash),
+        (None, None)
+    );
+    assert!(
+        store
+            .read_chat_context(chat.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .pinned
+            .is_empty()
+    );
+
+    let missing = ctxsync_persistence::ChatId::new_random();
+    assert!(
+        matches!(store.refresh_chat(missing).await, Err(StoreError::ChatNotFound(id)) if id == missing)
+    );
+    assert!(store.get_chat(missing).await.unwrap().is_none());
+    let ghost = ctxsync_persistence::AgentId::new_random();
+    assert!(matches!(
+        store.create_chat(Some(ghost)).await,
+        Err(StoreError::AgentNotFound(_))
+    ));
+}
+
+async fn a_chat_created_before_any_snapshot_pins_the_first(h: Harness) {
+    let store = h.store();
+    let (agent, token) = h.agent("late").await;
+    let chat = store.create_chat(Some(agent)).await.unwrap();
+    assert_eq!(chat.pinned_aggregate_hash, None);
+    h.startup(&token, RUN_A).await.unwrap();
+    let first = snapshot(1, Some(RUN_A), Pending, workspace());
+    assert!(h.push(&token, first.clone()).await.unwrap());
+    let chat = store.get_chat(chat.id).await.unwrap().unwrap();
+    assert_eq!(chat.pinned_aggregate_hash, Some(first.aggregate_hash));
+    assert!(!chat.is_dirty());
+    let pinned = store
+        .read_chat_context(chat.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .pinned;
+    assert_eq!(pinned.len(), 2, "{pinned:?}");
+}
+
+/// One wire-limit violation: a name and how to break a valid request.
+type Breaker = (
+    &'static str,
+    &'static str,
+    fn(&mut v1::PushContextStateRequest),
+);
+
+fn body_of(resource: &mut v1::ContextResource) -> &mut String {
+    match resource.body.as_mut() {
+        Some(Body::InstructionFile(file)) => &mut file.content,
+        _ => panic!("fixture resource 0 must be an instruction file"),
+    }
+}
+
+const WIRE_LIMITS: &[Breaker] = &[
+    ("too many resources", "resources", |r| {
+        let template = r.resources[0].clone();
+        r.resources = (0..1001)
+            .map(|i| v1::ContextResource {
+                source: format!("f{i}"),
+                ..template.clone()
+            })
+            .collect();
+    }),
+    ("body over 256 KiB", "resources[0].body", |r| {
+        *body_of(&mut r.resources[0]) = "x".repeat(256 * 1024 + 1);
+    }),
+    ("bodies over 4 MiB in total", "total", |r| {
+        let template = r.resources[0].clone();
+        r.resources = (0..17)
+            .map(|i| {
+                let mut resource = v1::ContextResource {
+                    source: format!("f{i}"),
+                    ..template.clone()
+                };
+                *body_of(&mut resource) = "x".repeat(250 * 1024);
+                resource
+            })
+            .collect();
+    }),
+    ("source over 1024 bytes", "resources[0].source", |r| {
+        r.resources[0].source = "s".repeat(1025)
+    }),
+    (
+        "source_path over 1024 bytes",
+        "resources[0].source_path",
+        |r| r.resources[0].source_path = Some("p".repeat(1025)),
+    ),
+    ("empty source", "resources[0].source", |r| {
+        r.resources[0].source.clear()
+    }),
+    ("duplicate source", "resources[1].source", |r| {
+        r.resources[1].source = r.resources[0].source.clone()
+    }),
+    ("error over 4096 bytes", "resources[0].error", |r| {
+        r.resources[0].error = "e".repeat(4097)
+    }),
+    (
+        "content hash over 64 bytes",
+        "resources[0].content_hash",
+        |r| r.resources[0].content_hash = "h".repeat(65),
+    ),
+    ("aggregate hash over 64 bytes", "aggregate_hash", |r| {
+        r.aggregate_hash = "h".repeat(65)
+    }),
+    ("snapshot error over 4096 bytes", "snapshot_error", |r| {
+        r.snapshot_error = "e".repeat(4097)
+    }),
+    ("run id over 64 bytes", "agent_run_id", |r| {
+        r.agent_run_id = "r".repeat(65)
+    }),
+    ("version beyond i64", "version", |r| r.version = u64::MAX),
+    ("size beyond i64", "resources[0].size_bytes", |r| {
+        r.resources[0].size_bytes = i64::MAX as u64 + 1
+    }),
+    ("unknown status", "resources[0].status", |r| {
+        r.resources[0].status = 99
+    }),
+    ("unspecified status", "resources[0].status", |r| {
+        r.resources[0].status = 0
+    }),
+    ("missing body", "resources[0].body", |r| {
+        r.resources[0].body = None
+    }),
+    ("unknown phase", "mcp_discovery.phase", |r| {
+        r.mcp_discovery = Some(v1::push_context_state_request::McpDiscovery { phase: 7 })
+    }),
+    ("invalid tool schema", "input_schema", |r| {
+        if let Some(Body::McpServer(server)) = r.resources[3].body.as_mut() {
+            server.tools[0].input_schema = "{not json".into();
+        }
+    }),
+];
+
+async fn every_wire_limit_is_rejected_before_any_write(h: Harness) {
+    let (agent, token) = h.agent("limits").await;
+    let valid: v1::PushContextStateRequest = snapshot(1, None, Pending, workspace()).into();
+    for (name, field, breaker) in WIRE_LIMITS {
+        let mut request = valid.clone();
+        breaker(&mut request);
+        let result = h.push_wire(&token, request).await;
+        match result {
+            Err(status) => {
+                assert_eq!(status.code(), Code::InvalidArgument, "{name}: {status:?}");
+                assert!(
+                    status.message().contains(field),
+                    "{name}: {:?} lacks {field}",
+                    status.message()
+                );
+            }
+            Ok(accepted) => panic!("{name}: accepted={accepted}, expected InvalidArgument"),
+        }
+    }
+    let startup_breakers: &[(&str, &str, v1::UpdateStartupRequest)] = &[
+        (
+            "missing startup",
+            "startup",
+            v1::UpdateStartupRequest { startup: None },
+        ),
+        (
+            "version over 256 bytes",
+            "startup.version",
+            v1::UpdateStartupRequest {
+                startup: Some(v1::Startup {
+                    version: "v".repeat(257),
+                    ..v1::Startup::default()
+                }),
+            },
+        ),
+        (
+            "directory over 4096 bytes",
+            "startup.expanded_directory",
+            v1::UpdateStartupRequest {
+                startup: Some(v1::Startup {
+                    expanded_directory: "d".repeat(4097),
+                    ..v1::Startup::default()
+                }),
+            },
+        ),
+    ];
+    for (name, field, request) in startup_breakers {
+        assert_status(
+            h.startup_wire(&token, request.clone()).await,
+            Code::InvalidArgument,
+            field,
+        );
+        let _ = name;
+    }
+    let ctx = h.context(agent).await;
+    assert_eq!(ctx.snapshot, None, "a rejected push wrote a snapshot");
+    assert!(ctx.resources.is_empty(), "a rejected push wrote resources");
+    assert_eq!(
+        ctx.agent.started_at, None,
+        "a rejected startup wrote the row"
+    );
+    assert_eq!(
+        h.api.metrics().requests_invalid as usize,
+        WIRE_LIMITS.len() + startup_breakers.len()
+    );
+    // The unbroken request is accepted, so each rejection was that one limit.
+    assert!(h.push_wire(&token, valid).await.unwrap());
+}
+
+async fn wrong_and_missing_tokens_are_refused(h: Harness) {
+    let (agent, token) = h.agent("guarded").await;
+    let request: v1::PushContextStateRequest = snapshot(1, None, Pending, workspace()).into();
+    let mut client = h.client.clone();
+    assert_status(
+        client.push_context_state(request.clone()).await,
+        Code::Unauthenticated,
+        "authorization",
+    );
+    let (id_part, secret) = token.split_once('.').unwrap();
+    let mut flipped = secret.to_owned();
+    let last = flipped.pop().unwrap();
+    flipped.push(if last == 'A' { 'B' } else { 'A' });
+    let wrong_secret = format!("{id_part}.{flipped}");
+    for bad in ["garbage", "", wrong_secret.as_str()] {
+        assert_status(
+            h.push_wire(bad, request.clone()).await,
+            Code::Unauthenticated,
+            "",
+        );
+        assert_status(h.startup(bad, RUN_A).await, Code::Unauthenticated, "");
+    }
+    // A deleted agent's token stops working.
+    let (doomed, doomed_token) = h.agent("doomed").await;
+    h.store().delete_agent(doomed).await.unwrap();
+    assert_status(
+        h.push_wire(&doomed_token, request.clone()).await,
+        Code::Unauthenticated,
+        "",
+    );
+    let ctx = h.context(agent).await;
+    assert_eq!((ctx.snapshot, ctx.agent.started_at), (None, None));
+    assert!(h.api.metrics().requests_unauthenticated >= 8);
+    assert!(matches!(
+        h.store().authenticate(&wrong_secret).await,
+        Err(StoreError::InvalidToken)
+    ));
+    assert_eq!(h.store().authenticate(&token).await.unwrap(), agent);
+}
+
+async fn one_agents_token_cannot_touch_another_agents_rows(h: Harness) {
+    let (mallory, mallory_token) = h.agent("mallory").await;
+    let (victim, victim_token) = h.agent("victim").await;
+    h.startup(&victim_token, RUN_A).await.unwrap();
+    assert!(
+        h.push(
+            &victim_token,
+            snapshot(1, Some(RUN_A), Complete, workspace())
+        )
+        .await
+        .unwrap()
+    );
+    let before = h.context(victim).await;
+
+    // Mallory's token only ever reaches mallory's rows.
+    h.startup(&mallory_token, RUN_B).await.unwrap();
+    assert!(
+        h.push(&mallory_token, snapshot(9, Some(RUN_B), Pending, vec![]))
+            .await
+            .unwrap()
+    );
+    assert_eq!(h.context(victim).await, before);
+    assert_eq!(h.context(mallory).await.agent.agent_run_id, RUN_B);
+
+    // A token claiming the victim's id with mallory's secret is refused.
+    let forged = format!("{victim}.{}", mallory_token.split_once('.').unwrap().1);
+    assert_status(h.startup(&forged, RUN_B).await, Code::Unauthenticated, "");
+    assert_status(
+        h.push(&forged, snapshot(10, Some(RUN_A), Pending, vec![]))
+            .await,
+        Code::Unauthenticated,
+        "",
+    );
+    assert_eq!(h.context(victim).await, before);
+}
+
+async fn deleting_an_agent_keeps_its_chats_pointing_at_it(h: Harness) {
+    let store = h.store();
+    let (agent, token) = h.agent("ephemeral").await;
+    assert!(
+        h.push(&token, snapshot(1, None, Pending, workspace()))
+            .await
+            .unwrap()
+    );
+    let chat = store.create_chat(Some(agent)).await.unwrap();
+    let mut events = store.subscribe_agent(agent);
+    store.delete_agent(agent).await.unwrap();
+    assert_eq!(
+        next_event(events.next()).await,
+        ChangeEvent::AgentContextChanged {
+            agent_id: agent,
+            snapshot_version: None
+        }
+    );
+    assert!(store.read_agent_context(agent).await.unwrap().is_none());
+    let kept = store
+        .get_chat(chat.id)
+        .await
+        .unwrap()
+        .expect("chat deleted with its agent");
+    assert_eq!(kept.agent_id, Some(agent));
+    assert!(matches!(
+        store.delete_agent(agent).await,
+        Err(StoreError::AgentNotFound(_))
+    ));
+    assert!(store.list_agents().await.unwrap().is_empty());
+}
+
+async fn concurrent_writers_all_succeed(h: Harness) {
+    let mut agents = Vec::new();
+    for i in 0..6 {
+        let (agent, token) = h.agent(&format!("busy-{i}")).await;
+        h.startup(&token, RUN_A).await.unwrap();
+        agents.push((agent, token));
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (_, token) in &agents {
+        let (client, token) = (h.client.clone(), token.clone());
+        tasks.spawn(async move {
+            for version in 1..=5u64 {
+                let mut resources = workspace();
+                resources[0] = instruction("AGENTS.md", &format!("v{version}"));
+                let request: v1::PushContextStateRequest =
+                    snapshot(version, Some(RUN_A), Pending, resources).into();
+                let accepted = client
+                    .clone()
+                    .push_context_state(ctxsync_persistence::test_support::with_bearer(
+                        request, &token,
+                    ))
+                    .await
+                    .expect("push failed under concurrency")
+                    .into_inner()
+                    .accepted;
+                assert!(accepted);
+            }
+        });
+    }
+    while let Some(result) = tasks.join_next().await {
+        result.expect("pusher panicked");
+    }
+    for (agent, _) in agents {
+        assert_eq!(h.context(agent).await.snapshot.unwrap().version, 5);
+    }
+}
+
+async fn agents_are_listed_and_tokens_authenticate(h: Harness) {
+    let store = h.store();
+    let (a, a_token) = h.agent("first").await;
+    let (b, _) = h.agent("second").await;
+    let listed: Vec<_> = store
+        .list_agents()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.id, r.name))
+        .collect();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.contains(&(a, "first".into())) && listed.contains(&(b, "second".into())));
+    assert_eq!(store.authenticate(&a_token).await.unwrap(), a);
+    for bad_name in ["", &"n".repeat(257)] {
+        assert!(matches!(
+            store.create_agent(bad_name).await,
+            Err(StoreError::InvalidInput(_))
+        ));
+    }
+}

@@ -1,0 +1,3 @@
+DROP TABLE workspace_agent_context_resources;
+DROP TABLE workspace_agent_context_snapshots;
+DROP TABLE workspace_agents;

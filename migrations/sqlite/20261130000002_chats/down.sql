@@ -1,0 +1,2 @@
+DROP TABLE chat_context_resources;
+DROP TABLE chats;
