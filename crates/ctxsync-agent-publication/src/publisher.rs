@@ -108,6 +108,8 @@ pub enum ConnectionState {
 pub struct PublisherStatus {
     /// The newest published snapshot's version (0 before the first).
     pub published_version: u64,
+    /// How many times the context was resolved (each sampled the report once).
+    pub resolves: u64,
     pub phase: DiscoveryPhase,
     pub aggregate_hash: String,
     /// The newest version the server answered a push for, and whether it accepted it.
@@ -311,17 +313,15 @@ async fn produce(
             tokio::task::spawn_blocking(move || resolve_with_watch(&job_scan, report.as_deref()))
                 .await;
         let mut resolve_again = false;
+        let mut new_version = None;
         match resolved {
             Ok((resolution, watch_set)) => {
                 resolve_again = watcher.update(watch_set);
                 if last.as_ref() != Some(&resolution) {
                     version += 1;
                     log_published(version, &resolution, last.as_ref());
-                    status.send_modify(|s| {
-                        s.published_version = version;
-                        s.phase = resolution.phase;
-                        s.aggregate_hash = resolution.aggregate_hash.clone();
-                    });
+                    new_version =
+                        Some((version, resolution.phase, resolution.aggregate_hash.clone()));
                     published.send_replace(Some(Arc::new(Published {
                         version,
                         resolution: resolution.clone(),
@@ -333,6 +333,14 @@ async fn produce(
                 error!(error = %e, "the context resolver failed; waiting for the next change")
             }
         }
+        status.send_modify(|s| {
+            s.resolves += 1;
+            if let Some((version, phase, hash)) = new_version {
+                s.published_version = version;
+                s.phase = phase;
+                s.aggregate_hash = hash;
+            }
+        });
         if resolve_again {
             continue;
         }
@@ -567,13 +575,15 @@ async fn newer_than(
     published: &mut watch::Receiver<Option<Arc<Published>>>,
     attempted: u64,
 ) -> Arc<Published> {
-    let found = published
+    let newest = published
         .wait_for(|p| p.as_ref().is_some_and(|p| p.version > attempted))
-        .await;
-    match found {
-        Ok(snapshot) => snapshot.clone().expect("checked by wait_for"),
+        .await
+        .ok()
+        .and_then(|snapshot| snapshot.clone());
+    match newest {
+        Some(snapshot) => snapshot,
         // The producer never stops while the publisher runs.
-        Err(_) => std::future::pending().await,
+        None => std::future::pending().await,
     }
 }
 
