@@ -166,7 +166,7 @@ struct CountingSource {
 impl ReportSource for CountingSource {
     fn sample(&mut self) -> Arc<DiscoveryReport> {
         let n = self.samples.fetch_add(1, Ordering::SeqCst) + 1;
-        let phase = if n % 2 == 0 {
+        let phase = if n.is_multiple_of(2) {
             ReportPhase::Complete
         } else {
             ReportPhase::Pending
@@ -217,7 +217,7 @@ async fn the_report_is_sampled_once_per_resolve() {
             .find(|r| r.source.starts_with("mcp:"))
             .unwrap();
         let n: usize = server_row.source["mcp:state".len()..].parse().unwrap();
-        let expected = if n % 2 == 0 {
+        let expected = if n.is_multiple_of(2) {
             Phase::Complete
         } else {
             Phase::Pending
