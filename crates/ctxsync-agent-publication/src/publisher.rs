@@ -423,6 +423,14 @@ struct Deliver {
     status: watch::Sender<PublisherStatus>,
 }
 
+/// How a session whose connection closed ended.
+enum SessionEnd {
+    /// At least one push was answered: the connection worked; reconnect at once.
+    AfterRoundTrip,
+    /// Nothing was answered after registering.
+    Early,
+}
+
 /// How a failed call is handled.
 enum Failure {
     /// Retry on a new connection after the backoff delay.
@@ -450,9 +458,18 @@ impl Deliver {
                 }
             };
             match self.session(connection, &mut published).await {
-                Ok(()) => {} // the connection closed; reconnect at once
+                Ok(SessionEnd::AfterRoundTrip) => {} // e.g. a server restart: reconnect at once
+                Ok(SessionEnd::Early) => {
+                    // Closed before any push was answered: back off, so a server that
+                    // accepts and drops connections is not hammered.
+                    self.wait_to_retry("the connection closed before any push was answered")
+                        .await;
+                }
                 Err(Failure::Transient) => {}
-                Err(Failure::Fatal(e)) => return Err(e),
+                Err(Failure::Fatal(e)) => {
+                    error!(error = %e, "stopping the publisher");
+                    return Err(e);
+                }
             }
         }
     }
@@ -462,7 +479,7 @@ impl Deliver {
         &mut self,
         mut connection: Connection,
         published: &mut watch::Receiver<Option<Arc<Published>>>,
-    ) -> Result<(), Failure> {
+    ) -> Result<SessionEnd, Failure> {
         let request = v1::UpdateStartupRequest::from(self.startup.clone());
         if let Err(status) = connection.client.update_startup(request).await {
             return Err(match status.code() {
@@ -482,7 +499,6 @@ impl Deliver {
                 }
             });
         }
-        self.backoff.reset();
         info!(
             run_id = self.startup.agent_run_id.as_deref().unwrap_or(""),
             directory = %self.startup.expanded_directory,
@@ -493,11 +509,12 @@ impl Deliver {
         let mut initial = true;
         let mut attempted = 0u64;
         let mut pushing = true;
+        let mut answered = false;
         loop {
             let snapshot = tokio::select! {
                 () = connection.closed() => {
                     info!("the connection to the server closed; reconnecting");
-                    return Ok(());
+                    return Ok(if answered { SessionEnd::AfterRoundTrip } else { SessionEnd::Early });
                 }
                 snapshot = newer_than(published, attempted), if pushing => snapshot,
             };
@@ -508,6 +525,9 @@ impl Deliver {
             );
             match connection.client.push_context_state(request).await {
                 Ok(response) => {
+                    // A full round trip: the connection works, so backoff starts over.
+                    self.backoff.reset();
+                    answered = true;
                     let accepted = response.into_inner().accepted;
                     attempted = version;
                     initial = false;
@@ -524,6 +544,8 @@ impl Deliver {
                 }
                 Err(status) => match status.code() {
                     Code::Unimplemented => {
+                        self.backoff.reset();
+                        answered = true;
                         warn!(
                             "the server does not implement PushContextState (an older server); no more pushes on this connection"
                         );
@@ -535,8 +557,11 @@ impl Deliver {
                             message: status.message().to_owned(),
                         }));
                     }
-                    Code::InvalidArgument | Code::FailedPrecondition => {
+                    // OutOfRange: the server's gRPC message size limit is below the wire
+                    // limits (its configuration must allow a maximal push).
+                    Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
                         // Retrying the same snapshot cannot help; a later one may differ.
+                        answered = true;
                         error!(
                             version,
                             error = %describe(&status),

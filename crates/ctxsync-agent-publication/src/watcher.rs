@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher as _};
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -19,6 +20,11 @@ use crate::scan::WatchSet;
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(250);
 /// A burst never delays a resolve by more than this many debounce periods.
 const MAX_DEBOUNCE_PERIODS: u32 = 8;
+
+/// Access events other than "closed after writing": the resolver's own reads cause them.
+fn is_read_only_access(kind: &EventKind) -> bool {
+    matches!(kind, EventKind::Access(access) if *access != AccessKind::Close(AccessMode::Write))
+}
 
 pub(crate) struct FileWatcher {
     watcher: Option<notify::RecommendedWatcher>,
@@ -38,7 +44,11 @@ impl FileWatcher {
             let relevant = match &event {
                 // An error may mean lost events: resolve to be safe.
                 Err(_) => true,
-                Ok(event) if event.need_rescan() || event.paths.is_empty() => true,
+                Ok(event) if event.need_rescan() => true,
+                // Opening and reading (our own resolves do both) change nothing; a file
+                // closed after writing does.
+                Ok(event) if is_read_only_access(&event.kind) => false,
+                Ok(event) if event.paths.is_empty() => true,
                 Ok(event) => {
                     let filter = callback_filter.lock().unwrap_or_else(|p| p.into_inner());
                     event.paths.iter().any(|p| filter.matches(p))
@@ -118,5 +128,26 @@ impl FileWatcher {
                 Ok(None) | Err(_) => break,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{CreateKind, ModifyKind};
+
+    #[test]
+    fn reads_are_not_changes() {
+        assert!(is_read_only_access(&EventKind::Access(AccessKind::Open(
+            AccessMode::Any
+        ))));
+        assert!(is_read_only_access(&EventKind::Access(AccessKind::Close(
+            AccessMode::Read
+        ))));
+        assert!(!is_read_only_access(&EventKind::Access(AccessKind::Close(
+            AccessMode::Write
+        ))));
+        assert!(!is_read_only_access(&EventKind::Modify(ModifyKind::Any)));
+        assert!(!is_read_only_access(&EventKind::Create(CreateKind::File)));
     }
 }

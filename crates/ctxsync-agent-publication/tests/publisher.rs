@@ -238,6 +238,14 @@ async fn file_changes_publish_and_unchanged_resolves_do_not() {
     // Startup resolves twice: the second covers what changed while the watches began.
     wait_status(&mut status, "the startup resolves", |s| s.resolves >= 2).await;
 
+    // Resolving reads the files; those reads must not count as changes (a resolve loop).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        status.borrow().resolves,
+        2,
+        "a quiet workspace is not resolved again"
+    );
+
     // Rewriting the same bytes resolves again but publishes nothing.
     ws.write("AGENTS.md", "one");
     let after = wait_status(&mut status, "a resolve", |s| s.resolves >= 3).await;
