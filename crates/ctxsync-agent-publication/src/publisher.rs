@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::time::sleep;
 use tonic::Code;
 use tonic::transport::Endpoint;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::connection::{BearerAuth, Connection};
@@ -625,7 +625,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         text.push_str(&cause.to_string());
         source = cause.source();
     }
-    debug!(error = %text, "error chain");
     text
 }
 

@@ -109,7 +109,7 @@ pub(crate) fn resolve_with_watch(
         }
     }
     for server in servers {
-        let source = format!("{SERVER_SOURCE_PREFIX}{}", server.name);
+        let source = format!("{SERVER_SOURCE_PREFIX}{}", server.outcome.name);
         if used.insert(source.clone()) {
             planned.push(Planned::Server(source, server));
         } else {
@@ -174,7 +174,7 @@ pub(crate) fn resolve_with_watch(
     let file_bodies: usize = rows.iter().map(|r| wire_body_len(&r.body)).sum();
     let reserved: usize = server_rows
         .iter()
-        .map(|(_, server, _)| minimal_server_body_len(&server.name))
+        .map(|(_, server, _)| minimal_server_body_len(&server.outcome.name))
         .sum();
     let mut tool_budget = MAX_TOTAL_BODY_BYTES.saturating_sub(file_bodies + reserved);
     for (source, server, excluded) in server_rows {
@@ -198,9 +198,16 @@ pub(crate) fn resolve_with_watch(
     (resolution, resolver.watch)
 }
 
-enum Planned {
+enum Planned<'a> {
     File(String, Candidate),
-    Server(String, ServerOutcome),
+    Server(String, HashedServer<'a>),
+}
+
+/// A server of the report with its content hash (computed once: tool lists can be large).
+struct HashedServer<'a> {
+    outcome: &'a ServerOutcome,
+    content_hash: String,
+    size_bytes: u64,
 }
 
 struct Resolver {
@@ -495,32 +502,44 @@ pub fn is_kebab_case(name: &str) -> bool {
 }
 
 /// Servers sorted by name (ties by their content, so equal reports resolve alike whatever
-/// order the engine listed them in).
-fn sorted_servers(report: &DiscoveryReport) -> Vec<ServerOutcome> {
-    let mut servers: Vec<(String, ServerOutcome)> = report
+/// order the engine listed them in), each hashed once.
+fn sorted_servers(report: &DiscoveryReport) -> Vec<HashedServer<'_>> {
+    let mut servers: Vec<(String, HashedServer<'_>)> = report
         .servers
         .iter()
-        .map(|s| {
+        .map(|outcome| {
+            let (content_hash, size_bytes) = server_hash(&outcome.name, &outcome.tools);
             let mut key = Canonical::new("ctxsync.server-order.v1");
-            key.field(server_hash(&s.name, &s.tools).0.as_bytes());
-            key.number(u64::from(s.connected));
-            key.optional(s.error.as_deref());
-            key.optional(s.warning.as_deref());
-            (key.finish().0, s.clone())
+            key.field(content_hash.as_bytes());
+            key.number(u64::from(outcome.connected));
+            key.optional(outcome.error.as_deref());
+            key.optional(outcome.warning.as_deref());
+            let server = HashedServer {
+                outcome,
+                content_hash,
+                size_bytes,
+            };
+            (key.finish().0, server)
         })
         .collect();
-    servers.sort_by(|a, b| a.1.name.cmp(&b.1.name).then_with(|| a.0.cmp(&b.0)));
+    servers.sort_by(|a, b| {
+        a.1.outcome
+            .name
+            .cmp(&b.1.outcome.name)
+            .then_with(|| a.0.cmp(&b.0))
+    });
     servers.into_iter().map(|(_, s)| s).collect()
 }
 
 /// One server's row. `tool_budget` is what the whole snapshot can still spend on tools.
 fn server_row(
     source: String,
-    server: &ServerOutcome,
+    hashed: &HashedServer<'_>,
     excluded: bool,
     tool_budget: &mut usize,
 ) -> Resource {
-    let (content_hash, size_bytes) = server_hash(&server.name, &server.tools);
+    let server = hashed.outcome;
+    let (content_hash, size_bytes) = (hashed.content_hash.clone(), hashed.size_bytes);
     let server_name = truncate_to_boundary(&server.name, MAX_SOURCE_BYTES).to_owned();
     let mut row = Resource {
         source,
@@ -578,16 +597,22 @@ fn fit_tools(body: &mut McpServerBody, tools: &[McpTool], tool_budget: &mut usiz
     let mut used = 0usize;
     let mut left_out = 0usize;
     let mut not_objects = 0usize;
+    let object_schema = serde_json::json!({ "type": "object" });
     for tool in tools {
-        let mut tool = tool.clone();
-        if !tool.input_schema.is_object() {
-            tool.input_schema = serde_json::json!({ "type": "object" });
+        let schema_ok = tool.input_schema.is_object();
+        let schema = if schema_ok {
+            &tool.input_schema
+        } else {
             not_objects += 1;
-        }
-        let cost = tool_len(&tool);
+            &object_schema
+        };
+        let cost = tool_len(tool, &schema.to_string());
         if used + cost <= room {
             used += cost;
-            body.tools.push(tool);
+            body.tools.push(McpTool {
+                input_schema: schema.clone(),
+                ..tool.clone()
+            });
         } else {
             left_out += 1;
         }
@@ -607,14 +632,21 @@ fn fit_tools(body: &mut McpServerBody, tools: &[McpTool], tool_budget: &mut usiz
     notes
 }
 
-/// The wire size one tool adds to a server body (tag, length and message).
-fn tool_len(tool: &McpTool) -> usize {
-    let wire = v1::McpTool {
-        name: tool.name.clone(),
-        description: tool.description.clone(),
-        input_schema: tool.input_schema.to_string(),
+/// The wire size one tool adds to a server body: its field key, length and message, the
+/// message being its three string fields (`schema` is the JSON text the wire carries).
+/// Computed without building the message; the self-bounding property test checks it
+/// against the protocol's own measure.
+fn tool_len(tool: &McpTool, schema: &str) -> usize {
+    use prost::encoding::{encoded_len_varint, key_len};
+    let field = |tag: u32, text: &str| {
+        if text.is_empty() {
+            0
+        } else {
+            key_len(tag) + encoded_len_varint(text.len() as u64) + text.len()
+        }
     };
-    prost::encoding::message::encoded_len(3, &wire)
+    let message = field(1, &tool.name) + field(2, &tool.description) + field(3, schema);
+    key_len(3) + encoded_len_varint(message as u64) + message
 }
 
 fn server_body_len(body: &McpServerBody) -> usize {

@@ -257,7 +257,8 @@ fn server_shape() -> impl Strategy<Value = (usize, usize, usize, usize, usize)> 
 fn extreme() -> impl Strategy<Value = Extreme> {
     (
         prop_oneof![0usize..100, 65_000usize..70_000, 150_000usize..200_000],
-        prop_oneof![0usize..10, 490usize..520, 990usize..1010],
+        // File creation dominates this test's time; many rows come from servers too.
+        prop_oneof![3 => 0usize..10, 1 => 495usize..510],
         1usize..250,
         any::<bool>(),
         server_shape(),
