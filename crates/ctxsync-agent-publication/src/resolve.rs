@@ -779,6 +779,36 @@ mod tests {
     }
 
     #[test]
+    fn tool_len_matches_prost() {
+        let check = |name: &str, description: &str, schema: serde_json::Value| {
+            let tool = McpTool {
+                name: name.into(),
+                description: description.into(),
+                input_schema: schema.clone(),
+            };
+            let wire = v1::McpTool {
+                name: name.into(),
+                description: description.into(),
+                input_schema: schema.to_string(),
+            };
+            let expect = prost::encoding::message::encoded_len(3, &wire);
+            assert_eq!(tool_len(&tool, &schema.to_string()), expect, "{name}");
+        };
+        check("", "", serde_json::json!({}));
+        check(
+            "read",
+            "Reads a file.",
+            serde_json::json!({"type": "object"}),
+        );
+        check(
+            "x",
+            &"é".repeat(70_000),
+            serde_json::json!({"a": [1, 2, 3]}),
+        );
+        check(&"n".repeat(200), &"d".repeat(127), serde_json::json!({}));
+    }
+
+    #[test]
     fn errors_are_bounded_on_char_boundaries() {
         let long = "é".repeat(MAX_ERROR_BYTES);
         let bounded = bound_error(long);

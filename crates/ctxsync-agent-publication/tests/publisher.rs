@@ -269,6 +269,29 @@ async fn file_changes_publish_and_unchanged_resolves_do_not() {
 }
 
 #[tokio::test]
+async fn editing_a_symlink_target_inside_the_root_publishes() {
+    let server = FakeServer::start(Recorder::new()).await;
+    let ws = Workspace::new();
+    let target = ws.write("docs/agents.md", "first");
+    ws.symlink(&target, "AGENTS.md");
+    let (_tx, _status, running) =
+        start_with_reports(&server.url(), &ws, report(ReportPhase::Complete, &[]));
+    server.recorder.wait_for_pushes(1).await;
+
+    ws.write("docs/agents.md", "second");
+    let pushes = server.recorder.wait_for_pushes(2).await;
+    let content = |push: &ctxsync_protocol::v1::PushContextStateRequest| match &push.resources[0]
+        .body
+    {
+        Some(ctxsync_protocol::v1::context_resource::Body::InstructionFile(f)) => f.content.clone(),
+        other => panic!("unexpected body {other:?}"),
+    };
+    assert_eq!(content(&pushes[0]), "first");
+    assert_eq!(content(&pushes[1]), "second");
+    running.abort();
+}
+
+#[tokio::test]
 async fn the_mcp_json_content_is_never_sent() {
     let server = FakeServer::start(Recorder::new()).await;
     let ws = Workspace::new();
