@@ -187,6 +187,15 @@ pub(crate) fn resolve_with_watch(
         Some(ReportPhase::Complete) => DiscoveryPhase::Complete,
     };
     rows.sort_by(|a, b| a.source.cmp(&b.source));
+    // Sources were unique before long ones were shortened; keep the wire's rule regardless.
+    let before = rows.len();
+    rows.dedup_by(|later, first| later.source == first.source);
+    if rows.len() < before {
+        resolver.notes.push(format!(
+            "{} resources left out: their shortened source duplicates another resource's",
+            before - rows.len()
+        ));
+    }
     let snapshot_error =
         (!resolver.notes.is_empty()).then(|| bound_error(resolver.notes.join("; ")));
     let resolution = Resolution {
