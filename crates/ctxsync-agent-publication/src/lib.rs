@@ -47,6 +47,6 @@ pub use report::{
 };
 pub use resolve::{
     DEFAULT_SERVER_ERROR, MAX_CONTEXT_BYTES, MAX_CONTEXT_RESOURCES, MAX_FILE_BYTES, Resolution,
-    SERVER_SOURCE_PREFIX, ScanConfig, is_kebab_case, resolve,
+    SERVER_SOURCE_PREFIX, ScanConfig, resolve,
 };
 pub use watcher::DEFAULT_DEBOUNCE;

@@ -500,7 +500,7 @@ fn validate_skill(text: &str, dir_name: &str) -> Result<(String, String, Option<
 }
 
 /// `lower-case-words-and-digits`, hyphen-separated, no leading, trailing or double hyphen.
-pub fn is_kebab_case(name: &str) -> bool {
+pub(crate) fn is_kebab_case(name: &str) -> bool {
     !name.is_empty()
         && name.split('-').all(|part| {
             !part.is_empty()
