@@ -12,6 +12,7 @@ use ctxsync_agent_publication::{
     ReportPhase, ReportSource, ServerOutcome,
 };
 use ctxsync_protocol::McpTool;
+use ctxsync_protocol::v1::context_resource::Status;
 use ctxsync_protocol::v1::push_context_state_request::McpDiscovery;
 use ctxsync_protocol::v1::push_context_state_request::mcp_discovery::Phase;
 use prost::Message;
@@ -194,7 +195,7 @@ async fn the_report_is_sampled_once_per_resolve() {
     let running = tokio::spawn(publisher.run());
     server.recorder.wait_for_pushes(1).await;
     for i in 1..=3 {
-        ws.write("AGENTS.md", format!("v{i}"));
+        ws.replace("AGENTS.md", format!("v{i}"));
         let s = wait_status(&mut status, "a resolve after the change", |s| {
             s.resolves > 0 && s.published_version > i
         })
@@ -247,24 +248,23 @@ async fn file_changes_publish_and_unchanged_resolves_do_not() {
     );
 
     // Rewriting the same bytes resolves again but publishes nothing.
-    ws.write("AGENTS.md", "one");
+    ws.replace("AGENTS.md", "one");
     let after = wait_status(&mut status, "a resolve", |s| s.resolves >= 3).await;
     assert_eq!(after.published_version, 1);
 
     // A new skill directory (its container did not exist) is noticed.
     ws.skill("skills", "new-skill");
-    let pushes = server.recorder.wait_for_pushes(2).await;
-    let second = &pushes[1];
-    assert_eq!(second.version, 2);
-    assert!(!second.initial);
-    assert_ne!(second.aggregate_hash, first.aggregate_hash);
-    assert!(
-        second
-            .resources
-            .iter()
-            .any(|r| r.source == "skills/new-skill/SKILL.md")
-    );
-    assert_eq!(server.recorder.pushes().len(), 2);
+    let with_skill = server
+        .recorder
+        .wait_for_push("a push with the new skill", |p| {
+            p.resources
+                .iter()
+                .any(|r| r.source == "skills/new-skill/SKILL.md" && r.status == Status::Ok as i32)
+        })
+        .await;
+    assert!(with_skill.version >= 2);
+    assert!(!with_skill.initial);
+    assert_ne!(with_skill.aggregate_hash, first.aggregate_hash);
     running.abort();
 }
 
@@ -279,15 +279,18 @@ async fn editing_a_symlink_target_inside_the_root_publishes() {
     server.recorder.wait_for_pushes(1).await;
 
     ws.write("docs/agents.md", "second");
-    let pushes = server.recorder.wait_for_pushes(2).await;
     let content = |push: &ctxsync_protocol::v1::PushContextStateRequest| match &push.resources[0]
         .body
     {
         Some(ctxsync_protocol::v1::context_resource::Body::InstructionFile(f)) => f.content.clone(),
         other => panic!("unexpected body {other:?}"),
     };
-    assert_eq!(content(&pushes[0]), "first");
-    assert_eq!(content(&pushes[1]), "second");
+    let second = server
+        .recorder
+        .wait_for_push("the edited content", |p| content(p) == "second")
+        .await;
+    assert!(second.version > 1 && !second.initial);
+    assert_eq!(content(&server.recorder.pushes()[0]), "first");
     running.abort();
 }
 

@@ -118,6 +118,19 @@ impl Recorder {
         self.pushes()
     }
 
+    /// Waits until some push satisfies `done` and returns the first that does. File edits
+    /// are not atomic (a write truncates first), so a test waits for the state it expects
+    /// rather than for the n-th push.
+    pub async fn wait_for_push(
+        &self,
+        what: &str,
+        done: impl Fn(&v1::PushContextStateRequest) -> bool,
+    ) -> v1::PushContextStateRequest {
+        self.wait_for(what, |calls| calls.iter().filter_map(Call::push).any(&done))
+            .await;
+        self.pushes().into_iter().find(|p| done(p)).unwrap()
+    }
+
     fn record(&self, call: Call) {
         self.calls.send_modify(|calls| calls.push(call));
     }
@@ -307,6 +320,15 @@ impl Workspace {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, content).unwrap();
         path
+    }
+
+    /// Replaces `relative` atomically (write a temporary file, then rename over it), so
+    /// no resolve can observe a half-written file.
+    pub fn replace(&self, relative: &str, content: impl AsRef<[u8]>) {
+        let path = self.path().join(relative);
+        let temporary = path.with_file_name(".ctxsync-test-replace.tmp");
+        std::fs::write(&temporary, content).unwrap();
+        std::fs::rename(&temporary, &path).unwrap();
     }
 
     /// A skill with valid front matter named after its directory.
