@@ -1,0 +1,52 @@
+//! The workspace agent's publication side (layer 4): it turns the workspace's context and
+//! the MCP engine's discovery report into versioned snapshots and delivers the newest one
+//! to the control plane.
+//!
+//! Owns: the per-process run id; the context resolver ([`resolve`]: instruction files,
+//! skills and their front matter ([`parse_front_matter`]), `.mcp.json` rows, MCP server
+//! rows, caps and statuses); snapshot versions and the aggregate hash; watching context
+//! files; the push loop over gRPC with registration (`UpdateStartup`) on every connection,
+//! coalescing, backoff and reconnects ([`Publisher`]).
+//!
+//! Must never:
+//! - send the content of an `.mcp.json` file (it holds secrets; rows carry hash and size),
+//!   the agent token (only in the `authorization` header), or any diagnostic the engine
+//!   has not sanitized;
+//! - send anything over the wire limits of `ctxsync_protocol::limits`: rows, errors,
+//!   sources and bodies are bounded here, so the server never rejects a whole push for one
+//!   long error or name;
+//! - reuse a run id across processes: a [`Publisher`] generates its own (UUID v4) and
+//!   there is one publisher per agent process;
+//! - follow a symlink out of its scan root.
+//!
+//! The MCP engine reaches this crate through [`ReportSource`]; without one (`--no-mcp`)
+//! snapshots carry `UNSPECIFIED` and no run id.
+
+mod backoff;
+mod connection;
+mod error;
+mod front_matter;
+mod hash;
+mod publisher;
+mod report;
+mod resolve;
+mod scan;
+mod watcher;
+
+pub use backoff::{BackoffPolicy, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX};
+pub use error::PublishError;
+pub use front_matter::{FrontMatter, FrontMatterError, parse_front_matter};
+pub use publisher::{
+    ConnectionState, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL,
+    DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT, Publisher,
+    PublisherConfig, PublisherStatus, Timing,
+};
+pub use report::{
+    ChangedFuture, ConfigOutcome, DiscoveryReport, ReportPhase, ReportSource, ServerOutcome,
+    SourceClosed,
+};
+pub use resolve::{
+    DEFAULT_SERVER_ERROR, MAX_CONTEXT_BYTES, MAX_CONTEXT_RESOURCES, MAX_FILE_BYTES, Resolution,
+    SERVER_SOURCE_PREFIX, ScanConfig, resolve,
+};
+pub use watcher::DEFAULT_DEBOUNCE;

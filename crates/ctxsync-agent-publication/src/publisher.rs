@@ -1,0 +1,658 @@
+//! The publisher: one run id per process, snapshots produced on every relevant change, and
+//! the push loop that delivers the newest one over each connection after `UpdateStartup`.
+
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ctxsync_protocol::limits::{
+    MAX_AGENT_VERSION_BYTES, MAX_DIRECTORY_BYTES, truncate_to_boundary,
+};
+use ctxsync_protocol::{DiscoveryPhase, Resource, ResourceBody, ResourceStatus, Startup, v1};
+use tokio::sync::watch;
+use tokio::time::sleep;
+use tonic::Code;
+use tonic::transport::Endpoint;
+use tracing::{error, info, warn};
+
+use crate::backoff::{Backoff, BackoffPolicy};
+use crate::connection::{BearerAuth, Connection};
+use crate::error::PublishError;
+use crate::report::ReportSource;
+use crate::resolve::{Resolution, ScanConfig, resolve_with_watch};
+use crate::scan;
+use crate::watcher::{DEFAULT_DEBOUNCE, FileWatcher};
+
+/// Bound on establishing one TCP connection to the server.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on one RPC; a slower server is treated as gone and reconnected to.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// HTTP/2 ping interval, so a silently dead connection is noticed while idle.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a ping may go unanswered before the connection counts as dead.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often context files are re-read when the platform file watcher cannot run.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Every delay and bound the publisher uses; tests shrink them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// Quiet period after a context-file event before resolving.
+    pub debounce: Duration,
+    pub backoff: BackoffPolicy,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    pub poll_interval: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            debounce: DEFAULT_DEBOUNCE,
+            backoff: BackoffPolicy::default(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+        }
+    }
+}
+
+/// What the publisher needs to run.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PublisherConfig {
+    /// `http://HOST:PORT` of the control plane's agent API.
+    pub server_url: String,
+    /// The agent's bearer token; never logged.
+    pub token: String,
+    /// This agent's version, reported in `Startup`.
+    pub agent_version: String,
+    /// What to scan. `~` and `$VAR`/`${VAR}` in the workspace directory are expanded.
+    pub scan: ScanConfig,
+    pub timing: Timing,
+}
+
+impl std::fmt::Debug for PublisherConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublisherConfig")
+            .field("server_url", &self.server_url)
+            .field("token", &"[redacted]")
+            .field("agent_version", &self.agent_version)
+            .field("scan", &self.scan)
+            .field("timing", &self.timing)
+            .finish()
+    }
+}
+
+/// The state of the connection to the server, for status displays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConnectionState {
+    /// Connecting or registering (`UpdateStartup`).
+    #[default]
+    Connecting,
+    /// Registered; pushing the newest snapshot whenever it changes.
+    Ready,
+    /// Registered, but the server does not implement pushes (an older server); waiting
+    /// for this connection to end.
+    PushesUnsupported,
+    /// A transient failure; waiting before the next attempt.
+    WaitingToRetry,
+}
+
+/// What the publisher has done so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PublisherStatus {
+    /// The newest published snapshot's version (0 before the first).
+    pub published_version: u64,
+    /// How many times the context was resolved (each sampled the report once).
+    pub resolves: u64,
+    pub phase: DiscoveryPhase,
+    pub aggregate_hash: String,
+    /// The newest version the server answered a push for, and whether it accepted it.
+    pub last_push: Option<(u64, bool)>,
+    pub connection: ConnectionState,
+}
+
+/// The agent's publication side. One instance per process: it owns the run id.
+pub struct Publisher {
+    endpoint: Endpoint,
+    auth: BearerAuth,
+    startup: Startup,
+    scan: ScanConfig,
+    timing: Timing,
+    reports: Option<Box<dyn ReportSource>>,
+    status: watch::Sender<PublisherStatus>,
+    run_id: uuid::Uuid,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("server", &self.endpoint.uri())
+            .field("startup", &self.startup)
+            .field("scan", &self.scan)
+            .field("mcp_discovery", &self.reports.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A published snapshot: one resolution with its version.
+#[derive(Debug)]
+struct Published {
+    version: u64,
+    resolution: Resolution,
+}
+
+impl Publisher {
+    /// Checks the configuration and generates this process's run id. `reports` is the MCP
+    /// engine's report source; `None` (`--no-mcp`) publishes `UNSPECIFIED` and no run id.
+    pub fn new(
+        config: PublisherConfig,
+        reports: Option<Box<dyn ReportSource>>,
+    ) -> Result<Self, PublishError> {
+        let endpoint =
+            crate::connection::endpoint(&config.server_url, &config.timing, &config.agent_version)?;
+        let auth = BearerAuth::new(&config.token)?;
+        let workspace = expand_directory(&config.scan.workspace_dir)?;
+        let metadata = std::fs::metadata(&workspace).map_err(|e| PublishError::Workspace {
+            path: workspace.clone(),
+            reason: e.to_string(),
+        })?;
+        if !metadata.is_dir() {
+            return Err(PublishError::Workspace {
+                path: workspace,
+                reason: "not a directory".into(),
+            });
+        }
+        let run_id = uuid::Uuid::new_v4();
+        let startup = Startup {
+            version: truncate_to_boundary(&config.agent_version, MAX_AGENT_VERSION_BYTES)
+                .to_owned(),
+            expanded_directory: truncate_to_boundary(
+                &workspace.to_string_lossy(),
+                MAX_DIRECTORY_BYTES,
+            )
+            .to_owned(),
+            agent_run_id: reports.is_some().then(|| run_id.to_string()),
+        };
+        let scan = ScanConfig {
+            workspace_dir: workspace,
+            ..config.scan
+        };
+        let (status, _) = watch::channel(PublisherStatus::default());
+        Ok(Self {
+            endpoint,
+            auth,
+            startup,
+            scan,
+            timing: config.timing,
+            reports,
+            status,
+            run_id,
+        })
+    }
+
+    /// This process's run id, sent in `Startup` and on every snapshot; `None` without MCP
+    /// discovery, which promises no freshness.
+    pub fn run_id(&self) -> Option<&str> {
+        self.startup.agent_run_id.as_deref()
+    }
+
+    /// What is sent by `UpdateStartup` on every new connection.
+    pub fn startup(&self) -> &Startup {
+        &self.startup
+    }
+
+    /// A live view of what the publisher has done.
+    pub fn status(&self) -> watch::Receiver<PublisherStatus> {
+        self.status.subscribe()
+    }
+
+    /// Publishes until a fatal error: the process was superseded, or the server refused
+    /// the token. Transient failures are retried forever. Cancel by dropping the future.
+    pub async fn run(self) -> Result<Infallible, PublishError> {
+        let Self {
+            endpoint,
+            auth,
+            startup,
+            scan,
+            timing,
+            reports,
+            status,
+            run_id,
+        } = self;
+        let (published_tx, published_rx) = watch::channel(None);
+        let produce = produce(scan, reports, timing.clone(), published_tx, status.clone());
+        let deliver = Deliver {
+            endpoint,
+            auth,
+            startup,
+            backoff: Backoff::new(timing.backoff, run_id.as_u64_pair().0),
+            status,
+        }
+        .run(published_rx);
+        tokio::select! {
+            never = produce => match never {},
+            result = deliver => result,
+        }
+    }
+}
+
+/// Expands `~` and `$VAR`/`${VAR}`, makes the path absolute and removes `.` and `..`.
+fn expand_directory(path: &Path) -> Result<PathBuf, PublishError> {
+    let raw = path.to_string_lossy();
+    let fail = |reason: String| PublishError::Workspace {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let home = || std::env::var("HOME").map_err(|_| fail("`~` is used but HOME is not set".into()));
+    let mut expanded = match raw.strip_prefix('~') {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("{}{rest}", home()?),
+        _ => raw.clone().into_owned(),
+    };
+    if expanded.contains('$') {
+        expanded = expand_variables(&expanded)
+            .map_err(|name| fail(format!("the variable `{name}` in the path is not set")))?;
+    }
+    let absolute = std::path::absolute(&expanded).map_err(|e| fail(e.to_string()))?;
+    Ok(scan::normalize(Path::new("/"), &absolute))
+}
+
+/// `$NAME` and `${NAME}` from the environment; the error names an unset variable.
+fn expand_variables(text: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, tail) = if let Some(braced) = after.strip_prefix('{') {
+            match braced.find('}') {
+                Some(end) => (&braced[..end], &braced[end + 1..]),
+                None => return Err(braced.to_owned()),
+            }
+        } else {
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            (&after[..end], &after[end..])
+        };
+        if name.is_empty() {
+            out.push('$');
+        } else {
+            out.push_str(&std::env::var(name).map_err(|_| name.to_owned())?);
+        }
+        rest = tail;
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Resolves on every relevant change and publishes a new version when the result differs
+/// from the last published one. Never returns.
+async fn produce(
+    scan: ScanConfig,
+    mut reports: Option<Box<dyn ReportSource>>,
+    timing: Timing,
+    published: watch::Sender<Option<Arc<Published>>>,
+    status: watch::Sender<PublisherStatus>,
+) -> Infallible {
+    let scan = Arc::new(scan);
+    let mut watcher = FileWatcher::new(timing.poll_interval);
+    let mut reports_open = reports.is_some();
+    let mut version = 0u64;
+    let mut last: Option<Resolution> = None;
+    loop {
+        // Sampled once, before the walk: one snapshot describes one engine state.
+        let report = reports.as_mut().map(|source| source.sample());
+        let job_scan = scan.clone();
+        let resolved =
+            tokio::task::spawn_blocking(move || resolve_with_watch(&job_scan, report.as_deref()))
+                .await;
+        let mut resolve_again = false;
+        let mut new_version = None;
+        match resolved {
+            Ok((resolution, watch_set)) => {
+                resolve_again = watcher.update(watch_set);
+                if last.as_ref() != Some(&resolution) {
+                    version += 1;
+                    log_published(version, &resolution, last.as_ref());
+                    new_version =
+                        Some((version, resolution.phase, resolution.aggregate_hash.clone()));
+                    published.send_replace(Some(Arc::new(Published {
+                        version,
+                        resolution: resolution.clone(),
+                    })));
+                    last = Some(resolution);
+                }
+            }
+            Err(e) => {
+                error!(error = %e, "the context resolver failed; waiting for the next change")
+            }
+        }
+        status.send_modify(|s| {
+            s.resolves += 1;
+            if let Some((version, phase, hash)) = new_version {
+                s.published_version = version;
+                s.phase = phase;
+                s.aggregate_hash = hash;
+            }
+        });
+        if resolve_again {
+            continue;
+        }
+        tokio::select! {
+            changed = report_changed(reports.as_mut(), reports_open) => {
+                if changed.is_err() {
+                    warn!("the MCP discovery report source closed; publishing context file changes only");
+                    reports_open = false;
+                }
+            }
+            () = watcher.changed(timing.debounce) => {}
+        }
+    }
+}
+
+async fn report_changed(
+    source: Option<&mut Box<dyn ReportSource>>,
+    open: bool,
+) -> Result<(), crate::report::SourceClosed> {
+    match source {
+        Some(source) if open => source.changed().await,
+        _ => std::future::pending().await,
+    }
+}
+
+/// Logs a published version: a summary line, then each server whose outcome changed.
+fn log_published(version: u64, resolution: &Resolution, previous: Option<&Resolution>) {
+    let servers = || {
+        resolution
+            .resources
+            .iter()
+            .filter(|r| matches!(r.body, ResourceBody::McpServer(_)))
+    };
+    let ok = servers().filter(|r| r.status == ResourceStatus::Ok).count();
+    let tools: usize = servers()
+        .map(|r| match &r.body {
+            ResourceBody::McpServer(body) => body.tools.len(),
+            _ => 0,
+        })
+        .sum();
+    info!(
+        version,
+        phase = resolution.phase.as_str(),
+        aggregate_hash = %resolution.aggregate_hash,
+        resources = resolution.resources.len(),
+        servers_ok = ok,
+        servers_not_ok = servers().count() - ok,
+        tools,
+        snapshot_error = resolution.snapshot_error.as_deref().unwrap_or(""),
+        "published context snapshot"
+    );
+    let before = |source: &str| -> Option<&Resource> {
+        previous?.resources.iter().find(|r| r.source == source)
+    };
+    for row in servers() {
+        if before(&row.source) == Some(row) {
+            continue;
+        }
+        let tools = match &row.body {
+            ResourceBody::McpServer(body) => body.tools.len(),
+            _ => 0,
+        };
+        info!(
+            version,
+            server = %row.source,
+            status = row.status.as_str(),
+            tools,
+            error = row.error.as_deref().unwrap_or(""),
+            "MCP server outcome"
+        );
+    }
+}
+
+/// The push side: connects, registers, pushes, and starts over on transient failures.
+struct Deliver {
+    endpoint: Endpoint,
+    auth: BearerAuth,
+    startup: Startup,
+    backoff: Backoff,
+    status: watch::Sender<PublisherStatus>,
+}
+
+/// How a session whose connection closed ended.
+enum SessionEnd {
+    /// At least one push was answered: the connection worked; reconnect at once.
+    AfterRoundTrip,
+    /// Nothing was answered after registering.
+    Early,
+}
+
+/// How a failed call is handled.
+enum Failure {
+    /// Retry on a new connection after the backoff delay.
+    Transient,
+    /// Stop the publisher.
+    Fatal(PublishError),
+}
+
+impl Deliver {
+    async fn run(
+        mut self,
+        mut published: watch::Receiver<Option<Arc<Published>>>,
+    ) -> Result<Infallible, PublishError> {
+        loop {
+            self.set_connection(ConnectionState::Connecting);
+            let connection = match Connection::open(&self.endpoint, self.auth.clone()).await {
+                Ok(connection) => connection,
+                Err(e) => {
+                    self.wait_to_retry(&format!(
+                        "cannot connect to the server: {}",
+                        error_chain(&e)
+                    ))
+                    .await;
+                    continue;
+                }
+            };
+            match self.session(connection, &mut published).await {
+                Ok(SessionEnd::AfterRoundTrip) => {} // e.g. a server restart: reconnect at once
+                Ok(SessionEnd::Early) => {
+                    // Closed before any push was answered: back off, so a server that
+                    // accepts and drops connections is not hammered.
+                    self.wait_to_retry("the connection closed before any push was answered")
+                        .await;
+                }
+                Err(Failure::Transient) => {}
+                Err(Failure::Fatal(e)) => {
+                    error!(error = %e, "stopping the publisher");
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One connection: `UpdateStartup`, then pushes until the connection ends.
+    async fn session(
+        &mut self,
+        mut connection: Connection,
+        published: &mut watch::Receiver<Option<Arc<Published>>>,
+    ) -> Result<SessionEnd, Failure> {
+        let request = v1::UpdateStartupRequest::from(self.startup.clone());
+        if let Err(status) = connection.client.update_startup(request).await {
+            return Err(match status.code() {
+                Code::FailedPrecondition => Failure::Fatal(PublishError::Superseded {
+                    run_id: self.startup.agent_run_id.clone().unwrap_or_default(),
+                    message: status.message().to_owned(),
+                }),
+                Code::Unauthenticated | Code::PermissionDenied => {
+                    Failure::Fatal(PublishError::Unauthenticated {
+                        message: status.message().to_owned(),
+                    })
+                }
+                _ => {
+                    self.wait_to_retry(&format!("UpdateStartup failed: {}", describe(&status)))
+                        .await;
+                    Failure::Transient
+                }
+            });
+        }
+        info!(
+            run_id = self.startup.agent_run_id.as_deref().unwrap_or(""),
+            directory = %self.startup.expanded_directory,
+            "registered with the server"
+        );
+        self.set_connection(ConnectionState::Ready);
+
+        let mut initial = true;
+        let mut attempted = 0u64;
+        let mut pushing = true;
+        let mut answered = false;
+        loop {
+            let snapshot = tokio::select! {
+                () = connection.closed() => {
+                    info!("the connection to the server closed; reconnecting");
+                    return Ok(if answered { SessionEnd::AfterRoundTrip } else { SessionEnd::Early });
+                }
+                snapshot = newer_than(published, attempted), if pushing => snapshot,
+            };
+            let version = snapshot.version;
+            let run_id = self.startup.agent_run_id.as_deref();
+            let request = v1::PushContextStateRequest::from(
+                snapshot.resolution.to_snapshot(version, run_id, initial),
+            );
+            match connection.client.push_context_state(request).await {
+                Ok(response) => {
+                    // A full round trip: the connection works, so backoff starts over.
+                    self.backoff.reset();
+                    answered = true;
+                    let accepted = response.into_inner().accepted;
+                    attempted = version;
+                    initial = false;
+                    self.status
+                        .send_modify(|s| s.last_push = Some((version, accepted)));
+                    if accepted {
+                        info!(version, "the server accepted the snapshot");
+                    } else {
+                        warn!(
+                            version,
+                            "the server did not accept the snapshot (a newer agent process, or a replayed version); waiting for the next change"
+                        );
+                    }
+                }
+                Err(status) => match status.code() {
+                    Code::Unimplemented => {
+                        self.backoff.reset();
+                        answered = true;
+                        warn!(
+                            "the server does not implement PushContextState (an older server); no more pushes on this connection"
+                        );
+                        pushing = false;
+                        self.set_connection(ConnectionState::PushesUnsupported);
+                    }
+                    Code::Unauthenticated | Code::PermissionDenied => {
+                        return Err(Failure::Fatal(PublishError::Unauthenticated {
+                            message: status.message().to_owned(),
+                        }));
+                    }
+                    // OutOfRange: the server's gRPC message size limit is below the wire
+                    // limits (its configuration must allow a maximal push).
+                    Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+                        // Retrying the same snapshot cannot help; a later one may differ.
+                        answered = true;
+                        error!(
+                            version,
+                            error = %describe(&status),
+                            "the server refused the snapshot; waiting for the next change"
+                        );
+                        attempted = version;
+                    }
+                    _ => {
+                        self.wait_to_retry(&format!("push failed: {}", describe(&status)))
+                            .await;
+                        return Err(Failure::Transient);
+                    }
+                },
+            }
+        }
+    }
+
+    async fn wait_to_retry(&mut self, reason: &str) {
+        let delay = self.backoff.next_delay();
+        warn!(retry_in = ?delay, "{reason}");
+        self.set_connection(ConnectionState::WaitingToRetry);
+        sleep(delay).await;
+    }
+
+    fn set_connection(&self, state: ConnectionState) {
+        self.status.send_if_modified(|s| {
+            let changed = s.connection != state;
+            s.connection = state;
+            changed
+        });
+    }
+}
+
+/// The newest published snapshot once its version is above `attempted`.
+async fn newer_than(
+    published: &mut watch::Receiver<Option<Arc<Published>>>,
+    attempted: u64,
+) -> Arc<Published> {
+    let newest = published
+        .wait_for(|p| p.as_ref().is_some_and(|p| p.version > attempted))
+        .await
+        .ok()
+        .and_then(|snapshot| snapshot.clone());
+    match newest {
+        Some(snapshot) => snapshot,
+        // The producer never stops while the publisher runs.
+        None => std::future::pending().await,
+    }
+}
+
+fn describe(status: &tonic::Status) -> String {
+    format!("{:?}: {}", status.code(), status.message())
+}
+
+/// An error with its sources, e.g. "transport error: tcp connect error: Connection refused".
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_expand_and_unset_ones_are_named() {
+        // SAFETY-free: PATH is always set in test environments; use it as a known variable.
+        let path = std::env::var("PATH").unwrap();
+        assert_eq!(
+            expand_variables("a/$PATH/b").unwrap(),
+            format!("a/{path}/b")
+        );
+        assert_eq!(expand_variables("${PATH}x").unwrap(), format!("{path}x"));
+        assert_eq!(expand_variables("cost $ 5").unwrap(), "cost $ 5");
+        assert_eq!(
+            expand_variables("$CTXSYNC_SURELY_UNSET_VARIABLE/x").unwrap_err(),
+            "CTXSYNC_SURELY_UNSET_VARIABLE"
+        );
+    }
+
+    #[test]
+    fn directories_are_absolute_and_clean() {
+        let dir = expand_directory(Path::new("/tmp/./a/../b")).unwrap();
+        assert_eq!(dir, Path::new("/tmp/b"));
+        let relative = expand_directory(Path::new("x")).unwrap();
+        assert!(relative.is_absolute() && relative.ends_with("x"));
+    }
+}

@@ -1,0 +1,859 @@
+//! The context resolver: one discovery report plus one walk of the scan roots become the
+//! rows of a snapshot, with every cap applied and every wire limit already respected.
+//!
+//! Priority (who keeps content when a cap bites) is deterministic and independent of the
+//! order anything was discovered in: scan roots in configured order (the workspace first);
+//! within a root its instruction files, its `.mcp.json`, then skills by container and
+//! directory name; then configured MCP config files; then config files known only from the
+//! report; then MCP servers by name. Servers come last so they can never push out a file.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use ctxsync_protocol::limits::{
+    MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_RESOURCES, MAX_SOURCE_BYTES, MAX_TOTAL_BODY_BYTES,
+    truncate_to_boundary,
+};
+use ctxsync_protocol::{
+    DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody,
+    ResourceStatus, SkillBody, Snapshot, body_len, v1,
+};
+
+use crate::front_matter::parse_front_matter;
+use crate::hash::{Canonical, aggregate_hash, server_hash};
+use crate::report::{DiscoveryReport, ReportPhase, ServerOutcome};
+use crate::scan::{self, Candidate, FileRead, Kind, WatchSet};
+
+/// Largest context file whose content is sent; larger files are `OVERSIZE` (still hashed).
+pub const MAX_FILE_BYTES: u64 = 64 * 1024;
+/// Largest total of file bodies (instruction files and skills) in one snapshot; files
+/// beyond it are `EXCLUDED`.
+pub const MAX_CONTEXT_BYTES: usize = 2 * 1024 * 1024;
+/// Most rows that carry content; rows beyond it are `EXCLUDED` (not read), and rows beyond
+/// the wire's [`MAX_RESOURCES`] are left out and counted in the snapshot error.
+pub const MAX_CONTEXT_RESOURCES: usize = 500;
+/// The error of a failed server that gave no reason.
+pub const DEFAULT_SERVER_ERROR: &str = "failed to connect";
+/// Prefix of an MCP server row's source: `mcp:<server name>`.
+pub const SERVER_SOURCE_PREFIX: &str = "mcp:";
+
+const TRUNCATED: &str = "... [truncated]";
+
+/// What the resolver scans.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScanConfig {
+    /// The workspace directory: the first scan root, and the base of relative sources.
+    pub workspace_dir: PathBuf,
+    /// More scan roots, searched like the workspace directory.
+    pub extra_roots: Vec<PathBuf>,
+    /// MCP config files beyond each root's `.mcp.json` (the agent's `--mcp-config`); each
+    /// gets an `mcp_config` row when it exists.
+    pub mcp_config_paths: Vec<PathBuf>,
+}
+
+/// One resolve: what a snapshot will carry, before it gets a version and a run id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolution {
+    /// `Unspecified` without a report (no MCP discovery).
+    pub phase: DiscoveryPhase,
+    /// sha256 (hex) over the canonical encoding of the non-MCP rows.
+    pub aggregate_hash: String,
+    /// Sorted by source; unique sources; every limit of the wire already met.
+    pub resources: Vec<Resource>,
+    pub snapshot_error: Option<String>,
+}
+
+impl Resolution {
+    /// The snapshot to push: this resolution stamped with a version and the run id.
+    pub fn to_snapshot(&self, version: u64, agent_run_id: Option<&str>, initial: bool) -> Snapshot {
+        Snapshot {
+            version,
+            aggregate_hash: self.aggregate_hash.clone(),
+            resources: self.resources.clone(),
+            initial,
+            snapshot_error: self.snapshot_error.clone(),
+            agent_run_id: agent_run_id.map(str::to_owned),
+            phase: self.phase,
+        }
+    }
+}
+
+/// Resolves the context of `scan` against one sampled `report` (`None` without MCP
+/// discovery). Never fails: unreadable or invalid inputs become row statuses and errors.
+pub fn resolve(scan: &ScanConfig, report: Option<&DiscoveryReport>) -> Resolution {
+    resolve_with_watch(scan, report).0
+}
+
+/// [`resolve`], plus the directories whose changes may change the result.
+pub(crate) fn resolve_with_watch(
+    scan: &ScanConfig,
+    report: Option<&DiscoveryReport>,
+) -> (Resolution, WatchSet) {
+    let mut resolver = Resolver {
+        workspace: scan::normalize(Path::new("/"), &scan.workspace_dir),
+        watch: WatchSet::default(),
+        notes: Vec::new(),
+    };
+    let candidates = resolver.candidates(scan, report);
+    let servers = report.map(sorted_servers).unwrap_or_default();
+
+    // Rows in priority order; later duplicates of a source are dropped.
+    let mut used = HashSet::new();
+    let mut planned: Vec<Planned> = Vec::new();
+    let mut duplicates = 0usize;
+    for (source, candidate) in candidates {
+        if used.insert(source.clone()) {
+            planned.push(Planned::File(source, candidate));
+        } else {
+            duplicates += 1;
+        }
+    }
+    for server in servers {
+        let source = format!("{SERVER_SOURCE_PREFIX}{}", server.outcome.name);
+        if used.insert(source.clone()) {
+            planned.push(Planned::Server(source, server));
+        } else {
+            duplicates += 1;
+        }
+    }
+    if duplicates > 0 {
+        resolver.notes.push(format!(
+            "{duplicates} resources left out: their source duplicates another resource's"
+        ));
+    }
+    if planned.len() > MAX_RESOURCES {
+        let left_out = planned.len() - MAX_RESOURCES;
+        planned.truncate(MAX_RESOURCES);
+        resolver.notes.push(format!(
+            "{left_out} resources left out: a snapshot carries at most {MAX_RESOURCES} resources"
+        ));
+    }
+    let over_count = planned.len().saturating_sub(MAX_CONTEXT_RESOURCES);
+    if over_count > 0 {
+        resolver.notes.push(format!(
+            "{over_count} resources excluded: at most {MAX_CONTEXT_RESOURCES} resources carry content"
+        ));
+    }
+
+    // Files first: read, validate, then the aggregate content budget.
+    let mut rows = Vec::with_capacity(planned.len());
+    let mut server_rows = Vec::new();
+    let mut context_bytes = 0usize;
+    let mut over_budget = 0usize;
+    for (index, plan) in planned.into_iter().enumerate() {
+        let excluded = index >= MAX_CONTEXT_RESOURCES;
+        match plan {
+            Planned::File(source, candidate) => {
+                let mut row = resolver.file_row(source, &candidate, excluded, report);
+                if has_content(&row) {
+                    let size = wire_body_len(&row.body);
+                    if context_bytes + size > MAX_CONTEXT_BYTES {
+                        exclude(
+                            &mut row,
+                            "not included: the snapshot's context files already fill the 2 MiB limit",
+                        );
+                        over_budget += 1;
+                    } else {
+                        context_bytes += size;
+                    }
+                }
+                rows.push(row);
+            }
+            Planned::Server(source, server) => server_rows.push((source, server, excluded)),
+        }
+    }
+    if over_budget > 0 {
+        resolver.notes.push(format!(
+            "{over_budget} context files excluded: their content would exceed the 2 MiB limit"
+        ));
+    }
+
+    // Then servers, with what the wire leaves: each body within MAX_BODY_BYTES and all
+    // bodies together within MAX_TOTAL_BODY_BYTES. Every server's minimal body (its name)
+    // is reserved first so a large early server cannot starve a later one of its row.
+    let file_bodies: usize = rows.iter().map(|r| wire_body_len(&r.body)).sum();
+    let reserved: usize = server_rows
+        .iter()
+        .map(|(_, server, _)| minimal_server_body_len(&server.outcome.name))
+        .sum();
+    let mut tool_budget = MAX_TOTAL_BODY_BYTES.saturating_sub(file_bodies + reserved);
+    for (source, server, excluded) in server_rows {
+        rows.push(server_row(source, &server, excluded, &mut tool_budget));
+    }
+
+    let phase = match report.map(|r| r.phase) {
+        None => DiscoveryPhase::Unspecified,
+        Some(ReportPhase::Pending) => DiscoveryPhase::Pending,
+        Some(ReportPhase::Complete) => DiscoveryPhase::Complete,
+    };
+    rows.sort_by(|a, b| a.source.cmp(&b.source));
+    // Sources were unique before long ones were shortened; keep the wire's rule regardless.
+    let before = rows.len();
+    rows.dedup_by(|later, first| later.source == first.source);
+    if rows.len() < before {
+        resolver.notes.push(format!(
+            "{} resources left out: their shortened source duplicates another resource's",
+            before - rows.len()
+        ));
+    }
+    let snapshot_error =
+        (!resolver.notes.is_empty()).then(|| bound_error(resolver.notes.join("; ")));
+    let resolution = Resolution {
+        phase,
+        aggregate_hash: aggregate_hash(&rows),
+        resources: rows,
+        snapshot_error,
+    };
+    (resolution, resolver.watch)
+}
+
+enum Planned<'a> {
+    File(String, Candidate),
+    Server(String, HashedServer<'a>),
+}
+
+/// A server of the report with its content hash (computed once: tool lists can be large).
+struct HashedServer<'a> {
+    outcome: &'a ServerOutcome,
+    content_hash: String,
+    size_bytes: u64,
+}
+
+struct Resolver {
+    workspace: PathBuf,
+    watch: WatchSet,
+    notes: Vec<String>,
+}
+
+impl Resolver {
+    /// Every file candidate with its source, in priority order.
+    fn candidates(
+        &mut self,
+        scan: &ScanConfig,
+        report: Option<&DiscoveryReport>,
+    ) -> Vec<(String, Candidate)> {
+        let mut out = Vec::new();
+        let mut roots_seen = HashSet::new();
+        let roots = std::iter::once(&scan.workspace_dir).chain(&scan.extra_roots);
+        for root in roots {
+            let root = scan::normalize(&self.workspace, root);
+            let canonical = match std::fs::canonicalize(&root) {
+                Ok(canonical) if canonical.is_dir() => canonical,
+                Ok(_) => {
+                    self.notes
+                        .push(format!("scan root {} is not a directory", root.display()));
+                    continue;
+                }
+                Err(e) => {
+                    self.notes
+                        .push(format!("scan root {} is not readable: {e}", root.display()));
+                    self.watch.file(&root); // notice the root appearing
+                    continue;
+                }
+            };
+            if !roots_seen.insert(canonical.clone()) {
+                continue;
+            }
+            for candidate in scan::list_root(&root, &canonical, &mut self.watch, &mut self.notes) {
+                out.push((self.source_of(&candidate.path), candidate));
+            }
+        }
+
+        // Config files outside the roots: configured ones, then those only the report knows.
+        let mut extra: Vec<PathBuf> = scan
+            .mcp_config_paths
+            .iter()
+            .map(|p| scan::normalize(&self.workspace, p))
+            .collect();
+        let mut from_report: Vec<PathBuf> = report
+            .map(|r| r.config_outcomes.iter())
+            .into_iter()
+            .flatten()
+            .map(|o| scan::normalize(&self.workspace, &o.path))
+            .collect();
+        from_report.sort();
+        extra.extend(from_report);
+        let mut used: HashSet<String> = out.iter().map(|(s, _)| s.clone()).collect();
+        for path in extra {
+            let source = self.source_of(&path);
+            self.watch.file(&path);
+            if used.contains(&source) {
+                continue;
+            }
+            let known_to_report = report.is_some_and(|r| {
+                r.config_outcomes
+                    .iter()
+                    .any(|o| scan::normalize(&self.workspace, &o.path) == path)
+            });
+            if !scan::exists(&path) && !known_to_report {
+                continue; // a missing config file is not an error
+            }
+            used.insert(source.clone());
+            out.push((
+                source,
+                Candidate {
+                    path,
+                    root: None,
+                    kind: Kind::McpConfig,
+                },
+            ));
+        }
+        out
+    }
+
+    /// A path's source: relative (with `/`) inside the workspace, absolute elsewhere.
+    fn source_of(&self, path: &Path) -> String {
+        match path.strip_prefix(&self.workspace) {
+            Ok(relative) if !relative.as_os_str().is_empty() => relative
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/"),
+            _ => path.to_string_lossy().into_owned(),
+        }
+    }
+
+    fn file_row(
+        &mut self,
+        source: String,
+        candidate: &Candidate,
+        excluded: bool,
+        report: Option<&DiscoveryReport>,
+    ) -> Resource {
+        let source_path = Some(candidate.path.to_string_lossy().into_owned());
+        let mut row = Resource {
+            source,
+            source_path,
+            content_hash: String::new(),
+            size_bytes: 0,
+            status: ResourceStatus::Ok,
+            error: None,
+            body: empty_body(&candidate.kind),
+        };
+        if let Some(flagged) = flag_long_source(&mut row) {
+            return flagged;
+        }
+        if excluded {
+            exclude(
+                &mut row,
+                "not read: the snapshot already holds 500 resources with content",
+            );
+            return row;
+        }
+        if candidate.kind == Kind::EscapingSkillContainer {
+            row.status = ResourceStatus::Invalid;
+            row.error = Some(
+                "this skills directory is a symlink that leads outside the scan root; its skills were not read"
+                    .into(),
+            );
+            return row;
+        }
+        let (read, target) = scan::read(candidate, MAX_FILE_BYTES);
+        if let Some(target) = target {
+            self.watch.file(&target);
+        }
+        match read {
+            FileRead::Content { bytes, hash } => {
+                row.size_bytes = bytes.len() as u64;
+                row.content_hash = hash;
+                self.fill_content(&mut row, &candidate.kind, bytes);
+            }
+            FileRead::Oversize { size, hash } => {
+                row.size_bytes = size;
+                row.content_hash = hash;
+                if candidate.kind == Kind::McpConfig {
+                    // Never sent anyway: a large config file is not over any limit.
+                } else {
+                    row.status = ResourceStatus::Oversize;
+                    row.error = Some(format!(
+                        "the file is {size} bytes; context files over {MAX_FILE_BYTES} bytes are not sent"
+                    ));
+                }
+            }
+            FileRead::Missing => {
+                row.status = ResourceStatus::Unreadable;
+                row.error = Some("the file does not exist".into());
+            }
+            FileRead::Escapes => {
+                row.status = ResourceStatus::Invalid;
+                row.error =
+                    Some("the file is a symlink that leads outside the scan root; not read".into());
+            }
+            FileRead::Dangling => {
+                row.status = ResourceStatus::Unreadable;
+                row.error = Some("the file is a symlink whose target does not exist".into());
+            }
+            FileRead::NotRegular => {
+                row.status = ResourceStatus::Unreadable;
+                row.error = Some("not a regular file".into());
+            }
+            FileRead::Failed(e) => {
+                row.status = ResourceStatus::Unreadable;
+                row.error = Some(format!("could not read the file: {e}"));
+            }
+        }
+        if candidate.kind == Kind::McpConfig
+            && let Some(report) = report
+        {
+            let path = &candidate.path;
+            let outcomes = report
+                .config_outcomes
+                .iter()
+                .filter(|o| scan::normalize(&self.workspace, &o.path) == *path);
+            apply_config_outcomes(&mut row, outcomes);
+        }
+        row.error = row.error.map(bound_error);
+        row
+    }
+
+    /// Turns a read file into its body, or an `INVALID` row with the reason.
+    fn fill_content(&self, row: &mut Resource, kind: &Kind, bytes: Vec<u8>) {
+        if *kind == Kind::McpConfig {
+            return; // hash and size only: the file holds secrets
+        }
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(_) => {
+                row.status = ResourceStatus::Invalid;
+                row.error = Some("the file is not UTF-8 text".into());
+                return;
+            }
+        };
+        match kind {
+            Kind::Instruction => {
+                row.body = ResourceBody::InstructionFile(InstructionFileBody { content: text });
+            }
+            Kind::Skill { dir_name } => match validate_skill(&text, dir_name) {
+                Ok((name, description, warning)) => {
+                    row.error = warning;
+                    row.body = ResourceBody::Skill(SkillBody {
+                        meta: text,
+                        name,
+                        description,
+                    });
+                }
+                Err(problem) => {
+                    row.status = ResourceStatus::Invalid;
+                    row.error = Some(problem);
+                }
+            },
+            Kind::McpConfig | Kind::EscapingSkillContainer => {}
+        }
+    }
+}
+
+/// Applies diagnostics' outcomes for one config file: an error turns an OK row `INVALID`
+/// (a row already failing keeps its status), a warning is added to the row's `error`.
+fn apply_config_outcomes<'a>(
+    row: &mut Resource,
+    outcomes: impl Iterator<Item = &'a crate::report::ConfigOutcome>,
+) {
+    // Sorted, so the report's order of outcomes never changes the row.
+    let mut errors: Vec<&str> = Vec::new();
+    let mut warnings: Vec<&str> = Vec::new();
+    for outcome in outcomes {
+        errors.extend(outcome.error.as_deref().filter(|e| !e.is_empty()));
+        warnings.extend(outcome.warning.as_deref().filter(|w| !w.is_empty()));
+    }
+    errors.sort_unstable();
+    warnings.sort_unstable();
+    if !errors.is_empty() && row.status == ResourceStatus::Ok {
+        row.status = ResourceStatus::Invalid;
+    }
+    let notes: Vec<String> = row
+        .error
+        .take()
+        .into_iter()
+        .chain(errors.into_iter().chain(warnings).map(str::to_owned))
+        .collect();
+    row.error = (!notes.is_empty()).then(|| notes.join("; "));
+}
+
+/// Checks a skill's front matter: `name` present, kebab-case and equal to its directory's
+/// name. Returns name, description and a warning for an OK row, or the reason it is invalid.
+fn validate_skill(text: &str, dir_name: &str) -> Result<(String, String, Option<String>), String> {
+    let front =
+        parse_front_matter(text).map_err(|e| format!("invalid SKILL.md front matter: {e}"))?;
+    let name = front.get("name").unwrap_or_default();
+    if name.is_empty() {
+        return Err("SKILL.md front matter has no `name`".into());
+    }
+    let mut problems = Vec::new();
+    if !is_kebab_case(name) {
+        problems.push(format!(
+            "skill name `{name}` is not kebab-case (lower-case letters and digits separated by single hyphens)"
+        ));
+    }
+    if name != dir_name {
+        problems.push(format!(
+            "skill name `{name}` does not match its directory name `{dir_name}`"
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    let description = front.get("description").unwrap_or_default().to_owned();
+    let warning = description
+        .is_empty()
+        .then(|| "SKILL.md front matter has no `description`".to_owned());
+    Ok((name.to_owned(), description, warning))
+}
+
+/// `lower-case-words-and-digits`, hyphen-separated, no leading, trailing or double hyphen.
+pub(crate) fn is_kebab_case(name: &str) -> bool {
+    !name.is_empty()
+        && name.split('-').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        })
+}
+
+/// Servers sorted by name (ties by their content, so equal reports resolve alike whatever
+/// order the engine listed them in), each hashed once.
+fn sorted_servers(report: &DiscoveryReport) -> Vec<HashedServer<'_>> {
+    let mut servers: Vec<(String, HashedServer<'_>)> = report
+        .servers
+        .iter()
+        .map(|outcome| {
+            let (content_hash, size_bytes) = server_hash(&outcome.name, &outcome.tools);
+            let mut key = Canonical::new("ctxsync.server-order.v1");
+            key.field(content_hash.as_bytes());
+            key.number(u64::from(outcome.connected));
+            key.optional(outcome.error.as_deref());
+            key.optional(outcome.warning.as_deref());
+            let server = HashedServer {
+                outcome,
+                content_hash,
+                size_bytes,
+            };
+            (key.finish().0, server)
+        })
+        .collect();
+    servers.sort_by(|a, b| {
+        a.1.outcome
+            .name
+            .cmp(&b.1.outcome.name)
+            .then_with(|| a.0.cmp(&b.0))
+    });
+    servers.into_iter().map(|(_, s)| s).collect()
+}
+
+/// One server's row. `tool_budget` is what the whole snapshot can still spend on tools.
+fn server_row(
+    source: String,
+    hashed: &HashedServer<'_>,
+    excluded: bool,
+    tool_budget: &mut usize,
+) -> Resource {
+    let server = hashed.outcome;
+    let (content_hash, size_bytes) = (hashed.content_hash.clone(), hashed.size_bytes);
+    let server_name = truncate_to_boundary(&server.name, MAX_SOURCE_BYTES).to_owned();
+    let mut row = Resource {
+        source,
+        source_path: None,
+        content_hash,
+        size_bytes,
+        status: ResourceStatus::Ok,
+        error: None,
+        body: ResourceBody::McpServer(McpServerBody {
+            server_name,
+            description: String::new(),
+            tools: Vec::new(),
+        }),
+    };
+    if let Some(flagged) = flag_long_source(&mut row) {
+        return flagged;
+    }
+    if excluded {
+        exclude(
+            &mut row,
+            "not included: the snapshot already holds 500 resources with content",
+        );
+        return row;
+    }
+    let mut notes: Vec<String> = Vec::new();
+    if server.connected {
+        notes.extend(server.error.clone());
+        notes.extend(server.warning.clone());
+        let ResourceBody::McpServer(body) = &mut row.body else {
+            unreachable!("built above as a server body")
+        };
+        notes.extend(fit_tools(body, &server.tools, tool_budget));
+    } else {
+        row.status = ResourceStatus::Unreadable;
+        notes.push(
+            server
+                .error
+                .clone()
+                .filter(|e| !e.is_empty())
+                .unwrap_or_else(|| DEFAULT_SERVER_ERROR.into()),
+        );
+        notes.extend(server.warning.clone());
+    }
+    notes.retain(|n| !n.is_empty());
+    row.error = (!notes.is_empty()).then(|| bound_error(notes.join("; ")));
+    row
+}
+
+/// Adds as many of `tools` (in the server's order) as fit both this body's limit and the
+/// snapshot's remaining budget; returns warnings for what was changed or left out.
+fn fit_tools(body: &mut McpServerBody, tools: &[McpTool], tool_budget: &mut usize) -> Vec<String> {
+    let mut notes = Vec::new();
+    let base = server_body_len(body);
+    let room = MAX_BODY_BYTES.saturating_sub(base).min(*tool_budget);
+    let mut used = 0usize;
+    let mut left_out = 0usize;
+    let mut not_objects = 0usize;
+    let object_schema = serde_json::json!({ "type": "object" });
+    for tool in tools {
+        let schema_ok = tool.input_schema.is_object();
+        let schema = if schema_ok {
+            &tool.input_schema
+        } else {
+            not_objects += 1;
+            &object_schema
+        };
+        let cost = tool_len(tool, &schema.to_string());
+        if used + cost <= room {
+            used += cost;
+            body.tools.push(McpTool {
+                input_schema: schema.clone(),
+                ..tool.clone()
+            });
+        } else {
+            left_out += 1;
+        }
+    }
+    *tool_budget -= used;
+    if not_objects > 0 {
+        notes.push(format!(
+            "{not_objects} tools had an input schema that is not a JSON object; sent with an empty object schema"
+        ));
+    }
+    if left_out > 0 {
+        notes.push(format!(
+            "{left_out} of {} tools left out: the tool list exceeds the snapshot's size limits",
+            tools.len()
+        ));
+    }
+    notes
+}
+
+/// The wire size one tool adds to a server body: its field key, length and message, the
+/// message being its three string fields (`schema` is the JSON text the wire carries).
+/// Computed without building the message; the self-bounding property test checks it
+/// against the protocol's own measure.
+fn tool_len(tool: &McpTool, schema: &str) -> usize {
+    use prost::encoding::{encoded_len_varint, key_len};
+    let field = |tag: u32, text: &str| {
+        if text.is_empty() {
+            0
+        } else {
+            key_len(tag) + encoded_len_varint(text.len() as u64) + text.len()
+        }
+    };
+    let message = field(1, &tool.name) + field(2, &tool.description) + field(3, schema);
+    key_len(3) + encoded_len_varint(message as u64) + message
+}
+
+fn server_body_len(body: &McpServerBody) -> usize {
+    wire_body_len(&ResourceBody::McpServer(McpServerBody {
+        server_name: body.server_name.clone(),
+        description: body.description.clone(),
+        tools: Vec::new(),
+    }))
+}
+
+fn minimal_server_body_len(name: &str) -> usize {
+    server_body_len(&McpServerBody {
+        server_name: truncate_to_boundary(name, MAX_SOURCE_BYTES).to_owned(),
+        ..Default::default()
+    })
+}
+
+/// The body's size as the server measures it.
+fn wire_body_len(body: &ResourceBody) -> usize {
+    let resource = Resource {
+        source: String::new(),
+        source_path: None,
+        content_hash: String::new(),
+        size_bytes: 0,
+        status: ResourceStatus::Ok,
+        error: None,
+        body: body.clone(),
+    };
+    v1::ContextResource::from(resource)
+        .body
+        .as_ref()
+        .map_or(0, body_len)
+}
+
+fn has_content(row: &Resource) -> bool {
+    row.status == ResourceStatus::Ok
+        && matches!(
+            row.body,
+            ResourceBody::InstructionFile(_) | ResourceBody::Skill(_)
+        )
+}
+
+/// The body a row of this kind carries when it carries no content.
+fn empty_body(kind: &Kind) -> ResourceBody {
+    match kind {
+        Kind::Instruction => ResourceBody::InstructionFile(InstructionFileBody::default()),
+        Kind::McpConfig => ResourceBody::McpConfig,
+        Kind::Skill { dir_name } => ResourceBody::Skill(SkillBody {
+            name: dir_name.clone(),
+            ..Default::default()
+        }),
+        Kind::EscapingSkillContainer => ResourceBody::Skill(SkillBody::default()),
+    }
+}
+
+/// Marks a row `EXCLUDED`: its content is dropped, its hash and size stay.
+fn exclude(row: &mut Resource, reason: &str) {
+    row.status = ResourceStatus::Excluded;
+    row.error = Some(reason.to_owned());
+    row.body = match &row.body {
+        ResourceBody::InstructionFile(_) => {
+            ResourceBody::InstructionFile(InstructionFileBody::default())
+        }
+        ResourceBody::Skill(body) => ResourceBody::Skill(SkillBody {
+            name: body.name.clone(),
+            ..Default::default()
+        }),
+        ResourceBody::McpConfig => ResourceBody::McpConfig,
+        ResourceBody::McpServer(body) => ResourceBody::McpServer(McpServerBody {
+            server_name: body.server_name.clone(),
+            ..Default::default()
+        }),
+    };
+}
+
+/// A row whose source (or path) is over the wire limit: the path is dropped, and a source
+/// over the limit is shortened to a unique stand-in and the row flagged `INVALID` without
+/// content. Returns the flagged row, or `None` when the source fits.
+fn flag_long_source(row: &mut Resource) -> Option<Resource> {
+    if row
+        .source_path
+        .as_ref()
+        .is_some_and(|p| p.len() > MAX_SOURCE_BYTES)
+    {
+        row.source_path = None;
+    }
+    if row.source.len() <= MAX_SOURCE_BYTES {
+        return None;
+    }
+    let mut digest = Canonical::new("ctxsync.long-source.v1");
+    digest.field(row.source.as_bytes());
+    let digest = digest.finish().0;
+    let suffix = format!("#{}", &digest[..16]);
+    let prefix = truncate_to_boundary(&row.source, MAX_SOURCE_BYTES - suffix.len());
+    let mut flagged = row.clone();
+    flagged.source = format!("{prefix}{suffix}");
+    exclude(&mut flagged, "");
+    flagged.status = ResourceStatus::Invalid;
+    flagged.error = Some(format!(
+        "the source is {} bytes, over the protocol's {MAX_SOURCE_BYTES}-byte limit; shortened and not read",
+        row.source.len()
+    ));
+    if let ResourceBody::McpServer(body) = &mut flagged.body {
+        body.server_name = truncate_to_boundary(&body.server_name, MAX_SOURCE_BYTES).to_owned();
+    }
+    Some(flagged)
+}
+
+/// Bounds a diagnostic to the wire's error limit on a UTF-8 boundary, marking the cut.
+pub(crate) fn bound_error(text: String) -> String {
+    if text.len() <= MAX_ERROR_BYTES {
+        return text;
+    }
+    let kept = truncate_to_boundary(&text, MAX_ERROR_BYTES - TRUNCATED.len());
+    format!("{kept}{TRUNCATED}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kebab_case() {
+        for good in ["a", "pdf-tools", "v2", "a-1-b"] {
+            assert!(is_kebab_case(good), "{good}");
+        }
+        for bad in ["", "-a", "a-", "a--b", "A", "a_b", "a b", "é"] {
+            assert!(!is_kebab_case(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tool_len_matches_prost() {
+        let check = |name: &str, description: &str, schema: serde_json::Value| {
+            let tool = McpTool {
+                name: name.into(),
+                description: description.into(),
+                input_schema: schema.clone(),
+            };
+            let wire = v1::McpTool {
+                name: name.into(),
+                description: description.into(),
+                input_schema: schema.to_string(),
+            };
+            let expect = prost::encoding::message::encoded_len(3, &wire);
+            assert_eq!(tool_len(&tool, &schema.to_string()), expect, "{name}");
+        };
+        check("", "", serde_json::json!({}));
+        check(
+            "read",
+            "Reads a file.",
+            serde_json::json!({"type": "object"}),
+        );
+        check(
+            "x",
+            &"é".repeat(70_000),
+            serde_json::json!({"a": [1, 2, 3]}),
+        );
+        check(&"n".repeat(200), &"d".repeat(127), serde_json::json!({}));
+    }
+
+    #[test]
+    fn errors_are_bounded_on_char_boundaries() {
+        let long = "é".repeat(MAX_ERROR_BYTES);
+        let bounded = bound_error(long);
+        assert!(bounded.len() <= MAX_ERROR_BYTES);
+        assert!(bounded.ends_with(TRUNCATED));
+        assert_eq!(bound_error("short".into()), "short");
+    }
+
+    #[test]
+    fn skill_validation_messages() {
+        let check = |text: &str, dir: &str, expect: Result<&str, &str>| {
+            let got = validate_skill(text, dir);
+            match (got, expect) {
+                (Ok((name, _, _)), Ok(want)) => assert_eq!(name, want),
+                (Err(problem), Err(want)) => {
+                    assert!(problem.contains(want), "`{problem}` lacks `{want}`")
+                }
+                (got, expect) => panic!("{text:?}: got {got:?}, expected {expect:?}"),
+            }
+        };
+        check("---\nname: pdf\ndescription: d\n---\n", "pdf", Ok("pdf"));
+        check(
+            "---\nname: pdf\n---\n",
+            "other",
+            Err("does not match its directory name `other`"),
+        );
+        check(
+            "---\nname: Pdf_Tools\n---\n",
+            "Pdf_Tools",
+            Err("not kebab-case"),
+        );
+        check("---\ndescription: d\n---\n", "pdf", Err("no `name`"));
+        check(
+            "no front matter",
+            "pdf",
+            Err("invalid SKILL.md front matter"),
+        );
+    }
+}

@@ -1,0 +1,348 @@
+//! Test support: a real in-process tonic `Agent` server on 127.0.0.1 that records every
+//! call (with its `authorization` header) and answers from a script; temp workspaces.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ctxsync_agent_publication::{BackoffPolicy, PublisherConfig, ScanConfig, Timing};
+use ctxsync_protocol::v1::agent_server::{Agent, AgentServer};
+use ctxsync_protocol::{Snapshot, Startup, v1};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, oneshot, watch};
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Code, Request, Response, Status};
+
+/// Generous bound for anything a test waits on; never reached when the code works.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// One call the server received.
+#[derive(Clone, Debug)]
+pub enum Call {
+    Startup {
+        startup: Startup,
+        authorization: Option<String>,
+    },
+    Push {
+        request: v1::PushContextStateRequest,
+        authorization: Option<String>,
+    },
+}
+
+impl Call {
+    pub fn push(&self) -> Option<&v1::PushContextStateRequest> {
+        match self {
+            Call::Push { request, .. } => Some(request),
+            Call::Startup { .. } => None,
+        }
+    }
+
+    pub fn startup(&self) -> Option<&Startup> {
+        match self {
+            Call::Startup { startup, .. } => Some(startup),
+            Call::Push { .. } => None,
+        }
+    }
+}
+
+/// How the server answers one call.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// Startup echoed, or push `accepted=true`.
+    Accept,
+    /// Push answered `accepted=false`.
+    Reject,
+    Fail(Code),
+    /// Waits for the notification, then accepts.
+    HoldThenAccept(Arc<Notify>),
+}
+
+/// What the server recorded and will answer, shared across restarts.
+#[derive(Debug)]
+pub struct Recorder {
+    calls: watch::Sender<Vec<Call>>,
+    startup_replies: Mutex<VecDeque<Reply>>,
+    push_replies: Mutex<VecDeque<Reply>>,
+}
+
+impl Recorder {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            calls: watch::channel(Vec::new()).0,
+            startup_replies: Mutex::new(VecDeque::new()),
+            push_replies: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Answers the next UpdateStartup calls with `replies`, then accepts.
+    pub fn script_startup(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.startup_replies.lock().unwrap().extend(replies);
+    }
+
+    /// Answers the next pushes with `replies`, then accepts.
+    pub fn script_push(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.push_replies.lock().unwrap().extend(replies);
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.borrow().clone()
+    }
+
+    pub fn pushes(&self) -> Vec<v1::PushContextStateRequest> {
+        self.calls()
+            .iter()
+            .filter_map(|c| c.push().cloned())
+            .collect()
+    }
+
+    /// Waits (bounded by [`WAIT`]) until the recorded calls satisfy `done`.
+    pub async fn wait_for(&self, what: &str, done: impl Fn(&[Call]) -> bool) -> Vec<Call> {
+        let mut calls = self.calls.subscribe();
+        match tokio::time::timeout(WAIT, calls.wait_for(|c| done(c))).await {
+            Ok(Ok(calls)) => calls.clone(),
+            _ => panic!("timed out waiting for {what}; calls: {:#?}", self.calls()),
+        }
+    }
+
+    /// Waits until `n` pushes were received and returns all pushes.
+    pub async fn wait_for_pushes(&self, n: usize) -> Vec<v1::PushContextStateRequest> {
+        self.wait_for(&format!("{n} pushes"), |calls| {
+            calls.iter().filter(|c| c.push().is_some()).count() >= n
+        })
+        .await;
+        self.pushes()
+    }
+
+    /// Waits until some push satisfies `done` and returns the first that does. File edits
+    /// are not atomic (a write truncates first), so a test waits for the state it expects
+    /// rather than for the n-th push.
+    pub async fn wait_for_push(
+        &self,
+        what: &str,
+        done: impl Fn(&v1::PushContextStateRequest) -> bool,
+    ) -> v1::PushContextStateRequest {
+        self.wait_for(what, |calls| calls.iter().filter_map(Call::push).any(&done))
+            .await;
+        self.pushes().into_iter().find(|p| done(p)).unwrap()
+    }
+
+    fn record(&self, call: Call) {
+        self.calls.send_modify(|calls| calls.push(call));
+    }
+}
+
+fn authorization<T>(request: &Request<T>) -> Option<String> {
+    request
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+#[derive(Debug)]
+struct Service(Arc<Recorder>);
+
+#[tonic::async_trait]
+impl Agent for Service {
+    async fn update_startup(
+        &self,
+        request: Request<v1::UpdateStartupRequest>,
+    ) -> Result<Response<v1::Startup>, Status> {
+        let authorization = authorization(&request);
+        let startup = Startup::try_from(request.into_inner()).map_err(Status::from)?;
+        self.0.record(Call::Startup {
+            startup: startup.clone(),
+            authorization,
+        });
+        let reply = self.0.startup_replies.lock().unwrap().pop_front();
+        match reply.unwrap_or(Reply::Accept) {
+            Reply::Fail(code) => Err(Status::new(code, "scripted failure")),
+            Reply::HoldThenAccept(notify) => {
+                notify.notified().await;
+                Ok(Response::new(startup.into()))
+            }
+            Reply::Accept | Reply::Reject => Ok(Response::new(startup.into())),
+        }
+    }
+
+    async fn push_context_state(
+        &self,
+        request: Request<v1::PushContextStateRequest>,
+    ) -> Result<Response<v1::PushContextStateResponse>, Status> {
+        let authorization = authorization(&request);
+        let wire = request.into_inner();
+        // Validate exactly as the real server does: a push over any limit is refused whole.
+        let valid = Snapshot::try_from(wire.clone());
+        self.0.record(Call::Push {
+            request: wire,
+            authorization,
+        });
+        valid.map_err(Status::from)?;
+        let reply = self.0.push_replies.lock().unwrap().pop_front();
+        let accepted = match reply.unwrap_or(Reply::Accept) {
+            Reply::Accept => true,
+            Reply::Reject => false,
+            Reply::Fail(code) => return Err(Status::new(code, "scripted failure")),
+            Reply::HoldThenAccept(notify) => {
+                notify.notified().await;
+                true
+            }
+        };
+        Ok(Response::new(v1::PushContextStateResponse { accepted }))
+    }
+}
+
+/// A running fake server; stop it (gracefully, closing connections) with [`Self::stop`].
+#[derive(Debug)]
+pub struct FakeServer {
+    pub addr: SocketAddr,
+    pub recorder: Arc<Recorder>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl FakeServer {
+    pub async fn start(recorder: Arc<Recorder>) -> Self {
+        Self::bind(recorder, "127.0.0.1:0".parse().unwrap()).await
+    }
+
+    pub async fn bind(recorder: Arc<Recorder>, addr: SocketAddr) -> Self {
+        let listener = TcpListener::bind(addr).await.expect("bind the fake server");
+        let addr = listener.local_addr().unwrap();
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let service =
+            AgentServer::new(Service(recorder.clone())).max_decoding_message_size(64 * 1024 * 1024);
+        let task = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
+                    let _ = signal.await;
+                })
+                .await
+                .expect("fake server");
+        });
+        Self {
+            addr,
+            recorder,
+            shutdown: Some(shutdown),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting and closes every connection.
+    pub async fn stop(mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(WAIT, task).await;
+        }
+    }
+
+    /// Stops, then serves again on the same address with the same recorder.
+    pub async fn restart(self) -> Self {
+        let (addr, recorder) = (self.addr, self.recorder.clone());
+        self.stop().await;
+        Self::bind(recorder, addr).await
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// Small, real-clock delays so tests finish fast without sleeping for real budgets.
+pub fn fast_timing() -> Timing {
+    Timing {
+        debounce: Duration::from_millis(20),
+        backoff: BackoffPolicy {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(80),
+            jitter: false,
+        },
+        connect_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(10),
+        keepalive_interval: Duration::from_secs(30),
+        keepalive_timeout: Duration::from_secs(10),
+        poll_interval: Duration::from_secs(1),
+    }
+}
+
+pub const TOKEN: &str = "test-token-123";
+
+pub fn config(url: &str, workspace: &Path) -> PublisherConfig {
+    PublisherConfig {
+        server_url: url.to_owned(),
+        token: TOKEN.to_owned(),
+        agent_version: "9.9.9-test".to_owned(),
+        scan: ScanConfig {
+            workspace_dir: workspace.to_path_buf(),
+            ..ScanConfig::default()
+        },
+        timing: fast_timing(),
+    }
+}
+
+/// A temporary workspace directory.
+#[derive(Debug)]
+pub struct Workspace {
+    pub dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        // Canonical, so sources and containment checks see one spelling of the path.
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    /// Writes `content` to `relative`, creating parent directories.
+    pub fn write(&self, relative: &str, content: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.path().join(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    /// Replaces `relative` atomically (write a temporary file, then rename over it), so
+    /// no resolve can observe a half-written file.
+    pub fn replace(&self, relative: &str, content: impl AsRef<[u8]>) {
+        let path = self.path().join(relative);
+        let temporary = path.with_file_name(".ctxsync-test-replace.tmp");
+        std::fs::write(&temporary, content).unwrap();
+        std::fs::rename(&temporary, &path).unwrap();
+    }
+
+    /// A skill with valid front matter named after its directory.
+    pub fn skill(&self, container: &str, name: &str) -> PathBuf {
+        self.write(
+            &format!("{container}/{name}/SKILL.md"),
+            format!("---\nname: {name}\ndescription: The {name} skill.\n---\nBody of {name}.\n"),
+        )
+    }
+
+    pub fn symlink(&self, target: &Path, relative: &str) -> PathBuf {
+        let link = self.path().join(relative);
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, &link).unwrap();
+        link
+    }
+}
