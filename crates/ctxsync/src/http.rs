@@ -1,0 +1,1 @@
+//! The HTTP chat API and web page (being built).

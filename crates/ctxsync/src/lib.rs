@@ -1,0 +1,17 @@
+//! The `ctxsync` binary's library (layer 8): each command of the command line, the
+//! control-plane server (gRPC agent API + HTTP chat API and web page) and the demo.
+//!
+//! Owns: composition. Every rule — validation, storage, projection, the gate, the
+//! panel — lives in the layers below; this crate wires them to processes, sockets and a
+//! terminal. Must never: re-decide what a lower layer decides, print a secret, or let a
+//! failure end as a panic or backtrace instead of one clear line.
+
+pub mod agent;
+pub mod agents;
+pub mod context;
+pub mod demo;
+pub mod discover;
+pub mod http;
+pub mod logging;
+pub mod paths;
+pub mod server;

@@ -1,0 +1,104 @@
+//! The `ctxsync` command line: parses arguments and dispatches to the library's commands.
+//! Every failure ends as one clear line on stderr and a non-zero exit, never a backtrace.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ctxsync",
+    version,
+    about = "Tells an AI chat whether a workspace agent has finished discovering its MCP servers, \
+             and whether the tools it sees come from the agent process running now."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the control plane: the agent API (gRPC) and the chat API with the web page (HTTP).
+    Server(ctxsync::server::ServerArgs),
+    /// Manage workspace agents in the database.
+    Agents {
+        #[command(subcommand)]
+        command: AgentsCommand,
+    },
+    /// Run a workspace agent: discover MCP servers and publish the workspace context.
+    Agent(ctxsync::agent::AgentArgs),
+    /// Discover the workspace's MCP servers locally and print the report (no server needed).
+    Discover(ctxsync::discover::DiscoverArgs),
+    /// Print a chat's context panel in the terminal.
+    Context(ctxsync::context::ContextArgs),
+    /// Run the whole system on this machine: server, agent, MCP servers, a chat's first turn.
+    Demo(ctxsync::demo::DemoArgs),
+    /// Serve a scriptable MCP server (used by the demo's workspace).
+    #[command(hide = true, disable_help_flag = true)]
+    McpFixture {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AgentsCommand {
+    /// Create an agent and print its id and token (the token is shown only once).
+    Create(ctxsync::agents::CreateArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::McpFixture { args } = cli.command {
+        return run_fixture(args);
+    }
+    ctxsync::logging::init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Server(args) => ctxsync::server::run(args).await,
+            Command::Agents {
+                command: AgentsCommand::Create(args),
+            } => ctxsync::agents::create(args).await,
+            Command::Agent(args) => ctxsync::agent::run(args).await,
+            Command::Discover(args) => ctxsync::discover::run(args).await,
+            Command::Context(args) => ctxsync::context::run(args).await,
+            Command::Demo(args) => ctxsync::demo::run(args).await,
+            Command::McpFixture { .. } => unreachable!("handled before the runtime starts"),
+        }
+    });
+    // Child processes and connections are torn down promptly rather than waited for.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_fixture(args: Vec<String>) -> ExitCode {
+    let argv = std::iter::once("ctxsync-mcp-fixture".to_string()).chain(args);
+    match ctxsync_mcp_fixture::FixtureConfig::from_args(argv) {
+        Ok(config) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            Ok(runtime) => runtime.block_on(ctxsync_mcp_fixture::run_process(config)),
+            Err(e) => {
+                eprintln!("error: cannot start the async runtime: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => e.exit(),
+    }
+}
