@@ -92,7 +92,10 @@ fn main() -> ExitCode {
 fn run_fixture(args: Vec<String>) -> ExitCode {
     let argv = std::iter::once("ctxsync-mcp-fixture".to_string()).chain(args);
     match ctxsync_mcp_fixture::FixtureConfig::from_args(argv) {
-        Ok(config) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(config) => match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
             Ok(runtime) => runtime.block_on(ctxsync_mcp_fixture::run_process(config)),
             Err(e) => {
                 eprintln!("error: cannot start the async runtime: {e}");

@@ -1,10 +1,154 @@
-//! `ctxsync server` (being built).
+//! `ctxsync server`: the control plane. Serves the agent API over gRPC and the chat API
+//! with the web page over HTTP, on loopback by default, until Ctrl-C or SIGTERM.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
 use clap::Args;
+use ctxsync_persistence::{AgentApi, DatabaseConfig, Store};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// HTTP/2 windows large enough that a multi-MiB snapshot crosses without waiting for
+/// window updates (h2's default is 64 KiB).
+const GRPC_STREAM_WINDOW_BYTES: u32 = 4 << 20;
+const GRPC_CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
 
 #[derive(Debug, Args)]
-pub struct ServerArgs {}
+pub struct ServerArgs {
+    /// PostgreSQL (`postgres://…`) or SQLite (`sqlite://PATH`) database URL; default: the
+    /// embedded SQLite database in the data directory.
+    #[arg(long, env = "CTXSYNC_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Directory for the embedded database and the generated API token.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Address of the agent API (gRPC).
+    #[arg(long, default_value = "127.0.0.1:4770")]
+    pub grpc_addr: SocketAddr,
+    /// Address of the chat API and web page (HTTP).
+    #[arg(long, default_value = "127.0.0.1:4780")]
+    pub http_addr: SocketAddr,
+    /// Bearer token of the HTTP API; default: generated once into `<data-dir>/api-token`.
+    #[arg(long, env = "CTXSYNC_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+    /// How long a chat's first turn waits for MCP discovery of the current agent process.
+    #[arg(long, default_value = "15000", value_name = "MS")]
+    pub discovery_budget_ms: u64,
+    /// How long a first turn waits for the current agent process's first snapshot.
+    #[arg(long, default_value = "3000", value_name = "MS")]
+    pub snapshot_grace_ms: u64,
+}
 
-pub async fn run(_args: ServerArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`ctxsync server` is not built yet")
+/// Everything [`start`] needs; [`ServerArgs`] is its command-line form.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub database: DatabaseConfig,
+    pub data_dir: PathBuf,
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub api_token: Option<String>,
+    pub discovery_budget: Duration,
+    pub snapshot_grace: Duration,
+}
+
+impl ServerConfig {
+    pub fn from_args(args: ServerArgs) -> Result<Self> {
+        let data_dir = args.data_dir.unwrap_or_else(crate::paths::default_data_dir);
+        Ok(Self {
+            database: crate::paths::database(args.database_url.as_deref(), &data_dir)?,
+            data_dir,
+            grpc_addr: args.grpc_addr,
+            http_addr: args.http_addr,
+            api_token: args.api_token,
+            discovery_budget: Duration::from_millis(args.discovery_budget_ms),
+            snapshot_grace: Duration::from_millis(args.snapshot_grace_ms),
+        })
+    }
+}
+
+/// A started server. Dropping it does not stop it; call [`RunningServer::shutdown`].
+#[derive(Debug)]
+pub struct RunningServer {
+    pub grpc_addr: SocketAddr,
+    pub store: Store,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningServer {
+    /// The gRPC endpoint agents connect to.
+    pub fn agent_url(&self) -> String {
+        format!("http://{}", self.grpc_addr)
+    }
+
+    /// Stops accepting, lets in-flight requests finish, and waits for the listeners.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Opens the database (applying migrations) and starts the listeners.
+pub async fn start(config: ServerConfig) -> Result<RunningServer> {
+    let store = Store::open(config.database.clone())
+        .await
+        .context("opening the database")?;
+    let (shutdown, shutdown_rx) = watch::channel(false);
+
+    let grpc_listener = tokio::net::TcpListener::bind(config.grpc_addr)
+        .await
+        .with_context(|| format!("binding the agent API to {}", config.grpc_addr))?;
+    let grpc_addr = grpc_listener.local_addr()?;
+    let api = AgentApi::new(store.clone());
+    let grpc = tonic::transport::Server::builder()
+        .initial_stream_window_size(GRPC_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(GRPC_CONNECTION_WINDOW_BYTES)
+        .add_service(api.into_server());
+    let mut grpc_shutdown = shutdown_rx.clone();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+    let grpc_task = tokio::spawn(async move {
+        let stopped = async move {
+            let _ = grpc_shutdown.wait_for(|stop| *stop).await;
+        };
+        if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, stopped).await {
+            tracing::error!(error = %e, "agent API server failed");
+        }
+    });
+    tracing::info!(%grpc_addr, backend = ?store.backend(), "agent API listening");
+
+    Ok(RunningServer {
+        grpc_addr,
+        store,
+        shutdown,
+        tasks: vec![grpc_task],
+    })
+}
+
+pub async fn run(args: ServerArgs) -> Result<()> {
+    let server = start(ServerConfig::from_args(args)?).await?;
+    println!("agent API (gRPC): {}", server.agent_url());
+    wait_for_stop_signal().await;
+    tracing::info!("stopping");
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn wait_for_stop_signal() {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match terminate.as_mut() {
+                Some(signal) => { signal.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
 }
