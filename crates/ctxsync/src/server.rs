@@ -7,7 +7,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ctxsync_persistence::{AgentApi, DatabaseConfig, Store};
+use std::sync::Arc;
+
+use ctxsync_first_turn_gate::GateConfig;
+use ctxsync_first_turn_gate::store::{StoreGate, StoreSource};
+use ctxsync_persistence::{AgentApi, ChatId, DatabaseConfig, Store};
+
+use crate::http::api_token::TokenSource;
+use crate::http::{AppState, Auth};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -73,7 +80,11 @@ impl ServerConfig {
 #[derive(Debug)]
 pub struct RunningServer {
     pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
     pub store: Store,
+    pub api_token: String,
+    pub api_token_source: TokenSource,
+    auth: Arc<Auth>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -82,6 +93,17 @@ impl RunningServer {
     /// The gRPC endpoint agents connect to.
     pub fn agent_url(&self) -> String {
         format!("http://{}", self.grpc_addr)
+    }
+
+    /// The chat API's base URL.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http_addr)
+    }
+
+    /// A one-time link that opens the chat's page in a browser (the browser cannot send
+    /// the bearer token; the link's token is exchanged for a session cookie).
+    pub fn page_link(&self, chat: ChatId) -> String {
+        format!("{}{}", self.http_url(), crate::http::page_path(chat, &self.auth.mint_link_token()))
     }
 
     /// Stops accepting, lets in-flight requests finish, and waits for the listeners.
@@ -105,6 +127,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         .with_context(|| format!("binding the agent API to {}", config.grpc_addr))?;
     let grpc_addr = grpc_listener.local_addr()?;
     let api = AgentApi::new(store.clone());
+    let metrics = api.metrics();
     let grpc = tonic::transport::Server::builder()
         .initial_stream_window_size(GRPC_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(GRPC_CONNECTION_WINDOW_BYTES)
@@ -132,6 +155,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
 pub async fn run(args: ServerArgs) -> Result<()> {
     let server = start(ServerConfig::from_args(args)?).await?;
     println!("agent API (gRPC): {}", server.agent_url());
+    println!("chat API (HTTP):  {}", server.http_url());
+    match &server.api_token_source {
+        TokenSource::Given => println!("API token: as given (--api-token / CTXSYNC_API_TOKEN)"),
+        TokenSource::File(path) => println!("API token: in {}", path.display()),
+        TokenSource::Generated(path) => println!("API token: generated into {}", path.display()),
+    }
     wait_for_stop_signal().await;
     tracing::info!("stopping");
     server.shutdown().await;

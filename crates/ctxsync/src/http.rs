@@ -1,1 +1,0 @@
-//! The HTTP chat API and web page (being built).

@@ -1,0 +1,381 @@
+//! The HTTP handlers. Each reads committed state through the projection (or the gate for
+//! a turn) and answers JSON; errors are `{"error": …}` naming the problem.
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::str::FromStr;
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use ctxsync_chat_projection::FindToolsRequest;
+use ctxsync_chat_projection::store::{LoadedChat, load_agent_view, load_chat};
+use ctxsync_context_ui::{build_panel, render_fragment, render_json, render_page, render_text};
+use ctxsync_first_turn_gate::TurnMode;
+use ctxsync_persistence::{AgentId, ChatId};
+use futures::Stream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::SESSION_COOKIE;
+use super::{ApiError, AppState};
+
+type ApiResult<T = Response> = Result<T, ApiError>;
+
+fn parse_id<T: FromStr>(raw: &str, what: &str) -> ApiResult<T> {
+    raw.parse().map_err(|_| ApiError::bad_request(format!("invalid {what} id {raw:?}: expected a UUID")))
+}
+
+/// Unwraps a JSON body, turning serde's message (which names the field) into a 400.
+fn body<T>(json: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
+    json.map(|Json(value)| value).map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+}
+
+async fn loaded_chat(state: &AppState, raw_id: &str) -> ApiResult<(ChatId, LoadedChat)> {
+    let chat: ChatId = parse_id(raw_id, "chat")?;
+    let loaded = load_chat(&state.store, chat).await?.ok_or_else(|| ApiError::not_found(format!("chat {chat} not found")))?;
+    Ok((chat, loaded))
+}
+
+fn panel_of(chat: ChatId, loaded: &LoadedChat) -> ctxsync_context_ui::Panel {
+    build_panel(&chat.to_string(), &loaded.context, &loaded.binding)
+}
+
+fn chat_json(chat: ChatId, loaded: &LoadedChat) -> Value {
+    let view = loaded.context.mcp();
+    json!({
+        "id": chat.to_string(),
+        "agent_id": loaded.chat.agent_id.map(|a| a.to_string()),
+        "mcp_discovery": { "phase": view.phase().as_str(), "stale": view.is_stale() },
+        "context": render_json(&panel_of(chat, loaded)),
+    })
+}
+
+pub async fn healthz(State(state): State<AppState>) -> Response {
+    // One cheap query proves the database answers.
+    match state.store.get_agent(AgentId::new_random()).await {
+        Ok(_) => Json(json!({ "status": "ok" })).into_response(),
+        Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateAgent {
+    name: String,
+}
+
+pub async fn create_agent(State(state): State<AppState>, json: Result<Json<CreateAgent>, JsonRejection>) -> ApiResult {
+    let request = body(json)?;
+    let name = request.name.trim();
+    if name.is_empty() {
+        return Err(ApiError::bad_request("name: must not be empty"));
+    }
+    let agent = state.store.create_agent(name).await?;
+    let response = json!({ "id": agent.id.to_string(), "token": agent.token.expose() });
+    Ok((StatusCode::CREATED, Json(response)).into_response())
+}
+
+pub async fn agent_context(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
+    let agent: AgentId = parse_id(&raw, "agent")?;
+    let context = state
+        .store
+        .read_agent_context(agent)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("agent {agent} not found")))?;
+    let snapshot = context.snapshot.as_ref().map(|s| {
+        json!({
+            "agent_run_id": s.agent_run_id,
+            "phase": s.phase.as_str(),
+            "version": s.version,
+            "aggregate_hash": s.aggregate_hash,
+            "snapshot_error": s.snapshot_error,
+            "received_at": s.received_at.to_rfc3339(),
+        })
+    });
+    let resources: Vec<Value> = context
+        .resources
+        .iter()
+        .map(|r| {
+            let kind = r.body.kind();
+            let mut row = json!({
+                "source": r.source,
+                "source_path": r.source_path,
+                "kind": kind.as_str(),
+                "status": r.status.as_str(),
+                "error": r.error,
+                "content_hash": r.content_hash,
+                "size_bytes": r.size_bytes,
+            });
+            // A config file's body never leaves the agent; the others are shown as stored.
+            if kind != ctxsync_protocol::BodyKind::McpConfig {
+                row["body"] = r.body.to_json();
+            }
+            row
+        })
+        .collect();
+    let stale = context.snapshot.as_ref().is_some_and(|s| s.agent_run_id != context.agent.agent_run_id);
+    Ok(Json(json!({
+        "agent_id": agent.to_string(),
+        "name": context.agent.name,
+        "agent_run_id": context.agent.agent_run_id,
+        "stale": stale,
+        "snapshot": snapshot,
+        "resources": resources,
+    }))
+    .into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateChat {
+    agent_id: String,
+}
+
+pub async fn create_chat(State(state): State<AppState>, json: Result<Json<CreateChat>, JsonRejection>) -> ApiResult {
+    let request = body(json)?;
+    let agent: AgentId = request
+        .agent_id
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("agent_id: invalid agent id {:?}: expected a UUID", request.agent_id)))?;
+    if state.store.get_agent(agent).await?.is_none() {
+        return Err(ApiError::not_found(format!("agent {agent} not found")));
+    }
+    let chat = state.store.create_chat(Some(agent)).await?;
+    let (id, loaded) = loaded_chat(&state, &chat.id.to_string()).await?;
+    Ok((StatusCode::CREATED, Json(chat_json(id, &loaded))).into_response())
+}
+
+pub async fn get_chat(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
+    let (chat, loaded) = loaded_chat(&state, &raw).await?;
+    Ok(Json(chat_json(chat, &loaded)).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnRequest {
+    mode: Option<String>,
+}
+
+pub async fn turn(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    json: Result<Json<TurnRequest>, JsonRejection>,
+) -> ApiResult {
+    let request = body(json)?;
+    let mode = match request.mode.as_deref() {
+        None | Some("default") => TurnMode::Default,
+        Some("plan") => TurnMode::Plan,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!("mode: expected \"default\" or \"plan\", got {other:?}")));
+        }
+    };
+    let chat: ChatId = parse_id(&raw, "chat")?;
+    if state.store.get_chat(chat).await?.is_none() {
+        return Err(ApiError::not_found(format!("chat {chat} not found")));
+    }
+    let started = std::time::Instant::now();
+    let context = state.gate.prepare_turn(chat, mode).await;
+    // A new turn starts with no tools activated by find_tools.
+    state.active_tools.lock().expect("active tools lock").remove(&chat);
+    let tools: Vec<Value> = context
+        .tools
+        .iter()
+        .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.input_schema }))
+        .collect();
+    tracing::info!(%chat, ?mode, tools = tools.len(), waited_ms = started.elapsed().as_millis() as u64, "turn prepared");
+    Ok(Json(json!({
+        "tools": tools,
+        "note": context.note,
+        "mcp_discovery": context.outcome,
+        "inventory_error": context.inventory_error,
+    }))
+    .into_response())
+}
+
+pub async fn find_tools(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    json: Result<Json<FindToolsRequest>, JsonRejection>,
+) -> ApiResult {
+    let request = body(json)?;
+    let (chat, loaded) = loaded_chat(&state, &raw).await?;
+    let mut active_tools = state.active_tools.lock().expect("active tools lock");
+    let active = active_tools.entry(chat).or_default();
+    let response = ctxsync_chat_projection::find_tools(loaded.context.mcp().tools(), &request, active)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Json(response).into_response())
+}
+
+/// The panel alone: JSON by default, plain text or an HTML fragment by `Accept`.
+pub async fn chat_panel(State(state): State<AppState>, Path(raw): Path<String>, headers: HeaderMap) -> ApiResult {
+    let (chat, loaded) = loaded_chat(&state, &raw).await?;
+    let panel = panel_of(chat, &loaded);
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    Ok(if accept.contains("text/plain") {
+        ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], render_text(&panel)).into_response()
+    } else if accept.contains("text/html") {
+        Html(render_fragment(&panel)).into_response()
+    } else {
+        Json(render_json(&panel)).into_response()
+    })
+}
+
+pub async fn refresh_context(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
+    let chat: ChatId = parse_id(&raw, "chat")?;
+    state.store.refresh_chat(chat).await?;
+    let (chat, loaded) = loaded_chat(&state, &raw).await?;
+    Ok(Json(chat_json(chat, &loaded)).into_response())
+}
+
+/// Server-sent `panel` events: the current panel at once, then a new one whenever the
+/// chat's view changes (a push through any replica reaches it via the store's
+/// notifications). Unchanged panels are not re-sent.
+pub async fn context_events(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let chat: ChatId = parse_id(&raw, "chat")?;
+    let subscription = state.store.subscribe_chat(chat).await?;
+    // Read after subscribing, so a change between the two is never missed.
+    let (_, loaded) = loaded_chat(&state, &raw).await?;
+    let first = panel_of(chat, &loaded);
+    let stream = futures::stream::unfold(
+        (state, subscription, chat, Some(first), String::new()),
+        |(state, mut subscription, chat, mut pending, mut last)| async move {
+            loop {
+                let panel = match pending.take() {
+                    Some(panel) => panel,
+                    None => {
+                        subscription.next().await?;
+                        match load_chat(&state.store, chat).await {
+                            Ok(Some(loaded)) => panel_of(chat, &loaded),
+                            Ok(None) => return None,
+                            Err(e) => {
+                                tracing::warn!(%chat, error = %e, "context event read failed; waiting for the next change");
+                                continue;
+                            }
+                        }
+                    }
+                };
+                let html = render_fragment(&panel);
+                if html == last {
+                    continue;
+                }
+                last.clone_from(&html);
+                let data = json!({ "html": html, "panel": render_json(&panel) });
+                let event = Event::default().event("panel").data(data.to_string());
+                return Some((Ok(event), (state, subscription, chat, None, last)));
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+pub async fn page_link(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
+    let chat: ChatId = parse_id(&raw, "chat")?;
+    if state.store.get_chat(chat).await?.is_none() {
+        return Err(ApiError::not_found(format!("chat {chat} not found")));
+    }
+    Ok(Json(json!({ "url": page_path(chat, &state.auth.mint_link_token()) })).into_response())
+}
+
+/// The path of a chat's page with a one-time link token.
+pub fn page_path(chat: ChatId, token: &str) -> String {
+    format!("/chats/{chat}?token={token}")
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PageQuery {
+    token: Option<String>,
+}
+
+pub async fn page(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    Query(query): Query<PageQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let chat: ChatId = match parse_id(&raw, "chat") {
+        Ok(chat) => chat,
+        Err(e) => return e.into_response(),
+    };
+    if let Some(token) = query.token {
+        let Some(session) = state.auth.exchange_link_token(&token) else {
+            return (StatusCode::UNAUTHORIZED, Html("<!doctype html><p>This link has expired or was already used. Ask for a new one.</p>"))
+                .into_response();
+        };
+        let cookie = format!("{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/");
+        // Redirect to the clean URL so the token never stays in the address bar or history.
+        let mut response = Redirect::to(&format!("/chats/{chat}")).into_response();
+        response.headers_mut().insert(header::SET_COOKIE, cookie.parse().expect("cookie is a valid header"));
+        return response;
+    }
+    if !state.auth.allows(&headers) {
+        return (StatusCode::UNAUTHORIZED, Html("<!doctype html><p>Open this page through a link printed by ctxsync.</p>"))
+            .into_response();
+    }
+    match load_chat(&state.store, chat).await {
+        Ok(Some(loaded)) => Html(render_page(&panel_of(chat, &loaded))).into_response(),
+        Ok(None) => (StatusCode::NOT_FOUND, Html("<!doctype html><p>No such chat.</p>")).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// Prometheus text: agent API pushes by result, gate waits and durations, and how many
+/// agents are in each discovery phase.
+pub async fn metrics(State(state): State<AppState>) -> ApiResult {
+    let api = state.agent_api.snapshot();
+    let mut out = String::new();
+    let counter = |out: &mut String, name: &str, help: &str, rows: &[(&str, u64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (labels, value) in rows {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    };
+    counter(
+        &mut out,
+        "ctxsync_agent_pushes_total",
+        "Context pushes by result.",
+        &[
+            ("result=\"accepted\"", api.pushes_accepted),
+            ("result=\"dropped_stale_run\"", api.pushes_dropped_stale_run),
+            ("result=\"dropped_stale_version\"", api.pushes_dropped_stale_version),
+        ],
+    );
+    counter(
+        &mut out,
+        "ctxsync_agent_startups_total",
+        "UpdateStartup calls by result.",
+        &[("result=\"accepted\"", api.startups_accepted), ("result=\"superseded\"", api.startups_superseded)],
+    );
+    counter(
+        &mut out,
+        "ctxsync_agent_requests_rejected_total",
+        "Agent API requests refused before or during storage, by reason.",
+        &[
+            ("reason=\"invalid\"", api.requests_invalid),
+            ("reason=\"unauthenticated\"", api.requests_unauthenticated),
+            ("reason=\"unavailable\"", api.requests_unavailable),
+            ("reason=\"failed\"", api.requests_failed),
+        ],
+    );
+    state.gate.metrics().write_prometheus("ctxsync_gate", &mut out);
+
+    let mut phases = std::collections::BTreeMap::<(&str, bool), u64>::new();
+    for agent in state.store.list_agents().await?.into_iter().take(MAX_AGENTS_IN_METRICS) {
+        let view = load_agent_view(&state.store, agent.id).await?;
+        *phases.entry((view.phase().as_str(), view.is_stale())).or_default() += 1;
+    }
+    let _ = writeln!(out, "# HELP ctxsync_agents Agents by MCP discovery phase and freshness.\n# TYPE ctxsync_agents gauge");
+    for ((phase, stale), count) in phases {
+        let _ = writeln!(out, "ctxsync_agents{{phase=\"{phase}\",stale=\"{stale}\"}} {count}");
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}
+
+/// The phase gauge reads every agent's view; past this many it would slow scrapes.
+const MAX_AGENTS_IN_METRICS: usize = 1000;

@@ -1,0 +1,111 @@
+//! The HTTP side of `ctxsync server`: the chat API (JSON, bearer token), server-sent
+//! context events, the chat's web page, `/healthz` and `/metrics`.
+
+pub mod api_token;
+mod auth;
+mod handlers;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use ctxsync_chat_projection::ActiveTools;
+use ctxsync_first_turn_gate::store::StoreGate;
+use ctxsync_persistence::{AgentApiMetrics, ChatId, Store};
+use serde_json::json;
+
+pub use auth::Auth;
+
+/// Largest JSON request body the API reads; everything it accepts is small.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// What every handler shares.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub store: Store,
+    pub gate: StoreGate,
+    pub auth: Arc<Auth>,
+    pub agent_api: Arc<AgentApiMetrics>,
+    /// Tools activated by find_tools, per chat, in this server process.
+    pub active_tools: Arc<Mutex<HashMap<ChatId, ActiveTools>>>,
+}
+
+/// The router: `/healthz` is open; everything else needs the bearer token or a session.
+pub fn router(state: AppState) -> Router {
+    let protected = Router::new()
+        .route("/api/agents", post(handlers::create_agent))
+        .route("/api/agents/{id}/context", get(handlers::agent_context))
+        .route("/api/chats", post(handlers::create_chat))
+        .route("/api/chats/{id}", get(handlers::get_chat))
+        .route("/api/chats/{id}/turns", post(handlers::turn))
+        .route("/api/chats/{id}/find-tools", post(handlers::find_tools))
+        .route("/api/chats/{id}/context", get(handlers::chat_panel).put(handlers::refresh_context))
+        .route("/api/chats/{id}/context/events", get(handlers::context_events))
+        .route("/api/chats/{id}/link", post(handlers::page_link))
+        .route("/metrics", get(handlers::metrics))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_auth));
+    Router::new()
+        .route("/healthz", get(handlers::healthz))
+        // The page authenticates itself: it exchanges a one-time link token for a cookie.
+        .route("/chats/{id}", get(handlers::page))
+        .merge(protected)
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn require_auth(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if state.auth.allows(request.headers()) {
+        next.run(request).await
+    } else {
+        ApiError::new(StatusCode::UNAUTHORIZED, "missing or invalid bearer token").into_response()
+    }
+}
+
+/// A JSON error `{"error": message}` with its status.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self { status, message: message.into() }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+}
+
+impl From<ctxsync_persistence::StoreError> for ApiError {
+    fn from(error: ctxsync_persistence::StoreError) -> Self {
+        use ctxsync_persistence::StoreError as E;
+        match &error {
+            E::AgentNotFound(_) | E::ChatNotFound(_) => Self::not_found(error.to_string()),
+            E::InvalidInput(_) => Self::bad_request(error.to_string()),
+            E::Unavailable(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "database unavailable"),
+            _ => {
+                // The cause goes to the log only: it may name tables, hosts or values.
+                tracing::error!(error = %error, "request failed in the store");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(json!({ "error": self.message }))).into_response()
+    }
+}

@@ -1,0 +1,129 @@
+//! A minimal W3C WebDriver client for the browser test: only the commands it needs, over
+//! plain HTTP to a local chromedriver.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+/// A running chromedriver with one headless Chromium session; both end on drop.
+pub struct Browser {
+    http: reqwest::Client,
+    base: String,
+    session: String,
+    _driver: Child,
+}
+
+impl Browser {
+    /// Starts chromedriver on a free loopback port and opens a headless session.
+    pub async fn start(chromium: &Path, chromedriver: &Path) -> Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let driver = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", chromedriver.display()))?;
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        // chromedriver takes a moment to listen; bounded wait.
+        let mut ready = false;
+        for _ in 0..100 {
+            if let Ok(r) = http.get(format!("{base}/status")).send().await {
+                if r.status().is_success() {
+                    ready = true;
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if !ready {
+            bail!("chromedriver did not start listening on port {port}");
+        }
+        let profile = std::env::temp_dir().join(format!("ctxsync-chromium-{}-{port}", std::process::id()));
+        let caps = json!({
+            "capabilities": { "alwaysMatch": {
+                "browserName": "chrome",
+                "goog:chromeOptions": {
+                    "binary": chromium.to_string_lossy(),
+                    "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                             "--window-size=1000,1400", format!("--user-data-dir={}", profile.display())]
+                }
+            }}
+        });
+        let response: Value = http.post(format!("{base}/session")).json(&caps).send().await?.json().await?;
+        let session = response["value"]["sessionId"]
+            .as_str()
+            .with_context(|| format!("no session in {response}"))?
+            .to_string();
+        Ok(Self { http, base, session, _driver: driver })
+    }
+
+    async fn command(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let mut request = self.http.request(method, url);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response: Value = request.send().await?.json().await?;
+        if let Some(error) = response["value"]["error"].as_str() {
+            bail!("webdriver {path}: {error}: {}", response["value"]["message"]);
+        }
+        Ok(response["value"].clone())
+    }
+
+    pub async fn goto(&self, url: &str) -> Result<()> {
+        self.command(reqwest::Method::POST, "/url", Some(json!({ "url": url }))).await.map(drop)
+    }
+
+    pub async fn current_url(&self) -> Result<String> {
+        Ok(self.command(reqwest::Method::GET, "/url", None).await?.as_str().unwrap_or_default().to_string())
+    }
+
+    /// Runs a script in the page and returns its value.
+    pub async fn eval(&self, script: &str) -> Result<Value> {
+        self.command(reqwest::Method::POST, "/execute/sync", Some(json!({ "script": script, "args": [] }))).await
+    }
+
+    /// The visible text of the first element matching a CSS selector, if any.
+    pub async fn text(&self, selector: &str) -> Result<Option<String>> {
+        let script = format!(
+            "const e = document.querySelector({}); return e ? e.innerText : null;",
+            serde_json::to_string(selector)?
+        );
+        Ok(self.eval(&script).await?.as_str().map(str::to_owned))
+    }
+
+    /// Waits (bounded) until `predicate` holds for the page's evaluated `script`.
+    pub async fn wait_for(&self, script: &str, timeout: Duration) -> Result<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let value = self.eval(script).await?;
+            if !value.is_null() && value != Value::Bool(false) {
+                return Ok(value);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("timed out after {timeout:?} waiting for `{script}`");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn screenshot(&self, path: &Path) -> Result<()> {
+        use base64::Engine as _;
+        let data = self.command(reqwest::Method::GET, "/screenshot", None).await?;
+        let png = base64::engine::general_purpose::STANDARD.decode(data.as_str().context("screenshot data")?)?;
+        std::fs::write(path, png)?;
+        Ok(())
+    }
+
+    pub async fn close(self) -> Result<()> {
+        self.http.delete(format!("{}/session/{}", self.base, self.session)).send().await?;
+        Ok(())
+    }
+}
