@@ -1,9 +1,9 @@
 //! The plain inputs of the projection: what the store read for one chat or agent, in one
 //! consistent transaction, mapped without interpretation.
 //!
-//! The store adapter (`load_view`) is a field-by-field mapping of one
-//! `read_agent_context` result, never of two reads, so one process's agent row is never
-//! paired with another process's snapshot:
+//! The store adapter ([`Binding::from_read`], used by [`crate::store`]) is a
+//! field-by-field mapping of one `read_agent_context` result, never of two reads, so one
+//! process's agent row is never paired with another process's snapshot:
 //! - chat with no bound agent → [`Binding::NoAgent`];
 //! - bound agent id for which the read returns no agent row → [`Binding::MissingAgent`];
 //! - otherwise [`Binding::Agent`] with `agent_run_id` = the row's `agent_run_id` (`''`

@@ -7,17 +7,24 @@
 //! [`ChatContext`]). The turn, the chat API and find_tools all read this one view, so the
 //! model and the person see the same inventory.
 //!
-//! Must never: write anything or do I/O (this core is pure: plain input types in, values
-//! out; loading from the store is a thin adapter above it); decide freshness from
-//! clocks; offer a tool from a stale snapshot; merge discovery completeness, per-source
-//! outcomes, turn eligibility and the result of a tool invocation into one flag (the view
-//! keeps `phase`, the outcomes and the catalog apart, and knows nothing of invocations).
+//! The [`store`] module is the thin adapter over persistence: [`store::load_agent_view`]
+//! and [`store::load_chat`] map one consistent `read_agent_context` into a [`Binding`]
+//! ([`Binding::from_read`]) and project it; `load_chat` adds the chat's stored pin.
+//!
+//! Must never: do I/O outside [`store`], or write anything there but the one pin a chat
+//! should already have had (through persistence's `refresh_chat`); pair an agent row
+//! with a snapshot from another read (the core is pure: plain input types in, values
+//! out); decide freshness from clocks; offer a tool from a stale snapshot; merge
+//! discovery completeness, per-source outcomes, turn eligibility and the result of a
+//! tool invocation into one flag (the view keeps `phase`, the outcomes and the catalog
+//! apart, and knows nothing of invocations).
 
 mod find;
 mod input;
 mod naming;
 mod note;
 mod pin;
+pub mod store;
 mod text;
 mod view;
 

@@ -7,15 +7,19 @@
 //! re-keying, the [`Outcome`] that says how the wait went, turn preparation
 //! ([`FirstTurnGate::prepare_turn`]) and the gate's metrics.
 //!
-//! Reads everything through [`DiscoverySource`], the seam an adapter over persistence
-//! (committed rows, change notifications) and the chat projection (counts, tools, note)
-//! fills; [`memory::MemorySource`] is an in-memory one for tests and benchmarks.
+//! Reads everything through [`DiscoverySource`]. [`store::StoreSource`] fills it from
+//! persistence (committed rows in one read transaction; change notifications after
+//! commit, in-process on SQLite and LISTEN/NOTIFY on PostgreSQL) through the chat
+//! projection (counts, eligible tools, the model note), and [`StoreGate`] is the gate
+//! over it; [`memory::MemorySource`] is an in-memory one for tests and benchmarks.
 //!
 //! Must never: fail a turn (timeouts, read errors, stale runs and cancelled callers all
 //! end in an outcome); poll tightly (waits wake on notifications, with a re-check timer
 //! of at least a second for lost ones); trust an event's content (a wake-up only
 //! triggers a re-read of committed state); wait longer than the budget; spend the
-//! budget twice for one agent process and chat while a timed-out attempt is retained.
+//! budget twice for one agent process and chat while a timed-out attempt is retained;
+//! write to the store, or show a database error's detail to callers (outcomes carry a
+//! safe message such as "database unavailable"; causes go to the log).
 
 mod config;
 mod gate;
@@ -23,6 +27,7 @@ pub mod memory;
 mod metrics;
 mod outcome;
 mod source;
+pub mod store;
 
 pub use config::{
     DEFAULT_DISCOVERY_BUDGET, DEFAULT_READ_TIMEOUT, DEFAULT_RECHECK_INTERVAL,
@@ -35,3 +40,4 @@ pub use source::{
     ChangeSubscription, DiscoveryCounts, DiscoverySource, Observation, SnapshotObservation,
     SourceError, TurnInventory,
 };
+pub use store::{StoreGate, StoreSource};

@@ -1,0 +1,103 @@
+//! The store adapter: loads the projection's inputs from persistence's consistent reads
+//! and projects them. The only module of this crate that does I/O.
+//!
+//! Every [`Binding::Agent`] comes from one `read_agent_context` (agent row, snapshot and
+//! resources in one read transaction), mapped field by field as `input.rs` documents, so
+//! one process's agent row is never paired with another process's snapshot.
+
+use ctxsync_persistence::{AgentContext, AgentId, ChatId, ChatRecord, Store, StoreError};
+
+use crate::input::{AgentState, Binding, SnapshotState};
+use crate::pin::{ChatContext, PinnedContext};
+use crate::view::{View, project};
+
+impl Binding {
+    /// The binding for one `read_agent_context` result; `None` (no agent row) is
+    /// [`Binding::MissingAgent`]. A field-by-field mapping: empty run ids stay empty, an
+    /// empty snapshot error is `None`.
+    pub fn from_read(context: Option<AgentContext>) -> Self {
+        let Some(context) = context else {
+            return Self::MissingAgent;
+        };
+        Self::Agent(AgentState {
+            agent_run_id: context.agent.agent_run_id,
+            snapshot: context.snapshot.map(|snapshot| SnapshotState {
+                agent_run_id: snapshot.agent_run_id,
+                phase: snapshot.phase,
+                aggregate_hash: snapshot.aggregate_hash,
+                snapshot_error: snapshot.snapshot_error.filter(|e| !e.is_empty()),
+                resources: context.resources,
+            }),
+        })
+    }
+}
+
+/// A chat as a turn or the chat API sees it: its row, its bound agent's live state, and
+/// the chat context (pinned files and skills, live MCP view).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadedChat {
+    pub chat: ChatRecord,
+    /// The bound agent's state from one read ([`Binding::NoAgent`] when unbound,
+    /// [`Binding::MissingAgent`] when the agent is gone).
+    pub binding: Binding,
+    pub context: ChatContext,
+}
+
+/// The projected view of `agent` from one consistent read. A missing agent projects as
+/// [`Binding::MissingAgent`] (unknown and stale), never as an error.
+pub async fn load_agent_view(store: &Store, agent: AgentId) -> Result<View, StoreError> {
+    let binding = read_binding(store, Some(agent)).await?;
+    Ok(project(&binding))
+}
+
+/// The chat with its pin and its bound agent's live state; `None` for an unknown chat.
+///
+/// Persistence pins a chat's first snapshot itself (when the chat is created or bound,
+/// and on every accepted push for chats still unpinned). One gap remains on PostgreSQL:
+/// a chat created while its agent's first push commits, each transaction not seeing the
+/// other's row (REPEATABLE READ), stays unpinned although a snapshot exists. When this
+/// load finds that, it stores the pin through `refresh_chat` and reads again, so later
+/// loads see the same stored pin.
+pub async fn load_chat(store: &Store, chat: ChatId) -> Result<Option<LoadedChat>, StoreError> {
+    let Some(loaded) = read_chat(store, chat).await? else {
+        return Ok(None);
+    };
+    if loaded.context.newly_pinned().is_none() {
+        return Ok(Some(loaded));
+    }
+    match store.refresh_chat(chat).await {
+        Ok(_) => {}
+        // Deleted between the read and the refresh: as if the read had not found it.
+        Err(StoreError::ChatNotFound(_)) => return Ok(None),
+        Err(error) => return Err(error),
+    }
+    // Once: if the agent lost its snapshot meanwhile, there is nothing to pin and the
+    // second read says so.
+    read_chat(store, chat).await
+}
+
+/// One read of the chat and its pin, then one consistent read of its bound agent.
+async fn read_chat(store: &Store, chat: ChatId) -> Result<Option<LoadedChat>, StoreError> {
+    let Some(stored) = store.read_chat_context(chat).await? else {
+        return Ok(None);
+    };
+    let binding = read_binding(store, stored.chat.agent_id).await?;
+    let pin = stored
+        .chat
+        .pinned_aggregate_hash
+        .clone()
+        .map(|hash| PinnedContext::from_stored(hash, stored.chat.is_dirty(), stored.pinned));
+    let context = ChatContext::new(pin, &binding);
+    Ok(Some(LoadedChat {
+        chat: stored.chat,
+        binding,
+        context,
+    }))
+}
+
+async fn read_binding(store: &Store, agent: Option<AgentId>) -> Result<Binding, StoreError> {
+    match agent {
+        None => Ok(Binding::NoAgent),
+        Some(agent) => Ok(Binding::from_read(store.read_agent_context(agent).await?)),
+    }
+}
