@@ -144,11 +144,46 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
     });
     tracing::info!(%grpc_addr, backend = ?store.backend(), "agent API listening");
 
+    let (api_token, api_token_source) =
+        crate::http::api_token::resolve(config.api_token.clone(), &config.data_dir)?;
+    let auth = Arc::new(Auth::new(api_token.clone()));
+    let gate_config = GateConfig {
+        discovery_budget: config.discovery_budget,
+        snapshot_grace: config.snapshot_grace,
+        ..GateConfig::default()
+    };
+    let state = AppState {
+        store: store.clone(),
+        gate: StoreGate::new(StoreSource::new(store.clone()), gate_config),
+        auth: auth.clone(),
+        agent_api: metrics,
+        active_tools: Arc::default(),
+    };
+    let http_listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding the HTTP API to {}", config.http_addr))?;
+    let http_addr = http_listener.local_addr()?;
+    let app = crate::http::router(state);
+    let mut http_shutdown = shutdown_rx;
+    let http_task = tokio::spawn(async move {
+        let stopped = async move {
+            let _ = http_shutdown.wait_for(|stop| *stop).await;
+        };
+        if let Err(e) = axum::serve(http_listener, app).with_graceful_shutdown(stopped).await {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    });
+    tracing::info!(%http_addr, "chat API and web page listening");
+
     Ok(RunningServer {
         grpc_addr,
+        http_addr,
         store,
+        api_token,
+        api_token_source,
+        auth,
         shutdown,
-        tasks: vec![grpc_task],
+        tasks: vec![grpc_task, http_task],
     })
 }
 

@@ -20,6 +20,7 @@ use ctxsync_persistence::{AgentApiMetrics, ChatId, Store};
 use serde_json::json;
 
 pub use auth::Auth;
+pub use handlers::page_path;
 
 /// Largest JSON request body the API reads; everything it accepts is small.
 const MAX_BODY_BYTES: usize = 64 * 1024;
