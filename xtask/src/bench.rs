@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 /// The benchmark programs: (package, example). Each accepts `--quick`.
-pub const PROGRAMS: &[(&str, &str)] = &[];
+pub const PROGRAMS: &[(&str, &str)] = &[("ctxsync", "bench_agent")];
 
 /// One measured figure, as a benchmark program prints it and `--json` writes it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
