@@ -11,7 +11,12 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 /// The benchmark programs: (package, example). Each accepts `--quick`.
-pub const PROGRAMS: &[(&str, &str)] = &[("ctxsync-first-turn-gate", "bench_gate")];
+pub const PROGRAMS: &[(&str, &str)] = &[
+    ("ctxsync-agent-diagnostics", "bench_discovery"),
+    ("ctxsync-persistence", "bench_push"),
+    ("ctxsync-first-turn-gate", "bench_gate"),
+    ("ctxsync", "bench_agent"),
+];
 
 /// One measured figure, as a benchmark program prints it and `--json` writes it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -19,11 +19,13 @@
 //!   there is one publisher per agent process;
 //! - follow a symlink out of its scan root.
 //!
-//! The MCP engine reaches this crate through [`ReportSource`]; without one (`--no-mcp`)
-//! snapshots carry `UNSPECIFIED` and no run id.
+//! The MCP engine reaches this crate through [`ReportSource`]: [`EngineReports`] follows a
+//! `ctxsync_agent_diagnostics::Engine` and maps each report with [`discovery_report`].
+//! Without a source (`--no-mcp`) snapshots carry `UNSPECIFIED` and no run id.
 
 mod backoff;
 mod connection;
+mod engine_source;
 mod error;
 mod front_matter;
 mod hash;
@@ -34,6 +36,7 @@ mod scan;
 mod watcher;
 
 pub use backoff::{BackoffPolicy, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX};
+pub use engine_source::{EngineReports, discovery_report};
 pub use error::PublishError;
 pub use front_matter::{FrontMatter, FrontMatterError, parse_front_matter};
 pub use publisher::{

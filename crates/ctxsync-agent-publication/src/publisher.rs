@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::time::sleep;
 use tonic::Code;
 use tonic::transport::Endpoint;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::connection::{BearerAuth, Connection};
@@ -467,7 +467,8 @@ impl Deliver {
                 }
                 Err(Failure::Transient) => {}
                 Err(Failure::Fatal(e)) => {
-                    error!(error = %e, "stopping the publisher");
+                    // The caller reports the returned error; logging it too would say it twice.
+                    debug!(error = %e, "stopping the publisher");
                     return Err(e);
                 }
             }

@@ -1,10 +1,149 @@
-//! `ctxsync agent`: the workspace agent process (being built).
+//! `ctxsync agent`: the workspace agent process. It runs the MCP engine on the workspace,
+//! publishes the workspace context and the engine's report to the server, and on Ctrl-C or
+//! SIGTERM closes the engine so no MCP server outlives it.
 
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
 use clap::Args;
+use ctxsync_agent_diagnostics::{Engine, EngineConfig};
+use ctxsync_agent_publication::{
+    EngineReports, Publisher, PublisherConfig, ReportSource, ScanConfig, Timing,
+};
+
+/// The environment variable holding the agent's token (never a flag: flags show in `ps`).
+pub const TOKEN_ENV: &str = "CTXSYNC_AGENT_TOKEN";
 
 #[derive(Debug, Args)]
-pub struct AgentArgs {}
+#[command(
+    long_about = "Run a workspace agent: discover the workspace's MCP servers, resolve its \
+                  instruction files and skills, and publish both to the server, again on every \
+                  change. The token comes from the CTXSYNC_AGENT_TOKEN environment variable \
+                  (see `ctxsync agents create`). Runs until Ctrl-C or SIGTERM."
+)]
+pub struct AgentArgs {
+    /// The server's agent API, e.g. http://127.0.0.1:4770.
+    #[arg(long, value_name = "URL")]
+    pub server: String,
+    /// The workspace directory: scanned for context files; MCP servers run in it.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: PathBuf,
+    /// More MCP config files, read after `<workspace>/.mcp.json` (repeatable; relative to
+    /// the current directory).
+    #[arg(long = "mcp-config", value_name = "PATH")]
+    pub mcp_configs: Vec<PathBuf>,
+    /// More directories scanned for instruction files and skills (repeatable).
+    #[arg(long = "root", value_name = "DIR")]
+    pub roots: Vec<PathBuf>,
+    /// Do not run MCP discovery: publish context files only, without freshness guarantees.
+    #[arg(long)]
+    pub no_mcp: bool,
+    /// Bound on one MCP server's start, `initialize` and first tool list.
+    #[arg(long, value_name = "MS", default_value_t = default_mcp_timeout_ms())]
+    pub mcp_timeout_ms: u64,
+}
 
-pub async fn run(_args: AgentArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`ctxsync agent` is not built yet")
+pub(crate) fn default_mcp_timeout_ms() -> u64 {
+    u64::try_from(ctxsync_agent_diagnostics::DEFAULT_CONNECT_TIMEOUT.as_millis())
+        .unwrap_or(u64::MAX)
+}
+
+pub async fn run(args: AgentArgs) -> Result<()> {
+    let token = std::env::var(TOKEN_ENV).unwrap_or_default();
+    anyhow::ensure!(
+        !token.trim().is_empty(),
+        "{TOKEN_ENV} is not set: give the agent the token printed by `ctxsync agents create`"
+    );
+    let workspace = workspace_dir(&args.workspace)?;
+    let mcp_configs = absolute_paths(args.mcp_configs)?;
+    let roots = absolute_paths(args.roots)?;
+
+    let engine = (!args.no_mcp).then(|| {
+        Engine::start(engine_config(
+            &workspace,
+            &mcp_configs,
+            Duration::from_millis(args.mcp_timeout_ms),
+            &token,
+        ))
+    });
+    let reports = engine
+        .as_ref()
+        .map(|engine| Box::new(EngineReports::new(engine)) as Box<dyn ReportSource>);
+    let config = PublisherConfig {
+        server_url: args.server,
+        token,
+        agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+        scan: ScanConfig {
+            workspace_dir: workspace.clone(),
+            extra_roots: roots,
+            mcp_config_paths: mcp_configs,
+        },
+        timing: Timing::default(),
+    };
+    let result = match Publisher::new(config, reports) {
+        Ok(publisher) => {
+            tracing::info!(
+                workspace = %workspace.display(),
+                run_id = publisher.run_id().unwrap_or("(none: --no-mcp)"),
+                mcp_discovery = engine.is_some(),
+                "agent started"
+            );
+            tokio::select! {
+                fatal = publisher.run() => Err(match fatal {
+                    Err(error) => anyhow::Error::new(error),
+                    Ok(never) => match never {},
+                }),
+                () = crate::server::wait_for_stop_signal() => {
+                    tracing::info!("stopping");
+                    Ok(())
+                }
+            }
+        }
+        Err(error) => Err(anyhow::Error::new(error)),
+    };
+    if let Some(engine) = engine {
+        engine.close().await;
+    }
+    result
+}
+
+/// The workspace as an absolute directory, so the engine and the resolver agree on it.
+pub(crate) fn workspace_dir(path: &Path) -> Result<PathBuf> {
+    let absolute = std::path::absolute(path)
+        .with_context(|| format!("workspace directory {}", path.display()))?;
+    anyhow::ensure!(
+        absolute.is_dir(),
+        "workspace directory {} does not exist or is not a directory",
+        absolute.display()
+    );
+    Ok(absolute)
+}
+
+/// Command-line paths are relative to the current directory, as a shell user expects.
+pub(crate) fn absolute_paths(paths: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
+    paths
+        .into_iter()
+        .map(|path| {
+            std::path::absolute(&path).with_context(|| format!("the path {}", path.display()))
+        })
+        .collect()
+}
+
+/// The engine on the workspace: the agent's environment (for `${VAR}` and stdio servers)
+/// without the token, which is a secret redacted from every diagnostic instead.
+pub(crate) fn engine_config(
+    workspace: &Path,
+    mcp_configs: &[PathBuf],
+    connect_timeout: Duration,
+    token: &str,
+) -> EngineConfig {
+    let mut config = EngineConfig::new(workspace);
+    config.env.remove(TOKEN_ENV);
+    config.config_paths = mcp_configs.to_vec();
+    config.connect_timeout = connect_timeout;
+    if !token.is_empty() {
+        config.injected_secrets.push(token.to_owned());
+    }
+    config
 }

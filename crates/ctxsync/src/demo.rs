@@ -127,7 +127,7 @@ fn write_workspace(dir: &Path) -> Result<()> {
             "docs": fixture(docs),
             "tickets": fixture(tickets),
             "scratchpad": fixture(FixtureConfig::new().tools(0)),
-            "search": { "command": "ctxsync-demo-search-server-not-installed", "args": ["--stdio"] },
+            "search": { "command": "search-mcp-server-not-installed", "args": ["--stdio"] },
             "legacy-crm": fixture(FixtureConfig::new().hang()),
             "broken-entry": { "command": "node", "url": "http://127.0.0.1:9/mcp" }
         }

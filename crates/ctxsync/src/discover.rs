@@ -1,10 +1,329 @@
-//! `ctxsync discover`: local MCP discovery (being built).
+//! `ctxsync discover`: runs MCP discovery locally (no server), shows live per-server
+//! progress on stderr, and prints the final report as a table or as JSON.
 
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write as _};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
 use clap::Args;
+use ctxsync_agent_diagnostics::{Engine, Phase, Progress, Report, RetryPolicy};
+
+/// The longest progress line drawn on a terminal; longer lists of names are cut.
+const MAX_PROGRESS_LINE_CHARS: usize = 100;
 
 #[derive(Debug, Args)]
-pub struct DiscoverArgs {}
+#[command(
+    long_about = "Discover the workspace's MCP servers locally, exactly as the agent would, and \
+                  print what each one offers or why it failed, plus any problem in the config \
+                  files. No server is needed. Exits 0 once discovery completed, whatever the \
+                  outcomes."
+)]
+pub struct DiscoverArgs {
+    /// The workspace directory: `.mcp.json` is read from it and MCP servers run in it.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: PathBuf,
+    /// More MCP config files, read after `<workspace>/.mcp.json` (repeatable; relative to
+    /// the current directory).
+    #[arg(long = "mcp-config", value_name = "PATH")]
+    pub mcp_configs: Vec<PathBuf>,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Bound on one MCP server's start, `initialize` and first tool list.
+    #[arg(long, value_name = "MS", default_value_t = crate::agent::default_mcp_timeout_ms())]
+    pub mcp_timeout_ms: u64,
+}
 
-pub async fn run(_args: DiscoverArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`ctxsync discover` is not built yet")
+pub async fn run(args: DiscoverArgs) -> Result<()> {
+    let workspace = crate::agent::workspace_dir(&args.workspace)?;
+    let mcp_configs = crate::agent::absolute_paths(args.mcp_configs)?;
+    // A token in the environment is still a secret to keep out of diagnostics.
+    let token = std::env::var(crate::agent::TOKEN_ENV).unwrap_or_default();
+    let mut config = crate::agent::engine_config(
+        &workspace,
+        &mcp_configs,
+        Duration::from_millis(args.mcp_timeout_ms),
+        &token,
+    );
+    // One discovery: no reloads, and no retries (they never move the phase anyway).
+    config.watch = false;
+    config.retry = RetryPolicy {
+        enabled: false,
+        ..RetryPolicy::default()
+    };
+    let engine = Engine::start(config);
+    let mut display = ProgressDisplay::new(std::io::stderr().is_terminal());
+    let completed = wait_for_completion(&engine, &mut display).await;
+    display.finish();
+    engine.close().await;
+    let report = completed?;
+    if args.json {
+        let json = serde_json::to_string_pretty(&*report).context("serializing the report")?;
+        println!("{json}");
+    } else {
+        print!("{}", render_table(&report));
+    }
+    Ok(())
+}
+
+/// Waits until the phase is Complete, showing progress; Ctrl-C or SIGTERM ends the wait.
+async fn wait_for_completion(
+    engine: &Engine,
+    display: &mut ProgressDisplay,
+) -> Result<std::sync::Arc<Report>> {
+    let mut reports = engine.subscribe();
+    let mut progress = engine.progress();
+    let mut progress_open = true;
+    let stop = crate::server::wait_for_stop_signal();
+    tokio::pin!(stop);
+    loop {
+        display.show(&progress.borrow_and_update());
+        let report = reports.borrow_and_update().clone();
+        if report.phase == Phase::Complete {
+            return Ok(report);
+        }
+        tokio::select! {
+            changed = reports.changed() => {
+                changed.map_err(|_| anyhow::anyhow!("the MCP engine stopped before discovery completed"))?;
+            }
+            changed = progress.changed(), if progress_open => progress_open = changed.is_ok(),
+            () = &mut stop => anyhow::bail!("interrupted before discovery completed"),
+        }
+    }
+}
+
+/// "Starting MCP servers (k/n): names" on stderr: redrawn in place on a terminal, one
+/// plain line per change otherwise.
+#[derive(Debug)]
+struct ProgressDisplay {
+    terminal: bool,
+    last: Option<String>,
+    drawn: bool,
+}
+
+impl ProgressDisplay {
+    fn new(terminal: bool) -> Self {
+        Self {
+            terminal,
+            last: None,
+            drawn: false,
+        }
+    }
+
+    fn show(&mut self, progress: &Progress) {
+        let Some(line) = progress_line(progress) else {
+            return;
+        };
+        if self.last.as_ref() == Some(&line) {
+            return;
+        }
+        let mut stderr = std::io::stderr().lock();
+        // A closed stderr must not stop discovery; the progress is only a courtesy.
+        let _ = if self.terminal {
+            let shown: String = line.chars().take(MAX_PROGRESS_LINE_CHARS).collect();
+            self.drawn = true;
+            write!(stderr, "\r\x1b[2K{shown}").and_then(|()| stderr.flush())
+        } else {
+            writeln!(stderr, "{line}")
+        };
+        self.last = Some(line);
+    }
+
+    /// Clears the redrawn line, so the table starts on a clean line.
+    fn finish(&mut self) {
+        if self.terminal && self.drawn {
+            let mut stderr = std::io::stderr().lock();
+            let _ = write!(stderr, "\r\x1b[2K").and_then(|()| stderr.flush());
+            self.drawn = false;
+        }
+    }
+}
+
+/// The progress line, or `None` while nothing is being started.
+fn progress_line(progress: &Progress) -> Option<String> {
+    if progress.total == 0 {
+        return None;
+    }
+    let mut line = format!(
+        "Starting MCP servers ({}/{})",
+        progress.finished, progress.total
+    );
+    if !progress.connecting.is_empty() {
+        let _ = write!(line, ": {}", progress.connecting.join(", "));
+    }
+    Some(line)
+}
+
+/// The servers (status, tool count, error or warning), then the config files' outcomes.
+fn render_table(report: &Report) -> String {
+    let mut out = String::new();
+    if report.servers.is_empty() {
+        out.push_str("No MCP servers.\n");
+    } else {
+        let rows: Vec<[String; 4]> = report
+            .servers
+            .iter()
+            .map(|server| {
+                let (status, note) = match (&server.error, &server.warning) {
+                    (Some(error), _) if !server.connected => ("failed", one_line(error)),
+                    _ if !server.connected => ("failed", "failed to connect".to_owned()),
+                    (_, Some(warning)) => ("ok", format!("warning: {}", one_line(warning))),
+                    _ => ("ok", String::new()),
+                };
+                [
+                    server.name.clone(),
+                    status.to_owned(),
+                    server.tools.len().to_string(),
+                    note,
+                ]
+            })
+            .collect();
+        table(
+            &mut out,
+            ["SERVER", "STATUS", "TOOLS", "ERROR OR WARNING"],
+            &rows,
+        );
+    }
+    out.push('\n');
+    if report.config_outcomes.is_empty() {
+        out.push_str("No problems in the MCP config files.\n");
+    } else {
+        let rows: Vec<[String; 2]> = report
+            .config_outcomes
+            .iter()
+            .map(|outcome| {
+                let mut notes = Vec::new();
+                if let Some(error) = &outcome.error {
+                    notes.push(format!("error: {}", one_line(error)));
+                }
+                if let Some(warning) = &outcome.warning {
+                    notes.push(format!("warning: {}", one_line(warning)));
+                }
+                [outcome.path.display().to_string(), notes.join("; ")]
+            })
+            .collect();
+        table(&mut out, ["CONFIG FILE", "ERROR OR WARNING"], &rows);
+    }
+    out
+}
+
+/// Left-aligned columns separated by two spaces; the last column is not padded.
+fn table<const N: usize>(out: &mut String, header: [&str; N], rows: &[[String; N]]) {
+    let mut widths = header.map(|h| h.chars().count());
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: &[&str]| {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == N {
+                text.push_str(cell);
+            } else {
+                let _ = write!(text, "{cell:<width$}  ", width = widths[i]);
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&header);
+    for row in rows {
+        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+        line(&cells);
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use ctxsync_agent_diagnostics::{ConfigOutcome, ServerReport};
+
+    use super::*;
+
+    fn server(
+        name: &str,
+        tools: usize,
+        error: Option<&str>,
+        warning: Option<&str>,
+    ) -> ServerReport {
+        ServerReport {
+            name: name.into(),
+            connected: error.is_none(),
+            tools: (0..tools)
+                .map(|i| ctxsync_agent_diagnostics::ToolInfo {
+                    name: format!("t{i}"),
+                    description: String::new(),
+                    input_schema: serde_json::json!({}),
+                })
+                .collect(),
+            error: error.map(Into::into),
+            warning: warning.map(Into::into),
+        }
+    }
+
+    fn check_table(report: Report, expect: &str) {
+        assert_eq!(render_table(&report), expect);
+    }
+
+    #[test]
+    fn table_of_servers_and_config_outcomes() {
+        check_table(
+            Report {
+                phase: Phase::Complete,
+                servers: vec![
+                    server("fs", 3, None, None),
+                    server("empty", 0, None, Some("kept\nold tools")),
+                    server("gone", 0, Some("command not found: gone"), None),
+                ],
+                config_outcomes: vec![ConfigOutcome {
+                    path: "/w/.mcp.json".into(),
+                    error: Some("\"bad\": both command and url".into()),
+                    warning: Some("duplicate \"fs\" ignored".into()),
+                }],
+            },
+            "SERVER  STATUS  TOOLS  ERROR OR WARNING\n\
+             fs      ok      3\n\
+             empty   ok      0      warning: kept old tools\n\
+             gone    failed  0      command not found: gone\n\
+             \n\
+             CONFIG FILE   ERROR OR WARNING\n\
+             /w/.mcp.json  error: \"bad\": both command and url; warning: duplicate \"fs\" ignored\n",
+        );
+    }
+
+    #[test]
+    fn empty_report() {
+        check_table(
+            Report {
+                phase: Phase::Complete,
+                servers: vec![],
+                config_outcomes: vec![],
+            },
+            "No MCP servers.\n\nNo problems in the MCP config files.\n",
+        );
+    }
+
+    #[test]
+    fn progress_lines() {
+        let progress = |total, finished, connecting: &[&str]| Progress {
+            total,
+            finished,
+            connecting: connecting.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(progress_line(&progress(0, 0, &[])), None);
+        assert_eq!(
+            progress_line(&progress(3, 1, &["slow", "hung"])).as_deref(),
+            Some("Starting MCP servers (1/3): slow, hung")
+        );
+        assert_eq!(
+            progress_line(&progress(2, 2, &[])).as_deref(),
+            Some("Starting MCP servers (2/2)")
+        );
+    }
 }

@@ -1,0 +1,208 @@
+//! The adapter from the MCP engine (layer 1) to the publisher: maps the engine's
+//! [`Report`] to this crate's [`DiscoveryReport`] and follows the engine's subscription.
+
+use std::sync::Arc;
+
+use ctxsync_agent_diagnostics::{Engine, Phase, Report};
+use ctxsync_protocol::McpTool;
+use tokio::sync::watch;
+
+use crate::report::{
+    ChangedFuture, ConfigOutcome, DiscoveryReport, ReportPhase, ReportSource, ServerOutcome,
+    SourceClosed,
+};
+
+/// The engine's report in the publisher's terms: phase, every server with a result (with
+/// its tools, error or warning) and every config file's outcome, in the engine's order.
+pub fn discovery_report(report: &Report) -> DiscoveryReport {
+    DiscoveryReport {
+        phase: match report.phase {
+            Phase::Pending => ReportPhase::Pending,
+            Phase::Complete => ReportPhase::Complete,
+        },
+        servers: report
+            .servers
+            .iter()
+            .map(|server| ServerOutcome {
+                name: server.name.clone(),
+                connected: server.connected,
+                tools: server
+                    .tools
+                    .iter()
+                    .map(|tool| McpTool {
+                        name: tool.name.clone(),
+                        description: tool.description.clone(),
+                        input_schema: tool.input_schema.clone(),
+                    })
+                    .collect(),
+                error: server.error.clone(),
+                warning: server.warning.clone(),
+            })
+            .collect(),
+        config_outcomes: report
+            .config_outcomes
+            .iter()
+            .map(|outcome| ConfigOutcome {
+                path: outcome.path.clone(),
+                error: outcome.error.clone(),
+                warning: outcome.warning.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// A [`ReportSource`] following an [`Engine`]'s report subscription. It closes when the
+/// engine is closed or dropped.
+#[derive(Debug)]
+pub struct EngineReports {
+    reports: watch::Receiver<Arc<Report>>,
+    /// The last engine report converted and its conversion, so sampling an unchanged
+    /// report does not copy every tool again.
+    last: Option<(Arc<Report>, Arc<DiscoveryReport>)>,
+}
+
+impl EngineReports {
+    /// Follows `engine`'s reports from now on.
+    pub fn new(engine: &Engine) -> Self {
+        Self::from_receiver(engine.subscribe())
+    }
+
+    /// Follows a report subscription (what [`Engine::subscribe`] returns).
+    pub fn from_receiver(reports: watch::Receiver<Arc<Report>>) -> Self {
+        Self {
+            reports,
+            last: None,
+        }
+    }
+}
+
+impl ReportSource for EngineReports {
+    fn sample(&mut self) -> Arc<DiscoveryReport> {
+        let report = self.reports.borrow_and_update().clone();
+        match &self.last {
+            Some((seen, converted)) if Arc::ptr_eq(seen, &report) => converted.clone(),
+            _ => {
+                let converted = Arc::new(discovery_report(&report));
+                self.last = Some((report, converted.clone()));
+                converted
+            }
+        }
+    }
+
+    fn changed(&mut self) -> ChangedFuture<'_> {
+        Box::pin(async move { self.reports.changed().await.map_err(|_| SourceClosed) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use ctxsync_agent_diagnostics::{ServerReport, ToolInfo};
+
+    use super::*;
+
+    fn check(report: Report, expect: DiscoveryReport) {
+        assert_eq!(discovery_report(&report), expect);
+    }
+
+    #[test]
+    fn every_field_is_carried_over() {
+        let schema = serde_json::json!({"type": "object"});
+        check(
+            Report {
+                phase: Phase::Complete,
+                servers: vec![
+                    ServerReport {
+                        name: "fs".into(),
+                        connected: true,
+                        tools: vec![ToolInfo {
+                            name: "read".into(),
+                            description: "Reads".into(),
+                            input_schema: schema.clone(),
+                        }],
+                        error: None,
+                        warning: Some("kept old tools".into()),
+                    },
+                    ServerReport {
+                        name: "gone".into(),
+                        connected: false,
+                        tools: vec![],
+                        error: Some("command not found: gone".into()),
+                        warning: None,
+                    },
+                ],
+                config_outcomes: vec![ctxsync_agent_diagnostics::ConfigOutcome {
+                    path: PathBuf::from("/w/.mcp.json"),
+                    error: Some("entry `bad`: both command and url".into()),
+                    warning: Some("duplicate".into()),
+                }],
+            },
+            DiscoveryReport {
+                phase: ReportPhase::Complete,
+                servers: vec![
+                    ServerOutcome {
+                        name: "fs".into(),
+                        connected: true,
+                        tools: vec![McpTool {
+                            name: "read".into(),
+                            description: "Reads".into(),
+                            input_schema: schema,
+                        }],
+                        error: None,
+                        warning: Some("kept old tools".into()),
+                    },
+                    ServerOutcome {
+                        name: "gone".into(),
+                        connected: false,
+                        tools: vec![],
+                        error: Some("command not found: gone".into()),
+                        warning: None,
+                    },
+                ],
+                config_outcomes: vec![ConfigOutcome {
+                    path: PathBuf::from("/w/.mcp.json"),
+                    error: Some("entry `bad`: both command and url".into()),
+                    warning: Some("duplicate".into()),
+                }],
+            },
+        );
+    }
+
+    #[test]
+    fn a_pending_empty_report_stays_pending() {
+        check(
+            Report {
+                phase: Phase::Pending,
+                servers: vec![],
+                config_outcomes: vec![],
+            },
+            DiscoveryReport::default(),
+        );
+    }
+
+    #[tokio::test]
+    async fn follows_the_subscription_and_closes_with_it() {
+        let empty = Report {
+            phase: Phase::Pending,
+            servers: vec![],
+            config_outcomes: vec![],
+        };
+        let (tx, rx) = watch::channel(Arc::new(empty.clone()));
+        let mut source = EngineReports::from_receiver(rx);
+        let first = source.sample();
+        assert_eq!(first.phase, ReportPhase::Pending);
+        // An unchanged report is not converted again.
+        assert!(Arc::ptr_eq(&first, &source.sample()));
+
+        tx.send_replace(Arc::new(Report {
+            phase: Phase::Complete,
+            ..empty
+        }));
+        source.changed().await.expect("a change");
+        assert_eq!(source.sample().phase, ReportPhase::Complete);
+
+        drop(tx);
+        assert_eq!(source.changed().await, Err(SourceClosed));
+    }
+}

@@ -1,0 +1,233 @@
+//! The command line end to end: `ctxsync discover` (JSON and table), `ctxsync agent
+//! --no-mcp`, and the one clear line for a wrong flag, a missing or wrong token; an
+//! unreachable server is retried, not fatal.
+
+mod processes;
+
+use std::process::Output;
+
+use ctxsync_protocol::DiscoveryPhase;
+use processes::{
+    AgentProcess, Backend, Logs, MCP_TIMEOUT_MS, ServerProcess, WAIT, Workspace, ctxsync, database,
+    wait_for_context, wait_for_log,
+};
+
+async fn output(command: &mut tokio::process::Command) -> Output {
+    tokio::time::timeout(WAIT, command.output())
+        .await
+        .expect("the command finishes")
+        .expect("running ctxsync")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn lines(bytes: &[u8]) -> Vec<String> {
+    text(bytes)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn discover(workspace: &Workspace, json: bool, timeout_ms: &str) -> tokio::process::Command {
+    let mut command = ctxsync();
+    command
+        .args(["discover", "--workspace"])
+        .arg(workspace.path())
+        .args(["--mcp-timeout-ms", timeout_ms]);
+    if json {
+        command.arg("--json");
+    }
+    command
+}
+
+#[tokio::test]
+async fn discover_json_prints_a_complete_report() {
+    let workspace = Workspace::with_servers(&[("tools", &["--tools", "2"]), ("hung", &["--hang"])]);
+    let out = output(&mut discover(&workspace, true, "1500")).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(report["phase"], "complete");
+    let servers = report["servers"].as_array().unwrap();
+    let names: Vec<&str> = servers
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["hung", "missing", "tools"]);
+    assert_eq!(servers[0]["connected"], false);
+    let hung_error = servers[0]["error"].as_str().unwrap();
+    assert!(hung_error.contains("no response within"), "{hung_error}");
+    assert!(
+        servers[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("command not found")
+    );
+    assert_eq!(servers[2]["tools"].as_array().unwrap().len(), 2);
+    let outcomes = report["config_outcomes"].as_array().unwrap();
+    assert_eq!(outcomes.len(), 1);
+    assert!(outcomes[0]["error"].as_str().unwrap().contains("\"bad\""));
+    processes::wait_until_gone(&workspace.fixture_pids()).await;
+}
+
+#[tokio::test]
+async fn discover_prints_progress_and_a_table() {
+    let workspace =
+        Workspace::with_servers(&[("tools", &["--tools", "2"]), ("empty", &["--tools", "0"])]);
+    let out = output(&mut discover(&workspace, false, MCP_TIMEOUT_MS)).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = lines(&out.stdout);
+    assert!(
+        stdout[0].starts_with("SERVER") && stdout[0].contains("STATUS"),
+        "{stdout:#?}"
+    );
+    let find = |name: &str| {
+        stdout
+            .iter()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no line for {name}: {stdout:#?}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(find("tools")[1..3], ["ok", "2"]);
+    assert_eq!(find("empty")[1..3], ["ok", "0"]);
+    assert_eq!(find("missing")[1..5], ["failed", "0", "command", "not"]);
+    assert!(
+        stdout
+            .iter()
+            .any(|l| l.contains(".mcp.json") && l.contains("error:")),
+        "{stdout:#?}"
+    );
+    // stderr is not a terminal here: plain progress lines.
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("Starting MCP servers (0/3)"), "{stderr}");
+    assert!(
+        !stderr.contains('\r'),
+        "no redraws without a terminal: {stderr:?}"
+    );
+}
+
+#[tokio::test]
+async fn without_mcp_the_agent_publishes_unspecified_and_no_run_id() {
+    let store = database(Backend::Sqlite).await.unwrap();
+    let agent = store.create_agent("e2e").await.unwrap();
+    let logs = Logs::new();
+    let server = ServerProcess::start(&store, &logs).await;
+    let workspace = Workspace::with_servers(&[]);
+    let mut process = AgentProcess::start(
+        &logs,
+        "agent",
+        &server.url(),
+        &workspace.path(),
+        agent.token.expose(),
+        &["--no-mcp"],
+    );
+    let context = wait_for_context(&store, agent.id, &logs, "a snapshot", |c| {
+        c.snapshot.is_some()
+    })
+    .await;
+    let snapshot = context.snapshot.as_ref().unwrap();
+    assert_eq!(snapshot.phase, DiscoveryPhase::Unspecified);
+    assert_eq!(snapshot.agent_run_id, "");
+    assert_eq!(context.agent.agent_run_id, "");
+    assert!(
+        context
+            .resources
+            .iter()
+            .all(|r| !r.source.starts_with("mcp:"))
+    );
+    assert!(context.resources.iter().any(|r| r.source == "AGENTS.md"));
+    assert!(process.terminate().await.success());
+
+    // The same server refuses a wrong token: one clear line, non-zero.
+    let mut command = ctxsync();
+    command
+        .args([
+            "agent",
+            "--no-mcp",
+            "--server",
+            &server.url(),
+            "--workspace",
+        ])
+        .arg(workspace.path())
+        .env("CTXSYNC_AGENT_TOKEN", "not-the-token-0123456789");
+    let out = output(&mut command).await;
+    assert!(!out.status.success());
+    let stderr = lines(&out.stderr);
+    let last = stderr.last().unwrap();
+    assert!(
+        last.starts_with("error: the server refused the agent token"),
+        "{stderr:#?}"
+    );
+    let all = text(&out.stderr);
+    assert!(
+        !all.contains("not-the-token-0123456789") && !all.contains("panicked"),
+        "{all}"
+    );
+    assert_eq!(
+        all.matches("refused the agent token").count(),
+        1,
+        "said once: {all}"
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_flag_or_a_missing_token_is_one_clear_line() {
+    let out = output(ctxsync().args(["agent", "--bogus"])).await;
+    assert!(!out.status.success());
+    let stderr = lines(&out.stderr);
+    assert!(
+        stderr[0].starts_with("error: unexpected argument '--bogus'"),
+        "{stderr:#?}"
+    );
+
+    let workspace = Workspace::new();
+    let mut command = ctxsync();
+    command
+        .args(["agent", "--server", "http://127.0.0.1:9", "--workspace"])
+        .arg(workspace.path());
+    let out = output(&mut command).await;
+    assert!(!out.status.success());
+    let stderr = lines(&out.stderr);
+    assert_eq!(stderr.len(), 1, "{stderr:#?}");
+    assert!(
+        stderr[0].starts_with("error: CTXSYNC_AGENT_TOKEN is not set"),
+        "{stderr:#?}"
+    );
+
+    let out = output(ctxsync().args(["discover", "--workspace", "/nonexistent/ctxsync-e2e"])).await;
+    assert!(!out.status.success());
+    let stderr = lines(&out.stderr);
+    assert_eq!(stderr.len(), 1, "{stderr:#?}");
+    assert!(
+        stderr[0].starts_with("error: workspace directory"),
+        "{stderr:#?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_retried_not_fatal() {
+    // A port nobody listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let logs = Logs::new();
+    let workspace = Workspace::new();
+    let mut process = AgentProcess::start(
+        &logs,
+        "agent",
+        &format!("http://127.0.0.1:{port}"),
+        &workspace.path(),
+        "some-token",
+        &["--no-mcp"],
+    );
+    let log = wait_for_log(&logs, "agent", "cannot connect to the server").await;
+    assert!(log.contains("retry_in"), "{log}");
+    assert!(process.is_running(), "{log}");
+    assert!(process.terminate().await.success());
+}

@@ -1,0 +1,365 @@
+//! End-to-end test support: the `ctxsync` binary as `server` and `agent` child processes,
+//! temp workspaces whose `.mcp.json` declares fixture MCP servers, and bounded polling of
+//! the database the server writes.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use ctxsync_persistence::test_support::TestStore;
+use ctxsync_persistence::{AgentContext, AgentId};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// Bound on anything a test waits for; never reached when the code works.
+pub const WAIT: Duration = Duration::from_secs(20);
+/// How often the database is polled.
+const POLL: Duration = Duration::from_millis(25);
+/// Short MCP connect timeout, so a test never waits for the 30 s default.
+pub const MCP_TIMEOUT_MS: &str = "4000";
+/// The line `ctxsync server` prints with its agent API address.
+const SERVER_ADDRESS_PREFIX: &str = "agent API (gRPC): ";
+/// A command that exists nowhere, for the "command not found" row. (Not containing
+/// "ctxsync": cargo passes `CARGO_PKG_NAME=ctxsync`, and environment values are redacted.)
+pub const MISSING_COMMAND: &str = "no-such-mcp-server-e2e";
+
+pub fn ctxsync() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ctxsync"));
+    command
+        .env_remove("CTXSYNC_AGENT_TOKEN")
+        .env_remove("CTXSYNC_DATABASE_URL")
+        .env_remove("CTXSYNC_API_TOKEN")
+        .env("RUST_LOG", "info,rmcp=warn")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// Which backend a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh database for one test; `None` only when PostgreSQL may be skipped locally.
+pub async fn database(backend: Backend) -> Option<TestStore> {
+    match backend {
+        Backend::Sqlite => Some(TestStore::sqlite().await),
+        Backend::Postgres => TestStore::postgres().await,
+    }
+}
+
+/// Where a process's stderr goes: a file, so a full pipe never blocks it and a failing
+/// test can show it.
+#[derive(Debug)]
+pub struct Logs {
+    dir: tempfile::TempDir,
+}
+
+impl Logs {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("a temp dir for logs"),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.log"))
+    }
+
+    fn file(&self, name: &str) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path(name))
+            .expect("a log file")
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap_or_default()
+    }
+}
+
+/// A `ctxsync server` child process on the test's database.
+#[derive(Debug)]
+pub struct ServerProcess {
+    child: Child,
+    pub addr: SocketAddr,
+    // Kept open: the server's stdout is a pipe nobody else reads.
+    _stdout: BufReader<ChildStdout>,
+}
+
+impl ServerProcess {
+    /// Starts a server on an ephemeral loopback port.
+    pub async fn start(store: &TestStore, logs: &Logs) -> Self {
+        Self::start_at(store, logs, "127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// Starts a server on `addr`; retries briefly while a previous server's port is being
+    /// released.
+    pub async fn start_at(store: &TestStore, logs: &Logs, addr: SocketAddr) -> Self {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let mut command = ctxsync();
+            command.arg("server");
+            match store.postgres_database() {
+                Some(database) => command.args(["--database-url", database.url()]),
+                None => command
+                    .arg("--data-dir")
+                    .arg(store.sqlite_data_dir().expect("a SQLite data dir")),
+            };
+            command
+                .args(["--grpc-addr", &addr.to_string()])
+                .args(["--http-addr", "127.0.0.1:0"])
+                .stdout(Stdio::piped())
+                .stderr(logs.file("server"));
+            let mut child = command.spawn().expect("spawning ctxsync server");
+            let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+            let mut line = String::new();
+            let address = tokio::time::timeout(WAIT, async {
+                loop {
+                    line.clear();
+                    match stdout.read_line(&mut line).await {
+                        Ok(0) | Err(_) => return None,
+                        Ok(_) => {
+                            if let Some(url) = line.trim().strip_prefix(SERVER_ADDRESS_PREFIX) {
+                                return Some(url.trim_start_matches("http://").to_owned());
+                            }
+                        }
+                    }
+                }
+            })
+            .await
+            .ok()
+            .flatten();
+            if let Some(address) = address {
+                return Self {
+                    child,
+                    addr: address.parse().expect("the server prints a socket address"),
+                    _stdout: stdout,
+                };
+            }
+            let _ = child.wait().await;
+            if Instant::now() > deadline {
+                panic!(
+                    "ctxsync server did not start; its log:\n{}",
+                    logs.read("server")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// SIGKILL: no clean shutdown, as in a crash.
+    pub async fn kill(mut self) -> SocketAddr {
+        self.child.kill().await.expect("killing the server");
+        self.addr
+    }
+}
+
+/// A `ctxsync agent` child process.
+#[derive(Debug)]
+pub struct AgentProcess {
+    pub child: Child,
+    pub log: String,
+}
+
+impl AgentProcess {
+    /// Starts `ctxsync agent --server URL --workspace DIR ARGS...` with the token in the
+    /// environment; stderr goes to the log `name`.
+    pub fn start(
+        logs: &Logs,
+        name: &str,
+        server: &str,
+        workspace: &Path,
+        token: &str,
+        args: &[&str],
+    ) -> Self {
+        let child = ctxsync()
+            .args(["agent", "--server", server, "--workspace"])
+            .arg(workspace)
+            .args(["--mcp-timeout-ms", MCP_TIMEOUT_MS])
+            .args(args)
+            .env("CTXSYNC_AGENT_TOKEN", token)
+            .stdout(Stdio::null())
+            .stderr(logs.file(name))
+            .spawn()
+            .expect("spawning ctxsync agent");
+        Self {
+            child,
+            log: name.to_owned(),
+        }
+    }
+
+    /// SIGTERM, then the exit status (bounded).
+    pub async fn terminate(&mut self) -> ExitStatus {
+        let pid = self.child.id().expect("the agent is running");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("sending SIGTERM");
+        tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("the agent stops after SIGTERM")
+            .expect("waiting for the agent")
+    }
+
+    /// SIGKILL: the process gets no chance to clean up, as in a crash.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("killing the agent");
+    }
+
+    /// Still running?
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("polling the agent").is_none()
+    }
+}
+
+/// A temporary workspace directory.
+#[derive(Debug)]
+pub struct Workspace {
+    dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("a temp workspace"),
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().canonicalize().expect("the workspace path")
+    }
+
+    pub fn write(&self, relative: &str, content: &str) {
+        let path = self.path().join(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+
+    /// `AGENTS.md` and a `.mcp.json` declaring `servers` (name → fixture flags), plus an
+    /// entry whose command does not exist (`missing`) and an invalid one (`bad`). Each
+    /// fixture writes its pid under `pids/`.
+    pub fn with_servers(servers: &[(&str, &[&str])]) -> Self {
+        let workspace = Self::new();
+        let fixture = ctxsync_mcp_fixture::binary_path().expect("the MCP fixture binary");
+        let pids = workspace.path().join("pids");
+        std::fs::create_dir_all(&pids).unwrap();
+        let mut declared = serde_json::Map::new();
+        for (name, flags) in servers {
+            let mut args: Vec<String> = flags.iter().map(|f| (*f).to_owned()).collect();
+            args.push("--pid-file".into());
+            args.push(pids.join(name).to_string_lossy().into_owned());
+            declared.insert(
+                (*name).to_owned(),
+                serde_json::json!({"command": fixture, "args": args}),
+            );
+        }
+        declared.insert(
+            "missing".into(),
+            serde_json::json!({"command": MISSING_COMMAND}),
+        );
+        declared.insert(
+            "bad".into(),
+            serde_json::json!({"command": "x", "url": "http://127.0.0.1:9/mcp"}),
+        );
+        workspace.write(
+            ".mcp.json",
+            &serde_json::json!({ "mcpServers": declared }).to_string(),
+        );
+        workspace.write("AGENTS.md", "# Agents\nBe brief.\n");
+        workspace
+    }
+
+    /// The pids the fixture servers wrote.
+    pub fn fixture_pids(&self) -> Vec<i32> {
+        let Ok(entries) = std::fs::read_dir(self.path().join("pids")) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path()).ok())
+            .filter_map(|text| text.trim().parse().ok())
+            .collect()
+    }
+}
+
+/// Whether `pid` is a live process (a zombie counts as gone).
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesized command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits until no process in `pids` is alive.
+pub async fn wait_until_gone(pids: &[i32]) {
+    let deadline = Instant::now() + WAIT;
+    while pids.iter().any(|pid| process_alive(*pid)) {
+        let alive: Vec<i32> = pids.iter().copied().filter(|p| process_alive(*p)).collect();
+        assert!(
+            Instant::now() < deadline,
+            "MCP server processes outlived the agent: {alive:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Polls `read_agent_context` until `done` holds (bounded by [`WAIT`]); on timeout the
+/// panic shows the last state and the logs.
+pub async fn wait_for_context(
+    store: &TestStore,
+    agent: AgentId,
+    logs: &Logs,
+    what: &str,
+    mut done: impl FnMut(&AgentContext) -> bool,
+) -> AgentContext {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let context = store
+            .read_agent_context(agent)
+            .await
+            .expect("reading the agent context")
+            .expect("the agent exists");
+        if done(&context) {
+            return context;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "timed out waiting for {what}; last state: {context:#?}\nserver log:\n{}\nagent logs:\n{}\n{}",
+                logs.read("server"),
+                logs.read("agent"),
+                logs.read("agent2"),
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until the log `name` contains `needle` (bounded by [`WAIT`]).
+pub async fn wait_for_log(logs: &Logs, name: &str, needle: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let text = logs.read(name);
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for `{needle}` in the {name} log:\n{text}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
