@@ -206,21 +206,34 @@ fn workspace_members(root: &Path) -> Result<Vec<String>> {
 }
 
 /// Debian packages the tests need: a real browser and its WebDriver for the web page test.
-const APT_PACKAGES: &[(&str, &str)] = &[("/usr/bin/chromium", "chromium"), ("/usr/bin/chromedriver", "chromium-driver")];
+const APT_PACKAGES: &[(&str, &str)] = &[
+    ("/usr/bin/chromium", "chromium"),
+    ("/usr/bin/chromedriver", "chromium-driver"),
+];
 
 /// Installs test prerequisites a fresh machine lacks; each is skipped when present.
 fn install_test_tools(root: &Path) -> Result<()> {
-    let missing: Vec<&str> =
-        APT_PACKAGES.iter().filter(|(path, _)| !Path::new(path).exists()).map(|(_, package)| *package).collect();
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .filter(|(path, _)| !Path::new(path).exists())
+        .map(|(_, package)| *package)
+        .collect();
     if !missing.is_empty() {
-        let is_root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0"));
+        let is_root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.starts_with(b"0"));
         if is_root {
             run(root, "apt-get".into(), &["update", "-qq"])?;
             let mut args = vec!["install", "-y", "-qq"];
             args.extend(&missing);
-            run(root, "apt-get".into(), &args).context("installing the browser for the web page test")?;
+            run(root, "apt-get".into(), &args)
+                .context("installing the browser for the web page test")?;
         } else {
-            eprintln!("note: the web page test needs {} (apt-get install them as root)", missing.join(" "));
+            eprintln!(
+                "note: the web page test needs {} (apt-get install them as root)",
+                missing.join(" ")
+            );
         }
     }
     // A real third-party MCP server for the diagnostics crate's interoperability test.
@@ -285,7 +298,9 @@ mod tests {
         let command = readme_test_command(&workspace_root()).expect("README has a test command");
         assert_eq!(command, "cargo xtask test");
         assert!(
-            std::fs::read_to_string(workspace_root().join("README.md")).unwrap().contains("cargo run --release -p ctxsync -- demo"),
+            std::fs::read_to_string(workspace_root().join("README.md"))
+                .unwrap()
+                .contains("cargo run --release -p ctxsync -- demo"),
             "the README opens with the demo command"
         );
     }

@@ -11,9 +11,27 @@ const TRUNCATION_MARKER: &str = "... [truncated]";
 /// Values shorter than this many characters are too common to redact ("1", "on").
 const MIN_SECRET_CHARS: usize = 4;
 /// Environment variables whose values are not secrets and help reading diagnostics.
+/// Log settings and locale are here too: their short common values ("info", "C.UTF-8")
+/// would otherwise be blanked out of every message that happens to contain them.
 const NON_SECRET_ENV_NAMES: &[&str] = &[
-    "PATH", "HOME", "PWD", "SHELL", "USER", "LANG", "TERM", "TMPDIR",
+    "PATH",
+    "HOME",
+    "PWD",
+    "SHELL",
+    "USER",
+    "LANG",
+    "TERM",
+    "TMPDIR",
+    "LOGNAME",
+    "LC_ALL",
+    "LC_CTYPE",
+    "COLORTERM",
+    "SHLVL",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
 ];
+/// Prefixes of variables that cargo sets to package metadata (name, version, authors).
+const NON_SECRET_ENV_PREFIXES: &[&str] = &["CARGO_PKG_"];
 const BEARER: &str = "bearer ";
 
 /// The strings to redact from diagnostics.
@@ -48,7 +66,9 @@ impl SecretSet {
     /// Adds the values of the agent's environment, except non-secret names (PATH, HOME, ...).
     pub fn insert_environment<'a>(&mut self, env: impl IntoIterator<Item = (&'a str, &'a str)>) {
         for (name, value) in env {
-            if !NON_SECRET_ENV_NAMES.contains(&name) {
+            let not_secret = NON_SECRET_ENV_NAMES.contains(&name)
+                || NON_SECRET_ENV_PREFIXES.iter().any(|p| name.starts_with(p));
+            if !not_secret {
                 self.insert(value);
             }
         }
@@ -222,8 +242,18 @@ mod tests {
             s.insert_header_value("Bearer tok-123456");
             s.insert_url("https://alice:pw-9876@example.com/v1/key-abcdef?token=qv-5555&x=1");
             s.insert_args(["--api-key=arg-secret", "-v", "positional-secret", "--flag"]);
-            s.insert_environment([("AWS_SECRET", "ambient-42"), ("HOME", "/root/home")]);
+            s.insert_environment([
+                ("AWS_SECRET", "ambient-42"),
+                ("HOME", "/root/home"),
+                ("RUST_LOG", "info"),
+                ("CARGO_PKG_NAME", "ctxsync"),
+            ]);
         });
+        check(
+            "for more information on ctxsync see /root/home",
+            &set,
+            "for more information on ctxsync see /root/home",
+        );
         check("value env-value-1 here", &set, "value [redacted] here");
         check(
             "Authorization: Bearer tok-123456",

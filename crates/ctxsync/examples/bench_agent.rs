@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use ctxsync::server::{ServerConfig, start};
-use ctxsync_persistence::DatabaseConfig;
 use ctxsync_protocol::DiscoveryPhase;
 
 const SERVERS: usize = 50;
@@ -32,16 +31,7 @@ async fn main() -> Result<()> {
     eprintln!("bench_agent: agent binary {}", ctxsync.display());
 
     let data = tempfile::tempdir()?;
-    let server = start(ServerConfig {
-        database: DatabaseConfig::sqlite_in(data.path()),
-        data_dir: data.path().to_path_buf(),
-        grpc_addr: "127.0.0.1:0".parse()?,
-        http_addr: "127.0.0.1:0".parse()?,
-        api_token: None,
-        discovery_budget: Duration::from_secs(15),
-        snapshot_grace: Duration::from_secs(3),
-    })
-    .await?;
+    let server = start(ServerConfig::ephemeral(data.path())).await?;
     let agent = server.store.create_agent("bench").await?;
 
     let workspace = tempfile::tempdir()?;
@@ -89,7 +79,11 @@ async fn main() -> Result<()> {
     eprintln!("bench_agent: complete snapshot stored after {discovery:.2?}");
     tokio::time::sleep(SETTLE).await;
 
-    let window = if quick { QUICK_IDLE_WINDOW } else { IDLE_WINDOW };
+    let window = if quick {
+        QUICK_IDLE_WINDOW
+    } else {
+        IDLE_WINDOW
+    };
     let ticks = clock_ticks_per_second();
     let cpu_before = cpu_ticks(pid)?;
     let measured = Instant::now();
@@ -104,7 +98,11 @@ async fn main() -> Result<()> {
     row("agent_idle_rss_50_servers_200_files", rss, "MiB");
     row("agent_peak_rss_50_servers_200_files", peak, "MiB");
     row("agent_idle_cpu_per_minute", cpu_per_minute, "s/min");
-    row("agent_discovery_to_complete_snapshot", discovery.as_secs_f64(), "s");
+    row(
+        "agent_discovery_to_complete_snapshot",
+        discovery.as_secs_f64(),
+        "s",
+    );
 
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(pid)?),
@@ -197,7 +195,11 @@ fn ctxsync_binary() -> Result<PathBuf> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
     let mut command = std::process::Command::new(cargo);
     command
-        .args(["build", "--quiet", "--message-format=json-render-diagnostics"])
+        .args([
+            "build",
+            "--quiet",
+            "--message-format=json-render-diagnostics",
+        ])
         .args(["-p", "ctxsync", "--bin", "ctxsync", "--manifest-path"])
         .arg(&manifest)
         .stdin(Stdio::null())

@@ -26,14 +26,22 @@ pub async fn run(args: ContextArgs) -> Result<()> {
     let token = match args.api_token {
         Some(token) => token,
         None => {
-            let path = args.data_dir.unwrap_or_else(crate::paths::default_data_dir).join("api-token");
+            let path = args
+                .data_dir
+                .unwrap_or_else(crate::paths::default_data_dir)
+                .join("api-token");
             std::fs::read_to_string(&path)
-                .with_context(|| format!("no --api-token given and {} cannot be read", path.display()))?
+                .with_context(|| {
+                    format!("no --api-token given and {} cannot be read", path.display())
+                })?
                 .trim()
                 .to_string()
         }
     };
-    print!("{}", fetch_panel_text(&args.server, &args.chat, &token).await?);
+    print!(
+        "{}",
+        fetch_panel_text(&args.server, &args.chat, &token).await?
+    );
     Ok(())
 }
 
@@ -48,7 +56,10 @@ pub async fn fetch_panel_text(base: &str, chat: &str, token: &str) -> Result<Str
         .await
         .with_context(|| format!("cannot reach the ctxsync server at {base}"))?;
     let status = response.status();
-    let text = response.text().await.context("reading the server's answer")?;
+    let text = response
+        .text()
+        .await
+        .context("reading the server's answer")?;
     if !status.is_success() {
         let message = serde_json::from_str::<serde_json::Value>(&text)
             .ok()

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use ctxsync_chat_projection::store::load_agent_view;
 use ctxsync_mcp_fixture::{FixtureConfig, ToolSpec};
-use ctxsync_persistence::{AgentId, DatabaseConfig};
+use ctxsync_persistence::AgentId;
 use serde_json::{Value, json};
 
 use crate::server::{RunningServer, ServerConfig};
@@ -41,40 +41,71 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     std::fs::create_dir_all(&data_dir)?;
 
     let server = crate::server::start(ServerConfig {
-        database: DatabaseConfig::sqlite_in(&data_dir),
-        data_dir: data_dir.clone(),
-        grpc_addr: "127.0.0.1:0".parse().expect("a literal address"),
         http_addr: args.http_addr,
-        api_token: None,
-        discovery_budget: Duration::from_secs(15),
-        snapshot_grace: Duration::from_secs(3),
+        ..ServerConfig::ephemeral(&data_dir)
     })
     .await?;
     println!("ctxsync demo");
-    println!("  server: agent API {}  chat API {}", server.agent_url(), server.http_url());
+    println!(
+        "  server: agent API {}  chat API {}",
+        server.agent_url(),
+        server.http_url()
+    );
 
-    let agent = server.store.create_agent("demo-agent").await.context("creating the demo agent")?;
+    let agent = server
+        .store
+        .create_agent("demo-agent")
+        .await
+        .context("creating the demo agent")?;
     write_workspace(&workspace)?;
     println!("  workspace: {}", workspace.display());
 
     let mut agent_process = spawn_agent(&server, agent.token.expose(), &workspace, &data_dir)?;
-    println!("  agent: started (pid {})", agent_process.id().unwrap_or_default());
+    println!(
+        "  agent: started (pid {})",
+        agent_process.id().unwrap_or_default()
+    );
 
     let http = reqwest::Client::new();
-    let chat: Value = api(&http, &server, reqwest::Method::POST, "/api/chats", Some(json!({ "agent_id": agent.id.to_string() }))).await?;
-    let chat_id = chat["id"].as_str().context("the chat API returned no id")?.to_string();
+    let chat: Value = api(
+        &http,
+        &server,
+        reqwest::Method::POST,
+        "/api/chats",
+        Some(json!({ "agent_id": agent.id.to_string() })),
+    )
+    .await?;
+    let chat_id = chat["id"]
+        .as_str()
+        .context("the chat API returned no id")?
+        .to_string();
     println!("  chat: {chat_id}\n");
 
     println!("First turn: waiting for the agent's MCP discovery to complete…");
-    let progress = tokio::spawn(show_progress(server.store.clone(), agent.id, Instant::now()));
+    let progress = tokio::spawn(show_progress(
+        server.store.clone(),
+        agent.id,
+        Instant::now(),
+    ));
     let turn_started = Instant::now();
-    let turn = api(&http, &server, reqwest::Method::POST, &format!("/api/chats/{chat_id}/turns"), Some(json!({ "mode": "default" }))).await;
+    let turn = api(
+        &http,
+        &server,
+        reqwest::Method::POST,
+        &format!("/api/chats/{chat_id}/turns"),
+        Some(json!({ "mode": "default" })),
+    )
+    .await;
     progress.abort();
     let turn = turn?;
-    println!("First turn proceeds after {:.1}s.\n", turn_started.elapsed().as_secs_f64());
+    println!(
+        "First turn proceeds after {:.1}s.\n",
+        turn_started.elapsed().as_secs_f64()
+    );
     print_turn(&turn);
 
-    let panel = crate::context::fetch_panel_text(&server.http_url(), &chat_id, &server.api_token).await?;
+    let panel =
+        crate::context::fetch_panel_text(&server.http_url(), &chat_id, &server.api_token).await?;
     println!("\nContext panel\n-------------\n{panel}");
     let chat_uuid = chat_id.parse().context("the chat id is a UUID")?;
     println!("Web page (one-time link): {}", server.page_link(chat_uuid));
@@ -91,7 +122,11 @@ pub async fn run(args: DemoArgs) -> Result<()> {
 }
 
 fn tempfile_dir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("ctxsync-demo-{}-{}", std::process::id(), crate::http::api_token::random_token()[..8].to_string()));
+    let dir = std::env::temp_dir().join(format!(
+        "ctxsync-demo-{}-{}",
+        std::process::id(),
+        crate::http::api_token::random_token()[..8].to_string()
+    ));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
 }
@@ -115,12 +150,26 @@ fn write_workspace(dir: &Path) -> Result<()> {
         json!({ "command": exe, "args": args })
     };
     let docs = FixtureConfig::new()
-        .tool(ToolSpec::new("search_docs", "Search the project documentation for a phrase."))
-        .tool(ToolSpec::new("read_page", "Read one documentation page by its path."))
-        .tool(ToolSpec::new("list_sections", "List the documentation's sections."));
+        .tools(0)
+        .tool(ToolSpec::new(
+            "search_docs",
+            "Search the project documentation for a phrase.",
+        ))
+        .tool(ToolSpec::new(
+            "read_page",
+            "Read one documentation page by its path.",
+        ))
+        .tool(ToolSpec::new(
+            "list_sections",
+            "List the documentation's sections.",
+        ));
     let tickets = FixtureConfig::new()
+        .tools(0)
         .init_delay(DEMO_SLOW_START)
-        .tool(ToolSpec::new("find_ticket", "Find tickets matching a query."))
+        .tool(ToolSpec::new(
+            "find_ticket",
+            "Find tickets matching a query.",
+        ))
         .tool(ToolSpec::new("comment", "Add a comment to a ticket."));
     let config = json!({
         "mcpServers": {
@@ -132,17 +181,28 @@ fn write_workspace(dir: &Path) -> Result<()> {
             "broken-entry": { "command": "node", "url": "http://127.0.0.1:9/mcp" }
         }
     });
-    std::fs::write(dir.join(".mcp.json"), serde_json::to_string_pretty(&config)?)?;
+    std::fs::write(
+        dir.join(".mcp.json"),
+        serde_json::to_string_pretty(&config)?,
+    )?;
     Ok(())
 }
 
-fn spawn_agent(server: &RunningServer, token: &str, workspace: &Path, data_dir: &Path) -> Result<tokio::process::Child> {
+fn spawn_agent(
+    server: &RunningServer,
+    token: &str,
+    workspace: &Path,
+    data_dir: &Path,
+) -> Result<tokio::process::Child> {
     let exe = std::env::current_exe().context("locating the ctxsync executable")?;
     let log = std::fs::File::create(data_dir.join("agent.log"))?;
     tokio::process::Command::new(exe)
         .args(["agent", "--server", &server.agent_url(), "--workspace"])
         .arg(workspace)
-        .args(["--mcp-timeout-ms", &DEMO_MCP_TIMEOUT.as_millis().to_string()])
+        .args([
+            "--mcp-timeout-ms",
+            &DEMO_MCP_TIMEOUT.as_millis().to_string(),
+        ])
         .env("CTXSYNC_AGENT_TOKEN", token)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
@@ -156,21 +216,41 @@ fn spawn_agent(server: &RunningServer, token: &str, workspace: &Path, data_dir: 
 async fn stop_agent(child: &mut tokio::process::Child) {
     if let Some(pid) = child.id() {
         // SIGTERM lets the agent close its MCP servers; the kill below is the fallback.
-        let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status();
     }
-    if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .is_err()
+    {
         let _ = child.kill().await;
     }
 }
 
-async fn api(http: &reqwest::Client, server: &RunningServer, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
-    let mut request = http.request(method, format!("{}{path}", server.http_url())).bearer_auth(&server.api_token);
+async fn api(
+    http: &reqwest::Client,
+    server: &RunningServer,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value> {
+    let mut request = http
+        .request(method, format!("{}{path}", server.http_url()))
+        .bearer_auth(&server.api_token);
     if let Some(body) = body {
         request = request.json(&body);
     }
-    let response = request.send().await.with_context(|| format!("calling {path}"))?;
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("calling {path}"))?;
     let status = response.status();
-    let value: Value = response.json().await.with_context(|| format!("reading the answer of {path}"))?;
+    let value: Value = response
+        .json()
+        .await
+        .with_context(|| format!("reading the answer of {path}"))?;
     if !status.is_success() {
         bail!("{path} answered {status}: {}", value["error"]);
     }
@@ -192,7 +272,15 @@ async fn show_progress(store: ctxsync_persistence::Store, agent: AgentId, since:
                     (true, n) => format!("{} {n} tools", s.name),
                 })
                 .collect();
-            let line = format!("discovery {}: {}", view.phase().as_str(), if servers.is_empty() { "no server reported yet".into() } else { servers.join(", ") });
+            let line = format!(
+                "discovery {}: {}",
+                view.phase().as_str(),
+                if servers.is_empty() {
+                    "no server reported yet".into()
+                } else {
+                    servers.join(", ")
+                }
+            );
             if line != last {
                 println!("  [{:>4.1}s] {line}", since.elapsed().as_secs_f64());
                 last = line;
@@ -210,11 +298,18 @@ fn print_turn(turn: &Value) {
     let tools = turn["tools"].as_array().cloned().unwrap_or_default();
     println!("tools ({}):", tools.len());
     for tool in &tools {
-        println!("  {} — {}", tool["name"].as_str().unwrap_or("?"), tool["description"].as_str().unwrap_or(""));
+        println!(
+            "  {} — {}",
+            tool["name"].as_str().unwrap_or("?"),
+            tool["description"].as_str().unwrap_or("")
+        );
     }
     match turn["note"].as_str() {
         Some(note) => println!("note for the model:\n  {note}"),
         None => println!("note for the model: none (discovery complete without issues)"),
     }
-    println!("discovery outcome: {}", serde_json::to_string_pretty(&turn["mcp_discovery"]).unwrap_or_default());
+    println!(
+        "discovery outcome: {}",
+        serde_json::to_string_pretty(&turn["mcp_discovery"]).unwrap_or_default()
+    );
 }

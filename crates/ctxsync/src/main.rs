@@ -90,8 +90,7 @@ fn main() -> ExitCode {
 }
 
 fn run_fixture(args: Vec<String>) -> ExitCode {
-    let argv = std::iter::once("ctxsync-mcp-fixture".to_string()).chain(args);
-    match ctxsync_mcp_fixture::FixtureConfig::from_args(argv) {
+    match ctxsync_mcp_fixture::FixtureConfig::from_args(args) {
         Ok(config) => match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

@@ -47,6 +47,9 @@ pub struct ServerArgs {
     /// How long a first turn waits for the current agent process's first snapshot.
     #[arg(long, default_value = "3000", value_name = "MS")]
     pub snapshot_grace_ms: u64,
+    /// How often a waiting turn re-reads state in case a notification was lost.
+    #[arg(long, default_value = "1000", value_name = "MS", hide = true)]
+    pub gate_recheck_ms: u64,
 }
 
 /// Everything [`start`] needs; [`ServerArgs`] is its command-line form.
@@ -59,9 +62,25 @@ pub struct ServerConfig {
     pub api_token: Option<String>,
     pub discovery_budget: Duration,
     pub snapshot_grace: Duration,
+    pub gate_recheck: Duration,
 }
 
 impl ServerConfig {
+    /// An embedded-SQLite server in `data_dir` on free loopback ports with the default
+    /// budgets and a generated API token: the demo, tests and benchmarks start from this.
+    pub fn ephemeral(data_dir: &std::path::Path) -> Self {
+        Self {
+            database: DatabaseConfig::sqlite_in(data_dir),
+            data_dir: data_dir.to_path_buf(),
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            api_token: None,
+            discovery_budget: GateConfig::default().discovery_budget,
+            snapshot_grace: GateConfig::default().snapshot_grace,
+            gate_recheck: GateConfig::default().recheck_interval,
+        }
+    }
+
     pub fn from_args(args: ServerArgs) -> Result<Self> {
         let data_dir = args.data_dir.unwrap_or_else(crate::paths::default_data_dir);
         Ok(Self {
@@ -72,6 +91,7 @@ impl ServerConfig {
             api_token: args.api_token,
             discovery_budget: Duration::from_millis(args.discovery_budget_ms),
             snapshot_grace: Duration::from_millis(args.snapshot_grace_ms),
+            gate_recheck: Duration::from_millis(args.gate_recheck_ms),
         })
     }
 }
@@ -103,7 +123,11 @@ impl RunningServer {
     /// A one-time link that opens the chat's page in a browser (the browser cannot send
     /// the bearer token; the link's token is exchanged for a session cookie).
     pub fn page_link(&self, chat: ChatId) -> String {
-        format!("{}{}", self.http_url(), crate::http::page_path(chat, &self.auth.mint_link_token()))
+        format!(
+            "{}{}",
+            self.http_url(),
+            crate::http::page_path(chat, &self.auth.mint_link_token())
+        )
     }
 
     /// Stops accepting, lets in-flight requests finish, and waits for the listeners.
@@ -150,6 +174,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
     let gate_config = GateConfig {
         discovery_budget: config.discovery_budget,
         snapshot_grace: config.snapshot_grace,
+        recheck_interval: config.gate_recheck,
         ..GateConfig::default()
     };
     let state = AppState {
@@ -169,7 +194,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         let stopped = async move {
             let _ = http_shutdown.wait_for(|stop| *stop).await;
         };
-        if let Err(e) = axum::serve(http_listener, app).with_graceful_shutdown(stopped).await {
+        if let Err(e) = axum::serve(http_listener, app)
+            .with_graceful_shutdown(stopped)
+            .await
+        {
             tracing::error!(error = %e, "HTTP server failed");
         }
     });
@@ -189,17 +217,26 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
 
 pub async fn run(args: ServerArgs) -> Result<()> {
     let server = start(ServerConfig::from_args(args)?).await?;
-    println!("agent API (gRPC): {}", server.agent_url());
-    println!("chat API (HTTP):  {}", server.http_url());
-    match &server.api_token_source {
-        TokenSource::Given => println!("API token: as given (--api-token / CTXSYNC_API_TOKEN)"),
-        TokenSource::File(path) => println!("API token: in {}", path.display()),
-        TokenSource::Generated(path) => println!("API token: generated into {}", path.display()),
-    }
+    say(&format!("agent API (gRPC): {}", server.agent_url()));
+    say(&format!("chat API (HTTP):  {}", server.http_url()));
+    say(&match &server.api_token_source {
+        TokenSource::Given => "API token: as given (--api-token / CTXSYNC_API_TOKEN)".to_string(),
+        TokenSource::File(path) => format!("API token: in {}", path.display()),
+        TokenSource::Generated(path) => format!("API token: generated into {}", path.display()),
+    });
     wait_for_stop_signal().await;
     tracing::info!("stopping");
     server.shutdown().await;
     Ok(())
+}
+
+/// Prints a line for the operator. A closed stdout (a supervisor that stopped reading)
+/// must never take the server down, so write errors are ignored.
+fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

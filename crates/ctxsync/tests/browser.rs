@@ -20,9 +20,13 @@ fn browser_available() -> bool {
     let present = Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists();
     if !present {
         if std::env::var_os("CI").is_some() {
-            panic!("{CHROMIUM} and {CHROMEDRIVER} are required in CI (apt-get install chromium chromium-driver)");
+            panic!(
+                "{CHROMIUM} and {CHROMEDRIVER} are required in CI (apt-get install chromium chromium-driver)"
+            );
         }
-        eprintln!("SKIPPED: the browser test needs {CHROMIUM} and {CHROMEDRIVER} (apt-get install chromium chromium-driver)");
+        eprintln!(
+            "SKIPPED: the browser test needs {CHROMIUM} and {CHROMEDRIVER} (apt-get install chromium chromium-driver)"
+        );
     }
     present
 }
@@ -32,49 +36,147 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
     if !browser_available() {
         return;
     }
-    let h = Harness::start(Backend::Sqlite).await.expect("SQLite always starts");
+    let h = Harness::start(Backend::Sqlite)
+        .await
+        .expect("SQLite always starts");
     let agent = h.new_agent().await;
-    h.push(agent, "run-1", 1, DiscoveryPhase::Pending, vec![file("AGENTS.md", "Be brief.")]).await;
+    h.push(
+        agent,
+        "run-1",
+        1,
+        DiscoveryPhase::Pending,
+        vec![file("AGENTS.md", "Be brief.")],
+    )
+    .await;
     let chat = h.new_chat(agent).await;
 
-    let browser = Browser::start(Path::new(CHROMIUM), Path::new(CHROMEDRIVER)).await.expect("browser starts");
-    browser.goto(&h.server.page_link(chat.parse().unwrap())).await.unwrap();
+    let browser = Browser::start(Path::new(CHROMIUM), Path::new(CHROMEDRIVER))
+        .await
+        .expect("browser starts");
+    browser
+        .goto(&h.server.page_link(chat.parse().unwrap()))
+        .await
+        .unwrap();
     let url = browser.current_url().await.unwrap();
-    assert!(url.ends_with(&format!("/chats/{chat}")), "the one-time token is gone from the address bar: {url}");
+    assert!(
+        url.ends_with(&format!("/chats/{chat}")),
+        "the one-time token is gone from the address bar: {url}"
+    );
     let banner = browser.text(".banner").await.unwrap().unwrap_or_default();
     assert!(banner.contains("still initializing"), "{banner}");
-    assert!(browser.text(".servers-unavailable").await.unwrap().is_some(), "no empty server list while pending");
+    assert!(
+        browser
+            .text(".servers-unavailable")
+            .await
+            .unwrap()
+            .is_some(),
+        "no empty server list while pending"
+    );
 
     // Marks that survive only without a reload: a page variable, and a section the person closed.
-    browser.eval("window.__noReload = 42; document.getElementById('section-files').open = false;").await.unwrap();
+    browser
+        .eval("window.__noReload = 42; document.getElementById('section-files').open = false;")
+        .await
+        .unwrap();
 
     let hostile = "<script>window.__pwned = 1</script> reads files";
-    h.push(agent, "run-1", 2, DiscoveryPhase::Complete, vec![file("AGENTS.md", "Be brief."), server("fs", &[("read", hostile)]), server("empty", &[])]).await;
+    h.push(
+        agent,
+        "run-1",
+        2,
+        DiscoveryPhase::Complete,
+        vec![
+            file("AGENTS.md", "Be brief."),
+            server("fs", &[("read", hostile)]),
+            server("empty", &[]),
+        ],
+    )
+    .await;
     browser
-        .wait_for("return document.getElementById('context-panel').dataset.discovery === 'complete'", WAIT)
+        .wait_for(
+            "return document.getElementById('context-panel').dataset.discovery === 'complete'",
+            WAIT,
+        )
         .await
         .expect("the panel updates when discovery completes");
-    assert_eq!(browser.eval("return window.__noReload").await.unwrap(), 42, "the page was not reloaded");
-    assert_eq!(browser.eval("return document.getElementById('section-files').open").await.unwrap(), false, "a closed section stays closed");
-    assert_eq!(browser.eval("return document.getElementById('section-mcp').open").await.unwrap(), true);
+    assert_eq!(
+        browser.eval("return window.__noReload").await.unwrap(),
+        42,
+        "the page was not reloaded"
+    );
+    assert_eq!(
+        browser
+            .eval("return document.getElementById('section-files').open")
+            .await
+            .unwrap(),
+        false,
+        "a closed section stays closed"
+    );
+    assert_eq!(
+        browser
+            .eval("return document.getElementById('section-mcp').open")
+            .await
+            .unwrap(),
+        true
+    );
     let tools = browser.text("ul.tools").await.unwrap().unwrap_or_default();
-    assert!(tools.contains(hostile), "the description renders as text: {tools}");
-    assert_eq!(browser.eval("return window.__pwned === undefined").await.unwrap(), true, "no injected script ran");
-    assert_eq!(browser.eval("return document.querySelectorAll('#panel-root script').length").await.unwrap(), 0);
-    let empty = browser.text(".server-no-tools").await.unwrap().unwrap_or_default();
+    assert!(
+        tools.contains(hostile),
+        "the description renders as text: {tools}"
+    );
+    assert_eq!(
+        browser
+            .eval("return window.__pwned === undefined")
+            .await
+            .unwrap(),
+        true,
+        "no injected script ran"
+    );
+    assert_eq!(
+        browser
+            .eval("return document.querySelectorAll('#panel-root script').length")
+            .await
+            .unwrap(),
+        0
+    );
+    let empty = browser
+        .text(".server-no-tools")
+        .await
+        .unwrap()
+        .unwrap_or_default();
     assert!(empty.contains("no tools"), "{empty}");
-    browser.screenshot(&artifact_dir().join("context-panel-complete.png")).await.unwrap();
+    browser
+        .screenshot(&artifact_dir().join("context-panel-complete.png"))
+        .await
+        .unwrap();
 
     // A new agent process reports: the old process's tools are withheld.
-    let restarted = Startup { version: "test".into(), expanded_directory: "/ws".into(), agent_run_id: Some("run-2".into()) };
-    h.server.store.update_startup(agent, restarted).await.unwrap();
+    let restarted = Startup {
+        version: "test".into(),
+        expanded_directory: "/ws".into(),
+        agent_run_id: Some("run-2".into()),
+    };
+    h.server
+        .store
+        .update_startup(agent, restarted)
+        .await
+        .unwrap();
     browser
-        .wait_for("return document.getElementById('context-panel').dataset.discovery === 'stale'", WAIT)
+        .wait_for(
+            "return document.getElementById('context-panel').dataset.discovery === 'stale'",
+            WAIT,
+        )
         .await
         .expect("the panel shows the stale state");
     let banner = browser.text(".banner").await.unwrap().unwrap_or_default();
     assert!(banner.contains("withheld"), "{banner}");
-    assert!(browser.text("ul.tools").await.unwrap().is_none(), "no tools from the previous process are listed");
-    browser.screenshot(&artifact_dir().join("context-panel-stale.png")).await.unwrap();
+    assert!(
+        browser.text("ul.tools").await.unwrap().is_none(),
+        "no tools from the previous process are listed"
+    );
+    browser
+        .screenshot(&artifact_dir().join("context-panel-stale.png"))
+        .await
+        .unwrap();
     browser.close().await.unwrap();
 }

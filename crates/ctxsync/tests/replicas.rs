@@ -24,8 +24,18 @@ struct Replica {
 
 async fn start_replica(url: &str, data_dir: &std::path::Path) -> Replica {
     let mut child = tokio::process::Command::new(CTXSYNC)
-        .args(["server", "--database-url", url, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .args([
+            "server",
+            "--database-url",
+            url,
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
         .args(["--api-token", API_TOKEN, "--discovery-budget-ms", "20000"])
+        // A re-check far beyond the test's length: only a notification can release the turn.
+        .args(["--gate-recheck-ms", "600000"])
         .arg("--data-dir")
         .arg(data_dir)
         .env("RUST_LOG", "warn")
@@ -47,40 +57,88 @@ async fn start_replica(url: &str, data_dir: &std::path::Path) -> Replica {
             http = Some(url.trim().to_string());
         }
     }
-    Replica { _child: child, grpc: grpc.unwrap(), http: http.unwrap() }
+    Replica {
+        _child: child,
+        grpc: grpc.unwrap(),
+        http: http.unwrap(),
+    }
 }
 
-async fn call(http: &reqwest::Client, base: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-    let mut request = http.request(method, format!("{base}{path}")).bearer_auth(API_TOKEN);
+async fn call(
+    http: &reqwest::Client,
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
+    let mut request = http
+        .request(method, format!("{base}{path}"))
+        .bearer_auth(API_TOKEN);
     if let Some(body) = body {
         request = request.json(&body);
     }
     let response = request.send().await.unwrap();
-    assert!(response.status().is_success(), "{path}: {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "{path}: {}",
+        response.status()
+    );
     response.json().await.unwrap()
 }
 
 async fn metric(http: &reqwest::Client, base: &str, series: &str) -> u64 {
-    let text = http.get(format!("{base}/metrics")).bearer_auth(API_TOKEN).send().await.unwrap().text().await.unwrap();
+    let text = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(API_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
         .map_or(0, |v| v.trim().parse::<f64>().unwrap_or(0.0) as u64)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_to_one_replica_releases_a_turn_waiting_on_another() {
-    let Some(database) = tokio::task::spawn_blocking(TestDatabase::create).await.unwrap() else { return };
+    let Some(database) = tokio::task::spawn_blocking(TestDatabase::create)
+        .await
+        .unwrap()
+    else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let a = start_replica(database.url(), &dir.path().join("a")).await;
     let b = start_replica(database.url(), &dir.path().join("b")).await;
     let http = reqwest::Client::new();
 
-    let agent = call(&http, &a.http, reqwest::Method::POST, "/api/agents", Some(json!({ "name": "replicated" }))).await;
-    let chat = call(&http, &b.http, reqwest::Method::POST, "/api/chats", Some(json!({ "agent_id": agent["id"] }))).await;
+    let agent = call(
+        &http,
+        &a.http,
+        reqwest::Method::POST,
+        "/api/agents",
+        Some(json!({ "name": "replicated" })),
+    )
+    .await;
+    let chat = call(
+        &http,
+        &b.http,
+        reqwest::Method::POST,
+        "/api/chats",
+        Some(json!({ "agent_id": agent["id"] })),
+    )
+    .await;
     let chat_id = chat["id"].as_str().unwrap();
 
     let workspace = tempfile::tempdir().unwrap();
-    let slow = FixtureConfig::new().init_delay(Duration::from_millis(1500)).tool(ToolSpec::new("lookup", "Look something up"));
+    let slow = FixtureConfig::new()
+        .init_delay(Duration::from_millis(1500))
+        .tool(ToolSpec::new("lookup", "Look something up"));
     let mut args = vec!["mcp-fixture".to_string()];
     args.extend(slow.to_args());
     let config = json!({ "mcpServers": { "slow": { "command": CTXSYNC, "args": args } } });
@@ -99,20 +157,58 @@ async fn a_push_to_one_replica_releases_a_turn_waiting_on_another() {
     // Wait (bounded) until replica B sees the agent's pending snapshot, then take the turn there.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let read = call(&http, &b.http, reqwest::Method::GET, &format!("/api/chats/{chat_id}"), None).await;
+        let read = call(
+            &http,
+            &b.http,
+            reqwest::Method::GET,
+            &format!("/api/chats/{chat_id}"),
+            None,
+        )
+        .await;
         if read["mcp_discovery"]["phase"] == "pending" {
             break;
         }
-        assert!(Instant::now() < deadline, "replica B never saw the pending snapshot: {read}");
+        assert!(
+            Instant::now() < deadline,
+            "replica B never saw the pending snapshot: {read}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let turn = call(&http, &b.http, reqwest::Method::POST, &format!("/api/chats/{chat_id}/turns"), Some(json!({ "mode": "default" }))).await;
+    let turn = call(
+        &http,
+        &b.http,
+        reqwest::Method::POST,
+        &format!("/api/chats/{chat_id}/turns"),
+        Some(json!({ "mode": "default" })),
+    )
+    .await;
     assert_eq!(turn["mcp_discovery"]["phase"], "complete", "{turn}");
     assert_eq!(turn["mcp_discovery"]["wait_timed_out"], false);
     assert_eq!(turn["tools"][0]["name"], "slow__lookup");
     // The completing push went through replica A; B was woken by its notification.
     assert!(metric(&http, &b.http, "ctxsync_gate_notification_wakeups_total").await >= 1);
-    assert_eq!(metric(&http, &b.http, "ctxsync_gate_recheck_reads_total").await, 0, "no re-check tick was needed");
-    assert_eq!(metric(&http, &b.http, "ctxsync_agent_pushes_total{result=\"accepted\"}").await, 0, "B received no push");
-    assert!(metric(&http, &a.http, "ctxsync_agent_pushes_total{result=\"accepted\"}").await >= 2);
+    assert_eq!(
+        metric(&http, &b.http, "ctxsync_gate_recheck_reads_total").await,
+        0,
+        "no re-check tick was needed"
+    );
+    assert_eq!(
+        metric(
+            &http,
+            &b.http,
+            "ctxsync_agent_pushes_total{result=\"accepted\"}"
+        )
+        .await,
+        0,
+        "B received no push"
+    );
+    assert!(
+        metric(
+            &http,
+            &a.http,
+            "ctxsync_agent_pushes_total{result=\"accepted\"}"
+        )
+        .await
+            >= 2
+    );
 }

@@ -25,7 +25,11 @@ fn fixture(config: FixtureConfig) -> Value {
 }
 
 fn write_mcp_json(workspace: &Path, servers: Value) {
-    std::fs::write(workspace.join(".mcp.json"), json!({ "mcpServers": servers }).to_string()).unwrap();
+    std::fs::write(
+        workspace.join(".mcp.json"),
+        json!({ "mcpServers": servers }).to_string(),
+    )
+    .unwrap();
 }
 
 /// A running `ctxsync agent` process; killed (with its MCP children's group) on drop.
@@ -63,10 +67,14 @@ struct Scenario {
 
 impl Scenario {
     async fn new(h: Harness) -> Self {
-        let (status, agent) = h.call(Method::POST, "/api/agents", Some(json!({ "name": "e2e" }))).await;
+        let (status, agent) = h
+            .call(Method::POST, "/api/agents", Some(json!({ "name": "e2e" })))
+            .await;
         assert_eq!(status, 201);
         let id = agent["id"].as_str().unwrap().to_string();
-        let (status, chat) = h.call(Method::POST, "/api/chats", Some(json!({ "agent_id": id }))).await;
+        let (status, chat) = h
+            .call(Method::POST, "/api/chats", Some(json!({ "agent_id": id })))
+            .await;
         assert_eq!(status, 201);
         let workspace = tempfile::tempdir().unwrap();
         std::fs::write(workspace.path().join("AGENTS.md"), "Be brief.\n").unwrap();
@@ -84,8 +92,14 @@ impl Scenario {
     }
 
     async fn turn(&self, mode: &str) -> Value {
-        let (status, turn) =
-            self.h.call(Method::POST, &format!("/api/chats/{}/turns", self.chat), Some(json!({ "mode": mode }))).await;
+        let (status, turn) = self
+            .h
+            .call(
+                Method::POST,
+                &format!("/api/chats/{}/turns", self.chat),
+                Some(json!({ "mode": mode })),
+            )
+            .await;
         assert_eq!(status, 200, "{turn}");
         turn
     }
@@ -107,7 +121,10 @@ impl Scenario {
     }
 
     async fn chat(&self) -> Value {
-        self.h.call(Method::GET, &format!("/api/chats/{}", self.chat), None).await.1
+        self.h
+            .call(Method::GET, &format!("/api/chats/{}", self.chat), None)
+            .await
+            .1
     }
 
     /// Polls the chat until `done` holds (bounded by [`DEADLINE`]).
@@ -118,7 +135,10 @@ impl Scenario {
             if done(&chat) {
                 return chat;
             }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}: {chat}");
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {chat}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -127,12 +147,20 @@ impl Scenario {
 /// The value of one Prometheus series in `text` (0 when absent).
 fn metric(text: &str, series: &str) -> u64 {
     text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
         .map_or(0, |v| v.trim().parse::<f64>().unwrap_or(0.0) as u64)
 }
 
 fn tool_names(turn: &Value) -> Vec<String> {
-    turn["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    turn["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// A TCP server answering every HTTP request with 500, standing in for an MCP endpoint
@@ -190,13 +218,18 @@ scenarios!(
 
 async fn no_mcp_servers_is_complete_at_once(s: Scenario) {
     let _agent = s.start_agent(Duration::from_secs(5));
-    s.wait_for_chat("complete", |c| c["mcp_discovery"]["phase"] == "complete").await;
+    s.wait_for_chat("complete", |c| c["mcp_discovery"]["phase"] == "complete")
+        .await;
     let turn = s.turn("default").await;
     assert_eq!(turn["mcp_discovery"]["phase"], "complete");
     assert_eq!(turn["mcp_discovery"]["wait_timed_out"], false);
     assert_eq!(turn["mcp_discovery"]["reason"], "discovery_complete");
     assert!(turn["tools"].as_array().unwrap().is_empty());
-    assert_eq!(s.gate_metric("waits_total{result=\"immediate\"}").await, 1, "a complete discovery does not wait");
+    assert_eq!(
+        s.gate_metric("waits_total{result=\"immediate\"}").await,
+        1,
+        "a complete discovery does not wait"
+    );
     let chat = s.chat().await;
     assert_eq!(chat["context"]["discovery"]["state"], "complete_no_servers");
 }
@@ -215,8 +248,13 @@ async fn a_failing_registration_is_settled(s: Scenario) {
     assert_eq!(turn["mcp_discovery"]["servers_failed"], 1);
     assert_eq!(turn["mcp_discovery"]["servers_ok"], 1);
     assert_eq!(tool_names(&turn), ["docs__search"]);
-    let note = turn["note"].as_str().expect("a failed server is worth a note");
-    assert!(note.starts_with("Workspace MCP: ") && note.contains("registry"), "{note}");
+    let note = turn["note"]
+        .as_str()
+        .expect("a failed server is worth a note");
+    assert!(
+        note.starts_with("Workspace MCP: ") && note.contains("registry"),
+        "{note}"
+    );
 }
 
 async fn a_hung_server_fails_open_within_the_budget(s: Scenario) {
@@ -229,18 +267,39 @@ async fn a_hung_server_fails_open_within_the_budget(s: Scenario) {
     );
     // The agent's own timeout is far beyond the gate's budget: the gate must give up first.
     let _agent = s.start_agent(Duration::from_secs(60));
-    s.wait_for_chat("the fast server", |c| c.to_string().contains("\"fast\"")).await;
+    s.wait_for_chat("the fast server", |c| c.to_string().contains("\"fast\""))
+        .await;
     let turn = s.turn("default").await;
     assert_eq!(turn["mcp_discovery"]["wait_timed_out"], true, "{turn}");
-    assert_eq!(turn["mcp_discovery"]["reason"], "budget_exhausted", "the wait ends at the budget");
+    assert_eq!(
+        turn["mcp_discovery"]["reason"], "budget_exhausted",
+        "the wait ends at the budget"
+    );
     assert_eq!(turn["mcp_discovery"]["phase"], "pending");
-    assert_eq!(tool_names(&turn), ["fast__ping"], "the healthy sibling's tools are usable");
-    assert!(turn["note"].as_str().unwrap().contains("more servers may appear"), "{turn}");
+    assert_eq!(
+        tool_names(&turn),
+        ["fast__ping"],
+        "the healthy sibling's tools are usable"
+    );
+    assert!(
+        turn["note"]
+            .as_str()
+            .unwrap()
+            .contains("more servers may appear"),
+        "{turn}"
+    );
 
     // A later turn of the same agent process does not spend a second budget.
     let again = s.turn("default").await;
-    assert_eq!(again["mcp_discovery"]["reason"], "earlier_wait_timed_out", "later turns never wait again: {again}");
-    assert_eq!(s.gate_metric("waits_total{result=\"timed_out\"}").await, 1, "one budget spent");
+    assert_eq!(
+        again["mcp_discovery"]["reason"], "earlier_wait_timed_out",
+        "later turns never wait again: {again}"
+    );
+    assert_eq!(
+        s.gate_metric("waits_total{result=\"timed_out\"}").await,
+        1,
+        "one budget spent"
+    );
     assert_eq!(tool_names(&again), ["fast__ping"]);
 }
 
@@ -250,36 +309,57 @@ async fn a_first_turn_while_pending_waits_for_the_tools(s: Scenario) {
         json!({ "slow": fixture(FixtureConfig::new().init_delay(Duration::from_millis(1200)).tool(ToolSpec::new("query", "Run a query"))) }),
     );
     let _agent = s.start_agent(Duration::from_secs(10));
-    s.wait_for_chat("pending", |c| c["mcp_discovery"]["phase"] == "pending").await;
+    s.wait_for_chat("pending", |c| c["mcp_discovery"]["phase"] == "pending")
+        .await;
     let turn = s.turn("default").await;
     assert_eq!(turn["mcp_discovery"]["phase"], "complete", "{turn}");
     assert_eq!(turn["mcp_discovery"]["wait_timed_out"], false);
     assert_eq!(tool_names(&turn), ["slow__query"]);
 
     // find_tools finds the fresh tool.
-    let (status, found) = s
-        .h
-        .call(Method::POST, &format!("/api/chats/{}/find-tools", s.chat), Some(json!({ "queries": ["query"] })))
+    let (status, found) =
+        s.h.call(
+            Method::POST,
+            &format!("/api/chats/{}/find-tools", s.chat),
+            Some(json!({ "queries": ["query"] })),
+        )
         .await;
     assert_eq!(status, 200);
     assert_eq!(found["matches"][0]["name"], "slow__query", "{found}");
 }
 
 async fn plan_mode_never_waits(s: Scenario) {
-    write_mcp_json(s.workspace.path(), json!({ "hung": fixture(FixtureConfig::new().hang()) }));
+    write_mcp_json(
+        s.workspace.path(),
+        json!({ "hung": fixture(FixtureConfig::new().hang()) }),
+    );
     let _agent = s.start_agent(Duration::from_secs(60));
-    s.wait_for_chat("pending", |c| c["mcp_discovery"]["phase"] == "pending").await;
+    s.wait_for_chat("pending", |c| c["mcp_discovery"]["phase"] == "pending")
+        .await;
     let turn = s.turn("plan").await;
-    assert_eq!(turn["mcp_discovery"], Value::Null, "plan mode neither waits nor reports an outcome");
-    assert_eq!(s.gate_metric("attempts_started_total").await, 0, "plan mode starts no wait");
+    assert_eq!(
+        turn["mcp_discovery"],
+        Value::Null,
+        "plan mode neither waits nor reports an outcome"
+    );
+    assert_eq!(
+        s.gate_metric("attempts_started_total").await,
+        0,
+        "plan mode starts no wait"
+    );
 }
 
 async fn a_restarted_agent_never_offers_the_old_process_tools(s: Scenario) {
-    let server = FixtureConfig::new().nonce_in_descriptions().tool(ToolSpec::new("whoami", "Says which process answers"));
+    let server = FixtureConfig::new()
+        .nonce_in_descriptions()
+        .tool(ToolSpec::new("whoami", "Says which process answers"));
     write_mcp_json(s.workspace.path(), json!({ "id": fixture(server) }));
     let first = s.start_agent(Duration::from_secs(10));
     let turn = s.turn("default").await;
-    let old_description = turn["tools"][0]["description"].as_str().expect("the first process's tool").to_string();
+    let old_description = turn["tools"][0]["description"]
+        .as_str()
+        .expect("the first process's tool")
+        .to_string();
     first.kill().await;
 
     // The next process announces itself before it pushes: from then on the stored
@@ -290,32 +370,66 @@ async fn a_restarted_agent_never_offers_the_old_process_tools(s: Scenario) {
         expanded_directory: s.workspace.path().display().to_string(),
         agent_run_id: Some("a-process-that-has-not-pushed-yet".into()),
     };
-    store.update_startup(s.agent.parse().unwrap(), startup).await.unwrap();
+    store
+        .update_startup(s.agent.parse().unwrap(), startup)
+        .await
+        .unwrap();
     let chat = s.chat().await;
     assert_eq!(chat["mcp_discovery"]["stale"], true, "{chat}");
     let stale_turn = s.turn("default").await;
-    assert!(stale_turn["tools"].as_array().unwrap().is_empty(), "no tools while stale: {stale_turn}");
+    assert!(
+        stale_turn["tools"].as_array().unwrap().is_empty(),
+        "no tools while stale: {stale_turn}"
+    );
 
     let _second = s.start_agent(Duration::from_secs(10));
-    let fresh = s.wait_for_chat("the new process's snapshot", |c| c["mcp_discovery"] == json!({ "phase": "complete", "stale": false })).await;
+    let fresh = s
+        .wait_for_chat("the new process's snapshot", |c| {
+            c["mcp_discovery"] == json!({ "phase": "complete", "stale": false })
+        })
+        .await;
     let turn = s.turn("default").await;
-    let new_description = turn["tools"][0]["description"].as_str().expect("the new process's tool").to_string();
-    assert_ne!(new_description, old_description, "the tool comes from the new process (its nonce differs)");
+    let new_description = turn["tools"][0]["description"]
+        .as_str()
+        .expect("the new process's tool")
+        .to_string();
+    assert_ne!(
+        new_description, old_description,
+        "the tool comes from the new process (its nonce differs)"
+    );
     assert!(!fresh.to_string().contains(&old_description));
 }
 
 async fn a_broken_edit_keeps_the_previous_tools_with_a_warning(s: Scenario) {
-    write_mcp_json(s.workspace.path(), json!({ "docs": fixture(FixtureConfig::new().tool(ToolSpec::new("search", "Search docs"))) }));
+    write_mcp_json(
+        s.workspace.path(),
+        json!({ "docs": fixture(FixtureConfig::new().tool(ToolSpec::new("search", "Search docs"))) }),
+    );
     let _agent = s.start_agent(Duration::from_secs(5));
     let turn = s.turn("default").await;
     assert_eq!(tool_names(&turn), ["docs__search"]);
 
-    write_mcp_json(s.workspace.path(), json!({ "docs": { "command": "ctxsync-e2e-no-such-command" } }));
+    write_mcp_json(
+        s.workspace.path(),
+        json!({ "docs": { "command": "ctxsync-e2e-no-such-command" } }),
+    );
     let chat = s
-        .wait_for_chat("the retained-connection warning", |c| c.to_string().contains("tools are from the previous connection"))
+        .wait_for_chat("the retained-connection warning", |c| {
+            c.to_string()
+                .contains("tools are from the previous connection")
+        })
         .await;
     let turn = s.turn("default").await;
-    assert_eq!(tool_names(&turn), ["docs__search"], "the previous connection's tools stay usable: {chat}");
+    assert_eq!(
+        tool_names(&turn),
+        ["docs__search"],
+        "the previous connection's tools stay usable: {chat}"
+    );
     let issues = chat["context"]["issues"].as_array().unwrap();
-    assert!(issues.iter().any(|i| i["kind"] == "mcp_server" && i["severity"] == "warning"), "{issues:?}");
+    assert!(
+        issues
+            .iter()
+            .any(|i| i["kind"] == "mcp_server" && i["severity"] == "warning"),
+        "{issues:?}"
+    );
 }

@@ -31,16 +31,23 @@ pub fn resolve(given: Option<String>, data_dir: &Path) -> Result<(String, TokenS
         Ok(text) => {
             let mode = std::fs::metadata(&path)?.permissions().mode() & 0o777;
             if mode & 0o077 != 0 {
-                bail!("{} is readable by other users (mode {mode:o}); run chmod 600 on it", path.display());
+                bail!(
+                    "{} is readable by other users (mode {mode:o}); run chmod 600 on it",
+                    path.display()
+                );
             }
             let token = text.trim().to_string();
             if token.is_empty() {
-                bail!("{} is empty; delete it to generate a new token", path.display());
+                bail!(
+                    "{} is empty; delete it to generate a new token",
+                    path.display()
+                );
             }
             Ok((token, TokenSource::File(path)))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+            std::fs::create_dir_all(data_dir)
+                .with_context(|| format!("creating {}", data_dir.display()))?;
             let token = random_token();
             let mut file = std::fs::OpenOptions::new()
                 .write(true)

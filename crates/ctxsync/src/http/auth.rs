@@ -27,7 +27,11 @@ pub struct Auth {
 
 impl Auth {
     pub fn new(api_token: String) -> Self {
-        Self { api_token, links: Mutex::default(), sessions: Mutex::default() }
+        Self {
+            api_token,
+            links: Mutex::default(),
+            sessions: Mutex::default(),
+        }
     }
 
     /// True when the request carries the API token as a bearer header, or a live session
@@ -54,7 +58,11 @@ impl Auth {
             return None;
         }
         let session = super::api_token::random_token();
-        insert_bounded(&self.sessions, session.clone(), Instant::now() + SESSION_TTL);
+        insert_bounded(
+            &self.sessions,
+            session.clone(),
+            Instant::now() + SESSION_TTL,
+        );
         Some(session)
     }
 
@@ -73,7 +81,11 @@ fn insert_bounded(table: &Mutex<HashMap<String, Instant>>, key: String, expires:
     table.retain(|_, e| *e > now);
     if table.len() >= MAX_ENTRIES {
         // Drop the entry closest to expiry rather than refusing the newest.
-        if let Some(oldest) = table.iter().min_by_key(|(_, e)| **e).map(|(k, _)| k.clone()) {
+        if let Some(oldest) = table
+            .iter()
+            .min_by_key(|(_, e)| **e)
+            .map(|(k, _)| k.clone())
+        {
             table.remove(&oldest);
         }
     }
@@ -81,7 +93,10 @@ fn insert_bounded(table: &Mutex<HashMap<String, Instant>>, key: String, expires:
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
@@ -104,7 +119,10 @@ mod tests {
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (k, v) in pairs {
-            map.append(axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+            map.append(
+                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
         }
         map
     }
@@ -112,14 +130,26 @@ mod tests {
     #[test]
     fn bearer_and_session_cookie() {
         let auth = Auth::new("s3cret-token-0123456789".into());
-        assert!(auth.allows(&headers(&[("authorization", "Bearer s3cret-token-0123456789")])));
-        assert!(auth.allows(&headers(&[("authorization", "bearer s3cret-token-0123456789")])));
+        assert!(auth.allows(&headers(&[(
+            "authorization",
+            "Bearer s3cret-token-0123456789"
+        )])));
+        assert!(auth.allows(&headers(&[(
+            "authorization",
+            "bearer s3cret-token-0123456789"
+        )])));
         assert!(!auth.allows(&headers(&[("authorization", "Bearer wrong")])));
         assert!(!auth.allows(&headers(&[])));
 
         let link = auth.mint_link_token();
-        let session = auth.exchange_link_token(&link).expect("a fresh link works once");
-        assert_eq!(auth.exchange_link_token(&link), None, "a link token is single-use");
+        let session = auth
+            .exchange_link_token(&link)
+            .expect("a fresh link works once");
+        assert_eq!(
+            auth.exchange_link_token(&link),
+            None,
+            "a link token is single-use"
+        );
         let cookie = format!("other=1; {SESSION_COOKIE}={session}");
         assert!(auth.allows(&headers(&[("cookie", &cookie)])));
         assert!(!auth.allows(&headers(&[("cookie", "ctxsync_session=forged")])));

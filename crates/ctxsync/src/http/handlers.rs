@@ -26,17 +26,21 @@ use super::{ApiError, AppState};
 type ApiResult<T = Response> = Result<T, ApiError>;
 
 fn parse_id<T: FromStr>(raw: &str, what: &str) -> ApiResult<T> {
-    raw.parse().map_err(|_| ApiError::bad_request(format!("invalid {what} id {raw:?}: expected a UUID")))
+    raw.parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid {what} id {raw:?}: expected a UUID")))
 }
 
 /// Unwraps a JSON body, turning serde's message (which names the field) into a 400.
 fn body<T>(json: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
-    json.map(|Json(value)| value).map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+    json.map(|Json(value)| value)
+        .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
 }
 
 async fn loaded_chat(state: &AppState, raw_id: &str) -> ApiResult<(ChatId, LoadedChat)> {
     let chat: ChatId = parse_id(raw_id, "chat")?;
-    let loaded = load_chat(&state.store, chat).await?.ok_or_else(|| ApiError::not_found(format!("chat {chat} not found")))?;
+    let loaded = load_chat(&state.store, chat)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("chat {chat} not found")))?;
     Ok((chat, loaded))
 }
 
@@ -58,7 +62,9 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
     // One cheap query proves the database answers.
     match state.store.get_agent(AgentId::new_random()).await {
         Ok(_) => Json(json!({ "status": "ok" })).into_response(),
-        Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response(),
+        Err(_) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
+        }
     }
 }
 
@@ -68,7 +74,10 @@ pub struct CreateAgent {
     name: String,
 }
 
-pub async fn create_agent(State(state): State<AppState>, json: Result<Json<CreateAgent>, JsonRejection>) -> ApiResult {
+pub async fn create_agent(
+    State(state): State<AppState>,
+    json: Result<Json<CreateAgent>, JsonRejection>,
+) -> ApiResult {
     let request = body(json)?;
     let name = request.name.trim();
     if name.is_empty() {
@@ -117,7 +126,10 @@ pub async fn agent_context(State(state): State<AppState>, Path(raw): Path<String
             row
         })
         .collect();
-    let stale = context.snapshot.as_ref().is_some_and(|s| s.agent_run_id != context.agent.agent_run_id);
+    let stale = context
+        .snapshot
+        .as_ref()
+        .is_some_and(|s| s.agent_run_id != context.agent.agent_run_id);
     Ok(Json(json!({
         "agent_id": agent.to_string(),
         "name": context.agent.name,
@@ -135,12 +147,17 @@ pub struct CreateChat {
     agent_id: String,
 }
 
-pub async fn create_chat(State(state): State<AppState>, json: Result<Json<CreateChat>, JsonRejection>) -> ApiResult {
+pub async fn create_chat(
+    State(state): State<AppState>,
+    json: Result<Json<CreateChat>, JsonRejection>,
+) -> ApiResult {
     let request = body(json)?;
-    let agent: AgentId = request
-        .agent_id
-        .parse()
-        .map_err(|_| ApiError::bad_request(format!("agent_id: invalid agent id {:?}: expected a UUID", request.agent_id)))?;
+    let agent: AgentId = request.agent_id.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "agent_id: invalid agent id {:?}: expected a UUID",
+            request.agent_id
+        ))
+    })?;
     if state.store.get_agent(agent).await?.is_none() {
         return Err(ApiError::not_found(format!("agent {agent} not found")));
     }
@@ -170,7 +187,9 @@ pub async fn turn(
         None | Some("default") => TurnMode::Default,
         Some("plan") => TurnMode::Plan,
         Some(other) => {
-            return Err(ApiError::bad_request(format!("mode: expected \"default\" or \"plan\", got {other:?}")));
+            return Err(ApiError::bad_request(format!(
+                "mode: expected \"default\" or \"plan\", got {other:?}"
+            )));
         }
     };
     let chat: ChatId = parse_id(&raw, "chat")?;
@@ -180,7 +199,11 @@ pub async fn turn(
     let started = std::time::Instant::now();
     let context = state.gate.prepare_turn(chat, mode).await;
     // A new turn starts with no tools activated by find_tools.
-    state.active_tools.lock().expect("active tools lock").remove(&chat);
+    state
+        .active_tools
+        .lock()
+        .expect("active tools lock")
+        .remove(&chat);
     let tools: Vec<Value> = context
         .tools
         .iter()
@@ -205,18 +228,30 @@ pub async fn find_tools(
     let (chat, loaded) = loaded_chat(&state, &raw).await?;
     let mut active_tools = state.active_tools.lock().expect("active tools lock");
     let active = active_tools.entry(chat).or_default();
-    let response = ctxsync_chat_projection::find_tools(loaded.context.mcp().tools(), &request, active)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let response =
+        ctxsync_chat_projection::find_tools(loaded.context.mcp().tools(), &request, active)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(Json(response).into_response())
 }
 
 /// The panel alone: JSON by default, plain text or an HTML fragment by `Accept`.
-pub async fn chat_panel(State(state): State<AppState>, Path(raw): Path<String>, headers: HeaderMap) -> ApiResult {
+pub async fn chat_panel(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult {
     let (chat, loaded) = loaded_chat(&state, &raw).await?;
     let panel = panel_of(chat, &loaded);
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     Ok(if accept.contains("text/plain") {
-        ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], render_text(&panel)).into_response()
+        (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            render_text(&panel),
+        )
+            .into_response()
     } else if accept.contains("text/html") {
         Html(render_fragment(&panel)).into_response()
     } else {
@@ -311,16 +346,26 @@ pub async fn page(
         let cookie = format!("{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/");
         // Redirect to the clean URL so the token never stays in the address bar or history.
         let mut response = Redirect::to(&format!("/chats/{chat}")).into_response();
-        response.headers_mut().insert(header::SET_COOKIE, cookie.parse().expect("cookie is a valid header"));
+        response.headers_mut().insert(
+            header::SET_COOKIE,
+            cookie.parse().expect("cookie is a valid header"),
+        );
         return response;
     }
     if !state.auth.allows(&headers) {
-        return (StatusCode::UNAUTHORIZED, Html("<!doctype html><p>Open this page through a link printed by ctxsync.</p>"))
+        return (
+            StatusCode::UNAUTHORIZED,
+            Html("<!doctype html><p>Open this page through a link printed by ctxsync.</p>"),
+        )
             .into_response();
     }
     match load_chat(&state.store, chat).await {
         Ok(Some(loaded)) => Html(render_page(&panel_of(chat, &loaded))).into_response(),
-        Ok(None) => (StatusCode::NOT_FOUND, Html("<!doctype html><p>No such chat.</p>")).into_response(),
+        Ok(None) => (
+            StatusCode::NOT_FOUND,
+            Html("<!doctype html><p>No such chat.</p>"),
+        )
+            .into_response(),
         Err(e) => ApiError::from(e).into_response(),
     }
 }
@@ -343,14 +388,20 @@ pub async fn metrics(State(state): State<AppState>) -> ApiResult {
         &[
             ("result=\"accepted\"", api.pushes_accepted),
             ("result=\"dropped_stale_run\"", api.pushes_dropped_stale_run),
-            ("result=\"dropped_stale_version\"", api.pushes_dropped_stale_version),
+            (
+                "result=\"dropped_stale_version\"",
+                api.pushes_dropped_stale_version,
+            ),
         ],
     );
     counter(
         &mut out,
         "ctxsync_agent_startups_total",
         "UpdateStartup calls by result.",
-        &[("result=\"accepted\"", api.startups_accepted), ("result=\"superseded\"", api.startups_superseded)],
+        &[
+            ("result=\"accepted\"", api.startups_accepted),
+            ("result=\"superseded\"", api.startups_superseded),
+        ],
     );
     counter(
         &mut out,
@@ -363,16 +414,33 @@ pub async fn metrics(State(state): State<AppState>) -> ApiResult {
             ("reason=\"failed\"", api.requests_failed),
         ],
     );
-    state.gate.metrics().write_prometheus("ctxsync_gate", &mut out);
+    state
+        .gate
+        .metrics()
+        .write_prometheus("ctxsync_gate", &mut out);
 
     let mut phases = std::collections::BTreeMap::<(&str, bool), u64>::new();
-    for agent in state.store.list_agents().await?.into_iter().take(MAX_AGENTS_IN_METRICS) {
+    for agent in state
+        .store
+        .list_agents()
+        .await?
+        .into_iter()
+        .take(MAX_AGENTS_IN_METRICS)
+    {
         let view = load_agent_view(&state.store, agent.id).await?;
-        *phases.entry((view.phase().as_str(), view.is_stale())).or_default() += 1;
+        *phases
+            .entry((view.phase().as_str(), view.is_stale()))
+            .or_default() += 1;
     }
-    let _ = writeln!(out, "# HELP ctxsync_agents Agents by MCP discovery phase and freshness.\n# TYPE ctxsync_agents gauge");
+    let _ = writeln!(
+        out,
+        "# HELP ctxsync_agents Agents by MCP discovery phase and freshness.\n# TYPE ctxsync_agents gauge"
+    );
     for ((phase, stale), count) in phases {
-        let _ = writeln!(out, "ctxsync_agents{{phase=\"{phase}\",stale=\"{stale}\"}} {count}");
+        let _ = writeln!(
+            out,
+            "ctxsync_agents{{phase=\"{phase}\",stale=\"{stale}\"}} {count}"
+        );
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }

@@ -45,11 +45,20 @@ pub fn router(state: AppState) -> Router {
         .route("/api/chats/{id}", get(handlers::get_chat))
         .route("/api/chats/{id}/turns", post(handlers::turn))
         .route("/api/chats/{id}/find-tools", post(handlers::find_tools))
-        .route("/api/chats/{id}/context", get(handlers::chat_panel).put(handlers::refresh_context))
-        .route("/api/chats/{id}/context/events", get(handlers::context_events))
+        .route(
+            "/api/chats/{id}/context",
+            get(handlers::chat_panel).put(handlers::refresh_context),
+        )
+        .route(
+            "/api/chats/{id}/context/events",
+            get(handlers::context_events),
+        )
         .route("/api/chats/{id}/link", post(handlers::page_link))
         .route("/metrics", get(handlers::metrics))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_auth));
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_auth,
+        ));
     Router::new()
         .route("/healthz", get(handlers::healthz))
         // The page authenticates itself: it exchanges a one-time link token for a cookie.
@@ -77,7 +86,10 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self { status, message: message.into() }
+        Self {
+            status,
+            message: message.into(),
+        }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {

@@ -39,22 +39,27 @@ impl Harness {
         let (database, db) = match backend {
             Backend::Sqlite => (DatabaseConfig::sqlite_in(dir.path()), None),
             Backend::Postgres => {
-                let db = tokio::task::spawn_blocking(TestDatabase::create).await.expect("create task")?;
+                let db = tokio::task::spawn_blocking(TestDatabase::create)
+                    .await
+                    .expect("create task")?;
                 (db.config(), Some(db))
             }
         };
         let server = ctxsync::server::start(ServerConfig {
             database,
-            data_dir: dir.path().to_path_buf(),
-            grpc_addr: "127.0.0.1:0".parse().unwrap(),
-            http_addr: "127.0.0.1:0".parse().unwrap(),
             api_token: Some("test-api-token-0123456789".into()),
             discovery_budget: budget,
             snapshot_grace: grace,
+            ..ServerConfig::ephemeral(dir.path())
         })
         .await
         .expect("server starts");
-        Some(Self { server, http: reqwest::Client::new(), _database: db, _dir: dir })
+        Some(Self {
+            server,
+            http: reqwest::Client::new(),
+            _database: db,
+            _dir: dir,
+        })
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -62,8 +67,16 @@ impl Harness {
     }
 
     /// An authenticated JSON request; returns the status and the JSON body (or `null`).
-    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request = self.http.request(method, self.url(path)).bearer_auth(&self.server.api_token);
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .http
+            .request(method, self.url(path))
+            .bearer_auth(&self.server.api_token);
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -74,19 +87,41 @@ impl Harness {
     }
 
     pub async fn new_agent(&self) -> AgentId {
-        self.server.store.create_agent("agent").await.expect("agent").id
+        self.server
+            .store
+            .create_agent("agent")
+            .await
+            .expect("agent")
+            .id
     }
 
     pub async fn new_chat(&self, agent: AgentId) -> String {
-        let (status, chat) = self.call(reqwest::Method::POST, "/api/chats", Some(json!({ "agent_id": agent.to_string() }))).await;
+        let (status, chat) = self
+            .call(
+                reqwest::Method::POST,
+                "/api/chats",
+                Some(json!({ "agent_id": agent.to_string() })),
+            )
+            .await;
         assert_eq!(status, 201, "{chat}");
         chat["id"].as_str().unwrap().to_string()
     }
 
     /// Reports a process start and pushes a snapshot from it, through the real store.
-    pub async fn push(&self, agent: AgentId, run: &str, version: u64, phase: DiscoveryPhase, resources: Vec<Resource>) {
+    pub async fn push(
+        &self,
+        agent: AgentId,
+        run: &str,
+        version: u64,
+        phase: DiscoveryPhase,
+        resources: Vec<Resource>,
+    ) {
         let store = &self.server.store;
-        let startup = Startup { version: "test".into(), expanded_directory: "/ws".into(), agent_run_id: Some(run.into()) };
+        let startup = Startup {
+            version: "test".into(),
+            expanded_directory: "/ws".into(),
+            agent_run_id: Some(run.into()),
+        };
         store.update_startup(agent, startup).await.expect("startup");
         let snapshot = Snapshot {
             version,
@@ -97,7 +132,10 @@ impl Harness {
             agent_run_id: Some(run.into()),
             phase,
         };
-        store.push_context_state(agent, snapshot).await.expect("push");
+        store
+            .push_context_state(agent, snapshot)
+            .await
+            .expect("push");
     }
 }
 
@@ -109,7 +147,9 @@ pub fn file(source: &str, content: &str) -> Resource {
         size_bytes: content.len() as u64,
         status: ResourceStatus::Ok,
         error: None,
-        body: ResourceBody::InstructionFile(InstructionFileBody { content: content.into() }),
+        body: ResourceBody::InstructionFile(InstructionFileBody {
+            content: content.into(),
+        }),
     }
 }
 

@@ -20,7 +20,9 @@ pub struct Browser {
 impl Browser {
     /// Starts chromedriver on a free loopback port and opens a headless session.
     pub async fn start(chromium: &Path, chromedriver: &Path) -> Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -44,7 +46,8 @@ impl Browser {
         if !ready {
             bail!("chromedriver did not start listening on port {port}");
         }
-        let profile = std::env::temp_dir().join(format!("ctxsync-chromium-{}-{port}", std::process::id()));
+        let profile =
+            std::env::temp_dir().join(format!("ctxsync-chromium-{}-{port}", std::process::id()));
         let caps = json!({
             "capabilities": { "alwaysMatch": {
                 "browserName": "chrome",
@@ -56,15 +59,31 @@ impl Browser {
                 }
             }}
         });
-        let response: Value = http.post(format!("{base}/session")).json(&caps).send().await?.json().await?;
+        let response: Value = http
+            .post(format!("{base}/session"))
+            .json(&caps)
+            .send()
+            .await?
+            .json()
+            .await?;
         let session = response["value"]["sessionId"]
             .as_str()
             .with_context(|| format!("no session in {response}"))?
             .to_string();
-        Ok(Self { http, base, session, _driver: driver })
+        Ok(Self {
+            http,
+            base,
+            session,
+            _driver: driver,
+        })
     }
 
-    async fn command(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
+    async fn command(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value> {
         let url = format!("{}/session/{}{path}", self.base, self.session);
         let mut request = self.http.request(method, url);
         if let Some(body) = body {
@@ -72,22 +91,37 @@ impl Browser {
         }
         let response: Value = request.send().await?.json().await?;
         if let Some(error) = response["value"]["error"].as_str() {
-            bail!("webdriver {path}: {error}: {}", response["value"]["message"]);
+            bail!(
+                "webdriver {path}: {error}: {}",
+                response["value"]["message"]
+            );
         }
         Ok(response["value"].clone())
     }
 
     pub async fn goto(&self, url: &str) -> Result<()> {
-        self.command(reqwest::Method::POST, "/url", Some(json!({ "url": url }))).await.map(drop)
+        self.command(reqwest::Method::POST, "/url", Some(json!({ "url": url })))
+            .await
+            .map(drop)
     }
 
     pub async fn current_url(&self) -> Result<String> {
-        Ok(self.command(reqwest::Method::GET, "/url", None).await?.as_str().unwrap_or_default().to_string())
+        Ok(self
+            .command(reqwest::Method::GET, "/url", None)
+            .await?
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
     }
 
     /// Runs a script in the page and returns its value.
     pub async fn eval(&self, script: &str) -> Result<Value> {
-        self.command(reqwest::Method::POST, "/execute/sync", Some(json!({ "script": script, "args": [] }))).await
+        self.command(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({ "script": script, "args": [] })),
+        )
+        .await
     }
 
     /// The visible text of the first element matching a CSS selector, if any.
@@ -116,14 +150,20 @@ impl Browser {
 
     pub async fn screenshot(&self, path: &Path) -> Result<()> {
         use base64::Engine as _;
-        let data = self.command(reqwest::Method::GET, "/screenshot", None).await?;
-        let png = base64::engine::general_purpose::STANDARD.decode(data.as_str().context("screenshot data")?)?;
+        let data = self
+            .command(reqwest::Method::GET, "/screenshot", None)
+            .await?;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(data.as_str().context("screenshot data")?)?;
         std::fs::write(path, png)?;
         Ok(())
     }
 
     pub async fn close(self) -> Result<()> {
-        self.http.delete(format!("{}/session/{}", self.base, self.session)).send().await?;
+        self.http
+            .delete(format!("{}/session/{}", self.base, self.session))
+            .send()
+            .await?;
         Ok(())
     }
 }
