@@ -17,10 +17,11 @@ const CTXSYNC: &str = env!("CARGO_BIN_EXE_ctxsync");
 /// Upper bound for anything a scenario waits on; far above what each needs.
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// An `.mcp.json` entry that runs the fixture from this binary.
+/// An `.mcp.json` entry that runs the fixture from this binary, offering only the tools
+/// the scenario names (none of the fixture's generic ones).
 fn fixture(config: FixtureConfig) -> Value {
     let mut args = vec!["mcp-fixture".to_string()];
-    args.extend(config.to_args());
+    args.extend(config.tools(0).to_args());
     json!({ "command": CTXSYNC, "args": args })
 }
 
