@@ -125,7 +125,7 @@ fn tempfile_dir() -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!(
         "ctxsync-demo-{}-{}",
         std::process::id(),
-        crate::http::api_token::random_token()[..8].to_string()
+        &crate::http::api_token::random_token()[..8]
     ));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)

@@ -35,11 +35,11 @@ impl Browser {
         // chromedriver takes a moment to listen; bounded wait.
         let mut ready = false;
         for _ in 0..100 {
-            if let Ok(r) = http.get(format!("{base}/status")).send().await {
-                if r.status().is_success() {
-                    ready = true;
-                    break;
-                }
+            if let Ok(r) = http.get(format!("{base}/status")).send().await
+                && r.status().is_success()
+            {
+                ready = true;
+                break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
