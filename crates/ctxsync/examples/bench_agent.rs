@@ -89,7 +89,11 @@ async fn main() -> Result<()> {
     eprintln!("bench_agent: complete snapshot stored after {discovery:.2?}");
     tokio::time::sleep(SETTLE).await;
 
-    let window = if quick { QUICK_IDLE_WINDOW } else { IDLE_WINDOW };
+    let window = if quick {
+        QUICK_IDLE_WINDOW
+    } else {
+        IDLE_WINDOW
+    };
     let ticks = clock_ticks_per_second();
     let cpu_before = cpu_ticks(pid)?;
     let measured = Instant::now();
@@ -104,7 +108,11 @@ async fn main() -> Result<()> {
     row("agent_idle_rss_50_servers_200_files", rss, "MiB");
     row("agent_peak_rss_50_servers_200_files", peak, "MiB");
     row("agent_idle_cpu_per_minute", cpu_per_minute, "s/min");
-    row("agent_discovery_to_complete_snapshot", discovery.as_secs_f64(), "s");
+    row(
+        "agent_discovery_to_complete_snapshot",
+        discovery.as_secs_f64(),
+        "s",
+    );
 
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(pid)?),
@@ -197,7 +205,11 @@ fn ctxsync_binary() -> Result<PathBuf> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
     let mut command = std::process::Command::new(cargo);
     command
-        .args(["build", "--quiet", "--message-format=json-render-diagnostics"])
+        .args([
+            "build",
+            "--quiet",
+            "--message-format=json-render-diagnostics",
+        ])
         .args(["-p", "ctxsync", "--bin", "ctxsync", "--manifest-path"])
         .arg(&manifest)
         .stdin(Stdio::null())
