@@ -334,3 +334,54 @@ async fn an_old_server_stops_the_pushes_without_crashing_the_agent() {
     assert!(process.terminate().await.success());
     serving.abort();
 }
+
+#[tokio::test]
+async fn a_superseded_agent_exits_with_a_clear_message() {
+    let store = database(Backend::Sqlite).await.unwrap();
+    let agent = store.create_agent("e2e").await.unwrap();
+    let token = agent.token.expose().to_owned();
+    let logs = Logs::new();
+    let server = ServerProcess::start(&store, &logs).await;
+    let workspace = Workspace::with_servers(&[("tools", &["--tools", "1"])]);
+    let path = workspace.path();
+    let mut old = AgentProcess::start(&logs, "agent", &server.url(), &path, &token, &[]);
+    let first = wait_for_context(
+        &store,
+        agent.id,
+        &logs,
+        "the first process's snapshot",
+        |c| phase(c) == Some(DiscoveryPhase::Complete),
+    )
+    .await;
+    let old_run = first.agent.agent_run_id.clone();
+    let mut new = AgentProcess::start(&logs, "agent2", &server.url(), &path, &token, &[]);
+    wait_for_context(
+        &store,
+        agent.id,
+        &logs,
+        "the second process's snapshot",
+        |c| {
+            !c.agent.agent_run_id.is_empty()
+                && c.agent.agent_run_id != old_run
+                && snapshot_run_id(c) == c.agent.agent_run_id
+        },
+    )
+    .await;
+
+    // Both reconnect to a restarted server; the old process's run id is retired.
+    let addr = server.kill().await;
+    let _server = ServerProcess::start_at(&store, &logs, addr).await;
+    let status = tokio::time::timeout(support::WAIT, old.child.wait())
+        .await
+        .expect("the superseded process exits")
+        .unwrap();
+    assert!(!status.success());
+    let log = logs.read("agent");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: this agent process") && last.contains("superseded"),
+        "{log}"
+    );
+    assert!(new.is_running(), "{}", logs.read("agent2"));
+    assert!(new.terminate().await.success());
+}
