@@ -371,7 +371,7 @@ async fn a_superseded_agent_exits_with_a_clear_message() {
     // Both reconnect to a restarted server; the old process's run id is retired.
     let addr = server.kill().await;
     let _server = ServerProcess::start_at(&store, &logs, addr).await;
-    let status = tokio::time::timeout(support::WAIT, old.child.wait())
+    let status = tokio::time::timeout(processes::WAIT, old.child.wait())
         .await
         .expect("the superseded process exits")
         .unwrap();
