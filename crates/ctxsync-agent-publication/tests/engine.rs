@@ -75,7 +75,10 @@ async fn engine_reports_are_published_until_complete() {
         .await;
     // Only the newest snapshot is pushed, so which pending versions arrive depends on
     // timing; the complete one carries the run id registered by Startup.
-    let startup = server.recorder.calls()[0].startup().cloned().expect("Startup first");
+    let startup = server.recorder.calls()[0]
+        .startup()
+        .cloned()
+        .expect("Startup first");
     assert_eq!(Some(complete.agent_run_id.clone()), startup.agent_run_id);
 
     let two = row(&complete, "mcp:two");
