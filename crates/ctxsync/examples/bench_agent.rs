@@ -189,7 +189,10 @@ fn clock_ticks_per_second() -> f64 {
 }
 
 /// The `ctxsync` binary of this build's profile: `cargo run --example` does not build the
-/// package's binaries, so build it (a no-op when up to date) and take cargo's path for it.
+/// package's binaries, so build it and take cargo's path for it. Built together with this
+/// example, so the features of every dependency are the ones this run already compiled
+/// with dev-dependencies (the binary alone would unify them differently and rebuild the
+/// world): only the binary is linked.
 fn ctxsync_binary() -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
@@ -200,7 +203,15 @@ fn ctxsync_binary() -> Result<PathBuf> {
             "--quiet",
             "--message-format=json-render-diagnostics",
         ])
-        .args(["-p", "ctxsync", "--bin", "ctxsync", "--manifest-path"])
+        .args([
+            "-p",
+            "ctxsync",
+            "--bin",
+            "ctxsync",
+            "--example",
+            "bench_agent",
+        ])
+        .arg("--manifest-path")
         .arg(&manifest)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit());

@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status};
 const SERVERS: &[(&str, &[&str])] = &[
     ("tools", &["--tools", "3"]),
     ("empty", &["--tools", "0"]),
-    ("slow", &["--tools", "1", "--init-delay-ms", "1500"]),
+    ("slow", &["--tools", "1", "--init-delay-ms", "2000"]),
 ];
 
 fn row<'a>(context: &'a AgentContext, source: &str) -> &'a Resource {
