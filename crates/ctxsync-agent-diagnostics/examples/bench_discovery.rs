@@ -3,7 +3,8 @@
 //!
 //! The reference is `xtask/bench/mcp_sdk_discovery.py`, run in a temporary virtual
 //! environment into which this program installs `mcp` from PyPI; when that fails the row
-//! says so and carries no reference figure.
+//! says so and carries no reference figure. `--quick` keeps that environment in
+//! `target/bench-python-mcp` and reuses it, because installing takes about a minute.
 //!
 //! `cargo run --release -p ctxsync-agent-diagnostics --example bench_discovery -- [--quick]`
 //! prints one JSON object per line on stdout; progress goes to stderr.
@@ -60,7 +61,7 @@ fn server_args() -> Vec<String> {
 
 /// The Python MCP SDK reference: a temporary virtual environment with `mcp` from PyPI.
 struct PythonSdk {
-    _venv: tempfile::TempDir,
+    _venv: Option<tempfile::TempDir>,
     python: PathBuf,
     version: String,
 }
@@ -78,20 +79,37 @@ fn run_quietly(command: &mut Command) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+fn install_mcp(python: &Path) -> Result<(), String> {
+    run_quietly(Command::new(python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "mcp",
+    ]))
+    .map(drop)
+}
+
 impl PythonSdk {
-    fn install() -> Result<Self, String> {
-        let venv = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
-        let python3 = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-        run_quietly(Command::new(&python3).arg("-m").arg("venv").arg(venv.path()))?;
-        let python = venv.path().join("bin").join("python");
-        run_quietly(Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "mcp",
-        ]))?;
+    fn install(quick: bool) -> Result<Self, String> {
+        let (venv, dir) = if quick {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-python-mcp");
+            (None, dir)
+        } else {
+            let venv = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
+            let dir = venv.path().to_path_buf();
+            (Some(venv), dir)
+        };
+        let python = dir.join("bin").join("python");
+        let installed = quick
+            && run_quietly(Command::new(&python).args(["-c", "import mcp"]).stderr(Stdio::null()))
+                .is_ok();
+        if !installed {
+            let python3 = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+            run_quietly(Command::new(&python3).arg("-m").arg("venv").arg(&dir))?;
+            install_mcp(&python)?;
+        }
         let version = run_quietly(Command::new(&python).args([
             "-c",
             "import importlib.metadata as m; print(m.version('mcp'))",
@@ -135,9 +153,14 @@ impl PythonSdk {
 }
 
 /// The median of `trials` SDK discoveries, with the SDK's version.
-fn python_reference(fixture: &Path, count: usize, trials: usize) -> Result<(f64, String), String> {
+fn python_reference(
+    fixture: &Path,
+    count: usize,
+    trials: usize,
+    quick: bool,
+) -> Result<(f64, String), String> {
     eprintln!("python MCP SDK: creating a virtual environment and installing mcp from PyPI");
-    let sdk = PythonSdk::install()?;
+    let sdk = PythonSdk::install(quick)?;
     eprintln!("python MCP SDK {}: warm-up", sdk.version);
     sdk.discover(fixture, 1)?;
     let mut times = Vec::with_capacity(trials);
@@ -238,7 +261,7 @@ async fn main() {
         Some(ratio <= RATIO_TARGET),
     );
 
-    match python_reference(fixture, PARALLEL_SERVERS, trials) {
+    match python_reference(fixture, PARALLEL_SERVERS, trials, quick) {
         Ok((python_ms, version)) => emit(
             "discovery_20_stdio_servers_vs_python_mcp_sdk",
             parallel_ms,
