@@ -74,7 +74,11 @@ fn run_quietly(command: &mut Command) -> Result<String, String> {
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let last = stderr.lines().last().unwrap_or("").trim().to_owned();
-        return Err(format!("{:?} failed ({}): {last}", command.get_program(), output.status));
+        return Err(format!(
+            "{:?} failed ({}): {last}",
+            command.get_program(),
+            output.status
+        ));
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
@@ -103,8 +107,12 @@ impl PythonSdk {
         };
         let python = dir.join("bin").join("python");
         let installed = quick
-            && run_quietly(Command::new(&python).args(["-c", "import mcp"]).stderr(Stdio::null()))
-                .is_ok();
+            && run_quietly(
+                Command::new(&python)
+                    .args(["-c", "import mcp"])
+                    .stderr(Stdio::null()),
+            )
+            .is_ok();
         if !installed {
             let python3 = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
             run_quietly(Command::new(&python3).arg("-m").arg("venv").arg(&dir))?;
@@ -143,7 +151,10 @@ impl PythonSdk {
             serde_json::from_str(stdout.trim()).map_err(|e| format!("script output: {e}"))?;
         let tools = result["tools"].as_u64().unwrap_or(0);
         if tools != 3 * count as u64 {
-            return Err(format!("the SDK listed {tools} tools, expected {}", 3 * count));
+            return Err(format!(
+                "the SDK listed {tools} tools, expected {}",
+                3 * count
+            ));
         }
         result["elapsed_s"]
             .as_f64()
@@ -166,7 +177,10 @@ fn python_reference(
     let mut times = Vec::with_capacity(trials);
     for trial in 0..trials {
         let ms = sdk.discover(fixture, count)?;
-        eprintln!("  python SDK, {count} servers, trial {}: {ms:.1} ms", trial + 1);
+        eprintln!(
+            "  python SDK, {count} servers, trial {}: {ms:.1} ms",
+            trial + 1
+        );
         times.push(ms);
     }
     times.sort_by(f64::total_cmp);

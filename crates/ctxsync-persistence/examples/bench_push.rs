@@ -227,7 +227,12 @@ fn pgbench_tps(url: &str, rounds: &Rounds) -> Result<f64, String> {
     let mut rates = Vec::with_capacity(rounds.trials);
     for trial in 0..rounds.trials {
         let mut timed = file(&script);
-        timed.extend(["-c".into(), "1".into(), "-T".into(), rounds.pgbench_seconds.to_string()]);
+        timed.extend([
+            "-c".into(),
+            "1".into(),
+            "-T".into(),
+            rounds.pgbench_seconds.to_string(),
+        ]);
         let stdout = run_pgbench(&pgbench, &timed, url)?;
         let tps = stdout
             .lines()

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use ctxsync_persistence::test_support::{TestStore, with_bearer};
 use ctxsync_protocol::{
-    DiscoveryPhase, InstructionFileBody, Resource, ResourceBody, ResourceStatus, Snapshot,
-    Startup, v1,
+    DiscoveryPhase, InstructionFileBody, Resource, ResourceBody, ResourceStatus, Snapshot, Startup,
+    v1,
 };
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -102,9 +102,7 @@ impl SimulatedAgent {
         match response {
             Err(_) => Err(format!("push timed out after {PUSH_TIMEOUT:?}")),
             Ok(Err(status)) => Err(format!("push failed: {status}")),
-            Ok(Ok(response)) if !response.get_ref().accepted => {
-                Err("push not accepted".to_owned())
-            }
+            Ok(Ok(response)) if !response.get_ref().accepted => Err("push not accepted".to_owned()),
             Ok(Ok(_)) => Ok(started.elapsed()),
         }
     }
