@@ -16,6 +16,7 @@ pub const PROGRAMS: &[(&str, &str)] = &[
     ("ctxsync-persistence", "bench_push"),
     ("ctxsync-first-turn-gate", "bench_gate"),
     ("ctxsync", "bench_agent"),
+    ("ctxsync", "bench_scale"),
 ];
 
 /// One measured figure, as a benchmark program prints it and `--json` writes it.

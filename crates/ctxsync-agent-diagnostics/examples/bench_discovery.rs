@@ -1,10 +1,17 @@
-//! Benchmark: parallel discovery of 20 slow stdio servers, and engine memory with 50 servers.
+//! Benchmark: parallel discovery of 20 slow stdio servers, against the official Python MCP
+//! SDK on the same servers, and engine memory with 50 servers.
+//!
+//! The reference is `xtask/bench/mcp_sdk_discovery.py`, run in a temporary virtual
+//! environment into which this program installs `mcp` from PyPI; when that fails the row
+//! says so and carries no reference figure. `--quick` keeps that environment in
+//! `target/bench-python-mcp` and reuses it, because installing takes about a minute.
 //!
 //! `cargo run --release -p ctxsync-agent-diagnostics --example bench_discovery -- [--quick]`
 //! prints one JSON object per line on stdout; progress goes to stderr.
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -37,20 +44,153 @@ fn emit(
         "value": value,
         "unit": unit,
         "reference": reference,
-        "ratio": if target.is_some() { ratio } else { None },
+        "ratio": ratio,
         "target": target,
         "pass": pass,
     });
     println!("{line}");
 }
 
+/// The fixture servers of the timing benchmark, as command lines.
+fn server_args() -> Vec<String> {
+    FixtureConfig::new()
+        .tools(3)
+        .init_delay(INIT_DELAY)
+        .to_args()
+}
+
+/// The Python MCP SDK reference: a temporary virtual environment with `mcp` from PyPI.
+struct PythonSdk {
+    _venv: Option<tempfile::TempDir>,
+    python: PathBuf,
+    version: String,
+}
+
+fn run_quietly(command: &mut Command) -> Result<String, String> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {command:?}: {e}"))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().last().unwrap_or("").trim().to_owned();
+        return Err(format!(
+            "{:?} failed ({}): {last}",
+            command.get_program(),
+            output.status
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn install_mcp(python: &Path) -> Result<(), String> {
+    run_quietly(Command::new(python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "mcp",
+    ]))
+    .map(drop)
+}
+
+impl PythonSdk {
+    fn install(quick: bool) -> Result<Self, String> {
+        let (venv, dir) = if quick {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-python-mcp");
+            (None, dir)
+        } else {
+            let venv = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
+            let dir = venv.path().to_path_buf();
+            (Some(venv), dir)
+        };
+        let python = dir.join("bin").join("python");
+        let installed = quick
+            && run_quietly(
+                Command::new(&python)
+                    .args(["-c", "import mcp"])
+                    .stderr(Stdio::null()),
+            )
+            .is_ok();
+        if !installed {
+            let python3 = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+            run_quietly(Command::new(&python3).arg("-m").arg("venv").arg(&dir))?;
+            install_mcp(&python)?;
+        }
+        let version = run_quietly(Command::new(&python).args([
+            "-c",
+            "import importlib.metadata as m; print(m.version('mcp'))",
+        ]))?
+        .trim()
+        .to_owned();
+        Ok(Self {
+            _venv: venv,
+            python,
+            version,
+        })
+    }
+
+    /// One timed discovery of `count` servers; milliseconds until the last tool list.
+    fn discover(&self, fixture: &Path, count: usize) -> Result<f64, String> {
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../xtask/bench/mcp_sdk_discovery.py");
+        let servers = tempfile::NamedTempFile::new().map_err(|e| format!("tempfile: {e}"))?;
+        let list: Vec<Value> = (0..count)
+            .map(|_| json!({"command": fixture, "args": server_args()}))
+            .collect();
+        std::fs::write(servers.path(), Value::from(list).to_string())
+            .map_err(|e| format!("writing the server list: {e}"))?;
+        let stdout = run_quietly(
+            Command::new(&self.python)
+                .arg(&script)
+                .arg(servers.path())
+                .stderr(Stdio::piped()),
+        )?;
+        let result: Value =
+            serde_json::from_str(stdout.trim()).map_err(|e| format!("script output: {e}"))?;
+        let tools = result["tools"].as_u64().unwrap_or(0);
+        if tools != 3 * count as u64 {
+            return Err(format!(
+                "the SDK listed {tools} tools, expected {}",
+                3 * count
+            ));
+        }
+        result["elapsed_s"]
+            .as_f64()
+            .map(|s| s * 1000.0)
+            .ok_or_else(|| format!("script output has no elapsed_s: {stdout}"))
+    }
+}
+
+/// The median of `trials` SDK discoveries, with the SDK's version.
+fn python_reference(
+    fixture: &Path,
+    count: usize,
+    trials: usize,
+    quick: bool,
+) -> Result<(f64, String), String> {
+    eprintln!("python MCP SDK: creating a virtual environment and installing mcp from PyPI");
+    let sdk = PythonSdk::install(quick)?;
+    eprintln!("python MCP SDK {}: warm-up", sdk.version);
+    sdk.discover(fixture, 1)?;
+    let mut times = Vec::with_capacity(trials);
+    for trial in 0..trials {
+        let ms = sdk.discover(fixture, count)?;
+        eprintln!(
+            "  python SDK, {count} servers, trial {}: {ms:.1} ms",
+            trial + 1
+        );
+        times.push(ms);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], sdk.version))
+}
+
 /// Starts an engine on `count` fixture servers and waits for the phase to complete.
 async fn discover(fixture: &Path, count: usize) -> (Engine, Duration, tempfile::TempDir) {
     let workspace = tempfile::tempdir().expect("tempdir");
-    let server = json!({
-        "command": fixture,
-        "args": FixtureConfig::new().tools(3).init_delay(INIT_DELAY).to_args(),
-    });
+    let server = json!({"command": fixture, "args": server_args()});
     let servers: serde_json::Map<String, Value> = (0..count)
         .map(|i| (format!("server-{i}"), server.clone()))
         .collect();
@@ -134,6 +274,32 @@ async fn main() {
         Some("ratio to the slowest single server <= 1.3"),
         Some(ratio <= RATIO_TARGET),
     );
+
+    match python_reference(fixture, PARALLEL_SERVERS, trials, quick) {
+        Ok((python_ms, version)) => emit(
+            "discovery_20_stdio_servers_vs_python_mcp_sdk",
+            parallel_ms,
+            "ms",
+            Some(python_ms),
+            Some(&format!(
+                "reference: official Python MCP SDK (mcp {version}) on the same servers; ratio < 1 is faster"
+            )),
+            None,
+        ),
+        Err(reason) => {
+            eprintln!("python MCP SDK unavailable: {reason}");
+            emit(
+                "discovery_20_stdio_servers_vs_python_mcp_sdk",
+                parallel_ms,
+                "ms",
+                None,
+                Some(&format!(
+                    "reference not measured: Python MCP SDK unavailable ({reason})"
+                )),
+                None,
+            );
+        }
+    }
 
     let baseline = rss_mib();
     eprintln!("memory: {MEMORY_SERVERS} connected servers");

@@ -1,0 +1,402 @@
+//! Benchmark: many simulated agents pushing to one `ctxsync server` process on PostgreSQL.
+//!
+//! 1000 agents (`--quick`: 100), each an in-process gRPC client over loopback with its own
+//! connection, agent row, token and run id, push a 50-resource snapshot every 2 s for
+//! 60 s (`--quick`: 10 s). Each push changes one resource (an edited file), as a working
+//! agent does; the first push of every agent (all 50 rows inserted) happens before the
+//! measured window. Prints accepted pushes per second (the median of 10 s slices, `--quick`:
+//! 2 s slices) against the offered rate, push latency p50/p99, errors, and the server's
+//! resident memory idle and under load from `/proc/<pid>/status`.
+//!
+//! `cargo run --release -p ctxsync --example bench_scale -- [--quick]` prints one JSON row
+//! per line on stdout; progress goes to stderr. The load generator shares the machine with
+//! the server and PostgreSQL.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use ctxsync_persistence::test_support::{TestStore, with_bearer};
+use ctxsync_protocol::{
+    DiscoveryPhase, InstructionFileBody, Resource, ResourceBody, ResourceStatus, Snapshot, Startup,
+    v1,
+};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::Mutex;
+use tonic::transport::{Channel, Endpoint};
+
+const RESOURCES: usize = 50;
+const INTERVAL: Duration = Duration::from_secs(2);
+/// Bound on one push; a push slower than this counts as an error.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(30);
+
+struct Load {
+    agents: usize,
+    duration: Duration,
+    slice: Duration,
+}
+
+fn resources(agent: usize, generation: usize) -> Vec<Resource> {
+    let filler = "Notes for the agent about this part of the workspace. ".repeat(10);
+    (0..RESOURCES)
+        .map(|i| {
+            // Push `g` edits resource `g % RESOURCES`: count the edits of `i` up to now.
+            let edits = if i == 0 {
+                generation / RESOURCES
+            } else {
+                (generation + RESOURCES - i) / RESOURCES
+            };
+            Resource {
+                source_path: Some(format!("/workspace-{agent}/docs/{i}/AGENTS.md")),
+                source: format!("docs/{i}/AGENTS.md"),
+                content_hash: format!("{edits:016x}{i:048x}"),
+                size_bytes: 600,
+                status: ResourceStatus::Ok,
+                error: None,
+                body: ResourceBody::InstructionFile(InstructionFileBody {
+                    content: format!("# Part {i}, edit {edits}\n{filler}"),
+                }),
+            }
+        })
+        .collect()
+}
+
+fn request(agent: usize, run_id: &str, generation: usize) -> v1::PushContextStateRequest {
+    Snapshot {
+        version: generation as u64 + 1,
+        aggregate_hash: format!("{agent:032x}{generation:032x}"),
+        resources: resources(agent, generation),
+        initial: generation == 0,
+        snapshot_error: None,
+        agent_run_id: Some(run_id.to_owned()),
+        phase: DiscoveryPhase::Complete,
+    }
+    .into()
+}
+
+/// What the agents observed in the measured window.
+#[derive(Default)]
+struct Tally {
+    /// (when, since the window opened; latency) of every accepted push.
+    accepted: Vec<(Duration, Duration)>,
+    errors: usize,
+    first_error: Option<String>,
+}
+
+struct SimulatedAgent {
+    index: usize,
+    token: String,
+    run_id: String,
+    client: v1::agent_client::AgentClient<Channel>,
+}
+
+impl SimulatedAgent {
+    async fn push(&mut self, generation: usize) -> Result<Duration, String> {
+        let started = Instant::now();
+        let request = with_bearer(request(self.index, &self.run_id, generation), &self.token);
+        let response =
+            tokio::time::timeout(PUSH_TIMEOUT, self.client.push_context_state(request)).await;
+        match response {
+            Err(_) => Err(format!("push timed out after {PUSH_TIMEOUT:?}")),
+            Ok(Err(status)) => Err(format!("push failed: {status}")),
+            Ok(Ok(response)) if !response.get_ref().accepted => Err("push not accepted".to_owned()),
+            Ok(Ok(_)) => Ok(started.elapsed()),
+        }
+    }
+}
+
+async fn run_agent(
+    mut agent: SimulatedAgent,
+    agents: usize,
+    window_start: Instant,
+    window_end: Instant,
+    tally: Arc<Mutex<Tally>>,
+) {
+    // Spread the agents evenly over one interval, as independent processes would be.
+    let phase = INTERVAL.mul_f64(agent.index as f64 / agents as f64);
+    let mut ticks = tokio::time::interval_at((window_start + phase).into(), INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut generation = 1;
+    loop {
+        let tick = ticks.tick().await.into_std();
+        if tick >= window_end {
+            return;
+        }
+        let result = agent.push(generation).await;
+        generation += 1;
+        let mut tally = tally.lock().await;
+        match result {
+            Ok(latency) => tally.accepted.push((tick - window_start, latency)),
+            Err(error) => {
+                tally.errors += 1;
+                tally.first_error.get_or_insert(error);
+            }
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[index].as_secs_f64() * 1000.0
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn row(
+    name: &str,
+    value: f64,
+    unit: &str,
+    reference: Option<f64>,
+    target: Option<&str>,
+    pass: Option<bool>,
+) {
+    let ratio = reference.filter(|r| *r > 0.0).map(|r| value / r);
+    println!(
+        "{}",
+        json!({
+            "name": name, "value": value, "unit": unit, "reference": reference,
+            "ratio": ratio, "target": target, "pass": pass,
+        })
+    );
+}
+
+/// A `kB` line of `/proc/<pid>/status` in MiB, e.g. `VmRSS`.
+fn status_mib(pid: u32, key: &str) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|value| value.split_whitespace().next()?.parse::<f64>().ok())
+        .map(|kib| kib / 1024.0)
+        .with_context(|| format!("no {key} in /proc/{pid}/status"))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let load = if quick {
+        Load {
+            agents: 100,
+            duration: Duration::from_secs(10),
+            slice: Duration::from_secs(2),
+        }
+    } else {
+        Load {
+            agents: 1000,
+            duration: Duration::from_secs(60),
+            slice: Duration::from_secs(10),
+        }
+    };
+    let ctxsync = ctxsync_binary()?;
+    let Some(db) = TestStore::postgres().await else {
+        eprintln!("bench_scale: PostgreSQL unavailable, skipped");
+        return Ok(());
+    };
+    let url = db
+        .postgres_database()
+        .context("a PostgreSQL store")?
+        .url()
+        .to_owned();
+
+    let data = tempfile::tempdir()?;
+    let mut server = tokio::process::Command::new(&ctxsync)
+        .args(["server", "--database-url", &url, "--data-dir"])
+        .arg(data.path())
+        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting ctxsync server")?;
+    let pid = server.id().context("the server's pid")?;
+    let mut lines = BufReader::new(server.stdout.take().context("server stdout")?).lines();
+    let agent_url = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(url) = line.strip_prefix("agent API (gRPC): ") {
+                return Ok(url.trim().to_owned());
+            }
+        }
+        bail!("the server exited before printing its agent API address")
+    })
+    .await
+    .context("waiting for the server's agent API address")??;
+    // Keep reading so the server never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    eprintln!("bench_scale: server pid {pid} at {agent_url}");
+
+    eprintln!("bench_scale: creating {} agents", load.agents);
+    let endpoint = Endpoint::from_shared(agent_url)?;
+    let mut agents = Vec::with_capacity(load.agents);
+    for index in 0..load.agents {
+        let created = db.store().create_agent(&format!("scale-{index}")).await?;
+        let channel = endpoint.connect().await.context("connecting an agent")?;
+        agents.push(SimulatedAgent {
+            index,
+            token: created.token.into_string(),
+            run_id: uuid::Uuid::new_v4().to_string(),
+            client: v1::agent_client::AgentClient::new(channel),
+        });
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_idle = status_mib(pid, "VmRSS")?;
+
+    // Startup and the first (initial) push of every agent, before the measured window.
+    eprintln!("bench_scale: startup and first push of every agent");
+    let warmups = agents.into_iter().map(|mut agent| async move {
+        let startup = v1::UpdateStartupRequest::from(Startup {
+            agent_run_id: Some(agent.run_id.clone()),
+            ..Startup::default()
+        });
+        agent
+            .client
+            .update_startup(with_bearer(startup, &agent.token))
+            .await
+            .context("startup")?;
+        agent.push(0).await.map_err(anyhow::Error::msg)?;
+        anyhow::Ok(agent)
+    });
+    let mut agents = Vec::with_capacity(load.agents);
+    for result in futures::future::join_all(warmups).await {
+        agents.push(result?);
+    }
+
+    eprintln!(
+        "bench_scale: {} agents pushing every {INTERVAL:?} for {:?}",
+        load.agents, load.duration
+    );
+    let n = load.agents;
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let window_start = Instant::now() + Duration::from_millis(200);
+    let window_end = window_start + load.duration;
+    let tasks: Vec<_> = agents
+        .into_iter()
+        .map(|agent| tokio::spawn(run_agent(agent, n, window_start, window_end, tally.clone())))
+        .collect();
+    // Sample the server's memory through the window.
+    let mut rss_samples = Vec::new();
+    while Instant::now() < window_end {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        rss_samples.push(status_mib(pid, "VmRSS")?);
+    }
+    for task in tasks {
+        task.await?;
+    }
+    let rss_load = rss_samples.iter().copied().fold(f64::NAN, f64::max);
+
+    let tally = Arc::try_unwrap(tally)
+        .map_err(|_| anyhow::anyhow!("agents still running"))?
+        .into_inner();
+    let slices = (load.duration.as_secs_f64() / load.slice.as_secs_f64()).round() as usize;
+    let rates: Vec<f64> = (0..slices)
+        .map(|s| {
+            let from = load.slice * s as u32;
+            let to = from + load.slice;
+            let count = tally
+                .accepted
+                .iter()
+                .filter(|(at, _)| *at >= from && *at < to)
+                .count();
+            count as f64 / load.slice.as_secs_f64()
+        })
+        .collect();
+    let rate = median(rates);
+    let mut latencies: Vec<Duration> = tally.accepted.iter().map(|(_, l)| *l).collect();
+    latencies.sort();
+    if let Some(error) = &tally.first_error {
+        eprintln!("bench_scale: {} errors, the first: {error}", tally.errors);
+    }
+
+    let offered = n as f64 / INTERVAL.as_secs_f64();
+    row(
+        &format!("scale.{n}_agents.accepted_pushes_per_s"),
+        rate,
+        "pushes/s",
+        Some(offered),
+        Some("reference: offered load (agents / 2 s); ratio >= 0.95"),
+        Some(rate / offered >= 0.95),
+    );
+    row(
+        &format!("scale.{n}_agents.push_latency_p50"),
+        percentile(&latencies, 0.50),
+        "ms",
+        None,
+        None,
+        None,
+    );
+    row(
+        &format!("scale.{n}_agents.push_latency_p99"),
+        percentile(&latencies, 0.99),
+        "ms",
+        None,
+        None,
+        None,
+    );
+    row(
+        &format!("scale.{n}_agents.errors"),
+        tally.errors as f64,
+        "pushes",
+        None,
+        Some("= 0"),
+        Some(tally.errors == 0),
+    );
+    row("scale.server_rss_idle", rss_idle, "MiB", None, None, None);
+    row(
+        &format!("scale.{n}_agents.server_rss_under_load"),
+        rss_load,
+        "MiB",
+        None,
+        None,
+        None,
+    );
+
+    server.start_kill()?;
+    server.wait().await?;
+    Ok(())
+}
+
+/// The `ctxsync` binary of this build's profile (`cargo run --example` does not build the
+/// package's binaries): built if needed, its path taken from cargo's messages.
+fn ctxsync_binary() -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let mut command = std::process::Command::new(cargo);
+    command
+        .args([
+            "build",
+            "--quiet",
+            "--message-format=json-render-diagnostics",
+        ])
+        .args(["-p", "ctxsync", "--bin", "ctxsync", "--manifest-path"])
+        .arg(&manifest)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    if !cfg!(debug_assertions) {
+        command.arg("--release");
+    }
+    let output = command.output().context("running cargo build")?;
+    if !output.status.success() {
+        bail!("building ctxsync failed: {}", output.status);
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "ctxsync")
+        .filter(|m| {
+            m["target"]["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"))
+        })
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo reported no ctxsync executable")
+}
