@@ -24,7 +24,7 @@ fn cases(default: u32) -> u32 {
 /// A string of about `max` bytes: short, exactly at the limit, or one byte over.
 fn sized(max: usize) -> impl Strategy<Value = String> {
     prop_oneof![
-        4 => "[a-z/._-]{0,12}",
+        24 => "[a-z/._-]{0,12}",
         1 => Just("x".repeat(max)),
         1 => Just("x".repeat(max + 1)),
         1 => Just(format!("{}é", "x".repeat(max - 1))),
@@ -42,7 +42,7 @@ fn counter() -> impl Strategy<Value = u64> {
 }
 
 fn enum_value() -> impl Strategy<Value = i32> {
-    prop_oneof![4 => 0i32..6, 1 => any::<i32>()]
+    prop_oneof![16 => 0i32..6, 1 => any::<i32>()]
 }
 
 fn body() -> impl Strategy<Value = Option<Body>> {
@@ -95,8 +95,8 @@ fn body() -> impl Strategy<Value = Option<Body>> {
 
 fn resource() -> impl Strategy<Value = v1::ContextResource> {
     (
-        prop_oneof![3 => "[a-d]{0,2}", 1 => sized(MAX_SOURCE_BYTES)],
-        prop::option::of(sized(MAX_SOURCE_BYTES)),
+        prop_oneof![12 => "[a-z]{1,8}", 1 => "[a-b]{0,1}", 1 => sized(MAX_SOURCE_BYTES)],
+        prop::option::weighted(0.5, sized(MAX_SOURCE_BYTES)),
         sized(MAX_HASH_BYTES),
         counter(),
         enum_value(),
@@ -123,7 +123,7 @@ fn request() -> impl Strategy<Value = v1::PushContextStateRequest> {
         counter(),
         sized(MAX_HASH_BYTES),
         prop_oneof![
-            8 => prop::collection::vec(resource(), 0..8),
+            8 => prop::collection::vec(resource(), 0..4),
             1 => (MAX_RESOURCES - 1..=MAX_RESOURCES + 1).prop_map(|n| {
                 (0..n)
                     .map(|i| v1::ContextResource {
