@@ -91,8 +91,8 @@ pub fn run(root: &Path, cargo: &Path, seconds: u64) -> Result<Vec<Ran>> {
         };
         println!(
             "fuzz: {:<28} {:<36} {:>9} cases in {:>3} runs, {:>6.1}s",
-            target.package,
-            target.test,
+            ran.target.package,
+            ran.target.test,
             ran.cases,
             ran.runs,
             ran.took.as_secs_f64()
