@@ -46,7 +46,7 @@ struct Ledger {
     retired: HashSet<String>,
 }
 
-#[derive(Default, Debug)]
+#[derive(Default)]
 struct Counts {
     accepted: u64,
     dropped_stale_run: u64,
@@ -129,7 +129,7 @@ async fn process(
         let sent = resources(&mut rng, &run, version);
         let mut snapshot = snapshot(
             version,
-            Some(&run),
+            Some(run.as_str()),
             if version == PUSHES { Complete } else { Pending },
             sent.clone(),
         );
