@@ -147,19 +147,21 @@ async fn process(
         })
         .await
         .unwrap_or_else(|e| panic!("push {run} v{version}: {e}"));
-        let mut counts = counts.lock().unwrap();
+        // One lock at a time: the reader takes the ledger, then the counters.
         match outcome {
             PushOutcome::Accepted(_) => {
                 assert!(
                     !retired_before,
                     "a push from retired run {run} (v{version}) was stored"
                 );
-                counts.accepted += 1;
                 ledger.lock().unwrap().pushed.insert(run.clone());
+                counts.lock().unwrap().accepted += 1;
                 initial = false;
             }
-            PushOutcome::DroppedStaleRun => counts.dropped_stale_run += 1,
-            PushOutcome::DroppedStaleVersion { .. } => counts.dropped_stale_version += 1,
+            PushOutcome::DroppedStaleRun => counts.lock().unwrap().dropped_stale_run += 1,
+            PushOutcome::DroppedStaleVersion { .. } => {
+                counts.lock().unwrap().dropped_stale_version += 1
+            }
         }
     }
 }
