@@ -58,7 +58,7 @@ fn server_log() -> &'static Path {
 
 /// Everything of our own at `trace`; third-party crates at `info` (their `debug`/`trace`
 /// output dumps raw protocol frames, which is not a log anyone runs in production).
-const LOG_FILTER: &str = "info,ctxsync=trace,ctxsync_persistence=trace,ctxsync_agent_publication=trace,ctxsync_agent_diagnostics=trace,ctxsync_chat_projection=trace,ctxsync_first_turn_gate=trace,ctxsync_context_ui=trace,rmcp=debug";
+const LOG_FILTER: &str = "info,ctxsync=trace,ctxsync_persistence=trace,ctxsync_agent_publication=trace,ctxsync_agent_diagnostics=trace,ctxsync_chat_projection=trace,ctxsync_first_turn_gate=trace,ctxsync_context_ui=trace,rmcp=info";
 
 struct LogWriter(Arc<Mutex<std::fs::File>>);
 
