@@ -60,7 +60,7 @@ struct Counts {
 async fn retry<T, F, Fut>(counts: &Mutex<Counts>, mut call: F) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, StoreError>>,
+    Fut: Future<Output = Result<T, StoreError>>,
 {
     let mut attempts = 0;
     loop {
@@ -293,7 +293,15 @@ async fn many_agents_and_restarts_through_two_stores_keep_every_invariant() {
         }
     }
     let counts = counts.lock().unwrap();
-    println!("races: {ROUNDS} rounds x {AGENTS} agents x {PROCESSES} processes: {counts:?}");
+    println!(
+        "races: {ROUNDS} rounds x {AGENTS} agents x {PROCESSES} processes: {} pushes accepted, {} dropped (retired run), {} dropped (stale version), {} startups refused, {} conflicts retried, {} reads checked",
+        counts.accepted,
+        counts.dropped_stale_run,
+        counts.dropped_stale_version,
+        counts.refused_startups,
+        counts.conflicts_retried,
+        counts.reads_checked
+    );
     assert!(counts.accepted > 0, "nothing was accepted");
     assert!(
         counts.dropped_stale_run > 0,
