@@ -399,8 +399,53 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
     );
 }
 
-/// A body far over the 64 KiB limit is refused from its `content-length`, before the
-/// server reads it: the answer comes while the client has sent almost none of it.
+/// Sends `head`, then body bytes in 16 KiB pieces (chunk-framed when `chunked`) until
+/// the server answers or 10 MiB are sent; returns the answer and the bytes sent.
+async fn post_until_answered(addr: &str, head: String, chunked: bool) -> (String, usize) {
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket.write_all(head.as_bytes()).await.unwrap();
+    // Valid JSON as far as it goes (an open string), so only the size can refuse it.
+    let mut piece = br#"{"name":""#.to_vec();
+    piece.resize(16 * 1024, b'a');
+    let mut first = true;
+    let mut response = vec![0u8; 1024];
+    let mut sent = 0usize;
+    let n = loop {
+        let wrote = async {
+            if chunked {
+                socket
+                    .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                    .await?;
+            }
+            socket.write_all(&piece).await?;
+            if chunked {
+                socket.write_all(b"\r\n").await?;
+            }
+            Ok::<_, std::io::Error>(())
+        }
+        .await;
+        sent += piece.len();
+        if first {
+            first = false;
+            piece.fill(b'a');
+        }
+        if wrote.is_err() || sent >= 10 * 1024 * 1024 {
+            break tokio::time::timeout(Duration::from_secs(5), socket.read(&mut response))
+                .await
+                .expect("answered")
+                .unwrap_or(0);
+        }
+        if let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(2), socket.read(&mut response)).await
+        {
+            break n;
+        }
+    };
+    (String::from_utf8_lossy(&response[..n]).into_owned(), sent)
+}
+
+/// A 10 MiB body is refused with 413 after at most the 64 KiB limit has been read,
+/// whether it announces its length or streams chunks: nothing buffers it whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_body_is_refused_before_it_is_read() {
     let h = Harness::start(Backend::Sqlite).await.unwrap();
@@ -412,59 +457,27 @@ async fn an_oversized_body_is_refused_before_it_is_read() {
         format!("/api/chats/{chat}/find-tools"),
         format!("/api/chats/{chat}/turns"),
     ] {
-        let started = Instant::now();
-        let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            h.server.api_token,
-            10 * 1024 * 1024
-        );
-        socket.write_all(head.as_bytes()).await.unwrap();
-        socket.write_all(&[b' '; 1024]).await.unwrap();
-        let mut response = vec![0u8; 1024];
-        let n = tokio::time::timeout(Duration::from_secs(5), socket.read(&mut response))
-            .await
-            .expect("answered without waiting for the body")
-            .unwrap();
-        let response = String::from_utf8_lossy(&response[..n]);
-        assert!(response.starts_with("HTTP/1.1 413"), "{path}: {response}");
-        assert!(started.elapsed() < Duration::from_secs(2), "{path}");
+        for chunked in [false, true] {
+            let framing = if chunked {
+                "transfer-encoding: chunked".to_owned()
+            } else {
+                format!("content-length: {}", 10 * 1024 * 1024)
+            };
+            let head = format!(
+                "POST {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\n{framing}\r\n\r\n",
+                h.server.api_token
+            );
+            let started = Instant::now();
+            let (response, sent) = post_until_answered(&addr, head, chunked).await;
+            assert!(
+                response.starts_with("HTTP/1.1 413"),
+                "{path} ({framing}): {response}"
+            );
+            assert!(
+                sent <= 1024 * 1024,
+                "{path} ({framing}): {sent} bytes sent before the refusal"
+            );
+            assert!(started.elapsed() < Duration::from_secs(5), "{path}");
+        }
     }
-    // A streamed body without a length is cut off at the limit too.
-    let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let head = format!(
-        "POST /api/chats/{chat}/find-tools HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n",
-        h.server.api_token
-    );
-    socket.write_all(head.as_bytes()).await.unwrap();
-    let chunk = vec![b' '; 32 * 1024];
-    let mut sent = 0usize;
-    let mut response = vec![0u8; 1024];
-    let answered = loop {
-        let frame = format!("{:x}\r\n", chunk.len());
-        let wrote = async {
-            socket.write_all(frame.as_bytes()).await?;
-            socket.write_all(&chunk).await?;
-            socket.write_all(b"\r\n").await
-        }
-        .await;
-        sent += chunk.len();
-        if wrote.is_err() || sent >= 10 * 1024 * 1024 {
-            break tokio::time::timeout(Duration::from_secs(5), socket.read(&mut response))
-                .await
-                .expect("answered")
-                .unwrap_or(0);
-        }
-        if let Ok(Ok(n)) =
-            tokio::time::timeout(Duration::from_millis(1), socket.read(&mut response)).await
-        {
-            break n;
-        }
-    };
-    let text = String::from_utf8_lossy(&response[..answered]);
-    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
-    assert!(
-        sent < 1024 * 1024,
-        "the server read {sent} bytes before refusing"
-    );
 }
