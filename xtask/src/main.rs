@@ -2,6 +2,7 @@
 
 mod bench;
 mod codegen;
+mod fuzz;
 mod layers;
 mod tidy;
 
@@ -18,6 +19,7 @@ commands:
   layers             check that crate dependencies point down the layer order (SPEC §2)
   tidy               check that every hand-written Rust file opens with a `//!` line
   test               install what the tests need, then run every test in the workspace
+  fuzz --seconds N   run the fuzz-style property tests for about N seconds in all
   bench [--quick] [--json FILE]
                      build in release mode and run every benchmark, printing one table
   ci                 everything CI runs: fmt, clippy, codegen check, each crate's tests
@@ -41,6 +43,12 @@ fn main() -> Result<()> {
         ["tidy"] => tidy(&root),
         ["test"] => test(&root),
         ["ci"] => ci(&root),
+        ["fuzz", "--seconds", seconds] => {
+            let seconds = seconds
+                .parse()
+                .context("--seconds takes a whole number of seconds")?;
+            fuzz::run(&root, &cargo(), seconds).map(drop)
+        }
         ["bench", rest @ ..] => {
             let quick = rest.contains(&"--quick");
             let json = rest

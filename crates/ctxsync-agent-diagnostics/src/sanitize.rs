@@ -172,7 +172,10 @@ pub(crate) fn redact(text: &str, secrets: &SecretSet) -> String {
         ranges.push((start, end));
     };
     for secret in secrets.longest_first() {
-        for (start, _) in text.match_indices(secret) {
+        // Every occurrence, overlapping ones included: a non-overlapping scan could pair its
+        // matches so that one straddles a longer secret's range and is skipped, leaving a
+        // whole occurrence next to it unredacted ("zzzza" then "aaaa" in "zzzzaaaaa").
+        for start in overlapping_matches(text, secret) {
             claim(start, start + secret.len(), &mut ranges);
         }
     }
@@ -189,6 +192,17 @@ pub(crate) fn redact(text: &str, secrets: &SecretSet) -> String {
     }
     out.push_str(&text[at..]);
     out
+}
+
+/// Start offsets of every occurrence of `needle` in `text`, overlapping ones included.
+fn overlapping_matches<'a>(text: &'a str, needle: &'a str) -> impl Iterator<Item = usize> + 'a {
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        let start = from + text.get(from..)?.find(needle)?;
+        // Resume one character later; `needle` is non-empty, so this always advances.
+        from = start + text[start..].chars().next().map_or(1, char::len_utf8);
+        Some(start)
+    })
 }
 
 /// Byte ranges of tokens that follow `Bearer ` anywhere in `text` (e.g. echoed headers).

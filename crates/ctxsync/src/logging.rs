@@ -9,9 +9,16 @@ use tracing_subscriber::EnvFilter;
 /// which would drown the agent's own lines with fifty servers.
 const DEFAULT_FILTER: &str = "info,rmcp=warn";
 
+/// Always off, whatever `RUST_LOG` says: rmcp's transport worker logs a failed HTTP
+/// connection as `worker quit with fatal: … url: "…"`, quoting the endpoint's path and
+/// query, which may carry credentials (found by the security scan test). The engine
+/// reports the same failure, sanitized, in the discovery report.
+const FORCED_OFF: &str = "rmcp::transport::worker=off";
+
 pub fn init() {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER))
+        .add_directive(FORCED_OFF.parse().expect("a valid directive"));
     // A second init (tests calling commands in-process) is harmless.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

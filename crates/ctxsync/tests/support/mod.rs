@@ -62,6 +62,11 @@ impl Harness {
         })
     }
 
+    /// The server's data directory (the SQLite files live here).
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.server.http_url())
     }

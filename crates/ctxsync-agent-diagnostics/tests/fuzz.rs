@@ -1,0 +1,257 @@
+//! Fuzz-style property tests (proptest; `cargo fuzz` needs nightly, which this project
+//! cannot install): the `.mcp.json` parser on arbitrary bytes and on structured random
+//! JSON, and the diagnostic sanitizer. `PROPTEST_CASES` raises the case budget
+//! (`cargo xtask fuzz`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use ctxsync_agent_diagnostics::{
+    MAX_DIAGNOSTIC_BYTES, MAX_SERVER_NAME_BYTES, SecretSet, TransportConfig, parse_config_bytes,
+    sanitize_diagnostic,
+};
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+
+/// The case budget: small by default so `cargo test` stays fast.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}
+
+const CANARY: &str = "CANARY-7f3a9c";
+const PATH: &str = "/work space/é/.mcp.json";
+
+/// Arbitrary JSON, shallow and small.
+fn any_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        "\\PC{0,12}".prop_map(Value::String),
+        Just(json!("${TOKEN}")),
+        Just(json!("${MISSING:-dflt}")),
+        Just(json!("${MISSING}")),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("\\PC{0,6}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// A value in a secret position: the canary alone, embedded, or through a variable.
+fn secret_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(CANARY.to_owned()),
+        "[a-z]{0,4}".prop_map(|p| format!("{p}{CANARY}")),
+        Just("${TOKEN}".to_owned()),
+        Just(format!("Bearer {CANARY}")),
+    ]
+}
+
+/// A server entry shaped like a real one, with random field types and the canary in every
+/// secret position (env and header values, URL userinfo/path/query, args, `--flag=value`).
+fn entry() -> impl Strategy<Value = Value> {
+    let field = |v: BoxedStrategy<Value>| prop::option::of(v);
+    (
+        field(
+            prop_oneof![
+                Just(json!("stdio")),
+                Just(json!("http")),
+                Just(json!("sse")),
+                Just(json!("streamable-http")),
+                any_json()
+            ]
+            .boxed(),
+        ),
+        field(prop_oneof![Just(json!("npx")), Just(json!("")), any_json()].boxed()),
+        field(
+            prop_oneof![
+                Just(json!(format!(
+                    "https://user:{CANARY}@h.example/{CANARY}?k={CANARY}"
+                ))),
+                Just(json!("http://${TOKEN}@127.0.0.1:9/p")),
+                Just(json!(format!("ftp://{CANARY}@x"))),
+                Just(json!(format!("not a url {CANARY}"))),
+                any_json(),
+            ]
+            .boxed(),
+        ),
+        field(
+            prop_oneof![
+                prop::collection::vec(
+                    secret_value().prop_flat_map(|s| prop_oneof![
+                        Just(json!(s.clone())),
+                        Just(json!(format!("--key={s}"))),
+                    ]),
+                    0..4
+                )
+                .prop_map(Value::Array),
+                any_json(),
+            ]
+            .boxed(),
+        ),
+        field(
+            prop_oneof![
+                prop::collection::btree_map("[A-Z_]{1,6}", secret_value(), 0..3)
+                    .prop_map(|m| json!(m)),
+                any_json(),
+            ]
+            .boxed(),
+        ),
+        field(
+            prop_oneof![
+                prop::collection::btree_map("[A-Za-z-]{0,8}|\\PC{1,4}", secret_value(), 0..3)
+                    .prop_map(|m| json!(m)),
+                any_json(),
+            ]
+            .boxed(),
+        ),
+    )
+        .prop_map(|(kind, command, url, args, env, headers)| {
+            let mut entry = Map::new();
+            for (key, value) in [
+                ("type", kind),
+                ("command", command),
+                ("url", url),
+                ("args", args),
+                ("env", env),
+                ("headers", headers),
+            ] {
+                if let Some(value) = value {
+                    entry.insert(key.to_owned(), value);
+                }
+            }
+            Value::Object(entry)
+        })
+}
+
+fn document() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        3 => prop::collection::btree_map("[a-z]{1,4}|\\PC{0,8}|[a-z]{1030}", prop_oneof![4 => entry(), 1 => any_json()], 0..5)
+            .prop_map(|servers| json!({ "mcpServers": servers })),
+        1 => any_json().prop_map(|v| json!({ "mcpServers": v })),
+        1 => any_json(),
+    ]
+}
+
+fn env() -> BTreeMap<String, String> {
+    [("TOKEN", CANARY), ("HOME", "/home/u")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// Properties of every parse: no panic (the call returns), entries and the outcome name
+/// the file, and no outcome message quotes a secret.
+fn check_parse(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let path = Path::new(PATH);
+    let (entries, outcome) = parse_config_bytes(path, bytes, &env());
+    for entry in &entries {
+        prop_assert_eq!(entry.source.as_path(), path);
+        prop_assert!(
+            entry.name.len() <= MAX_SERVER_NAME_BYTES,
+            "accepted a {}-byte name",
+            entry.name.len()
+        );
+        if let TransportConfig::Stdio { command, .. } = &entry.transport {
+            prop_assert!(!command.trim().is_empty(), "accepted an empty command");
+        }
+    }
+    if let Some(outcome) = outcome {
+        prop_assert_eq!(outcome.path.as_path(), path);
+        let message = format!("{:?} {:?}", outcome.error, outcome.warning);
+        prop_assert!(outcome.error.is_some() || outcome.warning.is_some());
+        prop_assert!(
+            !message.contains(CANARY),
+            "outcome quotes a secret: {message}"
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(256), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fuzz_mcp_config_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        check_parse(&bytes)?;
+    }
+
+    #[test]
+    fn fuzz_mcp_config_structured_json(doc in document(), pretty in any::<bool>()) {
+        let bytes = if pretty { serde_json::to_vec_pretty(&doc) } else { serde_json::to_vec(&doc) };
+        check_parse(&bytes.expect("serializable"))?;
+    }
+
+    #[test]
+    fn fuzz_mcp_config_mutated_json(doc in document(), cut in any::<prop::sample::Index>(), byte in any::<u8>()) {
+        let mut bytes = serde_json::to_vec(&doc).expect("serializable");
+        if !bytes.is_empty() {
+            let at = cut.index(bytes.len());
+            bytes[at] = byte;
+        }
+        check_parse(&bytes)?;
+    }
+}
+
+/// Secrets over a tiny alphabet (so they overlap each other and the text), never able to
+/// match inside the `[redacted]`/`[truncated]` markers.
+fn secrets() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec("[A-C]{4,7}|[A-Cé€]{4,6}", 1..5)
+}
+
+/// Text built from secrets, their fragments, noise and multi-byte characters.
+fn text(secrets: Vec<String>) -> impl Strategy<Value = (Vec<String>, String)> {
+    let pieces = secrets.clone();
+    let piece = prop_oneof![
+        3 => prop::sample::select(pieces.clone()),
+        2 => (prop::sample::select(pieces), any::<prop::sample::Index>()).prop_map(|(s, i)| {
+            let chars: Vec<char> = s.chars().collect();
+            chars[..i.index(chars.len())].iter().collect::<String>()
+        }),
+        2 => "[A-C ]{0,6}",
+        1 => "\\PC{0,8}",
+        1 => Just("Bearer ".to_owned()),
+        1 => "[A-C€]{1000,1500}",
+    ];
+    prop::collection::vec(piece, 0..24).prop_map(move |p| (secrets.clone(), p.concat()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(512), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fuzz_sanitizer((secrets, text) in secrets().prop_flat_map(text)) {
+        let mut set = SecretSet::new();
+        for secret in &secrets {
+            set.insert(secret);
+        }
+        let out = sanitize_diagnostic(&text, &set);
+        prop_assert!(out.len() <= MAX_DIAGNOSTIC_BYTES, "{} bytes", out.len());
+        // A String is valid UTF-8 by construction; the cut is on a char boundary of the input.
+        for secret in &secrets {
+            prop_assert!(!out.contains(secret.as_str()), "{secret:?} survives in {out:?}");
+        }
+        if text.len() <= MAX_DIAGNOSTIC_BYTES && secrets.iter().all(|s| !text.contains(s.as_str())) && !text.to_ascii_lowercase().contains("bearer ") {
+            prop_assert_eq!(&out, &text, "text without secrets is kept");
+        }
+    }
+}
+
+/// The overlap case the property found: a longer secret ends inside a run that still holds
+/// a whole shorter secret.
+#[test]
+fn a_secret_left_over_after_an_overlapping_longer_one_is_redacted() {
+    let mut set = SecretSet::new();
+    set.insert("zzzza");
+    set.insert("aaaa");
+    let out = sanitize_diagnostic("zzzzaaaaa", &set);
+    assert!(!out.contains("aaaa"), "{out}");
+    assert!(!out.contains("zzzz"), "{out}");
+}

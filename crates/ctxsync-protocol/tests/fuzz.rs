@@ -1,0 +1,264 @@
+//! Fuzz-style property tests of wire validation (proptest stands in for `cargo fuzz`,
+//! which needs a nightly toolchain): arbitrary bytes, and structured requests with sizes
+//! at and around every limit, optionally with one byte mutated, go through
+//! `prost::Message::decode` and `Snapshot::try_from`. Nothing panics, and every accepted
+//! request satisfies every limit of SPEC §4. `PROPTEST_CASES` raises the budget
+//! (`cargo xtask fuzz`).
+
+use std::collections::HashSet;
+
+use ctxsync_protocol::limits::*;
+use ctxsync_protocol::v1::context_resource::Body;
+use ctxsync_protocol::v1::push_context_state_request::McpDiscovery;
+use ctxsync_protocol::{Snapshot, body_len, v1};
+use proptest::prelude::*;
+use prost::Message;
+
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A string of about `max` bytes: short, exactly at the limit, or one byte over.
+fn sized(max: usize) -> impl Strategy<Value = String> {
+    prop_oneof![
+        24 => "[a-z/._-]{0,12}",
+        1 => Just("x".repeat(max)),
+        1 => Just("x".repeat(max + 1)),
+        1 => Just(format!("{}é", "x".repeat(max - 1))),
+        1 => "\\PC{0,6}",
+    ]
+}
+
+fn counter() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        0u64..10,
+        Just(MAX_COUNTER),
+        Just(MAX_COUNTER + 1),
+        any::<u64>()
+    ]
+}
+
+fn enum_value() -> impl Strategy<Value = i32> {
+    prop_oneof![16 => 0i32..6, 1 => any::<i32>()]
+}
+
+fn body() -> impl Strategy<Value = Option<Body>> {
+    let content = prop_oneof![
+        4 => "\\PC{0,16}",
+        1 => Just("c".repeat(MAX_BODY_BYTES - 8)),
+        1 => Just("c".repeat(MAX_BODY_BYTES)),
+    ];
+    let schema = prop_oneof![
+        Just(String::new()),
+        Just(r#"{"type":"object"}"#.to_owned()),
+        Just("[1]".to_owned()),
+        Just("{".to_owned()),
+        Just(r#"{"a":1E2,"b":"\u00e9"}"#.to_owned()),
+        "\\PC{0,8}",
+    ];
+    let tool = ("\\PC{0,8}", "\\PC{0,8}", schema).prop_map(|(name, description, input_schema)| {
+        v1::McpTool {
+            name,
+            description,
+            input_schema,
+        }
+    });
+    prop::option::weighted(
+        0.95,
+        prop_oneof![
+            content
+                .clone()
+                .prop_map(|content| Body::InstructionFile(v1::InstructionFile { content })),
+            (content, "\\PC{0,8}", "\\PC{0,8}").prop_map(|(meta, name, description)| {
+                Body::Skill(v1::Skill {
+                    meta,
+                    name,
+                    description,
+                })
+            }),
+            Just(Body::McpConfig(v1::McpConfig {})),
+            ("\\PC{0,8}", "\\PC{0,8}", prop::collection::vec(tool, 0..4)).prop_map(
+                |(server_name, description, tools)| {
+                    Body::McpServer(v1::McpServer {
+                        server_name,
+                        description,
+                        tools,
+                    })
+                }
+            ),
+        ],
+    )
+}
+
+fn resource() -> impl Strategy<Value = v1::ContextResource> {
+    (
+        prop_oneof![12 => "[a-z]{1,8}", 1 => "[a-b]{0,1}", 1 => sized(MAX_SOURCE_BYTES)],
+        prop::option::weighted(0.5, sized(MAX_SOURCE_BYTES)),
+        sized(MAX_HASH_BYTES),
+        counter(),
+        enum_value(),
+        sized(MAX_ERROR_BYTES),
+        body(),
+    )
+        .prop_map(
+            |(source, source_path, content_hash, size_bytes, status, error, body)| {
+                v1::ContextResource {
+                    source,
+                    source_path,
+                    content_hash,
+                    size_bytes,
+                    status,
+                    error,
+                    body,
+                }
+            },
+        )
+}
+
+fn request() -> impl Strategy<Value = v1::PushContextStateRequest> {
+    (
+        counter(),
+        sized(MAX_HASH_BYTES),
+        prop_oneof![
+            8 => prop::collection::vec(resource(), 0..4),
+            1 => (MAX_RESOURCES - 1..=MAX_RESOURCES + 1).prop_map(|n| {
+                (0..n)
+                    .map(|i| v1::ContextResource {
+                        source: format!("r{i}"),
+                        body: Some(Body::McpConfig(v1::McpConfig {})),
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            1 => (15usize..=17).prop_map(|n| {
+                (0..n)
+                    .map(|i| v1::ContextResource {
+                        source: format!("big{i}"),
+                        body: Some(Body::InstructionFile(v1::InstructionFile {
+                            content: "b".repeat(MAX_BODY_BYTES - 8),
+                        })),
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+        ],
+        any::<bool>(),
+        sized(MAX_ERROR_BYTES),
+        sized(MAX_RUN_ID_BYTES),
+        prop::option::of(enum_value().prop_map(|phase| McpDiscovery { phase })),
+    )
+        .prop_map(
+            |(
+                version,
+                aggregate_hash,
+                resources,
+                initial,
+                snapshot_error,
+                agent_run_id,
+                mcp_discovery,
+            )| {
+                v1::PushContextStateRequest {
+                    version,
+                    aggregate_hash,
+                    resources,
+                    initial,
+                    snapshot_error,
+                    agent_run_id,
+                    mcp_discovery,
+                }
+            },
+        )
+}
+
+/// Decodes and validates; for an accepted request checks every limit on the wire message
+/// and the domain value, and that the domain value survives a round trip.
+fn check(bytes: &[u8]) -> Result<bool, TestCaseError> {
+    let Ok(wire) = v1::PushContextStateRequest::decode(bytes) else {
+        return Ok(false);
+    };
+    let Ok(snapshot) = Snapshot::try_from(wire.clone()) else {
+        return Ok(false);
+    };
+    prop_assert!(wire.version <= MAX_COUNTER);
+    prop_assert!(wire.agent_run_id.len() <= MAX_RUN_ID_BYTES);
+    prop_assert!(wire.aggregate_hash.len() <= MAX_HASH_BYTES);
+    prop_assert!(wire.snapshot_error.len() <= MAX_ERROR_BYTES);
+    prop_assert!(wire.resources.len() <= MAX_RESOURCES);
+    prop_assert_eq!(snapshot.resources.len(), wire.resources.len());
+    let mut sources = HashSet::new();
+    let mut total = 0;
+    for resource in &wire.resources {
+        prop_assert!(!resource.source.is_empty());
+        prop_assert!(resource.source.len() <= MAX_SOURCE_BYTES);
+        prop_assert!(sources.insert(resource.source.clone()), "duplicate source");
+        prop_assert!(
+            resource
+                .source_path
+                .as_ref()
+                .is_none_or(|p| p.len() <= MAX_SOURCE_BYTES)
+        );
+        prop_assert!(resource.content_hash.len() <= MAX_HASH_BYTES);
+        prop_assert!(resource.error.len() <= MAX_ERROR_BYTES);
+        prop_assert!(resource.size_bytes <= MAX_COUNTER);
+        let body = resource.body.as_ref();
+        prop_assert!(body.is_some(), "accepted a resource without a body");
+        let len = body.map_or(0, body_len);
+        prop_assert!(len <= MAX_BODY_BYTES, "{} body bytes", len);
+        total += len;
+    }
+    prop_assert!(total <= MAX_TOTAL_BODY_BYTES, "{} total body bytes", total);
+    let again = Snapshot::try_from(v1::PushContextStateRequest::from(snapshot.clone()));
+    if let Ok(again) = again {
+        prop_assert_eq!(again, snapshot);
+    }
+    Ok(true)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(256), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fuzz_wire_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        check(&bytes)?;
+    }
+
+    #[test]
+    fn fuzz_wire_structured_requests(
+        request in request(),
+        mutate in prop::option::weighted(0.3, (any::<prop::sample::Index>(), any::<u8>())),
+    ) {
+        let mut bytes = request.encode_to_vec();
+        if let Some((at, byte)) = mutate
+            && !bytes.is_empty()
+        {
+            let at = at.index(bytes.len());
+            bytes[at] = byte;
+        }
+        check(&bytes)?;
+    }
+}
+
+/// The structured generator reaches both sides of the limits (so the property is not
+/// vacuous): some requests are accepted and some refused.
+#[test]
+fn structured_requests_are_both_accepted_and_refused() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let (mut accepted, mut refused) = (0, 0);
+    for _ in 0..200 {
+        let request = request().new_tree(&mut runner).expect("tree").current();
+        match check(&request.encode_to_vec()) {
+            Ok(true) => accepted += 1,
+            Ok(false) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(
+        accepted > 10 && refused > 10,
+        "{accepted} accepted, {refused} refused"
+    );
+}
