@@ -255,10 +255,10 @@ async fn many_agents_and_restarts_through_two_stores_keep_every_invariant() {
                 .collect();
             let mut rng = XorShift((round * 1000 + a as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let mut agent_writers = Vec::new();
-            for p in 0..PROCESSES {
+            for (p, run) in runs.iter().enumerate() {
                 let delay = Duration::from_micros(p as u64 * 4000 + rng.below(4000));
                 let (stores, ledger, counts) = (stores.clone(), ledger.clone(), counts.clone());
-                let run = runs[p].clone();
+                let run = run.clone();
                 let seed = rng.below(u64::MAX - 1) + 1;
                 agent_writers.push(tokio::spawn(async move {
                     tokio::time::sleep(delay).await;

@@ -120,6 +120,12 @@ struct Scan {
 impl Scan {
     /// Asserts no canary (nor anything carrying the shared mark) is in `text`.
     fn clean(&mut self, place: &str, text: &[u8], canaries: &[String]) {
+        for canary in canaries {
+            assert!(
+                !contains(text, canary.as_bytes()),
+                "canary {canary} leaked into {place}"
+            );
+        }
         if let Some(at) = text.windows(MARK.len()).position(|w| w == MARK.as_bytes()) {
             let from = at.saturating_sub(120);
             let to = (at + 120).min(text.len());
