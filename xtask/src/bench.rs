@@ -15,6 +15,7 @@ pub const PROGRAMS: &[(&str, &str)] = &[
     ("ctxsync-agent-diagnostics", "bench_discovery"),
     ("ctxsync-persistence", "bench_push"),
     ("ctxsync-first-turn-gate", "bench_gate"),
+    ("ctxsync", "bench_replicas"),
     ("ctxsync", "bench_agent"),
     ("ctxsync", "bench_scale"),
 ];

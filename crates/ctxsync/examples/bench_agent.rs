@@ -4,13 +4,17 @@
 //! Prints one JSON row per figure on stdout (`cargo xtask bench` collects them); progress
 //! goes to stderr. `--quick` measures CPU over a shorter idle window, scaled to a minute.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use ctxsync::server::{ServerConfig, start};
 use ctxsync_protocol::DiscoveryPhase;
+
+use support::{ctxsync_binary, row, status_kib};
 
 const SERVERS: usize = 50;
 const TOOLS_PER_SERVER: usize = 5;
@@ -27,7 +31,7 @@ const QUICK_IDLE_WINDOW: Duration = Duration::from_secs(10);
 #[tokio::main]
 async fn main() -> Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
-    let ctxsync = ctxsync_binary()?;
+    let ctxsync = ctxsync_binary("bench_agent")?;
     eprintln!("bench_agent: agent binary {}", ctxsync.display());
 
     let data = tempfile::tempdir()?;
@@ -95,13 +99,37 @@ async fn main() -> Result<()> {
     let peak = status_kib(pid, "VmHWM")? / 1024.0;
     let cpu_per_minute = (cpu_after - cpu_before) as f64 / ticks * 60.0 / idle;
 
-    row("agent_idle_rss_50_servers_200_files", rss, "MiB");
-    row("agent_peak_rss_50_servers_200_files", peak, "MiB");
-    row("agent_idle_cpu_per_minute", cpu_per_minute, "s/min");
+    row(
+        "agent_idle_rss_50_servers_200_files",
+        rss,
+        "MiB",
+        None,
+        None,
+        None,
+    );
+    row(
+        "agent_peak_rss_50_servers_200_files",
+        peak,
+        "MiB",
+        None,
+        None,
+        None,
+    );
+    row(
+        "agent_idle_cpu_per_minute",
+        cpu_per_minute,
+        "s/min",
+        None,
+        None,
+        None,
+    );
     row(
         "agent_discovery_to_complete_snapshot",
         discovery.as_secs_f64(),
         "s",
+        None,
+        None,
+        None,
     );
 
     nix::sys::signal::kill(
@@ -114,16 +142,6 @@ async fn main() -> Result<()> {
     }
     server.shutdown().await;
     Ok(())
-}
-
-fn row(name: &str, value: f64, unit: &str) {
-    println!(
-        "{}",
-        serde_json::json!({
-            "name": name, "value": value, "unit": unit,
-            "reference": null, "ratio": null, "target": null, "pass": null,
-        })
-    );
 }
 
 /// 50 fixture servers (served by this same binary) and 200 context files.
@@ -168,16 +186,6 @@ fn cpu_ticks(pid: u32) -> Result<u64> {
     Ok(utime + stime)
 }
 
-/// A `kB` line of `/proc/<pid>/status`, e.g. `VmRSS`.
-fn status_kib(pid: u32, key: &str) -> Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|value| value.split_whitespace().next()?.parse().ok())
-        .with_context(|| format!("no {key} in /proc/{pid}/status"))
-}
-
 /// `getconf CLK_TCK`, else Linux's usual 100.
 fn clock_ticks_per_second() -> f64 {
     std::process::Command::new("getconf")
@@ -186,51 +194,4 @@ fn clock_ticks_per_second() -> f64 {
         .ok()
         .and_then(|out| String::from_utf8(out.stdout).ok()?.trim().parse().ok())
         .unwrap_or(100.0)
-}
-
-/// The `ctxsync` binary of this build's profile: `cargo run --example` does not build the
-/// package's binaries, so build it and take cargo's path for it. Built together with this
-/// example, so the features of every dependency are the ones this run already compiled
-/// with dev-dependencies (the binary alone would unify them differently and rebuild the
-/// world): only the binary is linked.
-fn ctxsync_binary() -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-    let mut command = std::process::Command::new(cargo);
-    command
-        .args([
-            "build",
-            "--quiet",
-            "--message-format=json-render-diagnostics",
-        ])
-        .args([
-            "-p",
-            "ctxsync",
-            "--bin",
-            "ctxsync",
-            "--example",
-            "bench_agent",
-        ])
-        .arg("--manifest-path")
-        .arg(&manifest)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit());
-    if !cfg!(debug_assertions) {
-        command.arg("--release");
-    }
-    let output = command.output().context("running cargo build")?;
-    if !output.status.success() {
-        bail!("building ctxsync failed: {}", output.status);
-    }
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "ctxsync")
-        .filter(|m| {
-            m["target"]["kind"]
-                .as_array()
-                .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"))
-        })
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo reported no ctxsync executable")
 }

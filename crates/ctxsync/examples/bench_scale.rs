@@ -12,21 +12,21 @@
 //! per line on stdout; progress goes to stderr. The load generator shares the machine with
 //! the server and PostgreSQL.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use ctxsync_persistence::test_support::{TestStore, with_bearer};
 use ctxsync_protocol::{
     DiscoveryPhase, InstructionFileBody, Resource, ResourceBody, ResourceStatus, Snapshot, Startup,
     v1,
 };
-use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Mutex;
 use tonic::transport::{Channel, Endpoint};
+
+use support::{ServerProcess, ctxsync_binary, percentile_ms, row, status_kib};
 
 const RESOURCES: usize = 50;
 const INTERVAL: Duration = Duration::from_secs(2);
@@ -138,46 +138,9 @@ async fn run_agent(
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[index].as_secs_f64() * 1000.0
-}
-
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn row(
-    name: &str,
-    value: f64,
-    unit: &str,
-    reference: Option<f64>,
-    target: Option<&str>,
-    pass: Option<bool>,
-) {
-    let ratio = reference.filter(|r| *r > 0.0).map(|r| value / r);
-    println!(
-        "{}",
-        json!({
-            "name": name, "value": value, "unit": unit, "reference": reference,
-            "ratio": ratio, "target": target, "pass": pass,
-        })
-    );
-}
-
-/// A `kB` line of `/proc/<pid>/status` in MiB, e.g. `VmRSS`.
-fn status_mib(pid: u32, key: &str) -> Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|value| value.split_whitespace().next()?.parse::<f64>().ok())
-        .map(|kib| kib / 1024.0)
-        .with_context(|| format!("no {key} in /proc/{pid}/status"))
 }
 
 #[tokio::main]
@@ -196,7 +159,7 @@ async fn main() -> Result<()> {
             slice: Duration::from_secs(10),
         }
     };
-    let ctxsync = ctxsync_binary()?;
+    let ctxsync = ctxsync_binary("bench_scale")?;
     let Some(db) = TestStore::postgres().await else {
         eprintln!("bench_scale: PostgreSQL unavailable, skipped");
         return Ok(());
@@ -208,31 +171,8 @@ async fn main() -> Result<()> {
         .to_owned();
 
     let data = tempfile::tempdir()?;
-    let mut server = tokio::process::Command::new(&ctxsync)
-        .args(["server", "--database-url", &url, "--data-dir"])
-        .arg(data.path())
-        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting ctxsync server")?;
-    let pid = server.id().context("the server's pid")?;
-    let mut lines = BufReader::new(server.stdout.take().context("server stdout")?).lines();
-    let agent_url = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await? {
-            if let Some(url) = line.strip_prefix("agent API (gRPC): ") {
-                return Ok(url.trim().to_owned());
-            }
-        }
-        bail!("the server exited before printing its agent API address")
-    })
-    .await
-    .context("waiting for the server's agent API address")??;
-    // Keep reading so the server never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let server = ServerProcess::start(&ctxsync, &url, data.path(), &[]).await?;
+    let (pid, agent_url) = (server.pid, server.agent_url.clone());
     eprintln!("bench_scale: server pid {pid} at {agent_url}");
 
     eprintln!("bench_scale: creating {} agents", load.agents);
@@ -249,7 +189,7 @@ async fn main() -> Result<()> {
         });
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let rss_idle = status_mib(pid, "VmRSS")?;
+    let rss_idle = status_kib(pid, "VmRSS")? / 1024.0;
 
     // Startup and the first (initial) push of every agent, before the measured window.
     eprintln!("bench_scale: startup and first push of every agent");
@@ -287,7 +227,7 @@ async fn main() -> Result<()> {
     let mut rss_samples = Vec::new();
     while Instant::now() < window_end {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        rss_samples.push(status_mib(pid, "VmRSS")?);
+        rss_samples.push(status_kib(pid, "VmRSS")? / 1024.0);
     }
     for task in tasks {
         task.await?;
@@ -328,7 +268,7 @@ async fn main() -> Result<()> {
     );
     row(
         &format!("scale.{n}_agents.push_latency_p50"),
-        percentile(&latencies, 0.50),
+        percentile_ms(&latencies, 50.0),
         "ms",
         None,
         None,
@@ -336,7 +276,7 @@ async fn main() -> Result<()> {
     );
     row(
         &format!("scale.{n}_agents.push_latency_p99"),
-        percentile(&latencies, 0.99),
+        percentile_ms(&latencies, 99.0),
         "ms",
         None,
         None,
@@ -360,43 +300,6 @@ async fn main() -> Result<()> {
         None,
     );
 
-    server.start_kill()?;
-    server.wait().await?;
+    server.stop().await?;
     Ok(())
-}
-
-/// The `ctxsync` binary of this build's profile (`cargo run --example` does not build the
-/// package's binaries): built if needed, its path taken from cargo's messages.
-fn ctxsync_binary() -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-    let mut command = std::process::Command::new(cargo);
-    command
-        .args([
-            "build",
-            "--quiet",
-            "--message-format=json-render-diagnostics",
-        ])
-        .args(["-p", "ctxsync", "--bin", "ctxsync", "--manifest-path"])
-        .arg(&manifest)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit());
-    if !cfg!(debug_assertions) {
-        command.arg("--release");
-    }
-    let output = command.output().context("running cargo build")?;
-    if !output.status.success() {
-        bail!("building ctxsync failed: {}", output.status);
-    }
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "ctxsync")
-        .filter(|m| {
-            m["target"]["kind"]
-                .as_array()
-                .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"))
-        })
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo reported no ctxsync executable")
 }

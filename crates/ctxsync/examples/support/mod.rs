@@ -1,0 +1,171 @@
+//! Shared by the `ctxsync` benchmark examples: the row format `cargo xtask bench` reads,
+//! `/proc` readings, percentiles, and the `ctxsync` binary as a server process.
+//!
+//! Each example uses a different subset, hence the `dead_code` allowance.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// Prints one benchmark row: a JSON object on its own stdout line. The ratio is value ÷
+/// reference when there is a (positive) reference.
+pub fn row(
+    name: &str,
+    value: f64,
+    unit: &str,
+    reference: Option<f64>,
+    target: Option<&str>,
+    pass: Option<bool>,
+) {
+    let ratio = reference.filter(|r| *r > 0.0).map(|r| value / r);
+    row_with_ratio(name, value, unit, reference, ratio, target, pass);
+}
+
+/// [`row`] with an explicit ratio, for comparisons where smaller values are better.
+pub fn row_with_ratio(
+    name: &str,
+    value: f64,
+    unit: &str,
+    reference: Option<f64>,
+    ratio: Option<f64>,
+    target: Option<&str>,
+    pass: Option<bool>,
+) {
+    println!(
+        "{}",
+        serde_json::json!({
+            "name": name, "value": value, "unit": unit, "reference": reference,
+            "ratio": ratio, "target": target, "pass": pass,
+        })
+    );
+}
+
+/// A `kB` line of `/proc/<pid>/status` in KiB, e.g. `VmRSS` or `VmHWM`.
+pub fn status_kib(pid: u32, key: &str) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .with_context(|| format!("no {key} in /proc/{pid}/status"))
+}
+
+/// The `p`-th percentile (0–100, nearest rank) in milliseconds; NaN without samples.
+pub fn percentile_ms(samples: &[Duration], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1000.0
+}
+
+/// The `ctxsync` binary of this build's profile: `cargo run --example` does not build the
+/// package's binaries, so build it and take cargo's path for it. Built together with
+/// `example` (the one running), so every dependency keeps the features this run already
+/// compiled with dev-dependencies (the binary alone would unify them differently and
+/// rebuild the world): only the binary is linked.
+pub fn ctxsync_binary(example: &str) -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let mut command = std::process::Command::new(cargo);
+    command
+        .args([
+            "build",
+            "--quiet",
+            "--message-format=json-render-diagnostics",
+        ])
+        .args(["-p", "ctxsync", "--bin", "ctxsync", "--example", example])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    if !cfg!(debug_assertions) {
+        command.arg("--release");
+    }
+    let output = command.output().context("running cargo build")?;
+    if !output.status.success() {
+        bail!("building ctxsync failed: {}", output.status);
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "ctxsync")
+        .filter(|m| {
+            m["target"]["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"))
+        })
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo reported no ctxsync executable")
+}
+
+/// A `ctxsync server` process on a PostgreSQL database, and the addresses it printed.
+pub struct ServerProcess {
+    child: tokio::process::Child,
+    pub pid: u32,
+    pub agent_url: String,
+    pub http_url: String,
+}
+
+impl ServerProcess {
+    /// Starts `ctxsync server` on `database_url` with ephemeral ports and `extra` flags,
+    /// and waits (bounded) for it to print both addresses.
+    pub async fn start(
+        ctxsync: &Path,
+        database_url: &str,
+        data_dir: &Path,
+        extra: &[&str],
+    ) -> Result<Self> {
+        let mut child = tokio::process::Command::new(ctxsync)
+            .args(["server", "--database-url", database_url, "--data-dir"])
+            .arg(data_dir)
+            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting ctxsync server")?;
+        let pid = child.id().context("the server's pid")?;
+        let mut lines = BufReader::new(child.stdout.take().context("server stdout")?).lines();
+        let (agent_url, http_url) = tokio::time::timeout(Duration::from_secs(60), async {
+            let (mut grpc, mut http) = (None, None);
+            while grpc.is_none() || http.is_none() {
+                let Some(line) = lines.next_line().await? else {
+                    bail!("the server exited before printing its addresses");
+                };
+                if let Some(url) = line.strip_prefix("agent API (gRPC): ") {
+                    grpc = Some(url.trim().to_owned());
+                } else if let Some(url) = line.strip_prefix("chat API (HTTP):") {
+                    http = Some(url.trim().to_owned());
+                }
+            }
+            Ok((grpc.unwrap_or_default(), http.unwrap_or_default()))
+        })
+        .await
+        .context("waiting for the server's addresses")??;
+        // Keep reading so the server never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Self {
+            child,
+            pid,
+            agent_url,
+            http_url,
+        })
+    }
+
+    /// Stops the process and waits for it.
+    pub async fn stop(mut self) -> Result<()> {
+        self.child.start_kill()?;
+        self.child.wait().await?;
+        Ok(())
+    }
+}
