@@ -5,11 +5,16 @@ use std::{
     io,
     path::Path,
     process::{ExitStatus, Stdio},
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
 use nix::{sys::signal::Signal, unistd::Pid};
+
+use crate::line_limit::{LineLimit, MAX_MESSAGE_BYTES};
 use tokio::{
     io::AsyncReadExt,
     process::{Child, ChildStdin, ChildStdout, Command},
@@ -108,6 +113,8 @@ pub(crate) struct ServerProcess {
     groups: Arc<ProcessGroups>,
     stderr: Arc<StderrTail>,
     stderr_reader: Option<tokio::task::JoinHandle<()>>,
+    /// Set when stdout carried a message over [`MAX_MESSAGE_BYTES`].
+    oversized_message: Arc<AtomicBool>,
 }
 
 /// What spawning needs to know.
@@ -120,11 +127,12 @@ pub(crate) struct SpawnSpec<'a> {
 }
 
 impl ServerProcess {
-    /// Spawns the server in `cwd` with exactly the agent env plus the entry env.
+    /// Spawns the server in `cwd` with exactly the agent env plus the entry env. Its stdout is
+    /// bounded per message by [`MAX_MESSAGE_BYTES`].
     pub(crate) fn spawn(
         spec: SpawnSpec<'_>,
         groups: Arc<ProcessGroups>,
-    ) -> io::Result<(Self, ChildStdout, ChildStdin)> {
+    ) -> io::Result<(Self, LineLimit<ChildStdout>, ChildStdin)> {
         let mut command = Command::new(spec.command);
         command
             .args(spec.args)
@@ -160,12 +168,14 @@ impl ServerProcess {
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err(io::Error::other("stdio pipes were not created"));
         };
+        let stdout = LineLimit::new(stdout, MAX_MESSAGE_BYTES);
         let process = Self {
             child,
             pgid,
             groups,
             stderr,
             stderr_reader,
+            oversized_message: stdout.tripped(),
         };
         Ok((process, stdout, stdin))
     }
@@ -183,6 +193,11 @@ impl ServerProcess {
         {
             self.stderr_reader = None;
         }
+    }
+
+    /// Whether the connection was failed because stdout carried an oversized message.
+    pub(crate) fn sent_oversized_message(&self) -> bool {
+        self.oversized_message.load(Ordering::Relaxed)
     }
 
     /// The stderr tail as text.
