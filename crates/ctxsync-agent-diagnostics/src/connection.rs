@@ -330,10 +330,18 @@ impl ConnectionTask {
     ) -> Option<String> {
         let message = match error {
             ConnectError::Cancelled => return None,
-            ConnectError::Timeout => with_stderr(
-                format!("no response within {}", human_duration(self.timeout)),
-                process.as_ref(),
-            ),
+            ConnectError::Timeout => {
+                let mut message = format!("no response within {}", human_duration(self.timeout));
+                // The usual cause of a silent stdio server: it logs to stdout.
+                match process.as_ref().map_or(0, ServerProcess::not_json_lines) {
+                    0 => {}
+                    1 => message.push_str("; the server wrote 1 line on stdout that is not JSON"),
+                    lines => message.push_str(&format!(
+                        "; the server wrote {lines} lines on stdout that are not JSON"
+                    )),
+                }
+                with_stderr(message, process.as_ref())
+            }
             ConnectError::CommandNotFound(command) => {
                 format!("command not found: {command} (is it installed and on the agent's PATH?)")
             }

@@ -1,11 +1,12 @@
-//! A reader for a stdio server's stdout that fails once one line (one message) is too large.
+//! A reader for a stdio server's stdout: fails once one line (one message) is too large, and
+//! counts lines that cannot be JSON-RPC (a server logging to stdout).
 
 use std::{
     io,
     pin::Pin,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     task::{Context, Poll, ready},
 };
@@ -17,20 +18,43 @@ use tokio::io::{AsyncRead, ReadBuf};
 /// rmcp's stdio framing caps a line at the same 16 MiB, but it drops a longer line and keeps
 /// reading, so a server writing an endless line turns into a silent timeout (and a CPU-bound
 /// discard of everything it sends). Failing the connection at the cap names the cause at once.
-/// The cap must not be below rmcp's, or rmcp would drop the line before this reader saw it end.
+/// The cap must not be above rmcp's, or rmcp would drop a line this reader let through.
 /// 16 MiB holds a `tools/list` page of 1000 tools (the most kept per server) with 16 KiB of
 /// name, description and schema each, several times what real servers send.
 pub(crate) const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Wraps a reader; once a line exceeds the limit, every read fails and [`Self::tripped`]
-/// reports it.
+const _: () = assert!(MAX_MESSAGE_BYTES <= rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH);
+
+/// What a [`LineLimit`] observed, readable after the reader was moved into a transport.
+#[derive(Debug, Default)]
+pub(crate) struct StdoutWatch {
+    oversized: AtomicBool,
+    not_json_lines: AtomicUsize,
+}
+
+impl StdoutWatch {
+    /// Whether a line exceeded the limit (the reader failed then).
+    pub(crate) fn oversized(&self) -> bool {
+        self.oversized.load(Ordering::Relaxed)
+    }
+
+    /// Lines whose first non-blank byte cannot start a JSON-RPC message (`{` or `[`).
+    pub(crate) fn not_json_lines(&self) -> usize {
+        self.not_json_lines.load(Ordering::Relaxed)
+    }
+}
+
+/// Wraps a reader; once a line exceeds the limit, every read fails and
+/// [`StdoutWatch::oversized`] reports it.
 #[derive(Debug)]
 pub(crate) struct LineLimit<R> {
     inner: R,
     limit: usize,
     /// Bytes of the current, unfinished line.
     line_bytes: usize,
-    tripped: Arc<AtomicBool>,
+    /// Whether the current line's first non-blank byte was looked at.
+    line_classified: bool,
+    watch: Arc<StdoutWatch>,
 }
 
 impl<R> LineLimit<R> {
@@ -39,14 +63,26 @@ impl<R> LineLimit<R> {
             inner,
             limit,
             line_bytes: 0,
-            tripped: Arc::new(AtomicBool::new(false)),
+            line_classified: false,
+            watch: Arc::default(),
         }
     }
 
-    /// A flag that turns true when the limit was exceeded (shared, readable after the reader
-    /// itself was moved into a transport).
-    pub(crate) fn tripped(&self) -> Arc<AtomicBool> {
-        self.tripped.clone()
+    /// What this reader observes, shared.
+    pub(crate) fn watch(&self) -> Arc<StdoutWatch> {
+        self.watch.clone()
+    }
+
+    fn classify(&mut self, piece: &[u8]) {
+        if self.line_classified {
+            return;
+        }
+        if let Some(first) = piece.iter().find(|byte| !byte.is_ascii_whitespace()) {
+            self.line_classified = true;
+            if !matches!(first, b'{' | b'[') {
+                self.watch.not_json_lines.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 }
 
@@ -64,22 +100,29 @@ impl<R: AsyncRead + Unpin> AsyncRead for LineLimit<R> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.tripped.load(Ordering::Relaxed) {
+        if this.watch.oversized() {
             return Poll::Ready(Err(too_large(this.limit)));
         }
         let before = buf.filled().len();
         ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        let mut oversized = false;
         for piece in buf.filled()[before..].split_inclusive(|byte| *byte == b'\n') {
             this.line_bytes += piece.len();
             if this.line_bytes > this.limit {
-                // Hand nothing of the oversized line on; the reader is done for good.
-                buf.set_filled(before);
-                this.tripped.store(true, Ordering::Relaxed);
-                return Poll::Ready(Err(too_large(this.limit)));
+                oversized = true;
+                break;
             }
+            this.classify(piece);
             if piece.ends_with(b"\n") {
                 this.line_bytes = 0;
+                this.line_classified = false;
             }
+        }
+        if oversized {
+            // Hand nothing of the oversized line on; the reader is done for good.
+            buf.set_filled(before);
+            this.watch.oversized.store(true, Ordering::Relaxed);
+            return Poll::Ready(Err(too_large(this.limit)));
         }
         Poll::Ready(Ok(()))
     }
@@ -94,7 +137,7 @@ mod tests {
     /// Reads `input` through a limit of 8 bytes in reads of `chunk` bytes; `Err` if it tripped.
     async fn check(input: &[u8], chunk: usize) -> Result<Vec<u8>, ()> {
         let mut reader = LineLimit::new(input, 8);
-        let tripped = reader.tripped();
+        let watch = reader.watch();
         let mut out = Vec::new();
         let mut buf = vec![0; chunk];
         loop {
@@ -103,15 +146,35 @@ mod tests {
                 Ok(n) => out.extend_from_slice(&buf[..n]),
                 Err(error) => {
                     assert_eq!(error.kind(), io::ErrorKind::InvalidData);
-                    assert!(tripped.load(Ordering::Relaxed));
+                    assert!(watch.oversized());
                     // Once tripped, it stays failed.
                     assert!(reader.read(&mut buf).await.is_err());
                     return Err(());
                 }
             }
         }
-        assert!(!tripped.load(Ordering::Relaxed));
+        assert!(!watch.oversized());
         Ok(out)
+    }
+
+    #[tokio::test]
+    async fn lines_that_cannot_be_json_rpc_are_counted() {
+        for chunk in [1, 2, 64] {
+            let input: &[u8] = b"{\"a\":1}\n  [1]\nlog\n\n  \n x\n{";
+            let mut reader = LineLimit::new(input, 1024);
+            let watch = reader.watch();
+            let mut out = Vec::new();
+            let mut buf = vec![0; chunk];
+            loop {
+                match reader.read(&mut buf).await {
+                    Ok(0) => break,
+                    Ok(n) => out.extend_from_slice(&buf[..n]),
+                    Err(error) => panic!("{error}"),
+                }
+            }
+            assert_eq!(out, input);
+            assert_eq!(watch.not_json_lines(), 2, "chunk {chunk}");
+        }
     }
 
     #[tokio::test]

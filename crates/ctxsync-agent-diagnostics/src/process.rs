@@ -5,16 +5,13 @@ use std::{
     io,
     path::Path,
     process::{ExitStatus, Stdio},
-    sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
 use nix::{sys::signal::Signal, unistd::Pid};
 
-use crate::line_limit::{LineLimit, MAX_MESSAGE_BYTES};
+use crate::line_limit::{LineLimit, MAX_MESSAGE_BYTES, StdoutWatch};
 use tokio::{
     io::AsyncReadExt,
     process::{Child, ChildStdin, ChildStdout, Command},
@@ -113,8 +110,8 @@ pub(crate) struct ServerProcess {
     groups: Arc<ProcessGroups>,
     stderr: Arc<StderrTail>,
     stderr_reader: Option<tokio::task::JoinHandle<()>>,
-    /// Set when stdout carried a message over [`MAX_MESSAGE_BYTES`].
-    oversized_message: Arc<AtomicBool>,
+    /// What the stdout reader saw (oversized message, lines that are not JSON).
+    stdout: Arc<StdoutWatch>,
 }
 
 /// What spawning needs to know.
@@ -175,7 +172,7 @@ impl ServerProcess {
             groups,
             stderr,
             stderr_reader,
-            oversized_message: stdout.tripped(),
+            stdout: stdout.watch(),
         };
         Ok((process, stdout, stdin))
     }
@@ -197,7 +194,12 @@ impl ServerProcess {
 
     /// Whether the connection was failed because stdout carried an oversized message.
     pub(crate) fn sent_oversized_message(&self) -> bool {
-        self.oversized_message.load(Ordering::Relaxed)
+        self.stdout.oversized()
+    }
+
+    /// How many lines on stdout could not be JSON-RPC (e.g. a server logging to stdout).
+    pub(crate) fn not_json_lines(&self) -> usize {
+        self.stdout.not_json_lines()
     }
 
     /// The stderr tail as text.

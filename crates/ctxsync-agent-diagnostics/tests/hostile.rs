@@ -75,6 +75,11 @@ async fn malformed_stdout_fails_only_that_server_within_the_timeout() {
         assert!(error.starts_with("no response within 1500ms"), "{error}");
         assert!(error.contains("nonce=[redacted]"), "{error}");
     }
+    let not_json = failed_diagnostic(&report, "not_json");
+    assert!(
+        not_json.contains("; the server wrote 1000 lines on stdout that are not JSON; stderr: "),
+        "{not_json}"
+    );
     let wrong_id = failed_diagnostic(&report, "wrong_id");
     assert!(
         wrong_id.starts_with("initialize failed: the server answered with id 1000"),
