@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{ServerEntry, TransportConfig},
+    line_limit::MAX_MESSAGE_BYTES,
     process::{ProcessGroups, ServerProcess, SpawnSpec},
     report::ToolInfo,
     sanitize::{MAX_DIAGNOSTIC_BYTES, SecretSet, sanitize_diagnostic},
@@ -210,6 +211,7 @@ impl ConnectionTask {
                 _ = &mut closed => {
                     session_ended = true;
                     let message = match process.as_mut() {
+                        Some(child) if child.sent_oversized_message() => oversized(child),
                         Some(child) => match tokio::time::timeout(EXIT_STATUS_GRACE, child.wait()).await {
                             Ok(status) => exited(&status, Some(child)).await,
                             Err(_) => with_stderr("the server closed the connection".into(), Some(child)),
@@ -274,10 +276,14 @@ impl ConnectionTask {
                         ClientInitializeError::ConnectionClosed(_)
                             | ClientInitializeError::TransportError { .. }
                     );
-                    ConnectError::Initialize {
-                        detail: format!("initialize failed: {error}"),
-                        closed,
-                    }
+                    let detail = match &error {
+                        // rmcp's wording ("conflict initialized response id") hides the point.
+                        ClientInitializeError::ConflictInitResponseId(expected, got) => format!(
+                            "initialize failed: the server answered with id {got}, not the request's id {expected}"
+                        ),
+                        _ => format!("initialize failed: {error}"),
+                    };
+                    ConnectError::Initialize { detail, closed }
                 })?
             }
             TransportConfig::Http { url, headers } => {
@@ -324,10 +330,18 @@ impl ConnectionTask {
     ) -> Option<String> {
         let message = match error {
             ConnectError::Cancelled => return None,
-            ConnectError::Timeout => with_stderr(
-                format!("no response within {}", human_duration(self.timeout)),
-                process.as_ref(),
-            ),
+            ConnectError::Timeout => {
+                let mut message = format!("no response within {}", human_duration(self.timeout));
+                // The usual cause of a silent stdio server: it logs to stdout.
+                match process.as_ref().map_or(0, ServerProcess::not_json_lines) {
+                    0 => {}
+                    1 => message.push_str("; the server wrote 1 line on stdout that is not JSON"),
+                    lines => message.push_str(&format!(
+                        "; the server wrote {lines} lines on stdout that are not JSON"
+                    )),
+                }
+                with_stderr(message, process.as_ref())
+            }
             ConnectError::CommandNotFound(command) => {
                 format!("command not found: {command} (is it installed and on the agent's PATH?)")
             }
@@ -340,6 +354,8 @@ impl ConnectionTask {
                 message: detail,
                 closed,
             }) => match process.as_mut() {
+                // The engine closed the pipe itself: say why, not what the pipe said.
+                Some(child) if closed && child.sent_oversized_message() => oversized(child),
                 // A process that died explains a closed pipe better than the pipe does.
                 Some(child) if closed => {
                     match tokio::time::timeout(EXIT_STATUS_GRACE, child.wait()).await {
@@ -400,6 +416,15 @@ async fn exited(
         }
         None => message,
     }
+}
+
+/// The diagnostic for a server whose stdout carried a message over [`MAX_MESSAGE_BYTES`].
+fn oversized(process: &ServerProcess) -> String {
+    let message = format!(
+        "the server sent a message larger than {} MiB",
+        MAX_MESSAGE_BYTES / (1024 * 1024)
+    );
+    with_stderr(message, Some(process))
 }
 
 /// Appends the stderr tail, keeping its end (the freshest lines) within the diagnostic bound.

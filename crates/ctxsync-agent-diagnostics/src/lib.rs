@@ -14,6 +14,7 @@
 mod config;
 mod connection;
 mod engine;
+mod line_limit;
 mod process;
 mod report;
 mod sanitize;

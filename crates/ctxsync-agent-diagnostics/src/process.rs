@@ -10,6 +10,8 @@ use std::{
 };
 
 use nix::{sys::signal::Signal, unistd::Pid};
+
+use crate::line_limit::{LineLimit, MAX_MESSAGE_BYTES, StdoutWatch};
 use tokio::{
     io::AsyncReadExt,
     process::{Child, ChildStdin, ChildStdout, Command},
@@ -108,6 +110,8 @@ pub(crate) struct ServerProcess {
     groups: Arc<ProcessGroups>,
     stderr: Arc<StderrTail>,
     stderr_reader: Option<tokio::task::JoinHandle<()>>,
+    /// What the stdout reader saw (oversized message, lines that are not JSON).
+    stdout: Arc<StdoutWatch>,
 }
 
 /// What spawning needs to know.
@@ -120,11 +124,12 @@ pub(crate) struct SpawnSpec<'a> {
 }
 
 impl ServerProcess {
-    /// Spawns the server in `cwd` with exactly the agent env plus the entry env.
+    /// Spawns the server in `cwd` with exactly the agent env plus the entry env. Its stdout is
+    /// bounded per message by [`MAX_MESSAGE_BYTES`].
     pub(crate) fn spawn(
         spec: SpawnSpec<'_>,
         groups: Arc<ProcessGroups>,
-    ) -> io::Result<(Self, ChildStdout, ChildStdin)> {
+    ) -> io::Result<(Self, LineLimit<ChildStdout>, ChildStdin)> {
         let mut command = Command::new(spec.command);
         command
             .args(spec.args)
@@ -160,12 +165,14 @@ impl ServerProcess {
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err(io::Error::other("stdio pipes were not created"));
         };
+        let stdout = LineLimit::new(stdout, MAX_MESSAGE_BYTES);
         let process = Self {
             child,
             pgid,
             groups,
             stderr,
             stderr_reader,
+            stdout: stdout.watch(),
         };
         Ok((process, stdout, stdin))
     }
@@ -183,6 +190,16 @@ impl ServerProcess {
         {
             self.stderr_reader = None;
         }
+    }
+
+    /// Whether the connection was failed because stdout carried an oversized message.
+    pub(crate) fn sent_oversized_message(&self) -> bool {
+        self.stdout.oversized()
+    }
+
+    /// How many lines on stdout could not be JSON-RPC (e.g. a server logging to stdout).
+    pub(crate) fn not_json_lines(&self) -> usize {
+        self.stdout.not_json_lines()
     }
 
     /// The stderr tail as text.

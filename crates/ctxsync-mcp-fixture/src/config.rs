@@ -14,6 +14,23 @@ pub enum FixtureTransport {
     Http,
 }
 
+/// What a `--malformed-stdout` server writes instead of its answer to `initialize`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MalformedStdout {
+    /// Lines of plain text (log noise on stdout), none of them JSON.
+    NotJson,
+    /// Lines of well-formed JSON that are not JSON-RPC messages.
+    NotJsonrpc,
+    /// A well-formed `initialize` result whose id is not the request's.
+    WrongId,
+    /// The start of a response that never ends: `--huge-line-bytes` bytes and no newline,
+    /// written in chunks (the fixture never holds the line in memory).
+    HugeLine,
+}
+
+/// Default size of the `huge-line` message: far beyond any sane JSON-RPC message.
+const DEFAULT_HUGE_LINE_BYTES: usize = 256 * 1024 * 1024;
+
 /// One tool the fixture offers, as given with `--tool-json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpec {
@@ -155,6 +172,17 @@ pub struct FixtureConfig {
     /// Write this many bytes to stderr at start.
     #[arg(long, default_value_t = 0)]
     stderr_flood_bytes: usize,
+    /// stdio process mode: read the client's `initialize` request, then write KIND to stdout
+    /// instead of the answer; afterwards only read stdin until the client closes it.
+    #[arg(long, value_enum, value_name = "KIND")]
+    malformed_stdout: Option<MalformedStdout>,
+    /// Size in bytes of the `--malformed-stdout huge-line` message.
+    #[arg(long, default_value_t = DEFAULT_HUGE_LINE_BYTES)]
+    huge_line_bytes: usize,
+    /// Right after `initialized`, send this many unsolicited `notifications/progress` (for a
+    /// progress token the client never issued), while answering requests as usual.
+    #[arg(long, default_value_t = 0)]
+    notification_flood: usize,
     /// This long after `initialized`, replace the tools with `--changed-tools` generated ones
     /// (`changed_0`, ...) and send `notifications/tools/list_changed`.
     #[arg(long)]
@@ -246,6 +274,19 @@ impl FixtureConfig {
             flag(
                 "stderr-flood-bytes",
                 Some(self.stderr_flood_bytes.to_string()),
+            );
+        }
+        if let Some(kind) = self.malformed_stdout {
+            let name = kind.to_possible_value().map(|v| v.get_name().to_owned());
+            flag("malformed-stdout", name);
+        }
+        if self.huge_line_bytes != DEFAULT_HUGE_LINE_BYTES {
+            flag("huge-line-bytes", Some(self.huge_line_bytes.to_string()));
+        }
+        if self.notification_flood > 0 {
+            flag(
+                "notification-flood",
+                Some(self.notification_flood.to_string()),
             );
         }
         if let Some(ms) = self.change_tools_after_ms {
@@ -351,6 +392,21 @@ impl FixtureConfig {
         self.stderr_flood_bytes = bytes;
         self
     }
+    /// Answer `initialize` with `kind` on stdout instead (stdio process mode only).
+    pub fn malformed_stdout(mut self, kind: MalformedStdout) -> Self {
+        self.malformed_stdout = Some(kind);
+        self
+    }
+    /// Size of the [`MalformedStdout::HugeLine`] message (default 256 MiB).
+    pub fn huge_line_bytes(mut self, bytes: usize) -> Self {
+        self.huge_line_bytes = bytes;
+        self
+    }
+    /// Send `count` unsolicited progress notifications right after `initialized`.
+    pub fn notification_flood(mut self, count: usize) -> Self {
+        self.notification_flood = count;
+        self
+    }
     /// After `delay`, switch to `count` tools named `changed_*` and notify the client.
     pub fn change_tools_after(mut self, delay: Duration, count: usize) -> Self {
         self.change_tools_after_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
@@ -410,6 +466,13 @@ impl FixtureConfig {
     }
     pub(crate) fn stderr_flood_value(&self) -> usize {
         self.stderr_flood_bytes
+    }
+    pub(crate) fn malformed_stdout_value(&self) -> Option<(MalformedStdout, usize)> {
+        self.malformed_stdout
+            .map(|kind| (kind, self.huge_line_bytes))
+    }
+    pub(crate) fn notification_flood_value(&self) -> usize {
+        self.notification_flood
     }
     pub(crate) fn tool_change(&self) -> Option<(Duration, usize)> {
         self.change_tools_after_ms
@@ -478,6 +541,15 @@ mod tests {
         );
         check(FixtureConfig::new().hang().exit_on_start(7));
         check(FixtureConfig::new().stderr_secret("hunter22", 2));
+        for kind in MalformedStdout::value_variants() {
+            check(FixtureConfig::new().malformed_stdout(*kind));
+        }
+        check(
+            FixtureConfig::new()
+                .malformed_stdout(MalformedStdout::HugeLine)
+                .huge_line_bytes(1 << 20)
+                .notification_flood(500),
+        );
     }
 
     #[test]
@@ -487,6 +559,7 @@ mod tests {
             vec!["--tool-json", "{\"description\": \"x\"}"],
             vec!["--require-header", "no-colon"],
             vec!["--transport", "carrier-pigeon"],
+            vec!["--malformed-stdout", "politely-wrong"],
         ] {
             assert!(FixtureConfig::from_args(&args).is_err(), "{args:?}");
         }

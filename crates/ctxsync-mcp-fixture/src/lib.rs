@@ -5,7 +5,8 @@
 //! binary with `--transport http`, which prints its URL on stdout), scripted by
 //! [`FixtureConfig`] (builder or CLI flags): tool count and schemas, slow, hung or failing
 //! `initialize`, exits with a chosen code, paged or never-ending `tools/list`, oversized tool
-//! lists, secrets and floods on stderr, `tools/list_changed`, a per-instance nonce and an
+//! lists, secrets and floods on stderr, malformed or endless stdout instead of an answer,
+//! floods of unsolicited notifications, `tools/list_changed`, a per-instance nonce and an
 //! optional required HTTP header. Other crates' tests get the binary from [`binary_path`].
 //!
 //! It must never be a normal dependency of a library crate (dev-dependency only; the demo
@@ -14,11 +15,12 @@
 mod binary;
 mod config;
 mod http;
+mod malformed;
 mod process;
 mod server;
 
 pub use binary::{FIXTURE_BIN_ENV, binary_path};
-pub use config::{FixtureConfig, FixtureTransport, ToolSpec};
+pub use config::{FixtureConfig, FixtureTransport, MalformedStdout, ToolSpec};
 pub use http::{HttpFixture, serve_http};
 pub use process::run_process;
 pub use server::FixtureServer;

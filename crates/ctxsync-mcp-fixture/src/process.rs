@@ -48,6 +48,14 @@ pub async fn run_process(config: FixtureConfig) -> ExitCode {
     if config.exits_on_start() && should_exit(&config) {
         std::process::exit(config.exit_code_value());
     }
+    if let Some((kind, huge_line_bytes)) = config.malformed_stdout_value()
+        && config.transport() == FixtureTransport::Stdio
+    {
+        let run = move || crate::malformed::run(kind, huge_line_bytes);
+        return tokio::task::spawn_blocking(run)
+            .await
+            .unwrap_or(ExitCode::FAILURE);
+    }
 
     match config.transport() {
         FixtureTransport::Stdio => match server.serve(rmcp::transport::stdio()).await {

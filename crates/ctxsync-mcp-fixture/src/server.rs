@@ -9,8 +9,9 @@ use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-        InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-        ServerCapabilities, ServerConfig, Tool,
+        InitializeRequestParams, InitializeResult, ListToolsResult, NumberOrString,
+        PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+        ServerConfig, Tool,
     },
     service::{NotificationContext, RequestContext},
 };
@@ -198,6 +199,21 @@ impl ServerHandler for FixtureServer {
                 server.set_tools(server.shared.config.changed_tool_list());
                 // The client may already be gone; nothing to report to anyone then.
                 let _ = peer.notify_tool_list_changed().await;
+            });
+        }
+        let flood = config.notification_flood_value();
+        if flood > 0 {
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                let token = ProgressToken(NumberOrString::String("never-issued".into()));
+                let mut progress = 0.0;
+                for _ in 0..flood {
+                    progress += 1.0;
+                    let params = ProgressNotificationParam::new(token.clone(), progress);
+                    if peer.notify_progress(params).await.is_err() {
+                        break; // the client is gone
+                    }
+                }
             });
         }
         if let Some(delay) = config.exit_after_value()
