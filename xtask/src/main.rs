@@ -227,18 +227,26 @@ fn workspace_members(root: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Debian packages the tests need: a real browser and its WebDriver for the web page test.
-const APT_PACKAGES: &[(&str, &str)] = &[
-    ("/usr/bin/chromium", "chromium"),
-    ("/usr/bin/chromedriver", "chromium-driver"),
+/// Debian packages the tests need: a real browser and its WebDriver for the web page test,
+/// as (path, the variable that may point elsewhere instead, package).
+const APT_PACKAGES: &[(&str, &str, &str)] = &[
+    ("/usr/bin/chromium", "CTXSYNC_CHROMIUM", "chromium"),
+    (
+        "/usr/bin/chromedriver",
+        "CTXSYNC_CHROMEDRIVER",
+        "chromium-driver",
+    ),
 ];
 
 /// Installs test prerequisites a fresh machine lacks; each is skipped when present.
 fn install_test_tools(root: &Path) -> Result<()> {
     let missing: Vec<&str> = APT_PACKAGES
         .iter()
-        .filter(|(path, _)| !Path::new(path).exists())
-        .map(|(_, package)| *package)
+        .filter(|(path, var, _)| {
+            let path = std::env::var_os(var).map_or_else(|| PathBuf::from(path), PathBuf::from);
+            !path.exists()
+        })
+        .map(|(_, _, package)| *package)
         .collect();
     if !missing.is_empty() {
         let is_root = Command::new("id")

@@ -5,27 +5,39 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ctxsync_protocol::{DiscoveryPhase, Startup};
 use support::webdriver::Browser;
 use support::*;
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const WAIT: Duration = Duration::from_secs(15);
 
+/// The browser and its driver: Debian's packages by default; `CTXSYNC_CHROMIUM` and
+/// `CTXSYNC_CHROMEDRIVER` point elsewhere (e.g. a CI image's preinstalled Chrome).
+fn browser_paths() -> (PathBuf, PathBuf) {
+    let path = |var: &str, default: &str| {
+        std::env::var_os(var).map_or_else(|| PathBuf::from(default), PathBuf::from)
+    };
+    (
+        path("CTXSYNC_CHROMIUM", "/usr/bin/chromium"),
+        path("CTXSYNC_CHROMEDRIVER", "/usr/bin/chromedriver"),
+    )
+}
+
 fn browser_available() -> bool {
-    let present = Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists();
+    let (chromium, chromedriver) = browser_paths();
+    let present = chromium.exists() && chromedriver.exists();
     if !present {
+        let (chromium, chromedriver) = (chromium.display(), chromedriver.display());
         if std::env::var_os("CI").is_some() {
             panic!(
-                "{CHROMIUM} and {CHROMEDRIVER} are required in CI (apt-get install chromium chromium-driver)"
+                "{chromium} and {chromedriver} are required in CI (apt-get install chromium chromium-driver, or set CTXSYNC_CHROMIUM and CTXSYNC_CHROMEDRIVER)"
             );
         }
         eprintln!(
-            "SKIPPED: the browser test needs {CHROMIUM} and {CHROMEDRIVER} (apt-get install chromium chromium-driver)"
+            "SKIPPED: the browser test needs {chromium} and {chromedriver} (apt-get install chromium chromium-driver)"
         );
     }
     present
@@ -50,7 +62,8 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
     .await;
     let chat = h.new_chat(agent).await;
 
-    let browser = Browser::start(Path::new(CHROMIUM), Path::new(CHROMEDRIVER))
+    let (chromium, chromedriver) = browser_paths();
+    let browser = Browser::start(&chromium, &chromedriver)
         .await
         .expect("browser starts");
     browser
