@@ -9,7 +9,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ctxsync_agent_diagnostics::{Engine, EngineConfig};
 use ctxsync_agent_publication::{
-    EngineReports, Publisher, PublisherConfig, ReportSource, ScanConfig, Timing,
+    DEFAULT_MAX_WATCHED_DIRS, EngineReports, Publisher, PublisherConfig, ReportSource, ScanConfig,
+    Timing,
 };
 
 /// The environment variable holding the agent's token (never a flag: flags show in `ps`).
@@ -80,6 +81,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             mcp_config_paths: mcp_configs,
         },
         timing: Timing::default(),
+        max_watched_dirs: DEFAULT_MAX_WATCHED_DIRS,
     };
     let result = match Publisher::new(config, reports) {
         Ok(publisher) => {
