@@ -5,8 +5,9 @@
 //! Owns: the per-process run id; the context resolver ([`resolve`]: instruction files,
 //! skills and their front matter ([`parse_front_matter`]), `.mcp.json` rows, MCP server
 //! rows, caps and statuses); snapshot versions and the aggregate hash; watching context
-//! files; the push loop over gRPC with registration (`UpdateStartup`) on every connection,
-//! coalescing, backoff and reconnects ([`Publisher`]).
+//! files (polling, with a snapshot error, whatever cannot be watched); the push loop over
+//! gRPC with registration (`UpdateStartup`) on every connection, coalescing, backoff and
+//! reconnects ([`Publisher`]).
 //!
 //! Must never:
 //! - send the content of an `.mcp.json` file (it holds secrets; rows carry hash and size),
@@ -41,8 +42,8 @@ pub use error::PublishError;
 pub use front_matter::{FrontMatter, FrontMatterError, parse_front_matter};
 pub use publisher::{
     ConnectionState, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL,
-    DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT, Publisher,
-    PublisherConfig, PublisherStatus, Timing,
+    DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_MAX_WATCHED_DIRS, DEFAULT_POLL_INTERVAL,
+    DEFAULT_REQUEST_TIMEOUT, Publisher, PublisherConfig, PublisherStatus, Timing,
 };
 pub use report::{
     ChangedFuture, ConfigOutcome, DiscoveryReport, ReportPhase, ReportSource, ServerOutcome,

@@ -20,7 +20,7 @@ use crate::backoff::{Backoff, BackoffPolicy};
 use crate::connection::{BearerAuth, Connection};
 use crate::error::PublishError;
 use crate::report::ReportSource;
-use crate::resolve::{Resolution, ScanConfig, resolve_with_watch};
+use crate::resolve::{Resolution, ScanConfig, merge_snapshot_errors, resolve_with_watch};
 use crate::scan;
 use crate::watcher::{DEFAULT_DEBOUNCE, FileWatcher};
 
@@ -32,8 +32,11 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a ping may go unanswered before the connection counts as dead.
 pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often context files are re-read when the platform file watcher cannot run.
+/// How often context files are re-read while some of them cannot be watched (the platform
+/// file watcher cannot run, or a directory is over the watch budget or the system's limit).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(30);
+/// Default for [`PublisherConfig::max_watched_dirs`].
+pub const DEFAULT_MAX_WATCHED_DIRS: usize = 8192;
 
 /// Every delay and bound the publisher uses; tests shrink them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,6 +77,12 @@ pub struct PublisherConfig {
     /// What to scan. `~` and `$VAR`/`${VAR}` in the workspace directory are expanded.
     pub scan: ScanConfig,
     pub timing: Timing,
+    /// Most directories watched at once ([`DEFAULT_MAX_WATCHED_DIRS`]). Watches (inotify's
+    /// `max_user_watches` on Linux) are a per-user resource shared with editors and IDEs,
+    /// so the agent never takes them all: beyond this budget, or when the system's limit
+    /// is reached first, the rest is polled every [`Timing::poll_interval`] and snapshots
+    /// carry a snapshot error saying so until everything is watched again.
+    pub max_watched_dirs: usize,
 }
 
 impl std::fmt::Debug for PublisherConfig {
@@ -84,6 +93,7 @@ impl std::fmt::Debug for PublisherConfig {
             .field("agent_version", &self.agent_version)
             .field("scan", &self.scan)
             .field("timing", &self.timing)
+            .field("max_watched_dirs", &self.max_watched_dirs)
             .finish()
     }
 }
@@ -124,6 +134,7 @@ pub struct Publisher {
     startup: Startup,
     scan: ScanConfig,
     timing: Timing,
+    max_watched_dirs: usize,
     reports: Option<Box<dyn ReportSource>>,
     status: watch::Sender<PublisherStatus>,
     run_id: uuid::Uuid,
@@ -190,6 +201,7 @@ impl Publisher {
             startup,
             scan,
             timing: config.timing,
+            max_watched_dirs: config.max_watched_dirs,
             reports,
             status,
             run_id,
@@ -221,12 +233,21 @@ impl Publisher {
             startup,
             scan,
             timing,
+            max_watched_dirs,
             reports,
             status,
             run_id,
         } = self;
         let (published_tx, published_rx) = watch::channel(None);
-        let produce = produce(scan, reports, timing.clone(), published_tx, status.clone());
+        let watcher = FileWatcher::new(timing.poll_interval, max_watched_dirs);
+        let produce = produce(
+            scan,
+            reports,
+            watcher,
+            timing.debounce,
+            published_tx,
+            status.clone(),
+        );
         let deliver = Deliver {
             endpoint,
             auth,
@@ -292,16 +313,17 @@ fn expand_variables(text: &str) -> Result<String, String> {
 }
 
 /// Resolves on every relevant change and publishes a new version when the result differs
-/// from the last published one. Never returns.
+/// from the last published one (the snapshot error included, so entering or leaving
+/// degraded watching publishes even when no resource changed). Never returns.
 async fn produce(
     scan: ScanConfig,
     mut reports: Option<Box<dyn ReportSource>>,
-    timing: Timing,
+    mut watcher: FileWatcher,
+    debounce: Duration,
     published: watch::Sender<Option<Arc<Published>>>,
     status: watch::Sender<PublisherStatus>,
 ) -> Infallible {
     let scan = Arc::new(scan);
-    let mut watcher = FileWatcher::new(timing.poll_interval);
     let mut reports_open = reports.is_some();
     let mut version = 0u64;
     let mut last: Option<Resolution> = None;
@@ -315,8 +337,10 @@ async fn produce(
         let mut resolve_again = false;
         let mut new_version = None;
         match resolved {
-            Ok((resolution, watch_set)) => {
+            Ok((mut resolution, watch_set)) => {
                 resolve_again = watcher.update(watch_set);
+                resolution.snapshot_error =
+                    merge_snapshot_errors(resolution.snapshot_error.take(), watcher.degraded());
                 if last.as_ref() != Some(&resolution) {
                     version += 1;
                     log_published(version, &resolution, last.as_ref());
@@ -351,7 +375,7 @@ async fn produce(
                     reports_open = false;
                 }
             }
-            () = watcher.changed(timing.debounce) => {}
+            () = watcher.changed(debounce) => {}
         }
     }
 }

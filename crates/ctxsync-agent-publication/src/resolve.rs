@@ -773,9 +773,69 @@ pub(crate) fn bound_error(text: String) -> String {
     format!("{kept}{TRUNCATED}")
 }
 
+/// One snapshot error from the resolver's and the watcher's, within the wire's limit. The
+/// watcher's note is short and kept whole (it says why changes may arrive late); the
+/// resolver's part is shortened if both do not fit.
+pub(crate) fn merge_snapshot_errors(
+    resolver: Option<String>,
+    watching: Option<&str>,
+) -> Option<String> {
+    const SEPARATOR: &str = "; ";
+    let Some(watching) = watching else {
+        return resolver.map(bound_error);
+    };
+    // Never more than half the limit, so the resolver's part always keeps some room.
+    let watching = truncate_to_boundary(watching, MAX_ERROR_BYTES / 2);
+    let Some(resolver) = resolver else {
+        return Some(watching.to_owned());
+    };
+    let room = MAX_ERROR_BYTES - SEPARATOR.len() - watching.len();
+    let resolver = if resolver.len() <= room {
+        resolver
+    } else {
+        let kept = truncate_to_boundary(&resolver, room - TRUNCATED.len());
+        format!("{kept}{TRUNCATED}")
+    };
+    Some(format!("{resolver}{SEPARATOR}{watching}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn snapshot_errors_merge_within_the_limit() {
+        let check = |resolver: Option<&str>, watching: Option<&str>, expect: Option<&str>| {
+            let merged = merge_snapshot_errors(resolver.map(str::to_owned), watching);
+            assert_eq!(merged.as_deref(), expect);
+        };
+        check(None, None, None);
+        check(Some("caps"), None, Some("caps"));
+        check(None, Some("watching"), Some("watching"));
+        check(Some("caps"), Some("watching"), Some("caps; watching"));
+
+        // A long resolver error is shortened; the watcher's note survives whole.
+        let long = "é".repeat(MAX_ERROR_BYTES); // two bytes each: cut on a char boundary
+        let note = "watching context files: polling every 2 s";
+        let merged = merge_snapshot_errors(Some(long), Some(note)).unwrap();
+        assert!(merged.len() <= MAX_ERROR_BYTES, "{}", merged.len());
+        assert!(merged.len() >= MAX_ERROR_BYTES - 1, "{}", merged.len());
+        assert!(
+            merged.ends_with(&format!("{TRUNCATED}; {note}")),
+            "{merged}"
+        );
+
+        // Neither part alone can take the whole limit.
+        let huge_note = "n".repeat(2 * MAX_ERROR_BYTES);
+        let merged =
+            merge_snapshot_errors(Some("x".repeat(MAX_ERROR_BYTES)), Some(&huge_note)).unwrap();
+        assert_eq!(merged.len(), MAX_ERROR_BYTES);
+        assert!(merged.starts_with("xxx") && merged.ends_with("nnn"));
+        let alone = merge_snapshot_errors(None, Some(&huge_note)).unwrap();
+        assert_eq!(alone.len(), MAX_ERROR_BYTES / 2);
+        let resolver_alone = merge_snapshot_errors(Some("y".repeat(2 * MAX_ERROR_BYTES)), None);
+        assert_eq!(resolver_alone.unwrap().len(), MAX_ERROR_BYTES);
+    }
 
     #[test]
     fn kebab_case() {

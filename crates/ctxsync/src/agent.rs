@@ -9,7 +9,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ctxsync_agent_diagnostics::{Engine, EngineConfig};
 use ctxsync_agent_publication::{
-    EngineReports, Publisher, PublisherConfig, ReportSource, ScanConfig, Timing,
+    DEFAULT_MAX_WATCHED_DIRS, EngineReports, Publisher, PublisherConfig, ReportSource, ScanConfig,
+    Timing,
 };
 
 /// The environment variable holding the agent's token (never a flag: flags show in `ps`).
@@ -42,6 +43,11 @@ pub struct AgentArgs {
     /// Bound on one MCP server's start, `initialize` and first tool list.
     #[arg(long, value_name = "MS", default_value_t = default_mcp_timeout_ms())]
     pub mcp_timeout_ms: u64,
+    /// Most directories watched for context changes at once. Watches (inotify's
+    /// max_user_watches on Linux) are shared with editors and IDEs; beyond this budget, or
+    /// when the system's limit is reached, the rest is polled and snapshots say so.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_WATCHED_DIRS)]
+    pub max_watched_dirs: usize,
 }
 
 pub(crate) fn default_mcp_timeout_ms() -> u64 {
@@ -80,6 +86,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             mcp_config_paths: mcp_configs,
         },
         timing: Timing::default(),
+        max_watched_dirs: args.max_watched_dirs,
     };
     let result = match Publisher::new(config, reports) {
         Ok(publisher) => {

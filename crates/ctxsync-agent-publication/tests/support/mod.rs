@@ -293,6 +293,7 @@ pub fn config(url: &str, workspace: &Path) -> PublisherConfig {
             ..ScanConfig::default()
         },
         timing: fast_timing(),
+        max_watched_dirs: ctxsync_agent_publication::DEFAULT_MAX_WATCHED_DIRS,
     }
 }
 
