@@ -1,7 +1,7 @@
 //! Fault injection: a first-turn waiter whose HTTP client disconnects does not break later
-//! turns, and a PostgreSQL outage (simulated by a loopback proxy that cuts every
-//! connection) fails pushes with `Unavailable` until the database is back, then the
-//! agent's newest snapshot lands and change notifications flow again. (A server killed
+//! turns, and a PostgreSQL outage (a loopback proxy that resets every connection, or
+//! black-holes them) fails pushes with `Unavailable` until the database is back, then
+//! the agent's newest snapshot lands and change notifications flow again. (A server killed
 //! mid-stream and restarted is `agent.rs`'s `a_server_restart_loses_nothing`.)
 
 mod processes;
@@ -98,15 +98,26 @@ const DB_OPERATION_TIMEOUT_MS: &str = "5000";
 /// What the agent's workspace gains while the database is cut.
 const WRITTEN_WHILE_CUT: &str = "# Written while PostgreSQL was cut\n";
 
-/// A loopback TCP proxy in front of PostgreSQL that the test can cut and restore.
-/// Cut: every open connection is reset in both directions and new ones are reset as
-/// soon as they are accepted. Restored: new connections are forwarded again.
+/// The state of the proxy's path to PostgreSQL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// Forwarding.
+    Up,
+    /// The database stopped: open connections are reset both ways, new ones on arrival.
+    Cut,
+    /// A silent network: open connections stop forwarding and new ones are accepted but
+    /// never forwarded; all of them are reset when the path comes back, as a peer that
+    /// lost its state would.
+    BlackHole,
+}
+
+/// A loopback TCP proxy in front of PostgreSQL that the test can break and restore.
 struct Proxy {
     addr: SocketAddr,
-    up: watch::Sender<bool>,
-    /// Connections reset on arrival while cut.
+    path: watch::Sender<Path>,
+    /// Connections that arrived while the path was down.
     refused: Arc<AtomicU64>,
-    /// Open connections reset by a cut.
+    /// Open connections broken by a fault.
     severed: Arc<AtomicU64>,
     // Aborting it drops the listener and, with its `JoinSet`, every connection.
     accept: JoinHandle<()>,
@@ -118,7 +129,7 @@ impl Proxy {
             .await
             .expect("a proxy port");
         let addr = listener.local_addr().unwrap();
-        let (up, up_rx) = watch::channel(true);
+        let (path, path_rx) = watch::channel(Path::Up);
         let refused = Arc::new(AtomicU64::new(0));
         let severed = Arc::new(AtomicU64::new(0));
         let (refused_count, severed_count) = (refused.clone(), severed.clone());
@@ -129,12 +140,21 @@ impl Proxy {
                 let Ok((client, _)) = listener.accept().await else {
                     continue;
                 };
-                if !*up_rx.borrow() {
+                let mut state = path_rx.clone();
+                let fault = *state.borrow();
+                if fault != Path::Up {
                     refused_count.fetch_add(1, Ordering::Relaxed);
-                    reset(client);
+                    if fault == Path::Cut {
+                        reset(client);
+                    } else {
+                        // Held silently until the path comes back, then reset.
+                        connections.spawn(async move {
+                            let _ = state.wait_for(|p| *p == Path::Up).await;
+                            reset(client);
+                        });
+                    }
                     continue;
                 }
-                let mut cut = up_rx.clone();
                 let upstream = upstream.clone();
                 let severed = severed_count.clone();
                 connections.spawn(async move {
@@ -143,32 +163,31 @@ impl Proxy {
                         return;
                     };
                     let mut client = client;
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = cut.wait_for(|up| !*up) => {
-                            severed.fetch_add(1, Ordering::Relaxed);
-                            reset(client);
-                            reset(server);
-                        }
+                    let broken = tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => false,
+                        _ = async { drop(state.wait_for(|p| *p != Path::Up).await) } => true,
+                    };
+                    if broken {
+                        severed.fetch_add(1, Ordering::Relaxed);
+                        // A black hole keeps both sockets open, silent, until it heals.
+                        drop(state.wait_for(|p| *p != Path::BlackHole).await);
+                        reset(client);
+                        reset(server);
                     }
                 });
             }
         });
         Self {
             addr,
-            up,
+            path,
             refused,
             severed,
             accept,
         }
     }
 
-    fn cut(&self) {
-        self.up.send_replace(false);
-    }
-
-    fn restore(&self) {
-        self.up.send_replace(true);
+    fn set(&self, path: Path) {
+        self.path.send_replace(path);
     }
 }
 
@@ -306,6 +325,18 @@ fn accepted_versions(agent_log: &str) -> Vec<u64> {
 /// again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_outage_fails_pushes_and_everything_recovers() {
+    outage(Path::Cut).await;
+}
+
+/// The same with a silent network instead of a stopped database: nothing is reset until
+/// the path heals, so only the server's own bounds (pool wait, operation deadline, libpq
+/// connect timeout) keep requests from hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_postgres_fails_pushes_and_everything_recovers() {
+    outage(Path::BlackHole).await;
+}
+
+async fn outage(fault: Path) {
     let Some(store) = database(Backend::Postgres).await else {
         return;
     };
@@ -383,18 +414,21 @@ async fn a_postgres_outage_fails_pushes_and_everything_recovers() {
     let run_id = before.agent.agent_run_id.clone();
     assert!(!run_id.is_empty(), "{before:#?}");
 
-    // 2. Cut: the server loses every connection, LISTEN included.
-    proxy.cut();
+    // 2. Cut: the server loses every connection, LISTEN included (a black hole leaves
+    //    them open and silent).
+    proxy.set(fault);
     let cut_at = Instant::now();
-    test.until(
-        "the server noticing its LISTEN connection is gone",
-        || async move {
-            test.log_contains("server", "LISTEN connection lost")
-                .await
-                .then_some(())
-        },
-    )
-    .await;
+    if fault == Path::Cut {
+        test.until(
+            "the server noticing its LISTEN connection is gone",
+            || async move {
+                test.log_contains("server", "LISTEN connection lost")
+                    .await
+                    .then_some(())
+            },
+        )
+        .await;
+    }
 
     // 3. The HTTP API answers at once with a clear error rather than hanging.
     let (status, body) = test.get(&format!("{}/healthz", server.http_url())).await;
@@ -446,7 +480,7 @@ async fn a_postgres_outage_fails_pushes_and_everything_recovers() {
 
     // 5. Restore: the change made during the outage lands, from the same process.
     let attempts_while_cut = test.unavailable_attempts() - attempts_before;
-    proxy.restore();
+    proxy.set(Path::Up);
     let restored_at = Instant::now();
     let after = test
         .until("the change made during the outage landing", || async move {
@@ -592,11 +626,11 @@ async fn a_postgres_outage_fails_pushes_and_everything_recovers() {
     assert!(server.is_running(), "{}", test.logs.read("server"));
     assert!(process.is_running(), "{}", test.logs.read("agent"));
     eprintln!(
-        "PostgreSQL outage: cut for {:?}; pushes failed (Unavailable) from the first \
+        "PostgreSQL outage ({fault:?}): cut for {:?}; pushes failed (Unavailable) from the first \
          observed failure for {:?}; {attempts_while_cut} agent API calls failed while cut \
          ({rejected_unavailable} refused as unavailable by the server in all); the change \
          landed {recovery:?} after restore, LISTEN was back {listen_back:?} after restore; \
-         proxy reset {} open and {} new connections",
+         proxy broke {} open and {} new connections",
         restored_at - cut_at,
         restored_at - first_failure_seen,
         proxy.severed.load(Ordering::Relaxed),
