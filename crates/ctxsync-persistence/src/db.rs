@@ -94,8 +94,9 @@ pub enum Backend {
 
 /// Default of [`StoreOptions::connection_timeout`].
 pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default of [`StoreOptions::operation_timeout`].
-pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of [`StoreOptions::operation_timeout`]: below the agent's 30 s request timeout,
+/// so a stuck database reaches agents as `Unavailable` rather than as their own timeout.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(20);
 /// PostgreSQL TCP keepalive: idle time before the first probe, the gap between probes,
 /// and how many unanswered probes mean the peer is gone. A server that vanished without
 /// closing its sockets (host down, network cut) is noticed within about 25 s, even by a
