@@ -92,14 +92,36 @@ pub enum Backend {
     Sqlite,
 }
 
+/// Default of [`StoreOptions::connection_timeout`].
+pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default of [`StoreOptions::operation_timeout`]: below the agent's 30 s request timeout,
+/// so a stuck database reaches agents as `Unavailable` rather than as their own timeout.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(20);
+/// PostgreSQL TCP keepalive: idle time before the first probe, the gap between probes,
+/// and how many unanswered probes mean the peer is gone. A server that vanished without
+/// closing its sockets (host down, network cut) is noticed within about 25 s, even by a
+/// connection blocked waiting for a query's answer.
+pub const TCP_KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+pub const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+pub const TCP_KEEPALIVE_RETRIES: u32 = 3;
+
 /// Tuning knobs; the defaults suit a small control plane on a 2-core machine.
 #[derive(Clone, Debug)]
 pub struct StoreOptions {
     /// Most pooled connections (PostgreSQL) or SQLite handles.
     pub max_connections: u32,
     /// How long an operation waits for a pooled connection before reporting
-    /// [`StoreError::Unavailable`].
+    /// [`StoreError::Unavailable`]. PostgreSQL: also bounds opening one connection
+    /// (libpq's `connect_timeout`, at least 2 s, and the LISTEN connection's connect and
+    /// `LISTEN`), so a database that accepts nothing cannot hold the pool's connector
+    /// threads.
     pub connection_timeout: Duration,
+    /// Bound on one whole store operation: the wait for a connection plus its
+    /// transaction. Past it the caller gets [`StoreError::Unavailable`] at once, while
+    /// the blocking thread finishes or fails on its own (TCP keepalive breaks a
+    /// connection to a vanished server); if that transaction commits after all, its
+    /// in-process event is lost and waiters see the change on their re-check timer.
+    pub operation_timeout: Duration,
     /// SQLite: how long a writer waits for the write lock before failing.
     pub sqlite_busy_timeout: Duration,
     /// PostgreSQL: the first delay before reconnecting the LISTEN connection; it doubles
@@ -112,7 +134,8 @@ impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             max_connections: 8,
-            connection_timeout: Duration::from_secs(5),
+            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             sqlite_busy_timeout: Duration::from_secs(5),
             listener_initial_backoff: Duration::from_millis(100),
             listener_max_backoff: Duration::from_secs(5),
@@ -208,7 +231,9 @@ impl Pool {
                     .max_size(options.max_connections.max(1))
                     .min_idle(Some(1))
                     .connection_timeout(options.connection_timeout)
-                    .build(ConnectionManager::<PgConnection>::new(url))?;
+                    .build(ConnectionManager::<PgConnection>::new(libpq_url(
+                        url, options,
+                    )))?;
                 let mut conn = pool.get()?;
                 migrate_postgres(&mut conn)?;
                 Ok(Self::Postgres(pool))
@@ -255,6 +280,43 @@ impl Pool {
             Self::Sqlite(p) => PooledConn::Sqlite(p.get()?),
         })
     }
+}
+
+/// `url` with libpq's connect timeout and TCP keepalive parameters added, unless the URL
+/// sets them itself. Without them libpq waits for a connection, or for a query's answer
+/// from a server that vanished, as long as the kernel lets it (minutes to hours).
+fn libpq_url(url: &str, options: &StoreOptions) -> String {
+    // libpq counts whole seconds and treats anything under 2 as 2.
+    let connect_timeout_s = options.connection_timeout.as_secs_f64().ceil().max(2.0) as u64;
+    let defaults = [
+        ("connect_timeout", connect_timeout_s.to_string()),
+        ("keepalives", "1".to_owned()),
+        ("keepalives_idle", TCP_KEEPALIVE_IDLE.as_secs().to_string()),
+        (
+            "keepalives_interval",
+            TCP_KEEPALIVE_INTERVAL.as_secs().to_string(),
+        ),
+        ("keepalives_count", TCP_KEEPALIVE_RETRIES.to_string()),
+    ];
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, query),
+        None => (url, ""),
+    };
+    let given: Vec<&str> = query
+        .split('&')
+        .filter_map(|pair| pair.split('=').next())
+        .collect();
+    let mut pairs: Vec<String> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(str::to_owned)
+        .collect();
+    for (key, value) in defaults {
+        if !given.contains(&key) {
+            pairs.push(format!("{key}={value}"));
+        }
+    }
+    format!("{base}?{}", pairs.join("&"))
 }
 
 /// Applies pending PostgreSQL migrations under a session advisory lock, so replicas
@@ -328,4 +390,30 @@ fn retry_delay(attempt: u32) -> Duration {
         Err(_) => 0,
     };
     Duration::from_millis(u64::from(attempt) * 2 + jitter_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libpq_urls_get_timeouts_unless_they_set_their_own() {
+        let options = StoreOptions {
+            connection_timeout: Duration::from_millis(300),
+            ..StoreOptions::default()
+        };
+        let check = |url: &str, expect: &str| assert_eq!(libpq_url(url, &options), expect, "{url}");
+        let added = "connect_timeout=2&keepalives=1&keepalives_idle=10&keepalives_interval=5\
+                     &keepalives_count=3";
+        check("postgres://h/db", &format!("postgres://h/db?{added}"));
+        check(
+            "postgres://u@h:5432/db?sslmode=disable",
+            &format!("postgres://u@h:5432/db?sslmode=disable&{added}"),
+        );
+        check(
+            "postgres://h/db?connect_timeout=9&keepalives=0",
+            "postgres://h/db?connect_timeout=9&keepalives=0&keepalives_idle=10\
+             &keepalives_interval=5&keepalives_count=3",
+        );
+    }
 }

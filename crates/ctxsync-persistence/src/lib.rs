@@ -51,7 +51,9 @@ mod token;
 
 pub use agent_api::{AgentApi, AgentApiCounters, AgentApiMetrics};
 pub use db::{
-    Backend, DatabaseConfig, MAX_WRITE_ATTEMPTS, SQLITE_FILE_NAME, StoreOptions, migrations,
+    Backend, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, DatabaseConfig,
+    MAX_WRITE_ATTEMPTS, SQLITE_FILE_NAME, StoreOptions, TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_INTERVAL,
+    TCP_KEEPALIVE_RETRIES, migrations,
 };
 pub use error::StoreError;
 pub use ids::{AgentId, ChatId};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 
-use crate::db::StoreOptions;
+use crate::db::{StoreOptions, TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_INTERVAL, TCP_KEEPALIVE_RETRIES};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId};
 use crate::notify::{ChangeEvent, Hub};
@@ -19,8 +19,6 @@ pub(crate) const CHANNEL: &str = "ctxsync_changes";
 /// Shown in `pg_stat_activity`, so operators (and tests) can find listener sessions.
 pub(crate) const APPLICATION_NAME: &str = "ctxsync-listener";
 const PAYLOAD_VERSION: &str = "1";
-/// Dead peers are noticed by TCP keepalive even when no notification is due.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
 
 /// Encodes an event for NOTIFY: ids and versions only, tagged with the sending store so
 /// it can skip its own events (it already delivered them in-process).
@@ -114,18 +112,26 @@ pub(crate) async fn start(
     let mut config: tokio_postgres::Config = url
         .parse()
         .map_err(|e| StoreError::InvalidInput(format!("invalid PostgreSQL URL: {e}")))?;
+    // Dead peers are noticed by TCP keepalive even when no notification is due.
     config
         .application_name(APPLICATION_NAME)
         .keepalives(true)
-        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_idle(TCP_KEEPALIVE_IDLE)
+        .keepalives_interval(TCP_KEEPALIVE_INTERVAL)
+        .keepalives_retries(TCP_KEEPALIVE_RETRIES)
         .connect_timeout(options.connection_timeout);
-    let session = listen(&config, &hub, origin)
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("LISTEN connection failed: {e}")))?;
-    let task = tokio::spawn(run(
+    let attempt = Attempt {
         config,
         hub,
         origin,
+        timeout: options.connection_timeout,
+    };
+    let session = attempt
+        .listen()
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("LISTEN connection failed: {e}")))?;
+    let task = tokio::spawn(run(
+        attempt,
         session,
         options.listener_initial_backoff,
         options.listener_max_backoff,
@@ -133,6 +139,27 @@ pub(crate) async fn start(
     Ok(Listener {
         _task: AbortOnDrop(task),
     })
+}
+
+/// Everything needed to open a LISTEN session.
+struct Attempt {
+    config: tokio_postgres::Config,
+    hub: Arc<Hub>,
+    origin: u64,
+    /// Bound on connecting, the startup handshake and `LISTEN` together:
+    /// `connect_timeout` covers only the TCP connect, and a peer that accepts but never
+    /// answers would otherwise stall the reconnect loop for good.
+    timeout: Duration,
+}
+
+impl Attempt {
+    async fn listen(&self) -> Result<Session, String> {
+        match tokio::time::timeout(self.timeout, listen(&self.config, &self.hub, self.origin)).await
+        {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+        }
+    }
 }
 
 async fn listen(
@@ -169,9 +196,7 @@ async fn listen(
 }
 
 async fn run(
-    config: tokio_postgres::Config,
-    hub: Arc<Hub>,
-    origin: u64,
+    attempt: Attempt,
     mut session: Session,
     initial_backoff: Duration,
     max_backoff: Duration,
@@ -180,11 +205,11 @@ async fn run(
         // The driver ends only when the connection is gone.
         let _ = (&mut session.driver.0).await;
         tracing::warn!("LISTEN connection lost; reconnecting");
-        hub.resync_all();
+        attempt.hub.resync_all();
         let mut delay = initial_backoff;
         session = loop {
             tokio::time::sleep(delay).await;
-            match listen(&config, &hub, origin).await {
+            match attempt.listen().await {
                 Ok(session) => break session,
                 Err(error) => {
                     tracing::warn!(%error, ?delay, "LISTEN reconnect failed");
@@ -194,7 +219,7 @@ async fn run(
         };
         tracing::info!("LISTEN connection restored");
         // Whatever was committed while we were away was not delivered.
-        hub.resync_all();
+        attempt.hub.resync_all();
     }
 }
 

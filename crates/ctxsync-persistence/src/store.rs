@@ -32,6 +32,8 @@ struct Inner {
     backend: Backend,
     /// Tags this store's NOTIFYs so its own listener skips what it delivered already.
     origin: u64,
+    /// [`StoreOptions::operation_timeout`].
+    operation_timeout: std::time::Duration,
     _listener: Option<pg_listener::Listener>,
 }
 
@@ -72,6 +74,7 @@ impl Store {
                 hub,
                 backend: config.backend(),
                 origin,
+                operation_timeout: options.operation_timeout,
                 _listener: listener,
             }),
         })
@@ -81,16 +84,25 @@ impl Store {
         self.inner.backend
     }
 
-    /// Runs `f` with a pooled connection on the blocking pool.
+    /// Runs `f` with a pooled connection on the blocking pool, answering
+    /// [`StoreError::Unavailable`] once [`StoreOptions::operation_timeout`] has passed
+    /// (the blocking thread is left to finish on its own).
     async fn with_conn<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut PooledConn, u64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let pool = Arc::clone(&self.inner.pool);
         let origin = self.inner.origin;
-        tokio::task::spawn_blocking(move || f(&mut pool.get()?, origin))
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
+        let task = tokio::task::spawn_blocking(move || f(&mut pool.get()?, origin));
+        match tokio::time::timeout(self.inner.operation_timeout, task).await {
+            Ok(joined) => {
+                joined.map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
+            }
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "the database did not answer within {:?}",
+                self.inner.operation_timeout
+            ))),
+        }
     }
 
     fn deliver(&self, event: &ChangeEvent) {

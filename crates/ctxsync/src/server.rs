@@ -11,7 +11,10 @@ use std::sync::Arc;
 
 use ctxsync_first_turn_gate::GateConfig;
 use ctxsync_first_turn_gate::store::{StoreGate, StoreSource};
-use ctxsync_persistence::{AgentApi, ChatId, DatabaseConfig, Store};
+use ctxsync_persistence::{
+    AgentApi, ChatId, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, DatabaseConfig, Store,
+    StoreOptions,
+};
 
 use crate::http::api_token::TokenSource;
 use crate::http::{AppState, Auth};
@@ -50,6 +53,28 @@ pub struct ServerArgs {
     /// How often a waiting turn re-reads state in case a notification was lost.
     #[arg(long, default_value = "1000", value_name = "MS", hide = true)]
     pub gate_recheck_ms: u64,
+    /// How long a request waits for a database connection (and PostgreSQL for a new
+    /// connection to open) before it is answered "database unavailable".
+    #[arg(
+        long,
+        default_value_t = millis(DEFAULT_CONNECTION_TIMEOUT),
+        value_name = "MS",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub db_connection_timeout_ms: u64,
+    /// Bound on one database operation, connection wait included; past it the request
+    /// is answered "database unavailable" even if the database never replies.
+    #[arg(
+        long,
+        default_value_t = millis(DEFAULT_OPERATION_TIMEOUT),
+        value_name = "MS",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub db_operation_timeout_ms: u64,
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Everything [`start`] needs; [`ServerArgs`] is its command-line form.
@@ -63,6 +88,8 @@ pub struct ServerConfig {
     pub discovery_budget: Duration,
     pub snapshot_grace: Duration,
     pub gate_recheck: Duration,
+    /// Pool size and database timeouts.
+    pub store: StoreOptions,
 }
 
 impl ServerConfig {
@@ -78,6 +105,7 @@ impl ServerConfig {
             discovery_budget: GateConfig::default().discovery_budget,
             snapshot_grace: GateConfig::default().snapshot_grace,
             gate_recheck: GateConfig::default().recheck_interval,
+            store: StoreOptions::default(),
         }
     }
 
@@ -92,6 +120,11 @@ impl ServerConfig {
             discovery_budget: Duration::from_millis(args.discovery_budget_ms),
             snapshot_grace: Duration::from_millis(args.snapshot_grace_ms),
             gate_recheck: Duration::from_millis(args.gate_recheck_ms),
+            store: StoreOptions {
+                connection_timeout: Duration::from_millis(args.db_connection_timeout_ms),
+                operation_timeout: Duration::from_millis(args.db_operation_timeout_ms),
+                ..StoreOptions::default()
+            },
         })
     }
 }
@@ -141,7 +174,7 @@ impl RunningServer {
 
 /// Opens the database (applying migrations) and starts the listeners.
 pub async fn start(config: ServerConfig) -> Result<RunningServer> {
-    let store = Store::open(config.database.clone())
+    let store = Store::open_with(config.database.clone(), config.store.clone())
         .await
         .context("opening the database")?;
     let (shutdown, shutdown_rx) = watch::channel(false);

@@ -22,6 +22,8 @@ const POLL: Duration = Duration::from_millis(25);
 pub const MCP_TIMEOUT_MS: &str = "4000";
 /// The line `ctxsync server` prints with its agent API address.
 const SERVER_ADDRESS_PREFIX: &str = "agent API (gRPC): ";
+/// The line `ctxsync server` prints with its chat API address.
+const SERVER_HTTP_PREFIX: &str = "chat API (HTTP):";
 /// A command that exists nowhere, for the "command not found" row. (Not containing
 /// "ctxsync": cargo passes `CARGO_PKG_NAME=ctxsync`, and environment values are redacted.)
 pub const MISSING_COMMAND: &str = "no-such-mcp-server-e2e";
@@ -89,6 +91,8 @@ impl Logs {
 pub struct ServerProcess {
     child: Child,
     pub addr: SocketAddr,
+    /// The chat API's address.
+    pub http_addr: SocketAddr,
     // Kept open: the server's stdout is a pipe nobody else reads.
     _stdout: BufReader<ChildStdout>,
 }
@@ -102,16 +106,31 @@ impl ServerProcess {
     /// Starts a server on `addr`; retries briefly while a previous server's port is being
     /// released.
     pub async fn start_at(store: &TestStore, logs: &Logs, addr: SocketAddr) -> Self {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let mut command = ctxsync();
-            command.arg("server");
+        Self::launch(logs, addr, |command| {
             match store.postgres_database() {
                 Some(database) => command.args(["--database-url", database.url()]),
                 None => command
                     .arg("--data-dir")
                     .arg(store.sqlite_data_dir().expect("a SQLite data dir")),
             };
+        })
+        .await
+    }
+
+    /// Starts a server on `database_url` with `extra` flags, on ephemeral ports.
+    pub async fn start_on(database_url: &str, logs: &Logs, extra: &[&str]) -> Self {
+        Self::launch(logs, "127.0.0.1:0".parse().unwrap(), |command| {
+            command.args(["--database-url", database_url]).args(extra);
+        })
+        .await
+    }
+
+    async fn launch(logs: &Logs, addr: SocketAddr, configure: impl Fn(&mut Command)) -> Self {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let mut command = ctxsync();
+            command.arg("server");
+            configure(&mut command);
             command
                 .args(["--grpc-addr", &addr.to_string()])
                 .args(["--http-addr", "127.0.0.1:0"])
@@ -120,26 +139,32 @@ impl ServerProcess {
             let mut child = command.spawn().expect("spawning ctxsync server");
             let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
             let mut line = String::new();
-            let address = tokio::time::timeout(WAIT, async {
-                loop {
+            let addresses = tokio::time::timeout(WAIT, async {
+                let (mut grpc, mut http) = (None, None);
+                while grpc.is_none() || http.is_none() {
                     line.clear();
                     match stdout.read_line(&mut line).await {
                         Ok(0) | Err(_) => return None,
                         Ok(_) => {
-                            if let Some(url) = line.trim().strip_prefix(SERVER_ADDRESS_PREFIX) {
-                                return Some(url.trim_start_matches("http://").to_owned());
+                            let line = line.trim();
+                            if let Some(url) = line.strip_prefix(SERVER_ADDRESS_PREFIX) {
+                                grpc = Some(url.trim_start_matches("http://").to_owned());
+                            } else if let Some(url) = line.strip_prefix(SERVER_HTTP_PREFIX) {
+                                http = Some(url.trim().trim_start_matches("http://").to_owned());
                             }
                         }
                     }
                 }
+                grpc.zip(http)
             })
             .await
             .ok()
             .flatten();
-            if let Some(address) = address {
+            if let Some((grpc, http)) = addresses {
                 return Self {
                     child,
-                    addr: address.parse().expect("the server prints a socket address"),
+                    addr: grpc.parse().expect("the server prints a socket address"),
+                    http_addr: http.parse().expect("the server prints a socket address"),
                     _stdout: stdout,
                 };
             }
@@ -152,6 +177,16 @@ impl ServerProcess {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Still running?
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("polling the server").is_none()
+    }
+
+    /// The chat API's base URL.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http_addr)
     }
 
     pub fn url(&self) -> String {
