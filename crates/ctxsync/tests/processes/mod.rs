@@ -287,17 +287,20 @@ impl Workspace {
     /// fixture writes its pid under `pids/`.
     pub fn with_servers(servers: &[(&str, &[&str])]) -> Self {
         let workspace = Self::new();
-        let fixture = ctxsync_mcp_fixture::binary_path().expect("the MCP fixture binary");
+        // The binary under test serves the fixture (`ctxsync mcp-fixture`): nothing is built
+        // while a test runs.
+        let ctxsync = env!("CARGO_BIN_EXE_ctxsync");
         let pids = workspace.path().join("pids");
         std::fs::create_dir_all(&pids).unwrap();
         let mut declared = serde_json::Map::new();
         for (name, flags) in servers {
-            let mut args: Vec<String> = flags.iter().map(|f| (*f).to_owned()).collect();
+            let mut args = vec!["mcp-fixture".to_owned()];
+            args.extend(flags.iter().map(|f| (*f).to_owned()));
             args.push("--pid-file".into());
             args.push(pids.join(name).to_string_lossy().into_owned());
             declared.insert(
                 (*name).to_owned(),
-                serde_json::json!({"command": fixture, "args": args}),
+                serde_json::json!({"command": ctxsync, "args": args}),
             );
         }
         declared.insert(
