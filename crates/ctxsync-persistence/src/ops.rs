@@ -7,7 +7,10 @@ use std::collections::HashMap;
 use ctxsync_protocol::limits::MAX_RUN_ID_BYTES;
 use std::io::Write;
 
-use ctxsync_protocol::{Resource, ResourceBody, Snapshot, Startup};
+use ctxsync_protocol::{
+    InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody, SkillBody, Snapshot,
+    Startup,
+};
 use diesel::prelude::*;
 use diesel::upsert::excluded;
 use sha2::{Digest, Sha256};
@@ -254,21 +257,57 @@ fn body_json(body: &ResourceBody) -> JsonText {
     JsonText(String::from_utf8(bytes).expect("serde_json writes UTF-8"))
 }
 
-/// sha256 of [`write_body_json`]'s output, streamed: unchanged bodies are never copied.
+/// sha256 of a canonical encoding of the body: a kind tag, then every field as its
+/// length and bytes. Hashing the fields directly (not the JSON form) skips JSON escaping,
+/// which was the largest cost of a push whose bodies did not change. The destructuring
+/// is exhaustive, so a new body field cannot be left out of the digest unnoticed.
+/// Digests are only compared with digests this function stored.
 fn body_digest(body: &ResourceBody) -> Vec<u8> {
-    struct Hashing(Sha256);
-    impl Write for Hashing {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+    struct Fields(Sha256);
+    impl Fields {
+        fn field(&mut self, bytes: &[u8]) {
+            self.0.update((bytes.len() as u64).to_le_bytes());
             self.0.update(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
         }
     }
-    let mut hashing = Hashing(Sha256::new());
-    write_body_json(body, &mut hashing).expect("hashing cannot fail");
-    hashing.0.finalize().to_vec()
+    let mut h = Fields(Sha256::new());
+    h.0.update(body.kind().as_str().as_bytes());
+    match body {
+        ResourceBody::InstructionFile(InstructionFileBody { content }) => {
+            h.field(content.as_bytes())
+        }
+        ResourceBody::Skill(SkillBody {
+            meta,
+            name,
+            description,
+        }) => {
+            h.field(meta.as_bytes());
+            h.field(name.as_bytes());
+            h.field(description.as_bytes());
+        }
+        ResourceBody::McpConfig => {}
+        ResourceBody::McpServer(McpServerBody {
+            server_name,
+            description,
+            tools,
+        }) => {
+            h.field(server_name.as_bytes());
+            h.field(description.as_bytes());
+            h.0.update((tools.len() as u64).to_le_bytes());
+            for McpTool {
+                name,
+                description,
+                input_schema,
+            } in tools
+            {
+                h.field(name.as_bytes());
+                h.field(description.as_bytes());
+                // Schemas are small; their JSON text is what is stored and compared.
+                h.field(input_schema.to_string().as_bytes());
+            }
+        }
+    }
+    h.0.finalize().to_vec()
 }
 
 /// SPEC §5.4 steps 1–4; the caller commits and then notifies in-process.
@@ -824,4 +863,65 @@ pub(crate) fn read_chat_context(
         .map(|r| StoredResource::from(r).into_resource())
         .collect::<Result<_, _>>()?;
     Ok(Some(ChatContext { chat, pinned }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(name: &str, tools: &[(&str, &str, serde_json::Value)]) -> ResourceBody {
+        ResourceBody::McpServer(McpServerBody {
+            server_name: name.into(),
+            description: String::new(),
+            tools: tools
+                .iter()
+                .map(|(name, description, schema)| McpTool {
+                    name: (*name).into(),
+                    description: (*description).into(),
+                    input_schema: schema.clone(),
+                })
+                .collect(),
+        })
+    }
+
+    fn skill(meta: &str, name: &str, description: &str) -> ResourceBody {
+        ResourceBody::Skill(SkillBody {
+            meta: meta.into(),
+            name: name.into(),
+            description: description.into(),
+        })
+    }
+
+    #[test]
+    fn a_change_in_any_body_field_changes_the_digest() {
+        let object = serde_json::json!({"type": "object"});
+        let string = serde_json::json!({"type": "string"});
+        let bodies = [
+            ResourceBody::McpConfig,
+            ResourceBody::InstructionFile(InstructionFileBody::default()),
+            ResourceBody::InstructionFile(InstructionFileBody {
+                content: "a".into(),
+            }),
+            skill("", "", ""),
+            skill("m", "", ""),
+            skill("", "m", ""),
+            skill("", "", "m"),
+            // Field boundaries are part of the digest.
+            skill("ab", "c", ""),
+            skill("a", "bc", ""),
+            server("", &[]),
+            server("fs", &[]),
+            server("fs", &[("read", "", object.clone())]),
+            server("fs", &[("read", "d", object.clone())]),
+            server("fs", &[("read", "", string.clone())]),
+            server("fs", &[("read", "", object.clone()), ("write", "", object)]),
+        ];
+        let digests: Vec<Vec<u8>> = bodies.iter().map(body_digest).collect();
+        for (i, a) in digests.iter().enumerate() {
+            assert_eq!(a, &body_digest(&bodies[i].clone()), "{:?}", bodies[i]);
+            for (j, b) in digests.iter().enumerate().skip(i + 1) {
+                assert_ne!(a, b, "{:?} and {:?}", bodies[i], bodies[j]);
+            }
+        }
+    }
 }
