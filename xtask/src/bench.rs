@@ -80,6 +80,7 @@ pub fn table(rows: &[Row]) -> String {
 }
 
 pub fn run(root: &Path, cargo: &Path, quick: bool, json: Option<&Path>) -> Result<()> {
+    let started = std::time::Instant::now();
     let mut rows = Vec::new();
     for (package, example) in PROGRAMS {
         let mut args = vec![
@@ -117,6 +118,13 @@ pub fn run(root: &Path, cargo: &Path, quick: bool, json: Option<&Path>) -> Resul
         bail!("no benchmark produced a row");
     }
     println!("{}", table(&rows));
+    // Builds included: on a warm target directory this is the suite's own running time.
+    eprintln!(
+        "bench: {} rows from {} programs in {:.0?}",
+        rows.len(),
+        PROGRAMS.len(),
+        started.elapsed()
+    );
     if let Some(path) = json {
         let doc = serde_json::json!({ "rows": rows });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
