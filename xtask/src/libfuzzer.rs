@@ -61,6 +61,10 @@ fn cargo_fuzz(root: &Path, cargo: &Path, subcommand: &str) -> Command {
     let mut command = Command::new(cargo);
     command
         .args(["fuzz", subcommand, "--sanitizer", SANITIZER])
+        // Its own target directory whatever CARGO_TARGET_DIR says: the instrumented
+        // release build shares nothing with the workspace's builds.
+        .arg("--target-dir")
+        .arg(root.join("fuzz/target"))
         // Lets stable rustc accept the `-Z` flags cargo fuzz passes for some choices (ASan,
         // `--build-std`); harmless with `--sanitizer none`, which passes none.
         .env("RUSTC_BOOTSTRAP", "1")
