@@ -118,8 +118,9 @@ pub fn run(root: &Path, cargo: &Path, slice: Duration) -> Result<Vec<Ran>> {
             let tail: Vec<&str> = tail.into_iter().rev().collect();
             match crash_artifact(&log) {
                 Some(artifact) => bail!(
-                    "fuzz target {target} crashed; input: {}\n{}",
+                    "fuzz target {target} crashed; input: {}\n{}\n{}",
                     root.join("fuzz").join(artifact).display(),
+                    panic_message(&log).unwrap_or_default(),
                     tail.join("\n")
                 ),
                 None => bail!(
@@ -189,6 +190,19 @@ pub fn crash_artifact(log: &str) -> Option<&str> {
     })
 }
 
+/// The panic location and message (the line after `panicked at`, cut to 2000 bytes):
+/// cargo fuzz's own summary at the end of the log does not repeat them.
+pub fn panic_message(log: &str) -> Option<String> {
+    let mut lines = log.lines().skip_while(|l| !l.contains("panicked at"));
+    let location = lines.next()?;
+    let message = lines.next().unwrap_or_default();
+    let mut cut = message.len().min(2000);
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(format!("{location}\n{}", &message[..cut]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +229,19 @@ mod tests {
             Some("/w/fuzz/artifacts/sanitizer/crash-0a1b")
         );
         assert_eq!(crash_artifact("Done 5 runs in 1 second(s)\n"), None);
+    }
+
+    #[test]
+    fn the_panic_message_is_the_two_lines_from_panicked_at() {
+        let log = "Running: x\n\nthread '<unnamed>' (1) panicked at fuzz_targets/find_tools.rs:180:17:\n\
+                   NothingToFind for FindToolsRequest\nstack backtrace:\n";
+        assert_eq!(
+            panic_message(log).as_deref(),
+            Some(
+                "thread '<unnamed>' (1) panicked at fuzz_targets/find_tools.rs:180:17:\nNothingToFind for FindToolsRequest"
+            )
+        );
+        assert_eq!(panic_message("Done 5 runs in 1 second(s)\n"), None);
     }
 
     #[test]
