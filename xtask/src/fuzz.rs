@@ -1,6 +1,9 @@
-//! `cargo xtask fuzz --seconds N`: the fuzz-style property tests (proptest; `cargo fuzz`
-//! needs a nightly toolchain this project cannot install) run with a case budget scaled
-//! to N seconds, split evenly over the targets, printing the cases each target ran.
+//! `cargo xtask fuzz --seconds N`: half of N for the fuzz-style property tests (proptest,
+//! in each crate's `tests/fuzz.rs`) with a case budget scaled to the time, split evenly
+//! over the targets, printing the cases each ran; the other half for the libFuzzer
+//! targets in `fuzz/` ([`crate::libfuzzer`], `cargo fuzz` on the stable toolchain),
+//! printing the executions each ran. Without cargo-fuzz (and no way to install it) the
+//! property tests get all of N.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,6 +11,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+
+use crate::libfuzzer;
 
 /// One fuzz target: a proptest in a crate's `tests/fuzz.rs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +68,35 @@ pub struct Ran {
     pub took: Duration,
 }
 
-pub fn run(root: &Path, cargo: &Path, seconds: u64) -> Result<Vec<Ran>> {
+pub fn run(root: &Path, cargo: &Path, seconds: u64) -> Result<()> {
+    let libfuzzer = match libfuzzer::ensure_cargo_fuzz(root, cargo) {
+        Ok(()) => true,
+        Err(error) => {
+            eprintln!("note: {error:#}; running the property tests only");
+            false
+        }
+    };
+    let proptest_seconds = if libfuzzer { seconds / 2 } else { seconds };
+    run_property_tests(root, cargo, proptest_seconds)?;
+    if !libfuzzer {
+        return Ok(());
+    }
+    let built = libfuzzer::build(root, cargo)?;
+    println!("fuzz: cargo fuzz build took {:.0}s", built.as_secs_f64());
+    let slice = Duration::from_secs(seconds - proptest_seconds) / libfuzzer::TARGETS.len() as u32;
+    let results = libfuzzer::run(root, cargo, slice)?;
+    let total: u64 = results.iter().map(|r| r.executions).sum();
+    let took: Duration = results.iter().map(|r| r.took).sum();
+    println!(
+        "fuzz: {total} libFuzzer executions over {} targets in {:.1}s, no crashes",
+        results.len(),
+        took.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Runs every proptest target for its share of `seconds`.
+pub fn run_property_tests(root: &Path, cargo: &Path, seconds: u64) -> Result<Vec<Ran>> {
     let binaries = build(root, cargo)?;
     let slice = Duration::from_secs(seconds) / TARGETS.len() as u32;
     let mut results = Vec::new();

@@ -4,6 +4,7 @@ mod bench;
 mod codegen;
 mod fuzz;
 mod layers;
+mod libfuzzer;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -19,7 +20,8 @@ commands:
   layers             check that crate dependencies point down the layer order (SPEC §2)
   tidy               check that every hand-written Rust file opens with a `//!` line
   test               install what the tests need, then run every test in the workspace
-  fuzz --seconds N   run the fuzz-style property tests for about N seconds in all
+  fuzz --seconds N   run the property-test and libFuzzer (cargo fuzz) targets for about
+                     N seconds in all, half each
   bench [--quick] [--json FILE]
                      build in release mode and run every benchmark, printing one table
   ci                 everything CI runs: fmt, clippy, codegen check, each crate's tests
@@ -48,7 +50,7 @@ fn main() -> Result<()> {
             let seconds = seconds
                 .parse()
                 .context("--seconds takes a whole number of seconds")?;
-            fuzz::run(&root, &cargo(), seconds).map(drop)
+            fuzz::run(&root, &cargo(), seconds)
         }
         ["bench", rest @ ..] => {
             let quick = rest.contains(&"--quick");

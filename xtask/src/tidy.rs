@@ -21,11 +21,13 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Files under `root`'s `crates/` and `xtask/` whose first line is not a `//!` comment.
+/// Files under `root`'s `crates/`, `xtask/` and `fuzz/` whose first line is not a `//!`
+/// comment.
 pub fn files_without_module_doc(root: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     rust_files(&root.join("crates"), &mut files);
     rust_files(&root.join("xtask"), &mut files);
+    rust_files(&root.join("fuzz"), &mut files);
     files
         .into_iter()
         .filter(|f| {
@@ -61,10 +63,14 @@ mod tests {
         std::fs::create_dir_all(dir.join("crates/x/src")).unwrap();
         std::fs::write(dir.join("crates/x/src/lib.rs"), "//! Documented.\n").unwrap();
         std::fs::write(dir.join("crates/x/src/bad.rs"), "fn main() {}\n").unwrap();
-        let missing = files_without_module_doc(&dir);
+        std::fs::create_dir_all(dir.join("fuzz/fuzz_targets")).unwrap();
+        std::fs::write(dir.join("fuzz/fuzz_targets/t.rs"), "#![no_main]\n").unwrap();
+        let mut missing = files_without_module_doc(&dir);
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(missing.len(), 1);
-        assert!(missing[0].ends_with("bad.rs"));
+        missing.sort();
+        assert_eq!(missing.len(), 2);
+        assert!(missing[0].ends_with("crates/x/src/bad.rs"));
+        assert!(missing[1].ends_with("fuzz/fuzz_targets/t.rs"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! Fuzz-style property tests (proptest; `cargo fuzz` needs nightly, which this project
-//! cannot install): the `.mcp.json` parser on arbitrary bytes and on structured random
-//! JSON, and the diagnostic sanitizer. `PROPTEST_CASES` raises the case budget
-//! (`cargo xtask fuzz`).
+//! Fuzz-style property tests (proptest; the libFuzzer twins are `fuzz/fuzz_targets/
+//! mcp_config.rs` and `sanitizer.rs`): the `.mcp.json` parser on arbitrary bytes and on
+//! structured random JSON, and the diagnostic sanitizer. `PROPTEST_CASES` raises the case
+//! budget (`cargo xtask fuzz`).
 
 use std::collections::BTreeMap;
 use std::path::Path;

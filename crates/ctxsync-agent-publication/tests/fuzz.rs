@@ -1,5 +1,5 @@
-//! Fuzz-style property tests for the skill front-matter parser (proptest stands in for
-//! `cargo fuzz`, which needs a nightly toolchain). Beyond "never panics"
+//! Fuzz-style property tests for the skill front-matter parser (proptest; the libFuzzer
+//! twin is `fuzz/fuzz_targets/front_matter.rs`). Beyond "never panics"
 //! (`properties.rs`): parsed keys are non-empty and unique, and every error names a line
 //! inside the block. `PROPTEST_CASES` raises the budget (`cargo xtask fuzz`).
 

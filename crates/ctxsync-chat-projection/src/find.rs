@@ -128,7 +128,9 @@ pub fn find_tools(
         .collect();
     let queries: Vec<&str> = queries
         .iter()
-        .map(|q| prefix_within_bytes(q, MAX_QUERY_BYTES).trim())
+        // Leading whitespace does not count against the bytes read: a query padded past
+        // the limit is still read, not refused as empty.
+        .map(|q| prefix_within_bytes(q.trim_start(), MAX_QUERY_BYTES).trim())
         .filter(|q| !q.is_empty())
         .collect();
     if names.is_empty() && queries.is_empty() {

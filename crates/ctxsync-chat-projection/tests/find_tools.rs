@@ -237,6 +237,19 @@ fn descriptions_are_one_line_and_at_most_80_characters() {
     assert_eq!(descriptions[0].chars().count(), 80);
 }
 
+/// Found by the libFuzzer target: a query whose first 512 bytes were whitespace was
+/// refused as empty although terms followed.
+#[test]
+fn a_query_padded_past_the_read_limit_is_still_read() {
+    let padded = format!("{}: sql", "\t".repeat(600));
+    check(&[&padded], &[], &["db__query", "db_prod__query"]);
+    check(
+        &[&format!("{}git", " ".repeat(513))],
+        &[],
+        &["git__log", "git__status"],
+    );
+}
+
 #[test]
 fn requests_without_anything_to_find_are_refused() {
     let tools = view();

@@ -1,5 +1,5 @@
-//! Fuzz-style property tests of find_tools (proptest stands in for `cargo fuzz`, which
-//! needs a nightly toolchain): random catalogs with hostile names and descriptions, and
+//! Fuzz-style property tests of find_tools (proptest; the libFuzzer twin is
+//! `fuzz/fuzz_targets/find_tools.rs`): random catalogs with hostile names and descriptions, and
 //! random requests. Nothing panics; a result has at most 20 matches, one-line
 //! descriptions of at most 80 characters, only catalog names, and activates only what it
 //! returns. `PROPTEST_CASES` raises the budget (`cargo xtask fuzz`).

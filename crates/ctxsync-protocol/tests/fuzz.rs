@@ -1,9 +1,9 @@
-//! Fuzz-style property tests of wire validation (proptest stands in for `cargo fuzz`,
-//! which needs a nightly toolchain): arbitrary bytes, and structured requests with sizes
-//! at and around every limit, optionally with one byte mutated, go through
-//! `prost::Message::decode` and `Snapshot::try_from`. Nothing panics, and every accepted
-//! request satisfies every limit of SPEC §4. `PROPTEST_CASES` raises the budget
-//! (`cargo xtask fuzz`).
+//! Fuzz-style property tests of wire validation (proptest; the libFuzzer twin is
+//! `fuzz/fuzz_targets/wire_push.rs`, whose seed corpus a test here writes): arbitrary
+//! bytes, and structured requests with sizes at and around every limit, optionally with
+//! one byte mutated, go through `prost::Message::decode` and `Snapshot::try_from`.
+//! Nothing panics, and every accepted request satisfies every limit of SPEC §4.
+//! `PROPTEST_CASES` raises the budget (`cargo xtask fuzz`).
 
 use std::collections::HashSet;
 
@@ -261,4 +261,182 @@ fn structured_requests_are_both_accepted_and_refused() {
         accepted > 10 && refused > 10,
         "{accepted} accepted, {refused} refused"
     );
+}
+
+/// The `wire_push` libFuzzer target's seed corpus (`fuzz/corpus/wire_push/`): encoded
+/// requests, accepted and refused, named for what they show.
+fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
+    use v1::context_resource::Status;
+    use v1::push_context_state_request::mcp_discovery::Phase;
+    let base = v1::PushContextStateRequest {
+        version: 1,
+        aggregate_hash: "agg-1".to_owned(),
+        resources: Vec::new(),
+        initial: true,
+        snapshot_error: String::new(),
+        agent_run_id: "run-1".to_owned(),
+        mcp_discovery: Some(McpDiscovery {
+            phase: Phase::Complete as i32,
+        }),
+    };
+    let resource = |source: &str, body: Body| v1::ContextResource {
+        source: source.to_owned(),
+        source_path: Some(format!("/ws/{source}")),
+        content_hash: "h".repeat(MAX_HASH_BYTES),
+        size_bytes: 12,
+        status: Status::Ok as i32,
+        error: String::new(),
+        body: Some(body),
+    };
+    let every_kind = vec![
+        resource(
+            "AGENTS.md",
+            Body::InstructionFile(v1::InstructionFile {
+                content: "be kind é".to_owned(),
+            }),
+        ),
+        resource(
+            "skills/pdf/SKILL.md",
+            Body::Skill(v1::Skill {
+                meta: "---\nname: pdf\n---\n".to_owned(),
+                name: "pdf".to_owned(),
+                description: "PDF forms".to_owned(),
+            }),
+        ),
+        v1::ContextResource {
+            status: Status::Invalid as i32,
+            error: "mcpServers.bad: neither command nor url".to_owned(),
+            ..resource(".mcp.json", Body::McpConfig(v1::McpConfig {}))
+        },
+        resource(
+            "mcp_server:fs",
+            Body::McpServer(v1::McpServer {
+                server_name: "fs".to_owned(),
+                description: "files".to_owned(),
+                tools: vec![v1::McpTool {
+                    name: "read".to_owned(),
+                    description: "Read a file".to_owned(),
+                    input_schema: r#"{"type":"object","properties":{"path":{"type":"string"}}}"#
+                        .to_owned(),
+                }],
+            }),
+        ),
+    ];
+    let config = |i: usize| v1::ContextResource {
+        source: format!("r{i}"),
+        status: Status::Ok as i32,
+        body: Some(Body::McpConfig(v1::McpConfig {})),
+        ..Default::default()
+    };
+    vec![
+        ("empty_snapshot", base.clone(), true),
+        (
+            "every_body_kind",
+            v1::PushContextStateRequest {
+                resources: every_kind.clone(),
+                ..base.clone()
+            },
+            true,
+        ),
+        (
+            "fields_at_limits",
+            v1::PushContextStateRequest {
+                version: MAX_COUNTER,
+                aggregate_hash: "a".repeat(MAX_HASH_BYTES),
+                snapshot_error: "e".repeat(MAX_ERROR_BYTES),
+                agent_run_id: "r".repeat(MAX_RUN_ID_BYTES),
+                resources: vec![v1::ContextResource {
+                    source: "s".repeat(MAX_SOURCE_BYTES),
+                    ..config(0)
+                }],
+                ..base.clone()
+            },
+            true,
+        ),
+        (
+            "run_id_over_limit",
+            v1::PushContextStateRequest {
+                agent_run_id: "r".repeat(MAX_RUN_ID_BYTES + 1),
+                ..base.clone()
+            },
+            false,
+        ),
+        (
+            "version_over_limit",
+            v1::PushContextStateRequest {
+                version: MAX_COUNTER + 1,
+                ..base.clone()
+            },
+            false,
+        ),
+        (
+            "duplicate_sources",
+            v1::PushContextStateRequest {
+                resources: vec![config(1), config(1)],
+                ..base.clone()
+            },
+            false,
+        ),
+        (
+            "resource_without_body",
+            v1::PushContextStateRequest {
+                resources: vec![v1::ContextResource {
+                    body: None,
+                    ..config(0)
+                }],
+                ..base.clone()
+            },
+            false,
+        ),
+        (
+            "unknown_enums",
+            v1::PushContextStateRequest {
+                resources: vec![v1::ContextResource {
+                    status: 99,
+                    ..config(0)
+                }],
+                mcp_discovery: Some(McpDiscovery { phase: 7 }),
+                ..base.clone()
+            },
+            false,
+        ),
+        (
+            "too_many_resources",
+            v1::PushContextStateRequest {
+                resources: (0..=MAX_RESOURCES).map(config).collect(),
+                ..base
+            },
+            false,
+        ),
+    ]
+}
+
+/// The committed seeds are exactly what [`wire_seeds`] encodes, and each is accepted or
+/// refused as its name says. `CTXSYNC_WRITE_FUZZ_SEEDS=1` rewrites them.
+#[test]
+fn wire_push_seed_corpus_is_current() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/wire_push");
+    let write = std::env::var_os("CTXSYNC_WRITE_FUZZ_SEEDS").is_some();
+    for (name, request, accepted) in wire_seeds() {
+        let bytes = request.encode_to_vec();
+        let validated = Snapshot::try_from(request.clone()).map(drop);
+        assert_eq!(validated.is_ok(), accepted, "{name}: {validated:?}");
+        assert_eq!(check(&bytes).expect("properties hold"), accepted, "{name}");
+        let path = dir.join(format!("{name}.pb"));
+        if write {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        let committed = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (run with CTXSYNC_WRITE_FUZZ_SEEDS=1)",
+                path.display()
+            )
+        });
+        assert!(
+            committed == bytes,
+            "{} is stale (run with CTXSYNC_WRITE_FUZZ_SEEDS=1)",
+            path.display()
+        );
+    }
 }
