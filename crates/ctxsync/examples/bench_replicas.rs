@@ -166,16 +166,20 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> Result<Value> {
+    let what = format!("{method} {path}");
     let mut request = http
         .request(method, format!("{base}{path}"))
         .bearer_auth(API_TOKEN);
     if let Some(body) = body {
         request = request.json(&body);
     }
-    let response = request.send().await.with_context(|| format!("{path}"))?;
+    let response = request.send().await.with_context(|| what.clone())?;
     let status = response.status();
-    let body: Value = response.json().await.with_context(|| format!("{path}"))?;
-    ensure!(status.is_success(), "{path}: {status}: {body}");
+    let body: Value = response
+        .json()
+        .await
+        .with_context(|| format!("{what}: the answer is not JSON"))?;
+    ensure!(status.is_success(), "{what}: {status}: {body}");
     Ok(body)
 }
 
