@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 
 use ctxsync_protocol::limits::MAX_RUN_ID_BYTES;
-use std::io::Write;
 
 use ctxsync_protocol::{
     InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody, SkillBody, Snapshot,
@@ -238,23 +237,17 @@ pub(crate) fn prepare_push(snapshot: Snapshot) -> Result<PreparedPush, StoreErro
     })
 }
 
-/// Writes the stored JSON form of a body: the variant's fields under their proto names
-/// (as [`ResourceBody::to_json`], without building a `Value` first); an MCP config body
-/// is always `{}`. Deterministic, so equal bodies give equal bytes and digests.
-fn write_body_json(body: &ResourceBody, mut out: impl Write) -> std::io::Result<()> {
-    match body {
-        ResourceBody::InstructionFile(b) => serde_json::to_writer(out, b)?,
-        ResourceBody::Skill(b) => serde_json::to_writer(out, b)?,
-        ResourceBody::McpConfig => out.write_all(b"{}")?,
-        ResourceBody::McpServer(b) => serde_json::to_writer(out, b)?,
-    }
-    Ok(())
-}
-
+/// The stored JSON form of a body: the variant's fields under their proto names (as
+/// [`ResourceBody::to_json`], without building a `Value` first); an MCP config body is
+/// always `{}`.
 fn body_json(body: &ResourceBody) -> JsonText {
-    let mut bytes = Vec::new();
-    write_body_json(body, &mut bytes).expect("writing to memory cannot fail");
-    JsonText(String::from_utf8(bytes).expect("serde_json writes UTF-8"))
+    let json = match body {
+        ResourceBody::InstructionFile(b) => serde_json::to_string(b),
+        ResourceBody::Skill(b) => serde_json::to_string(b),
+        ResourceBody::McpConfig => Ok("{}".to_owned()),
+        ResourceBody::McpServer(b) => serde_json::to_string(b),
+    };
+    JsonText(json.expect("a body serializes to JSON"))
 }
 
 /// sha256 of a canonical encoding of the body: a kind tag, then every field as its
