@@ -134,9 +134,14 @@ mod tests {
 
     use super::*;
 
-    /// Reads `input` through a limit of 8 bytes in reads of `chunk` bytes; `Err` if it tripped.
-    async fn check(input: &[u8], chunk: usize) -> Result<Vec<u8>, ()> {
-        let mut reader = LineLimit::new(input, 8);
+    /// Reads `input` through a line limit of `limit` bytes in reads of `chunk` bytes: what
+    /// came through (`Err` if it tripped), and what the reader observed.
+    async fn check(
+        input: &[u8],
+        limit: usize,
+        chunk: usize,
+    ) -> (Result<Vec<u8>, ()>, Arc<StdoutWatch>) {
+        let mut reader = LineLimit::new(input, limit);
         let watch = reader.watch();
         let mut out = Vec::new();
         let mut buf = vec![0; chunk];
@@ -149,30 +154,20 @@ mod tests {
                     assert!(watch.oversized());
                     // Once tripped, it stays failed.
                     assert!(reader.read(&mut buf).await.is_err());
-                    return Err(());
+                    return (Err(()), watch);
                 }
             }
         }
         assert!(!watch.oversized());
-        Ok(out)
+        (Ok(out), watch)
     }
 
     #[tokio::test]
     async fn lines_that_cannot_be_json_rpc_are_counted() {
         for chunk in [1, 2, 64] {
             let input: &[u8] = b"{\"a\":1}\n  [1]\nlog\n\n  \n x\n{";
-            let mut reader = LineLimit::new(input, 1024);
-            let watch = reader.watch();
-            let mut out = Vec::new();
-            let mut buf = vec![0; chunk];
-            loop {
-                match reader.read(&mut buf).await {
-                    Ok(0) => break,
-                    Ok(n) => out.extend_from_slice(&buf[..n]),
-                    Err(error) => panic!("{error}"),
-                }
-            }
-            assert_eq!(out, input);
+            let (out, watch) = check(input, 1024, chunk).await;
+            assert_eq!(out, Ok(input.to_vec()), "chunk {chunk}");
             assert_eq!(watch.not_json_lines(), 2, "chunk {chunk}");
         }
     }
@@ -181,14 +176,22 @@ mod tests {
     async fn lines_up_to_the_limit_pass_and_longer_ones_fail() {
         for chunk in [1, 3, 64] {
             let fits = b"1234567\nabcdefg\n\n12345678";
-            assert_eq!(check(fits, chunk).await, Ok(fits.to_vec()), "chunk {chunk}");
+            assert_eq!(
+                check(fits, 8, chunk).await.0,
+                Ok(fits.to_vec()),
+                "chunk {chunk}"
+            );
             // Eight bytes plus the newline is nine.
             assert_eq!(
-                check(b"ok\n12345678\n", chunk).await,
+                check(b"ok\n12345678\n", 8, chunk).await.0,
                 Err(()),
                 "chunk {chunk}"
             );
-            assert_eq!(check(b"123456789", chunk).await, Err(()), "chunk {chunk}");
+            assert_eq!(
+                check(b"123456789", 8, chunk).await.0,
+                Err(()),
+                "chunk {chunk}"
+            );
         }
     }
 }
