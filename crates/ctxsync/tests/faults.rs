@@ -21,6 +21,19 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+/// The first push of agent run `run`: discovery complete, no resources.
+fn first_complete_snapshot(run: &str, aggregate_hash: &str) -> ctxsync_protocol::Snapshot {
+    ctxsync_protocol::Snapshot {
+        version: 1,
+        aggregate_hash: aggregate_hash.into(),
+        resources: vec![],
+        initial: true,
+        snapshot_error: None,
+        agent_run_id: Some(run.into()),
+        phase: DiscoveryPhase::Complete,
+    }
+}
+
 /// A first turn that waits for discovery, whose HTTP client goes away mid-wait, leaves
 /// the server able to answer later turns (and their waits) normally.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,15 +73,7 @@ async fn a_waiter_whose_client_disconnects_does_not_break_later_turns() {
         assert!(abandoned.is_err(), "the turn waits for a snapshot");
     }
     // The agent now publishes; a new turn is answered at once, without waiting.
-    let snapshot = ctxsync_protocol::Snapshot {
-        version: 1,
-        aggregate_hash: "agg".into(),
-        resources: vec![],
-        initial: true,
-        snapshot_error: None,
-        agent_run_id: Some("run-1".into()),
-        phase: DiscoveryPhase::Complete,
-    };
+    let snapshot = first_complete_snapshot("run-1", "agg");
     assert!(
         store
             .push_context_state(agent.id, snapshot)
@@ -585,15 +590,7 @@ async fn outage(fault: Path) {
         (test.metric(serving, "ctxsync_gate_attempts_waiting").await >= 1).then_some(())
     })
     .await;
-    let probe_snapshot = ctxsync_protocol::Snapshot {
-        version: 1,
-        aggregate_hash: "probe".into(),
-        resources: vec![],
-        initial: true,
-        snapshot_error: None,
-        agent_run_id: Some("probe-run".into()),
-        phase: DiscoveryPhase::Complete,
-    };
+    let probe_snapshot = first_complete_snapshot("probe-run", "probe");
     assert!(
         store
             .push_context_state(probe.id, probe_snapshot)
