@@ -59,6 +59,11 @@ impl Backoff {
         base - base / 4 * fraction / 1024
     }
 
+    /// The cap, exactly (no jitter): for waits that must never be shorter.
+    pub(crate) fn longest(&self) -> Duration {
+        self.policy.max
+    }
+
     /// Back to `initial`, after an attempt succeeded.
     pub(crate) fn reset(&mut self) {
         self.next = self.policy.initial;

@@ -2,19 +2,25 @@
 //!
 //! A tonic `Channel` normally reconnects by itself, which would let a push travel on a new
 //! connection that never saw `UpdateStartup`. The connector here therefore opens exactly
-//! one TCP connection per channel and reports when it closes; the publisher then builds a
-//! new channel and registers again before pushing.
+//! one TCP connection per channel (the TLS handshake, for `https://`, runs on it inside the
+//! connector) and reports when it closes; the publisher then builds a new channel and
+//! registers again before pushing.
 
 use std::future::Future;
 use std::io;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use ctxsync_protocol::v1::agent_client::AgentClient;
 use hyper_util::rt::TokioIo;
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio_rustls::TlsConnector;
 use tonic::codegen::http::Uri;
+use tonic::codegen::http::uri::InvalidUri;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -23,6 +29,7 @@ use tower_service::Service;
 
 use crate::error::PublishError;
 use crate::publisher::Timing;
+use crate::tls;
 
 pub(crate) type Client = AgentClient<InterceptedService<Channel, BearerAuth>>;
 
@@ -62,38 +69,111 @@ impl Interceptor for BearerAuth {
     }
 }
 
-/// The server endpoint with the publisher's timeouts and keep-alive.
-pub(crate) fn endpoint(
-    url: &str,
-    timing: &Timing,
-    agent_version: &str,
-) -> Result<Endpoint, PublishError> {
-    let invalid = |reason: &str| PublishError::InvalidServerUrl {
-        url: url.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| invalid(&e.to_string()))?;
-    match endpoint.uri().scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(invalid(
-                "https is not supported by this build; use http:// (loopback or a TLS-terminating proxy)",
-            ));
-        }
-        _ => return Err(invalid("expected http://HOST:PORT")),
+/// The server as configured: where to connect, and with which TLS, checked once at start.
+pub(crate) struct ServerTarget {
+    /// Always `http://HOST:PORT` with the port spelled out: tonic must never see `https`,
+    /// which it refuses without its own TLS features whenever another crate in the build
+    /// turns them on. TLS happens in the connector; the requests' origin keeps the URL.
+    endpoint: Endpoint,
+    /// The URL as given, for logs.
+    url: String,
+    /// The URL's host, IPv6 without brackets.
+    host: String,
+    port: u16,
+    tls: Option<Tls>,
+}
+
+/// What an `https://` connection handshakes with.
+#[derive(Clone)]
+struct Tls {
+    connector: TlsConnector,
+    /// The URL's host: sent as SNI (unless an IP address) and checked against the
+    /// certificate.
+    name: ServerName<'static>,
+}
+
+impl std::fmt::Debug for ServerTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTarget")
+            .field("url", &self.url)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
     }
-    if endpoint.uri().host().is_none_or(str::is_empty) {
-        return Err(invalid("the URL has no host"));
+}
+
+impl ServerTarget {
+    /// Checks the URL and loads what TLS trusts: `ca_cert_files` always (a bad file is an
+    /// error even with `http://`, before anyone relies on it), the platform's roots for
+    /// `https://` only.
+    pub(crate) fn new(
+        url: &str,
+        timing: &Timing,
+        agent_version: &str,
+        ca_cert_files: &[PathBuf],
+    ) -> Result<Self, PublishError> {
+        let invalid = |reason: &str| PublishError::InvalidServerUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let uri: Uri = url.parse().map_err(|e: InvalidUri| invalid(&e.to_string()))?;
+        let (https, default_port) = match uri.scheme_str() {
+            Some("http") => (false, 80),
+            Some("https") => (true, 443),
+            _ => return Err(invalid("expected http://HOST:PORT or https://HOST[:PORT]")),
+        };
+        let Some(url_host) = uri.host().filter(|h| !h.is_empty()) else {
+            return Err(invalid("the URL has no host"));
+        };
+        let port = uri.port_u16().unwrap_or(default_port);
+        let host = url_host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let extra_roots = tls::load_ca_files(ca_cert_files)?;
+        let tls = if https {
+            let name = ServerName::try_from(host.clone())
+                .map_err(|e| invalid(&format!("the host cannot be checked against a certificate: {e}")))?;
+            Some(Tls {
+                connector: TlsConnector::from(tls::client_config(url, extra_roots)?),
+                name,
+            })
+        } else {
+            None
+        };
+        let endpoint = Endpoint::from_shared(format!("http://{url_host}:{port}"))
+            .map_err(|e| invalid(&e.to_string()))?
+            .origin(uri)
+            .connect_timeout(timing.connect_timeout)
+            .timeout(timing.request_timeout)
+            .http2_keep_alive_interval(timing.keepalive_interval)
+            .keep_alive_timeout(timing.keepalive_timeout)
+            .keep_alive_while_idle(true)
+            .user_agent(format!("ctxsync-agent/{agent_version}"))
+            .map_err(|e| invalid(&e.to_string()))?;
+        Ok(Self {
+            endpoint,
+            url: url.to_owned(),
+            host,
+            port,
+            tls,
+        })
     }
-    let endpoint = endpoint
-        .connect_timeout(timing.connect_timeout)
-        .timeout(timing.request_timeout)
-        .http2_keep_alive_interval(timing.keepalive_interval)
-        .keep_alive_timeout(timing.keepalive_timeout)
-        .keep_alive_while_idle(true)
-        .user_agent(format!("ctxsync-agent/{agent_version}"))
-        .map_err(|e| invalid(&e.to_string()))?;
-    Ok(endpoint)
+
+    /// The URL as configured.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The URL's host (IPv6 without brackets), for logs.
+    pub(crate) fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// `http://` to a host that is not this machine: the token and the workspace's content
+    /// would cross a network in clear.
+    pub(crate) fn is_plaintext_over_network(&self) -> bool {
+        self.tls.is_none() && !tls::is_loopback(&self.host)
+    }
 }
 
 /// An open connection: the client and a signal that fires once it has closed.
@@ -103,31 +183,39 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects (bounded by the endpoint's connect timeout).
+    /// Connects and, for `https://`, completes the TLS handshake (both bounded by the
+    /// connect timeout).
     pub(crate) async fn open(
-        endpoint: &Endpoint,
+        server: &ServerTarget,
         auth: BearerAuth,
     ) -> Result<Self, tonic::transport::Error> {
         let (closed_tx, closed) = watch::channel(false);
         let connector = SingleConnection {
+            host: server.host.clone(),
+            port: server.port,
+            tls: server.tls.clone(),
             closed: Some(closed_tx),
         };
-        let channel = endpoint.connect_with_connector(connector).await?;
+        let channel = server.endpoint.connect_with_connector(connector).await?;
         Ok(Self {
             client: AgentClient::with_interceptor(channel, auth),
             closed,
         })
     }
 
-    /// Completes once the underlying TCP connection has been closed by either side.
+    /// Completes once the underlying connection has been closed by either side.
     pub(crate) async fn closed(&mut self) {
         // An error means the sender is gone, which also means the connection is.
         let _ = self.closed.wait_for(|closed| *closed).await;
     }
 }
 
-/// Opens one TCP connection, then refuses to open another.
+/// Opens one TCP connection (with TLS over it for `https://`), then refuses to open
+/// another.
 struct SingleConnection {
+    host: String,
+    port: u16,
+    tls: Option<Tls>,
     closed: Option<watch::Sender<bool>>,
 }
 
@@ -140,7 +228,9 @@ impl Service<Uri> for SingleConnection {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, uri: Uri) -> Self::Future {
+    /// Ignores `_uri`: it is the `http://` stand-in (see [`ServerTarget`]); the real host,
+    /// port and TLS are this connector's own.
+    fn call(&mut self, _uri: Uri) -> Self::Future {
         let Some(closed) = self.closed.take() else {
             return Box::pin(async {
                 Err(io::Error::new(
@@ -149,16 +239,14 @@ impl Service<Uri> for SingleConnection {
                 ))
             });
         };
+        let (host, port, tls) = (self.host.clone(), self.port, self.tls.clone());
         Box::pin(async move {
-            let host = uri
-                .host()
-                .unwrap_or_default()
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned();
-            let port = uri.port_u16().unwrap_or(80);
             let stream = TcpStream::connect((host.as_str(), port)).await?;
             stream.set_nodelay(true)?;
+            let stream: Box<dyn Stream> = match tls {
+                None => Box::new(stream),
+                Some(Tls { connector, name }) => Box::new(connector.connect(name, stream).await?),
+            };
             Ok(TrackedIo {
                 inner: TokioIo::new(stream),
                 closed,
@@ -167,9 +255,14 @@ impl Service<Uri> for SingleConnection {
     }
 }
 
-/// A TCP stream that signals its connection's end when hyper drops it.
+/// A connection's byte stream: plain TCP or TLS over it.
+trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+
+/// A connection that signals its end when hyper drops it.
 struct TrackedIo {
-    inner: TokioIo<TcpStream>,
+    inner: TokioIo<Box<dyn Stream>>,
     closed: watch::Sender<bool>,
 }
 

@@ -1,5 +1,5 @@
-//! The errors the publisher returns: bad configuration at start, or a fatal refusal by the
-//! server while running. Everything transient is retried, never returned.
+//! The errors the publisher returns: bad configuration at start, or being superseded while
+//! running. Everything else is retried, never returned — a refused token included.
 
 use std::path::PathBuf;
 
@@ -12,13 +12,23 @@ pub enum PublishError {
     InvalidToken,
     #[error("workspace directory {}: {reason}", path.display())]
     Workspace { path: PathBuf, reason: String },
+    /// A file of [`PublisherConfig::ca_cert_files`](crate::PublisherConfig::ca_cert_files)
+    /// is unreadable, holds no certificate, or holds one that cannot be trusted.
+    #[error("CA certificate file {}: {reason}", path.display())]
+    CaCertFile { path: PathBuf, reason: String },
+    /// An `https://` server, but the platform's trusted certificates could not be loaded
+    /// and no CA certificate file was given.
+    #[error(
+        "no certificate authority to trust for {url}: the platform's trusted certificates could not be loaded ({reason}); give the server's CA certificate file"
+    )]
+    NoTrustedCertificates { url: String, reason: String },
+    /// rustls refused the client configuration (not expected with the built-in provider).
+    #[error("cannot set up TLS: {reason}")]
+    TlsSetup { reason: String },
     /// `UpdateStartup` answered `FailedPrecondition`: a newer process of the same agent
     /// registered itself, and this one must stop.
     #[error(
         "this agent process (run id {run_id}) was superseded by a newer agent process and stops publishing; the server said: {message}"
     )]
     Superseded { run_id: String, message: String },
-    /// The server refused the token (`Unauthenticated` or `PermissionDenied`).
-    #[error("the server refused the agent token: {message}")]
-    Unauthenticated { message: String },
 }

@@ -7,12 +7,22 @@
 //! rows, caps and statuses); snapshot versions and the aggregate hash; watching context
 //! files (polling, with a snapshot error, whatever cannot be watched); the push loop over
 //! gRPC with registration (`UpdateStartup`) on every connection, coalescing, backoff and
-//! reconnects ([`Publisher`]).
+//! reconnects ([`Publisher`]); the connection to the server, `http://` or `https://`
+//! (rustls inside the one-connection connector; the platform's trusted roots plus
+//! [`PublisherConfig::ca_cert_files`]).
+//!
+//! Only one refusal stops the publisher: a newer process of the same agent superseded it
+//! ([`PublishError::Superseded`]). Everything else is retried: transient failures with
+//! backoff, a refused server certificate with backoff and one log line per attempt naming
+//! the host and the reason, and a refused token ([`ConnectionState::TokenRefused`]: said
+//! once, with how to get a new one, then retried every [`BackoffPolicy::max`] until the
+//! server accepts it again).
 //!
 //! Must never:
 //! - send the content of an `.mcp.json` file (it holds secrets; rows carry hash and size),
 //!   the agent token (only in the `authorization` header), or any diagnostic the engine
-//!   has not sanitized;
+//!   has not sanitized; send the token in clear to another machine without a warning at
+//!   start;
 //! - send anything over the wire limits of `ctxsync_protocol::limits`: rows, errors,
 //!   sources and bodies are bounded here, so the server never rejects a whole push for one
 //!   long error or name;
@@ -34,6 +44,7 @@ mod publisher;
 mod report;
 mod resolve;
 mod scan;
+mod tls;
 mod watcher;
 
 pub use backoff::{BackoffPolicy, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX};

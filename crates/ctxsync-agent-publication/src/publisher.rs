@@ -13,18 +13,19 @@ use ctxsync_protocol::{DiscoveryPhase, Resource, ResourceBody, ResourceStatus, S
 use tokio::sync::watch;
 use tokio::time::sleep;
 use tonic::Code;
-use tonic::transport::Endpoint;
 use tracing::{debug, error, info, warn};
 
 use crate::backoff::{Backoff, BackoffPolicy};
-use crate::connection::{BearerAuth, Connection};
+use crate::connection::{BearerAuth, Connection, ServerTarget};
 use crate::error::PublishError;
 use crate::report::ReportSource;
 use crate::resolve::{Resolution, ScanConfig, merge_snapshot_errors, resolve_with_watch};
 use crate::scan;
+use crate::tls::certificate_problem;
 use crate::watcher::{DEFAULT_DEBOUNCE, FileWatcher};
 
-/// Bound on establishing one TCP connection to the server.
+/// Bound on establishing one connection to the server (TCP and, for https, the TLS
+/// handshake).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound on one RPC; a slower server is treated as gone and reconnected to.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -68,8 +69,13 @@ impl Default for Timing {
 /// What the publisher needs to run.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PublisherConfig {
-    /// `http://HOST:PORT` of the control plane's agent API.
+    /// The control plane's agent API: `https://HOST[:PORT]`, or `http://HOST:PORT` (in
+    /// clear: a warning at start unless the host is loopback).
     pub server_url: String,
+    /// PEM files of certificate authorities trusted for `https://` besides the platform's
+    /// (each file may hold several certificates). Read at start even for `http://`, so a
+    /// bad file is an error before anything relies on it.
+    pub ca_cert_files: Vec<PathBuf>,
     /// The agent's bearer token; never logged.
     pub token: String,
     /// This agent's version, reported in `Startup`.
@@ -89,6 +95,7 @@ impl std::fmt::Debug for PublisherConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PublisherConfig")
             .field("server_url", &self.server_url)
+            .field("ca_cert_files", &self.ca_cert_files)
             .field("token", &"[redacted]")
             .field("agent_version", &self.agent_version)
             .field("scan", &self.scan)
@@ -111,6 +118,10 @@ pub enum ConnectionState {
     PushesUnsupported,
     /// A transient failure; waiting before the next attempt.
     WaitingToRetry,
+    /// The server refused the agent token (rotated, or the agent deleted): nothing is
+    /// published. Registering is retried every [`BackoffPolicy::max`], never sooner, and
+    /// the state stays until the server accepts the token again.
+    TokenRefused,
 }
 
 /// What the publisher has done so far.
@@ -129,7 +140,7 @@ pub struct PublisherStatus {
 
 /// The agent's publication side. One instance per process: it owns the run id.
 pub struct Publisher {
-    endpoint: Endpoint,
+    server: ServerTarget,
     auth: BearerAuth,
     startup: Startup,
     scan: ScanConfig,
@@ -143,7 +154,7 @@ pub struct Publisher {
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Publisher")
-            .field("server", &self.endpoint.uri())
+            .field("server", &self.server.url())
             .field("startup", &self.startup)
             .field("scan", &self.scan)
             .field("mcp_discovery", &self.reports.is_some())
@@ -165,8 +176,12 @@ impl Publisher {
         config: PublisherConfig,
         reports: Option<Box<dyn ReportSource>>,
     ) -> Result<Self, PublishError> {
-        let endpoint =
-            crate::connection::endpoint(&config.server_url, &config.timing, &config.agent_version)?;
+        let server = ServerTarget::new(
+            &config.server_url,
+            &config.timing,
+            &config.agent_version,
+            &config.ca_cert_files,
+        )?;
         let auth = BearerAuth::new(&config.token)?;
         let workspace = expand_directory(&config.scan.workspace_dir)?;
         let metadata = std::fs::metadata(&workspace).map_err(|e| PublishError::Workspace {
@@ -196,7 +211,7 @@ impl Publisher {
         };
         let (status, _) = watch::channel(PublisherStatus::default());
         Ok(Self {
-            endpoint,
+            server,
             auth,
             startup,
             scan,
@@ -224,11 +239,13 @@ impl Publisher {
         self.status.subscribe()
     }
 
-    /// Publishes until a fatal error: the process was superseded, or the server refused
-    /// the token. Transient failures are retried forever. Cancel by dropping the future.
+    /// Publishes until a newer process of the same agent supersedes this one, the only
+    /// error. Everything else is retried forever: transient failures with backoff, a
+    /// refused token every [`BackoffPolicy::max`] (see [`ConnectionState::TokenRefused`]).
+    /// Cancel by dropping the future.
     pub async fn run(self) -> Result<Infallible, PublishError> {
         let Self {
-            endpoint,
+            server,
             auth,
             startup,
             scan,
@@ -238,6 +255,12 @@ impl Publisher {
             status,
             run_id,
         } = self;
+        if server.is_plaintext_over_network() {
+            warn!(
+                server = server.url(),
+                "the server URL is http:// to a host that is not loopback: the agent token and the workspace content cross the network unencrypted; use https://"
+            );
+        }
         let (published_tx, published_rx) = watch::channel(None);
         let watcher = FileWatcher::new(timing.poll_interval, max_watched_dirs);
         let produce = produce(
@@ -249,11 +272,12 @@ impl Publisher {
             status.clone(),
         );
         let deliver = Deliver {
-            endpoint,
+            server,
             auth,
             startup,
             backoff: Backoff::new(timing.backoff, run_id.as_u64_pair().0),
             status,
+            token_refused: false,
         }
         .run(published_rx);
         tokio::select! {
@@ -440,11 +464,13 @@ fn log_published(version: u64, resolution: &Resolution, previous: Option<&Resolu
 
 /// The push side: connects, registers, pushes, and starts over on transient failures.
 struct Deliver {
-    endpoint: Endpoint,
+    server: ServerTarget,
     auth: BearerAuth,
     startup: Startup,
     backoff: Backoff,
     status: watch::Sender<PublisherStatus>,
+    /// From the server's first refusal of the token until it accepts it again.
+    token_refused: bool,
 }
 
 /// How a session whose connection closed ended.
@@ -457,8 +483,11 @@ enum SessionEnd {
 
 /// How a failed call is handled.
 enum Failure {
-    /// Retry on a new connection after the backoff delay.
+    /// Retry on a new connection after the backoff delay (already waited).
     Transient,
+    /// The server refused the token (`Unauthenticated` or `PermissionDenied`); retry at
+    /// the longest backoff.
+    TokenRefused(tonic::Status),
     /// Stop the publisher.
     Fatal(PublishError),
 }
@@ -470,14 +499,19 @@ impl Deliver {
     ) -> Result<Infallible, PublishError> {
         loop {
             self.set_connection(ConnectionState::Connecting);
-            let connection = match Connection::open(&self.endpoint, self.auth.clone()).await {
+            let connection = match Connection::open(&self.server, self.auth.clone()).await {
                 Ok(connection) => connection,
                 Err(e) => {
-                    self.wait_to_retry(&format!(
-                        "cannot connect to the server: {}",
-                        error_chain(&e)
-                    ))
-                    .await;
+                    let reason = match certificate_problem(&e) {
+                        Some(problem) => format!(
+                            "cannot connect to the server: the TLS certificate of {} was refused: {} ({})",
+                            self.server.host(),
+                            problem.reason,
+                            problem.detail
+                        ),
+                        None => format!("cannot connect to the server: {}", error_chain(&e)),
+                    };
+                    self.wait_to_retry(&reason).await;
                     continue;
                 }
             };
@@ -490,6 +524,7 @@ impl Deliver {
                         .await;
                 }
                 Err(Failure::Transient) => {}
+                Err(Failure::TokenRefused(status)) => self.wait_after_refusal(&status).await,
                 Err(Failure::Fatal(e)) => {
                     // The caller reports the returned error; logging it too would say it twice.
                     debug!(error = %e, "stopping the publisher");
@@ -512,17 +547,16 @@ impl Deliver {
                     run_id: self.startup.agent_run_id.clone().unwrap_or_default(),
                     message: status.message().to_owned(),
                 }),
-                Code::Unauthenticated | Code::PermissionDenied => {
-                    Failure::Fatal(PublishError::Unauthenticated {
-                        message: status.message().to_owned(),
-                    })
-                }
+                Code::Unauthenticated | Code::PermissionDenied => Failure::TokenRefused(status),
                 _ => {
                     self.wait_to_retry(&format!("UpdateStartup failed: {}", describe(&status)))
                         .await;
                     Failure::Transient
                 }
             });
+        }
+        if std::mem::take(&mut self.token_refused) {
+            info!("the server accepts the agent token again; publishing resumes");
         }
         info!(
             run_id = self.startup.agent_run_id.as_deref().unwrap_or(""),
@@ -578,9 +612,7 @@ impl Deliver {
                         self.set_connection(ConnectionState::PushesUnsupported);
                     }
                     Code::Unauthenticated | Code::PermissionDenied => {
-                        return Err(Failure::Fatal(PublishError::Unauthenticated {
-                            message: status.message().to_owned(),
-                        }));
+                        return Err(Failure::TokenRefused(status));
                     }
                     // OutOfRange: the server's gRPC message size limit is below the wire
                     // limits (its configuration must allow a maximal push).
@@ -605,13 +637,44 @@ impl Deliver {
     }
 
     async fn wait_to_retry(&mut self, reason: &str) {
-        let delay = self.backoff.next_delay();
+        // A refused token is not retried sooner because something else failed meanwhile.
+        let delay = if self.token_refused {
+            self.backoff.longest()
+        } else {
+            self.backoff.next_delay()
+        };
         warn!(retry_in = ?delay, "{reason}");
         self.set_connection(ConnectionState::WaitingToRetry);
         sleep(delay).await;
     }
 
+    /// Says so once per run of refusals, then waits the longest backoff: a rotated token
+    /// or a deleted agent stays refused until someone acts, so retrying sooner only adds
+    /// load (and every retry a log line).
+    async fn wait_after_refusal(&mut self, status: &tonic::Status) {
+        let delay = self.backoff.longest();
+        if std::mem::replace(&mut self.token_refused, true) {
+            debug!(retry_in = ?delay, error = %describe(status), "the server still refuses the agent token");
+        } else {
+            error!(
+                retry_every = ?delay,
+                error = %describe(status),
+                "the server refused the agent token (it was rotated or the agent deleted); nothing is published until it is accepted: get a new one with `ctxsync agents rotate AGENT_ID` (or `ctxsync agents create`) and restart the agent with it in CTXSYNC_AGENT_TOKEN"
+            );
+        }
+        self.set_connection(ConnectionState::TokenRefused);
+        sleep(delay).await;
+    }
+
+    /// Sets the connection state; while the token is refused, connecting and waiting show
+    /// as [`ConnectionState::TokenRefused`], so a status display does not flicker.
     fn set_connection(&self, state: ConnectionState) {
+        let state = match state {
+            ConnectionState::Connecting | ConnectionState::WaitingToRetry if self.token_refused => {
+                ConnectionState::TokenRefused
+            }
+            state => state,
+        };
         self.status.send_if_modified(|s| {
             let changed = s.connection != state;
             s.connection = state;

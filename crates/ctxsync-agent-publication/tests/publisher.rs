@@ -566,22 +566,43 @@ async fn superseded_stops_with_an_error() {
 }
 
 #[tokio::test]
-async fn a_refused_token_stops_with_an_error() {
+async fn a_refused_token_is_retried_only_at_the_longest_backoff_until_accepted() {
     let recorder = Recorder::new();
-    recorder.script_startup([Reply::Fail(Code::Unauthenticated)]);
+    recorder.script_startup([
+        Reply::Fail(Code::Unauthenticated),
+        Reply::Fail(Code::PermissionDenied),
+    ]);
     let server = FakeServer::start(recorder).await;
     let ws = Workspace::new();
-    let (_tx, _status, running) =
+    let started = Instant::now();
+    let (_tx, mut status, running) =
         start_with_reports(&server.url(), &ws, report(ReportPhase::Complete, &[]));
-    let error = tokio::time::timeout(WAIT, running)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
+
+    wait_status(&mut status, "the token refused", |s| {
+        s.connection == ConnectionState::TokenRefused
+    })
+    .await;
+    // Both refusals wait the cap (80 ms), never the initial 10 ms; then the token is
+    // accepted again and the snapshot lands.
+    server.recorder.wait_for_pushes(1).await;
+    let elapsed = started.elapsed();
     assert!(
-        matches!(error, PublishError::Unauthenticated { .. }),
-        "{error:?}"
+        elapsed >= 2 * support::fast_timing().backoff.max,
+        "retried after {elapsed:?}, sooner than twice the longest backoff"
     );
+    let startups = server
+        .recorder
+        .calls()
+        .iter()
+        .filter(|c| c.startup().is_some())
+        .count();
+    assert_eq!(startups, 3, "two refusals, then one accepted registration");
+    wait_status(&mut status, "ready again", |s| {
+        s.connection == ConnectionState::Ready
+    })
+    .await;
+    assert!(!running.is_finished(), "a refused token never stops the publisher");
+    running.abort();
 }
 
 #[tokio::test]
@@ -632,8 +653,16 @@ fn bad_configuration_is_refused_at_start() {
     };
     check(&|c| c.server_url = "not a url".into(), "invalid server URL");
     check(
-        &|c| c.server_url = "https://example.com".into(),
-        "https is not supported",
+        &|c| c.ca_cert_files = vec![c.scan.workspace_dir.join("no-such-ca.pem")],
+        "CA certificate file",
+    );
+    check(
+        &|c| {
+            let empty = c.scan.workspace_dir.join("empty.pem");
+            std::fs::write(&empty, "not a certificate").unwrap();
+            c.ca_cert_files = vec![empty];
+        },
+        "holds no certificate",
     );
     check(&|c| c.server_url = "ftp://x".into(), "expected http://");
     check(&|c| c.token = "bad token\n".into(), "visible ASCII");

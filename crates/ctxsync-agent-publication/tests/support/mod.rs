@@ -286,6 +286,7 @@ pub const TOKEN: &str = "test-token-123";
 pub fn config(url: &str, workspace: &Path) -> PublisherConfig {
     PublisherConfig {
         server_url: url.to_owned(),
+        ca_cert_files: Vec::new(),
         token: TOKEN.to_owned(),
         agent_version: "9.9.9-test".to_owned(),
         scan: ScanConfig {
