@@ -115,7 +115,9 @@ impl ServerTarget {
             url: url.to_owned(),
             reason: reason.to_owned(),
         };
-        let uri: Uri = url.parse().map_err(|e: InvalidUri| invalid(&e.to_string()))?;
+        let uri: Uri = url
+            .parse()
+            .map_err(|e: InvalidUri| invalid(&e.to_string()))?;
         let (https, default_port) = match uri.scheme_str() {
             Some("http") => (false, 80),
             Some("https") => (true, 443),
@@ -131,8 +133,11 @@ impl ServerTarget {
             .to_owned();
         let extra_roots = tls::load_ca_files(ca_cert_files)?;
         let tls = if https {
-            let name = ServerName::try_from(host.clone())
-                .map_err(|e| invalid(&format!("the host cannot be checked against a certificate: {e}")))?;
+            let name = ServerName::try_from(host.clone()).map_err(|e| {
+                invalid(&format!(
+                    "the host cannot be checked against a certificate: {e}"
+                ))
+            })?;
             Some(Tls {
                 connector: TlsConnector::from(tls::client_config(url, extra_roots)?),
                 name,

@@ -191,7 +191,10 @@ mod tests {
         check(CertificateError::Revoked, Some("revoked"));
         check(CertificateError::BadSignature, Some("other"));
 
-        let other = Outer(io::Error::new(io::ErrorKind::InvalidData, "corrupt message"));
+        let other = Outer(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "corrupt message",
+        ));
         assert_eq!(certificate_problem(&other), None);
         let handshake = io::Error::new(
             io::ErrorKind::InvalidData,
@@ -202,10 +205,23 @@ mod tests {
 
     #[test]
     fn loopback_hosts() {
-        for host in ["localhost", "LOCALHOST.", "a.localhost", "127.0.0.1", "127.3.4.5", "[::1]"] {
+        for host in [
+            "localhost",
+            "LOCALHOST.",
+            "a.localhost",
+            "127.0.0.1",
+            "127.3.4.5",
+            "[::1]",
+        ] {
             assert!(is_loopback(host), "{host}");
         }
-        for host in ["example.com", "10.0.0.1", "[::2]", "localhost.example.com", "0.0.0.0"] {
+        for host in [
+            "example.com",
+            "10.0.0.1",
+            "[::2]",
+            "localhost.example.com",
+            "0.0.0.0",
+        ] {
             assert!(!is_loopback(host), "{host}");
         }
     }

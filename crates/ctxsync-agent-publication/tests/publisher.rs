@@ -601,7 +601,10 @@ async fn a_refused_token_is_retried_only_at_the_longest_backoff_until_accepted()
         s.connection == ConnectionState::Ready
     })
     .await;
-    assert!(!running.is_finished(), "a refused token never stops the publisher");
+    assert!(
+        !running.is_finished(),
+        "a refused token never stops the publisher"
+    );
     running.abort();
 }
 

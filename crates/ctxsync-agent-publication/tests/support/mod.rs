@@ -234,6 +234,47 @@ impl FakeServer {
         }
     }
 
+    /// Serves over TLS with `config` (its ALPN should offer `h2`); the URL to use is
+    /// `https://localhost:PORT` (the name the test certificate carries).
+    pub async fn start_tls(recorder: Arc<Recorder>, config: Arc<rustls::ServerConfig>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let (connections, incoming) = tokio::sync::mpsc::channel(16);
+        let accepting = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, connections) = (acceptor.clone(), connections.clone());
+                tokio::spawn(async move {
+                    // A refused handshake (the client distrusts us) just drops the socket.
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        let _ = connections.send(Ok::<_, std::io::Error>(TlsIo(tls))).await;
+                    }
+                });
+            }
+        });
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let service = AgentServer::new(Service(recorder.clone()));
+        let task = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::ReceiverStream::new(incoming),
+                    async {
+                        let _ = signal.await;
+                    },
+                )
+                .await
+                .expect("fake TLS server");
+            accepting.abort();
+        });
+        Self {
+            addr,
+            recorder,
+            shutdown: Some(shutdown),
+            task: Some(task),
+        }
+    }
+
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -346,5 +387,49 @@ impl Workspace {
         std::fs::create_dir_all(link.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink(target, &link).unwrap();
         link
+    }
+}
+
+/// A server-side TLS connection tonic can serve (tonic only knows rustls streams with its
+/// own TLS features on).
+struct TlsIo(tokio_rustls::server::TlsStream<tokio::net::TcpStream>);
+
+impl tonic::transport::server::Connected for TlsIo {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) {}
+}
+
+impl tokio::io::AsyncRead for TlsIo {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for TlsIo {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
