@@ -5,6 +5,7 @@ mod codegen;
 mod fuzz;
 mod layers;
 mod libfuzzer;
+mod portable;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -24,9 +25,11 @@ commands:
                      N seconds in all, half each
   bench [--quick] [--json FILE]
                      build in release mode and run every benchmark, printing one table
+  self-contained     build the release binary with pg_config hidden and check that it
+                     links only the C runtime (ldd)
   ci                 everything CI runs: fmt, clippy, codegen check, each crate's tests
-                     alone, the README's test command, then `bench --quick` (completes;
-                     numbers not checked)";
+                     alone, the README's test command, `bench --quick` (completes;
+                     numbers not checked), then `self-contained`";
 
 /// The README line that precedes the test command's code block.
 const README_TEST_MARKER: &str = "<!-- readme-test-command -->";
@@ -46,6 +49,7 @@ fn main() -> Result<()> {
         ["tidy"] => tidy(&root),
         ["test"] => test(&root),
         ["ci"] => ci(&root),
+        ["self-contained"] => portable::check(&root, &cargo()),
         ["fuzz", "--seconds", seconds] => {
             let seconds = seconds
                 .parse()
@@ -182,6 +186,7 @@ fn ci(root: &Path) -> Result<()> {
         "ci: `cargo xtask bench --quick` completed in {:.0?} (release build included)",
         bench_started.elapsed()
     );
+    portable::check(root, &cargo())?;
     println!("ci: all checks passed in {:.0?}", started.elapsed());
     Ok(())
 }

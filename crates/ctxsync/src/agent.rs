@@ -24,9 +24,14 @@ pub const TOKEN_ENV: &str = "CTXSYNC_AGENT_TOKEN";
                   (see `ctxsync agents create`). Runs until Ctrl-C or SIGTERM."
 )]
 pub struct AgentArgs {
-    /// The server's agent API, e.g. http://127.0.0.1:4770.
+    /// The server's agent API: https://HOST:PORT, or http://127.0.0.1:4770 on one host
+    /// (plain http to another host is warned about: the token would cross in clear).
     #[arg(long, value_name = "URL")]
     pub server: String,
+    /// A PEM file of certificate authorities to trust for https, besides the system's
+    /// (repeatable).
+    #[arg(long = "ca-cert", value_name = "FILE", env = "CTXSYNC_CA_CERT")]
+    pub ca_certs: Vec<PathBuf>,
     /// The workspace directory: scanned for context files; MCP servers run in it.
     #[arg(long, value_name = "DIR")]
     pub workspace: PathBuf,
@@ -78,6 +83,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         .map(|engine| Box::new(EngineReports::new(engine)) as Box<dyn ReportSource>);
     let config = PublisherConfig {
         server_url: args.server,
+        ca_cert_files: absolute_paths(args.ca_certs)?,
         token,
         agent_version: env!("CARGO_PKG_VERSION").to_owned(),
         scan: ScanConfig {

@@ -1,22 +1,64 @@
-//! `ctxsync agents create`: registers an agent and prints its id and token once.
+//! `ctxsync agents create|list|rotate|delete`: the agent tokens' lifecycle, straight on
+//! the database. A token is printed once, when it is made; the database keeps only its
+//! digest, so a lost token is replaced (rotated), never shown again.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ctxsync_persistence::Store;
+use ctxsync_persistence::{AgentId, AgentRecord, NewAgent, Store};
+
+/// Where the agents live: the same database the server uses.
+#[derive(Debug, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL (`postgres://…`) or SQLite (`sqlite://PATH`) database URL.
+    #[arg(
+        long,
+        env = "CTXSYNC_DATABASE_URL",
+        hide_env_values = true,
+        conflicts_with = "data_dir"
+    )]
+    pub database_url: Option<String>,
+    /// Directory of the embedded SQLite database (default: the user data directory).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl DatabaseArgs {
+    async fn open(self) -> Result<Store> {
+        let data_dir = self.data_dir.unwrap_or_else(crate::paths::default_data_dir);
+        let database = crate::paths::database(self.database_url.as_deref(), &data_dir)?;
+        Store::open(database).await.context("opening the database")
+    }
+}
 
 #[derive(Debug, Args)]
 pub struct CreateArgs {
     /// A name for the agent (for people; need not be unique).
     pub name: String,
-    /// PostgreSQL (`postgres://…`) or SQLite (`sqlite://PATH`) database URL.
-    #[arg(long, env = "CTXSYNC_DATABASE_URL", conflicts_with = "data_dir")]
-    pub database_url: Option<String>,
-    /// Directory of the embedded SQLite database (default: the user data directory).
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
     /// Print `{"id": …, "token": …}` instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    /// The agent's id (from `ctxsync agents list`).
+    pub id: String,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -24,23 +66,123 @@ pub struct CreateArgs {
 pub async fn create(args: CreateArgs) -> Result<()> {
     let name = args.name.trim();
     anyhow::ensure!(!name.is_empty(), "the agent name must not be empty");
-    let data_dir = args.data_dir.unwrap_or_else(crate::paths::default_data_dir);
-    let database = crate::paths::database(args.database_url.as_deref(), &data_dir)?;
-    let store = Store::open(database)
-        .await
-        .context("opening the database")?;
+    let store = args.database.open().await?;
     let agent = store
         .create_agent(name)
         .await
         .context("creating the agent")?;
-    let id = agent.id.to_string();
-    let token = agent.token.expose().to_string();
+    print_token(&agent, args.json);
+    Ok(())
+}
+
+pub async fn list(args: ListArgs) -> Result<()> {
+    let store = args.database.open().await?;
+    let agents = store.list_agents().await.context("listing the agents")?;
     if args.json {
+        let rows: Vec<_> = agents.iter().map(agent_json).collect();
+        println!("{}", serde_json::Value::Array(rows));
+        return Ok(());
+    }
+    if agents.is_empty() {
+        println!("no agents; create one with `ctxsync agents create NAME`");
+        return Ok(());
+    }
+    println!(
+        "{:<36}  {:<20}  {:<25}  NAME",
+        "ID", "CREATED", "LAST STARTED"
+    );
+    for agent in &agents {
+        let started = agent.started_at.map_or_else(
+            || "never".to_owned(),
+            |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        );
+        println!(
+            "{:<36}  {:<20}  {:<25}  {}",
+            agent.id,
+            agent.created_at.format("%Y-%m-%d %H:%M:%S"),
+            started,
+            printable(&agent.name),
+        );
+    }
+    Ok(())
+}
+
+/// Replaces the agent's token: the old one is refused from the moment this returns.
+pub async fn rotate(args: IdArgs) -> Result<()> {
+    let id = parse_id(&args.id)?;
+    let store = args.database.open().await?;
+    let agent = store
+        .rotate_agent_token(id)
+        .await
+        .with_context(|| format!("rotating the token of agent {id}"))?;
+    print_token(&agent, args.json);
+    Ok(())
+}
+
+/// Deletes the agent, its snapshot and resources; its token is refused from then on.
+pub async fn delete(args: IdArgs) -> Result<()> {
+    let id = parse_id(&args.id)?;
+    let store = args.database.open().await?;
+    store
+        .delete_agent(id)
+        .await
+        .with_context(|| format!("deleting agent {id}"))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({ "id": id.to_string(), "deleted": true })
+        );
+    } else {
+        println!("deleted agent {id}; its token is refused from now on");
+    }
+    Ok(())
+}
+
+fn parse_id(raw: &str) -> Result<AgentId> {
+    raw.trim().parse().map_err(|_| {
+        anyhow::anyhow!(
+            "`{}` is not an agent id (a UUID, as `ctxsync agents list` prints)",
+            printable(raw)
+        )
+    })
+}
+
+fn print_token(agent: &NewAgent, json: bool) {
+    let id = agent.id.to_string();
+    let token = agent.token.expose();
+    if json {
         println!("{}", serde_json::json!({ "id": id, "token": token }));
     } else {
         println!("agent id: {id}");
         println!("token:    {token}");
         println!("The token is shown only once. Give it to the agent as CTXSYNC_AGENT_TOKEN.");
     }
-    Ok(())
+}
+
+/// An agent as `--json` and `GET /api/agents` show it: never its token or digest.
+pub fn agent_json(agent: &AgentRecord) -> serde_json::Value {
+    serde_json::json!({
+        "id": agent.id.to_string(),
+        "name": agent.name,
+        "agent_run_id": agent.agent_run_id,
+        "agent_version": agent.startup_version,
+        "expanded_directory": agent.expanded_directory,
+        "started_at": agent.started_at.map(|t| t.to_rfc3339()),
+        "created_at": agent.created_at.to_rfc3339(),
+        "updated_at": agent.updated_at.to_rfc3339(),
+    })
+}
+
+/// `text` with control characters escaped, so a name cannot drive the terminal.
+fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
 }

@@ -11,9 +11,13 @@ pub struct ContextArgs {
     /// The chat whose context to show.
     #[arg(long)]
     pub chat: String,
-    /// The server's HTTP address.
+    /// The server's HTTP address (https:// when the server has a certificate).
     #[arg(long, default_value = "http://127.0.0.1:4780")]
     pub server: String,
+    /// A PEM file of certificate authorities to trust for https, besides the system's
+    /// (repeatable).
+    #[arg(long = "ca-cert", value_name = "FILE", env = "CTXSYNC_CA_CERT")]
+    pub ca_certs: Vec<PathBuf>,
     /// The HTTP API token; default: `<data-dir>/api-token` of a local server.
     #[arg(long, env = "CTXSYNC_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
@@ -38,17 +42,40 @@ pub async fn run(args: ContextArgs) -> Result<()> {
                 .to_string()
         }
     };
+    let mut trusted = Vec::new();
+    for path in &args.ca_certs {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("reading the CA certificate file {}", path.display()))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .ok()
+            .filter(|certs| !certs.is_empty())
+            .with_context(|| format!("{} holds no PEM certificate", path.display()))?;
+        trusted.extend(certs);
+    }
+    let client = reqwest::Client::builder()
+        .tls_certs_merge(trusted)
+        .build()
+        .context("setting up the HTTP client")?;
     print!(
         "{}",
-        fetch_panel_text(&args.server, &args.chat, &token).await?
+        fetch_with(&client, &args.server, &args.chat, &token).await?
     );
     Ok(())
 }
 
 /// The plain-text panel of `chat` from the server at `base`.
 pub async fn fetch_panel_text(base: &str, chat: &str, token: &str) -> Result<String> {
+    fetch_with(&reqwest::Client::new(), base, chat, token).await
+}
+
+async fn fetch_with(
+    client: &reqwest::Client,
+    base: &str,
+    chat: &str,
+    token: &str,
+) -> Result<String> {
     let url = format!("{}/api/chats/{chat}/context", base.trim_end_matches('/'));
-    let response = reqwest::Client::new()
+    let response = client
         .get(&url)
         .bearer_auth(token)
         .header(reqwest::header::ACCEPT, "text/plain")

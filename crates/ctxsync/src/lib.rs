@@ -15,3 +15,4 @@ pub mod http;
 pub mod logging;
 pub mod paths;
 pub mod server;
+pub mod tls;

@@ -47,6 +47,12 @@ enum Command {
 enum AgentsCommand {
     /// Create an agent and print its id and token (the token is shown only once).
     Create(ctxsync::agents::CreateArgs),
+    /// List the agents (never their tokens).
+    List(ctxsync::agents::ListArgs),
+    /// Replace an agent's token and print the new one once; the old one is refused at once.
+    Rotate(ctxsync::agents::IdArgs),
+    /// Delete an agent with its snapshot; its token is refused at once.
+    Delete(ctxsync::agents::IdArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,9 +74,12 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Server(args) => ctxsync::server::run(args).await,
-            Command::Agents {
-                command: AgentsCommand::Create(args),
-            } => ctxsync::agents::create(args).await,
+            Command::Agents { command } => match command {
+                AgentsCommand::Create(args) => ctxsync::agents::create(args).await,
+                AgentsCommand::List(args) => ctxsync::agents::list(args).await,
+                AgentsCommand::Rotate(args) => ctxsync::agents::rotate(args).await,
+                AgentsCommand::Delete(args) => ctxsync::agents::delete(args).await,
+            },
             Command::Agent(args) => ctxsync::agent::run(args).await,
             Command::Discover(args) => ctxsync::discover::run(args).await,
             Command::Context(args) => ctxsync::context::run(args).await,

@@ -1,5 +1,6 @@
 //! `ctxsync server`: the control plane. Serves the agent API over gRPC and the chat API
-//! with the web page over HTTP, on loopback by default, until Ctrl-C or SIGTERM.
+//! with the web page over HTTP, on loopback by default, until Ctrl-C or SIGTERM; both over
+//! TLS when given a certificate (see [`crate::tls`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,8 +19,10 @@ use ctxsync_persistence::{
 
 use crate::http::api_token::TokenSource;
 use crate::http::{AppState, Auth};
+use crate::tls::{ReloadingCert, TlsFiles, TlsListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 
 /// HTTP/2 windows large enough that a multi-MiB snapshot crosses without waiting for
 /// window updates (h2's default is 64 KiB).
@@ -44,6 +47,23 @@ pub struct ServerArgs {
     /// Bearer token of the HTTP API; default: generated once into `<data-dir>/api-token`.
     #[arg(long, env = "CTXSYNC_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+    /// PEM certificate chain (leaf first): both listeners then speak only TLS 1.2/1.3.
+    /// Re-read, with the key, when either file changes or on SIGHUP.
+    #[arg(
+        long,
+        env = "CTXSYNC_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(
+        long,
+        env = "CTXSYNC_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
     /// How long a chat's first turn waits for MCP discovery of the current agent process.
     #[arg(long, default_value = "15000", value_name = "MS")]
     pub discovery_budget_ms: u64,
@@ -77,19 +97,39 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Everything [`start`] needs; [`ServerArgs`] is its command-line form.
-#[derive(Debug, Clone)]
+/// Everything [`start`] needs; [`ServerArgs`] is its command-line form. Its `Debug`
+/// shows neither the API token nor the database password.
+#[derive(Clone)]
 pub struct ServerConfig {
     pub database: DatabaseConfig,
     pub data_dir: PathBuf,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub api_token: Option<String>,
+    /// TLS on both listeners; `None` serves plain text.
+    pub tls: Option<TlsFiles>,
+    /// How often the TLS files are checked for changes.
+    pub tls_reload_interval: Duration,
     pub discovery_budget: Duration,
     pub snapshot_grace: Duration,
     pub gate_recheck: Duration,
     /// Pool size and database timeouts.
     pub store: StoreOptions,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("database", &self.database)
+            .field("data_dir", &self.data_dir)
+            .field("grpc_addr", &self.grpc_addr)
+            .field("http_addr", &self.http_addr)
+            .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
+            .field("tls", &self.tls)
+            .field("discovery_budget", &self.discovery_budget)
+            .field("snapshot_grace", &self.snapshot_grace)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ServerConfig {
@@ -102,6 +142,8 @@ impl ServerConfig {
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             api_token: None,
+            tls: None,
+            tls_reload_interval: crate::tls::DEFAULT_RELOAD_INTERVAL,
             discovery_budget: GateConfig::default().discovery_budget,
             snapshot_grace: GateConfig::default().snapshot_grace,
             gate_recheck: GateConfig::default().recheck_interval,
@@ -117,6 +159,11 @@ impl ServerConfig {
             grpc_addr: args.grpc_addr,
             http_addr: args.http_addr,
             api_token: args.api_token,
+            tls: args
+                .tls_cert
+                .zip(args.tls_key)
+                .map(|(cert, key)| TlsFiles { cert, key }),
+            tls_reload_interval: crate::tls::DEFAULT_RELOAD_INTERVAL,
             discovery_budget: Duration::from_millis(args.discovery_budget_ms),
             snapshot_grace: Duration::from_millis(args.snapshot_grace_ms),
             gate_recheck: Duration::from_millis(args.gate_recheck_ms),
@@ -130,27 +177,45 @@ impl ServerConfig {
 }
 
 /// A started server. Dropping it does not stop it; call [`RunningServer::shutdown`].
-#[derive(Debug)]
 pub struct RunningServer {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub store: Store,
     pub api_token: String,
     pub api_token_source: TokenSource,
+    /// The certificate both listeners serve, when TLS is on.
+    pub tls: Option<Arc<ReloadingCert>>,
     auth: Arc<Auth>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
+impl std::fmt::Debug for RunningServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningServer")
+            .field("grpc_addr", &self.grpc_addr)
+            .field("http_addr", &self.http_addr)
+            .field("store", &self.store)
+            .field("api_token", &"[redacted]")
+            .field("api_token_source", &self.api_token_source)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl RunningServer {
     /// The gRPC endpoint agents connect to.
     pub fn agent_url(&self) -> String {
-        format!("http://{}", self.grpc_addr)
+        format!("{}://{}", self.scheme(), self.grpc_addr)
     }
 
     /// The chat API's base URL.
     pub fn http_url(&self) -> String {
-        format!("http://{}", self.http_addr)
+        format!("{}://{}", self.scheme(), self.http_addr)
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
     }
 
     /// A one-time link that opens the chat's page in a browser (the browser cannot send
@@ -178,6 +243,17 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         .await
         .context("opening the database")?;
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let tls = match &config.tls {
+        Some(files) => Some(ReloadingCert::load(files.clone())?),
+        None => None,
+    };
+    let mut tasks = Vec::new();
+    if let Some(cert) = &tls {
+        tasks.push(tokio::spawn(
+            cert.clone()
+                .watch(config.tls_reload_interval, shutdown_rx.clone()),
+        ));
+    }
 
     let grpc_listener = tokio::net::TcpListener::bind(config.grpc_addr)
         .await
@@ -190,20 +266,39 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         .initial_connection_window_size(GRPC_CONNECTION_WINDOW_BYTES)
         .add_service(api.into_server());
     let mut grpc_shutdown = shutdown_rx.clone();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
-    let grpc_task = tokio::spawn(async move {
-        let stopped = async move {
-            let _ = grpc_shutdown.wait_for(|stop| *stop).await;
-        };
-        if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, stopped).await {
-            tracing::error!(error = %e, "agent API server failed");
+    let stopped = async move {
+        let _ = grpc_shutdown.wait_for(|stop| *stop).await;
+    };
+    let grpc_task = match &tls {
+        Some(cert) => {
+            let connections = crate::tls::accept_tls(
+                grpc_listener,
+                cert.acceptor(&[b"h2"])?,
+                shutdown_rx.clone(),
+            );
+            let incoming = tokio_stream::wrappers::ReceiverStream::new(connections)
+                .map(Ok::<_, std::io::Error>);
+            tokio::spawn(async move {
+                if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, stopped).await {
+                    tracing::error!(error = %e, "agent API server failed");
+                }
+            })
         }
-    });
-    tracing::info!(%grpc_addr, backend = ?store.backend(), "agent API listening");
+        None => {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+            tokio::spawn(async move {
+                if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, stopped).await {
+                    tracing::error!(error = %e, "agent API server failed");
+                }
+            })
+        }
+    };
+    tasks.push(grpc_task);
+    tracing::info!(%grpc_addr, backend = ?store.backend(), tls = tls.is_some(), "agent API listening");
 
     let (api_token, api_token_source) =
         crate::http::api_token::resolve(config.api_token.clone(), &config.data_dir)?;
-    let auth = Arc::new(Auth::new(api_token.clone()));
+    let auth = Arc::new(Auth::new(api_token.clone(), tls.is_some()));
     let gate_config = GateConfig {
         discovery_budget: config.discovery_budget,
         snapshot_grace: config.snapshot_grace,
@@ -222,19 +317,40 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         .with_context(|| format!("binding the HTTP API to {}", config.http_addr))?;
     let http_addr = http_listener.local_addr()?;
     let app = crate::http::router(state);
-    let mut http_shutdown = shutdown_rx;
-    let http_task = tokio::spawn(async move {
-        let stopped = async move {
-            let _ = http_shutdown.wait_for(|stop| *stop).await;
-        };
-        if let Err(e) = axum::serve(http_listener, app)
-            .with_graceful_shutdown(stopped)
-            .await
-        {
-            tracing::error!(error = %e, "HTTP server failed");
+    let mut http_shutdown = shutdown_rx.clone();
+    let stopped = async move {
+        let _ = http_shutdown.wait_for(|stop| *stop).await;
+    };
+    let http_task = match &tls {
+        Some(cert) => {
+            let listener = TlsListener::new(
+                http_listener,
+                cert.acceptor(&[b"http/1.1"])?,
+                shutdown_rx.clone(),
+            )?;
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
+                {
+                    tracing::error!(error = %e, "HTTP server failed");
+                }
+            })
         }
-    });
-    tracing::info!(%http_addr, "chat API and web page listening");
+        None => tokio::spawn(async move {
+            if let Err(e) = axum::serve(http_listener, app)
+                .with_graceful_shutdown(stopped)
+                .await
+            {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        }),
+    };
+    tasks.push(http_task);
+    tracing::info!(%http_addr, tls = tls.is_some(), "chat API and web page listening");
+    if tls.is_none() {
+        warn_if_exposed(grpc_addr, http_addr);
+    }
 
     Ok(RunningServer {
         grpc_addr,
@@ -242,10 +358,33 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         store,
         api_token,
         api_token_source,
+        tls,
         auth,
         shutdown,
-        tasks: vec![grpc_task, http_task],
+        tasks,
     })
+}
+
+/// One warning when a plain-text listener is reachable from other machines: what crosses
+/// the network in clear, and how to stop it.
+fn warn_if_exposed(grpc_addr: SocketAddr, http_addr: SocketAddr) {
+    let exposed: Vec<String> = [
+        (grpc_addr, "the agent API (agent tokens, workspace content)"),
+        (
+            http_addr,
+            "the chat API and page (the API token, session cookies, chat context)",
+        ),
+    ]
+    .into_iter()
+    .filter(|(addr, _)| !addr.ip().is_loopback())
+    .map(|(addr, what)| format!("{what} on {addr}"))
+    .collect();
+    if !exposed.is_empty() {
+        tracing::warn!(
+            "serving without TLS on a non-loopback address: {} cross the network unencrypted; give --tls-cert and --tls-key",
+            exposed.join(" and ")
+        );
+    }
 }
 
 pub async fn run(args: ServerArgs) -> Result<()> {

@@ -2,7 +2,7 @@
 //! `<data-dir>/api-token` (mode 0600) so a restarted server keeps accepting its clients.
 
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -46,7 +46,11 @@ pub fn resolve(given: Option<String>, data_dir: &Path) -> Result<(String, TokenS
             Ok((token, TokenSource::File(path)))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(data_dir)
+            // Mode 0700 for directories made here; an existing one the user chose is theirs.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(data_dir)
                 .with_context(|| format!("creating {}", data_dir.display()))?;
             let token = random_token();
             let mut file = std::fs::OpenOptions::new()

@@ -17,21 +17,43 @@ const SESSION_TTL: Duration = Duration::from_secs(12 * 60 * 60);
 /// Bound on outstanding link tokens and sessions, so minting cannot grow memory unbounded.
 const MAX_ENTRIES: usize = 10_000;
 
-/// Who may call the API, and the browser sessions of this server process.
-#[derive(Debug)]
+/// Who may call the API, and the browser sessions of this server process. Its `Debug`
+/// shows no token, link or session.
 pub struct Auth {
     api_token: String,
     links: Mutex<HashMap<String, Instant>>,
     sessions: Mutex<HashMap<String, Instant>>,
+    /// The page is served over TLS: the session cookie is marked `Secure`.
+    secure_cookies: bool,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let count =
+            |table: &Mutex<HashMap<String, Instant>>| table.lock().map_or(0, |table| table.len());
+        f.debug_struct("Auth")
+            .field("api_token", &"[redacted]")
+            .field("links", &count(&self.links))
+            .field("sessions", &count(&self.sessions))
+            .field("secure_cookies", &self.secure_cookies)
+            .finish()
+    }
 }
 
 impl Auth {
-    pub fn new(api_token: String) -> Self {
+    pub fn new(api_token: String, secure_cookies: bool) -> Self {
         Self {
             api_token,
             links: Mutex::default(),
             sessions: Mutex::default(),
+            secure_cookies,
         }
+    }
+
+    /// The `Set-Cookie` value that starts a browser session.
+    pub fn session_cookie(&self, session: &str) -> String {
+        let secure = if self.secure_cookies { "; Secure" } else { "" };
+        format!("{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/{secure}")
     }
 
     /// True when the request carries the API token as a bearer header, or a live session
@@ -129,7 +151,7 @@ mod tests {
 
     #[test]
     fn bearer_and_session_cookie() {
-        let auth = Auth::new("s3cret-token-0123456789".into());
+        let auth = Auth::new("s3cret-token-0123456789".into(), false);
         assert!(auth.allows(&headers(&[(
             "authorization",
             "Bearer s3cret-token-0123456789"

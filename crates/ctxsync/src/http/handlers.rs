@@ -20,7 +20,6 @@ use futures::Stream;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::SESSION_COOKIE;
 use super::{ApiError, AppState};
 
 type ApiResult<T = Response> = Result<T, ApiError>;
@@ -94,6 +93,32 @@ pub async fn create_agent(
     let agent = state.store.create_agent(name).await?;
     let response = json!({ "id": agent.id.to_string(), "token": agent.token.expose() });
     Ok((StatusCode::CREATED, Json(response)).into_response())
+}
+
+/// Every agent, oldest first; never a token or its digest.
+pub async fn list_agents(State(state): State<AppState>) -> ApiResult {
+    let agents = state.store.list_agents().await?;
+    let rows: Vec<Value> = agents.iter().map(crate::agents::agent_json).collect();
+    Ok(Json(json!({ "agents": rows })).into_response())
+}
+
+/// A new token for the agent, shown in this response only; the old one is refused from
+/// now on, on every replica (authentication reads the store on every call).
+pub async fn rotate_agent_token(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> ApiResult {
+    let agent: AgentId = parse_id(&raw, "agent")?;
+    let rotated = state.store.rotate_agent_token(agent).await?;
+    let response = json!({ "id": rotated.id.to_string(), "token": rotated.token.expose() });
+    Ok(Json(response).into_response())
+}
+
+/// Deletes the agent with its snapshot and resources; its token is refused from now on.
+pub async fn delete_agent(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
+    let agent: AgentId = parse_id(&raw, "agent")?;
+    state.store.delete_agent(agent).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 pub async fn agent_context(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
@@ -351,7 +376,7 @@ pub async fn page(
             return (StatusCode::UNAUTHORIZED, Html("<!doctype html><p>This link has expired or was already used. Ask for a new one.</p>"))
                 .into_response();
         };
-        let cookie = format!("{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/");
+        let cookie = state.auth.session_cookie(&session);
         // Redirect to the clean URL so the token never stays in the address bar or history.
         let mut response = Redirect::to(&format!("/chats/{chat}")).into_response();
         response.headers_mut().insert(

@@ -13,7 +13,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use ctxsync_chat_projection::ActiveTools;
 use ctxsync_first_turn_gate::store::StoreGate;
 use ctxsync_persistence::{AgentApiMetrics, ChatId, Store};
@@ -39,7 +39,12 @@ pub struct AppState {
 /// The router: `/healthz` is open; everything else needs the bearer token or a session.
 pub fn router(state: AppState) -> Router {
     let protected = Router::new()
-        .route("/api/agents", post(handlers::create_agent))
+        .route(
+            "/api/agents",
+            post(handlers::create_agent).get(handlers::list_agents),
+        )
+        .route("/api/agents/{id}", delete(handlers::delete_agent))
+        .route("/api/agents/{id}/token", post(handlers::rotate_agent_token))
         .route("/api/agents/{id}/context", get(handlers::agent_context))
         .route("/api/chats", post(handlers::create_chat))
         .route("/api/chats/{id}", get(handlers::get_chat))

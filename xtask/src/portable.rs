@@ -1,0 +1,106 @@
+//! `cargo xtask self-contained`: the release binary builds without the system's
+//! PostgreSQL or OpenSSL development files and links nothing beyond the C runtime, so it
+//! can be copied into any workspace image of the same architecture.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// Shared objects the binary may load: the C library, its math part, the unwinder and the
+/// dynamic loader (plus the kernel's vDSO, which is no file).
+const ALLOWED: &[&str] = &[
+    "linux-vdso.so",
+    "libc.so",
+    "libm.so",
+    "libgcc_s.so",
+    "ld-linux-x86-64.so",
+    "ld-linux-aarch64.so",
+];
+
+/// Builds `ctxsync` in release mode with `pg_config` hidden from `PATH` and no
+/// `PQ_LIB_DIR` (so nothing can fall back to the system's libpq), then checks its `ldd`.
+pub fn check(root: &Path, cargo: &Path) -> Result<()> {
+    let started = std::time::Instant::now();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let hidden: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|dir| !dir.join("pg_config").exists())
+        .collect();
+    let path = std::env::join_paths(hidden).context("rebuilding PATH")?;
+    let args = ["build", "--release", "-p", "ctxsync", "--bin", "ctxsync"];
+    println!(
+        "$ {} {} (pg_config hidden, no PQ_LIB_DIR)",
+        cargo.display(),
+        args.join(" ")
+    );
+    let status = Command::new(cargo)
+        .args(args)
+        .current_dir(root)
+        .env("PATH", &path)
+        .env_remove("PQ_LIB_DIR")
+        .env_remove("PQ_LIB_STATIC")
+        .env_remove("PG_CONFIG")
+        .env_remove("OPENSSL_DIR")
+        .env_remove("OPENSSL_LIB_DIR")
+        .status()
+        .context("starting cargo")?;
+    if !status.success() {
+        bail!("the release build without pg_config failed with {status}");
+    }
+    let binary = root.join("target/release/ctxsync");
+    let output = Command::new("ldd")
+        .arg(&binary)
+        .output()
+        .context("running ldd")?;
+    if !output.status.success() {
+        bail!(
+            "ldd {} failed: {}",
+            binary.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let listing = String::from_utf8_lossy(&output.stdout);
+    let unexpected = unexpected_libraries(&listing);
+    if !unexpected.is_empty() {
+        bail!(
+            "the release binary links {} beyond the C runtime: {}\n{listing}",
+            unexpected.len(),
+            unexpected.join(", ")
+        );
+    }
+    let size = std::fs::metadata(&binary)
+        .with_context(|| format!("reading {}", binary.display()))?
+        .len();
+    println!(
+        "self-contained: ctxsync links only the C runtime ({} libraries), {:.1} MiB, checked in {:.0?}",
+        listing.lines().filter(|l| !l.trim().is_empty()).count(),
+        size as f64 / (1024.0 * 1024.0),
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// The names in an `ldd` listing that [`ALLOWED`] does not cover.
+fn unexpected_libraries(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(|name| name.rsplit('/').next().unwrap_or(name).to_owned())
+        .filter(|name| !ALLOWED.iter().any(|allowed| name.starts_with(allowed)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_c_runtime_passes() {
+        let good = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x1)\n\tlibm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x2)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x3)\n\t/lib64/ld-linux-x86-64.so.2 (0x4)\n";
+        assert!(unexpected_libraries(good).is_empty());
+        let bad = format!(
+            "{good}\tlibpq.so.5 => /lib/x86_64-linux-gnu/libpq.so.5 (0x5)\n\tlibssl.so.3 => /lib/libssl.so.3 (0x6)\n"
+        );
+        assert_eq!(unexpected_libraries(&bad), ["libpq.so.5", "libssl.so.3"]);
+    }
+}
