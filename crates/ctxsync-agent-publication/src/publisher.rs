@@ -659,7 +659,7 @@ impl Deliver {
             error!(
                 retry_every = ?delay,
                 error = %describe(status),
-                "the server refused the agent token (it was rotated or the agent deleted); nothing is published until it is accepted: get a new one with `ctxsync agents rotate AGENT_ID` (or `ctxsync agents create`) and restart the agent with it in CTXSYNC_AGENT_TOKEN"
+                "the server refused the agent token (mistyped, rotated, or its agent deleted); nothing is published until it is accepted: get a new token with `ctxsync agents rotate AGENT_ID` (or `ctxsync agents create NAME`) and restart the agent with it in CTXSYNC_AGENT_TOKEN"
             );
         }
         self.set_connection(ConnectionState::TokenRefused);

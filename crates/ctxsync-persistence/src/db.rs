@@ -26,13 +26,28 @@ pub mod migrations {
 /// File name of the embedded database inside the data directory.
 pub const SQLITE_FILE_NAME: &str = "ctxsync.sqlite3";
 
-/// Which database a store talks to.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Which database a store talks to. `Debug` hides the URL's password.
+#[derive(Clone, PartialEq, Eq)]
 pub enum DatabaseConfig {
-    /// A PostgreSQL server, by `postgres://` (or `postgresql://`) URL.
+    /// A PostgreSQL server, by `postgres://` (or `postgresql://`) URL. Its `sslmode`
+    /// (libpq's six, default `prefer`) and `sslrootcert` (a PEM file, or `system`) apply
+    /// to the pool and the LISTEN connection alike; other `ssl*` parameters (but
+    /// `sslnegotiation`) are refused.
     Postgres { url: String },
     /// An embedded SQLite database file.
     Sqlite { path: PathBuf },
+}
+
+impl std::fmt::Debug for DatabaseConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Postgres { url } => f
+                .debug_struct("Postgres")
+                .field("url", &redact_url(url))
+                .finish(),
+            Self::Sqlite { path } => f.debug_struct("Sqlite").field("path", path).finish(),
+        }
+    }
 }
 
 impl DatabaseConfig {
@@ -75,14 +90,47 @@ impl DatabaseConfig {
     }
 }
 
-/// A URL without its userinfo, for messages.
+/// `url` with its password masked (`postgres://u:***@h/db`, and a `password=` query
+/// parameter likewise), for messages and `Debug`.
 pub(crate) fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}[redacted]{}", &url[..scheme_end + 3], &url[at..])
+    const MASK: &str = "***";
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let mut out = url[..scheme_end].to_owned();
+    // The last '@' ends the userinfo even if the password holds an unencoded '@';
+    // should one stand in the query, more than the password is masked, never less.
+    let rest = match url[scheme_end..].rfind('@') {
+        Some(at) => {
+            let (userinfo, rest) = url[scheme_end..].split_at(at);
+            match userinfo.split_once(':') {
+                Some((user, _password)) => {
+                    out.push_str(user);
+                    out.push(':');
+                    out.push_str(MASK);
+                }
+                None => out.push_str(userinfo),
+            }
+            rest
         }
-        _ => url.to_owned(),
+        None => &url[scheme_end..],
+    };
+    match rest.split_once('?') {
+        Some((path, query)) => {
+            out.push_str(path);
+            out.push('?');
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some(("password", _)) => format!("password={MASK}"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            out.push_str(&pairs.join("&"));
+        }
+        None => out.push_str(rest),
     }
+    out
 }
 
 /// The two supported database backends.
@@ -239,13 +287,20 @@ impl Pool {
                 Ok(Self::Postgres(pool))
             }
             DatabaseConfig::Sqlite { path } => {
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir).map_err(|e| {
+                let on_disk = is_file_path(path);
+                if let Some(dir) = path
+                    .parent()
+                    .filter(|d| on_disk && !d.as_os_str().is_empty())
+                {
+                    create_private_dirs(dir).map_err(|e| {
                         StoreError::Unavailable(format!(
                             "cannot create data directory {}: {e}",
                             dir.display()
                         ))
                     })?;
+                }
+                if on_disk {
+                    make_private(path)?;
                 }
                 let url = path.to_str().ok_or_else(|| {
                     StoreError::InvalidInput(format!(
@@ -268,6 +323,11 @@ impl Pool {
                         .map(drop)
                         .map_err(|e| StoreError::Migration(e.to_string()))
                 })?;
+                if on_disk {
+                    // SQLite gives -wal and -shm the database file's mode; checking
+                    // the files it has now created costs a few stat calls.
+                    make_private(path)?;
+                }
                 Ok(Self::Sqlite(pool))
             }
         }
@@ -280,6 +340,76 @@ impl Pool {
             Self::Sqlite(p) => PooledConn::Sqlite(p.get()?),
         })
     }
+}
+
+/// False for SQLite's in-memory database and `file:` URIs, which name no plain file.
+fn is_file_path(path: &Path) -> bool {
+    let text = path.to_string_lossy();
+    text != ":memory:" && !text.starts_with("file:")
+}
+
+/// Creates the missing directories up to `dir`, each 0700 whatever the umask (the
+/// database is the agents' context and their token hashes). Directories that already
+/// exist, such as one the user chose, are left as they are.
+fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .collect();
+    for d in missing.into_iter().rev() {
+        match std::fs::DirBuilder::new().mode(0o700).create(d) {
+            // mkdir's mode passes through the umask; a looser umask cannot widen it,
+            // a stricter one could leave the owner without access.
+            Ok(()) => std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))?,
+            // Made meanwhile by someone else: theirs, not ours to change.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && d.is_dir() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The database file (created 0600 if missing) and its `-wal`/`-shm` siblings lose any
+/// group and other permission bits.
+fn make_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+
+    let failed = |path: &Path, e: std::io::Error| {
+        StoreError::Unavailable(format!(
+            "cannot restrict the permissions of {}: {e}",
+            path.display()
+        ))
+    };
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        // Exactly 0600 even under a umask that took the owner's bits.
+        Ok(_) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| failed(path, e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(failed(path, e)),
+    }
+    let mut siblings = [path.to_owned(), path.to_owned(), path.to_owned()];
+    siblings[1].as_mut_os_string().push("-wal");
+    siblings[2].as_mut_os_string().push("-shm");
+    for file in &siblings {
+        let mode = match std::fs::metadata(file) {
+            Ok(meta) => meta.permissions().mode(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(failed(file, e)),
+        };
+        // Only when needed, so a private file owned by someone else is no error.
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(mode & 0o700))
+                .map_err(|e| failed(file, e))?;
+        }
+    }
+    Ok(())
 }
 
 /// `url` with libpq's connect timeout and TCP keepalive parameters added, unless the URL
@@ -394,7 +524,118 @@ fn retry_delay(attempt: u32) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
+
+    #[test]
+    fn passwords_are_masked_in_debug_and_messages() {
+        let check = |url: &str, expect: &str| assert_eq!(redact_url(url), expect, "{url}");
+        check("postgres://u:secret@h/db", "postgres://u:***@h/db");
+        check(
+            "postgresql://u:p%40ss@w@h:5432/db?sslmode=require",
+            "postgresql://u:***@h:5432/db?sslmode=require",
+        );
+        check("postgres://u@h/db", "postgres://u@h/db");
+        check("postgres://h/db", "postgres://h/db");
+        check(
+            "postgres://h/db?user=u&password=secret&sslmode=verify-full",
+            "postgres://h/db?user=u&password=***&sslmode=verify-full",
+        );
+
+        let config = DatabaseConfig::from_url("postgres://admin:hunter2@db.example/ctx").unwrap();
+        let debug = format!("{config:?}");
+        assert_eq!(
+            debug,
+            r#"Postgres { url: "postgres://admin:***@db.example/ctx" }"#
+        );
+        let sqlite = DatabaseConfig::Sqlite {
+            path: "/var/lib/ctxsync/ctxsync.sqlite3".into(),
+        };
+        assert_eq!(
+            format!("{sqlite:?}"),
+            r#"Sqlite { path: "/var/lib/ctxsync/ctxsync.sqlite3" }"#
+        );
+        let error = DatabaseConfig::from_url("mysql://admin:hunter2@h/db").unwrap_err();
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    /// Set in the child process [`sqlite_files_are_private_whatever_the_umask`] runs
+    /// itself in.
+    const UMASK_CHILD_ENV: &str = "CTXSYNC_PERSISTENCE_UMASK_CHILD";
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    /// The umask is per process, so the check runs in a child started under umask 0,
+    /// where nothing but the store's own modes keeps the files private.
+    #[test]
+    fn sqlite_files_are_private_whatever_the_umask() {
+        const NAME: &str = "db::tests::sqlite_files_are_private_whatever_the_umask";
+        if std::env::var_os(UMASK_CHILD_ENV).is_none() {
+            let output = std::process::Command::new("sh")
+                .args(["-c", r#"umask 000 && exec "$0" "$@""#])
+                .arg(std::env::current_exe().unwrap())
+                .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+                .env(UMASK_CHILD_ENV, "1")
+                .output()
+                .expect("running the test under umask 0");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success() && stdout.contains("1 passed"),
+                "child failed: {stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            return;
+        }
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        assert!(
+            status.lines().any(|l| l == "Umask:\t0000"),
+            "the child should run under umask 0"
+        );
+
+        let chosen = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(chosen.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = chosen.path().join("made/by-store").join(SQLITE_FILE_NAME);
+        let pool = Pool::open(
+            &DatabaseConfig::Sqlite { path: path.clone() },
+            &StoreOptions::default(),
+        )
+        .expect("opening SQLite");
+        assert_eq!(
+            mode(chosen.path()),
+            0o755,
+            "the user's directory was changed"
+        );
+        assert_eq!(mode(&chosen.path().join("made")), 0o700);
+        assert_eq!(mode(&chosen.path().join("made/by-store")), 0o700);
+        assert_eq!(mode(&path), 0o600);
+        for suffix in ["-wal", "-shm"] {
+            let mut sibling = path.clone().into_os_string();
+            sibling.push(suffix);
+            assert_eq!(mode(Path::new(&sibling)), 0o600, "{suffix}");
+        }
+        drop(pool);
+
+        // A database file that exists with looser permissions is tightened.
+        let loose = chosen.path().join("loose.sqlite3");
+        std::fs::write(&loose, b"").unwrap();
+        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o664)).unwrap();
+        Pool::open(
+            &DatabaseConfig::Sqlite {
+                path: loose.clone(),
+            },
+            &StoreOptions::default(),
+        )
+        .expect("opening the loose database");
+        assert_eq!(mode(&loose), 0o600);
+        assert_eq!(mode(chosen.path()), 0o755);
+    }
 
     #[test]
     fn libpq_urls_get_timeouts_unless_they_set_their_own() {

@@ -7,7 +7,15 @@
 //! processes for PostgreSQL), and the gRPC agent API service ([`agent_api`]) that
 //! authenticates, validates with `ctxsync-protocol`, and persists.
 //!
-//! Must never: know gRPC outside [`agent_api`]; trust event or push content (events
+//! Network and disk: PostgreSQL's `sslmode`/`sslrootcert` mean what libpq says for the
+//! pool (libpq itself) and for the LISTEN connection (OpenSSL configured to match), and
+//! are checked before anything connects. A SQLite database file, its `-wal`/`-shm`
+//! siblings and any directory the store creates for them are private to the owner
+//! (0600/0700, whatever the umask); an existing directory is left as it is.
+//!
+//! Must never: know gRPC outside [`agent_api`]; print a database password (`Debug`
+//! and messages mask it); let the LISTEN connection accept a server the pool would
+//! refuse, or the reverse; trust event or push content (events
 //! carry ids and versions only, readers re-read committed state; pushes are validated
 //! before any database access); store an agent token (only its sha256); let one agent
 //! touch another's rows; depend on a workspace crate other than `ctxsync-protocol`.
@@ -42,6 +50,7 @@ mod model;
 mod notify;
 mod ops;
 mod pg_listener;
+mod pg_tls;
 mod schema;
 mod sql_types;
 mod store;

@@ -13,7 +13,11 @@ use crate::token::AgentToken;
 
 // ---- public records ------------------------------------------------------------------
 
-/// A newly created agent and its bearer token (shown once, never stored).
+/// An agent and its newly issued bearer token, from [`Store::create_agent`] or
+/// [`Store::rotate_agent_token`] (shown once, never stored).
+///
+/// [`Store::create_agent`]: crate::Store::create_agent
+/// [`Store::rotate_agent_token`]: crate::Store::rotate_agent_token
 #[derive(Clone, Debug)]
 pub struct NewAgent {
     pub id: AgentId,

@@ -79,6 +79,20 @@ pub(crate) fn token_hash(tx: &mut Tx<'_>, id: AgentId) -> Result<Option<Vec<u8>>
     Ok(on_backend!(tx, |c| query.first::<Vec<u8>>(c).optional())?)
 }
 
+/// Swaps the agent's token hash in one UPDATE; false when there is no such agent.
+pub(crate) fn replace_token_hash(
+    tx: &mut Tx<'_>,
+    id: AgentId,
+    token_hash: &[u8],
+    now: DbTime,
+) -> Result<bool, StoreError> {
+    let update = diesel::update(workspace_agents::table.find(id)).set((
+        workspace_agents::token_hash.eq(token_hash),
+        workspace_agents::updated_at.eq(now),
+    ));
+    Ok(on_backend!(tx, |c| update.execute(c))? > 0)
+}
+
 pub(crate) fn delete_agent(tx: &mut Tx<'_>, id: AgentId, origin: u64) -> Result<bool, StoreError> {
     // Snapshot and resources cascade; chats deliberately keep pointing at the id.
     let deleted = on_backend!(tx, |c| diesel::delete(workspace_agents::table.find(id))

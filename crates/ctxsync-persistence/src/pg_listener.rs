@@ -6,13 +6,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use postgres_openssl::MakeTlsConnector;
 use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::config::SslMode as WireMode;
+use tokio_postgres::{AsyncMessage, Client};
 
 use crate::db::{StoreOptions, TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_INTERVAL, TCP_KEEPALIVE_RETRIES};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId};
 use crate::notify::{ChangeEvent, Hub};
+use crate::pg_tls;
 
 /// The NOTIFY channel all stores of one database share.
 pub(crate) const CHANNEL: &str = "ctxsync_changes";
@@ -102,34 +105,102 @@ struct Session {
     driver: AbortOnDrop,
 }
 
+/// How to open the LISTEN connection: everything checked and loaded (TLS roots
+/// included) before anything connects.
+pub(crate) struct Connector {
+    config: tokio_postgres::Config,
+    tls: MakeTlsConnector,
+    /// tokio-postgres TLS modes to try in turn (see [`pg_tls`]).
+    attempts: &'static [WireMode],
+    /// Bound on connecting, the startup handshake and `LISTEN` together:
+    /// `connect_timeout` covers only the TCP connect, and a peer that accepts but never
+    /// answers would otherwise stall the reconnect loop for good.
+    timeout: Duration,
+}
+
+impl Connector {
+    /// Reads `url` (TLS as libpq reads it) without connecting.
+    pub(crate) fn new(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        let tls = pg_tls::listen_tls(url)?;
+        let mut config: tokio_postgres::Config = tls
+            .url
+            .parse()
+            .map_err(|e| StoreError::InvalidInput(format!("invalid PostgreSQL URL: {e}")))?;
+        // Dead peers are noticed by TCP keepalive even when no notification is due.
+        config
+            .application_name(APPLICATION_NAME)
+            .keepalives(true)
+            .keepalives_idle(TCP_KEEPALIVE_IDLE)
+            .keepalives_interval(TCP_KEEPALIVE_INTERVAL)
+            .keepalives_retries(TCP_KEEPALIVE_RETRIES)
+            .connect_timeout(options.connection_timeout);
+        Ok(Self {
+            config,
+            tls: tls.connector,
+            attempts: tls.attempts,
+            timeout: options.connection_timeout,
+        })
+    }
+
+    /// One LISTEN session, trying each TLS mode in turn; the error names every failure.
+    async fn listen(&self, hub: &Arc<Hub>, origin: u64) -> Result<Session, String> {
+        let attempts = async {
+            let mut failures = Vec::new();
+            for &mode in self.attempts {
+                let mut config = self.config.clone();
+                config.ssl_mode(mode);
+                match listen(&config, self.tls.clone(), hub, origin).await {
+                    Ok(session) => return Ok(session),
+                    Err(error) if self.attempts.len() == 1 => return Err(error_chain(&error)),
+                    Err(error) => {
+                        let how = if mode == WireMode::Disable {
+                            "without TLS"
+                        } else {
+                            "with TLS"
+                        };
+                        failures.push(format!("{how}: {}", error_chain(&error)));
+                    }
+                }
+            }
+            Err(failures.join("; "))
+        };
+        match tokio::time::timeout(self.timeout, attempts).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+        }
+    }
+}
+
+/// `error` with its causes: tokio-postgres's own message is only the error's kind
+/// ("error performing TLS handshake"), the reason is in its source. A cause already
+/// spelled out by the one before it (OpenSSL's often is) is not repeated.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// Connects and LISTENs before returning, so no commit after `open` is missed.
 pub(crate) async fn start(
-    url: &str,
+    connector: Connector,
     hub: Arc<Hub>,
     origin: u64,
     options: &StoreOptions,
 ) -> Result<Listener, StoreError> {
-    let mut config: tokio_postgres::Config = url
-        .parse()
-        .map_err(|e| StoreError::InvalidInput(format!("invalid PostgreSQL URL: {e}")))?;
-    // Dead peers are noticed by TCP keepalive even when no notification is due.
-    config
-        .application_name(APPLICATION_NAME)
-        .keepalives(true)
-        .keepalives_idle(TCP_KEEPALIVE_IDLE)
-        .keepalives_interval(TCP_KEEPALIVE_INTERVAL)
-        .keepalives_retries(TCP_KEEPALIVE_RETRIES)
-        .connect_timeout(options.connection_timeout);
     let attempt = Attempt {
-        config,
+        connector,
         hub,
         origin,
-        timeout: options.connection_timeout,
     };
-    let session = attempt
-        .listen()
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("LISTEN connection failed: {e}")))?;
+    let session = attempt.listen().await.map_err(listen_failed)?;
     let task = tokio::spawn(run(
         attempt,
         session,
@@ -141,33 +212,42 @@ pub(crate) async fn start(
     })
 }
 
+fn listen_failed(reason: String) -> StoreError {
+    StoreError::Unavailable(format!("LISTEN connection failed: {reason}"))
+}
+
+/// Opens one LISTEN session and closes it again (test support: the LISTEN path's TLS
+/// on its own, where opening a store would fail on the pool first).
+#[cfg(feature = "test-support")]
+pub(crate) async fn probe(url: &str, options: &StoreOptions) -> Result<(), StoreError> {
+    let connector = Connector::new(url, options)?;
+    connector
+        .listen(&Arc::new(Hub::default()), 0)
+        .await
+        .map(drop)
+        .map_err(listen_failed)
+}
+
 /// Everything needed to open a LISTEN session.
 struct Attempt {
-    config: tokio_postgres::Config,
+    connector: Connector,
     hub: Arc<Hub>,
     origin: u64,
-    /// Bound on connecting, the startup handshake and `LISTEN` together:
-    /// `connect_timeout` covers only the TCP connect, and a peer that accepts but never
-    /// answers would otherwise stall the reconnect loop for good.
-    timeout: Duration,
 }
 
 impl Attempt {
     async fn listen(&self) -> Result<Session, String> {
-        match tokio::time::timeout(self.timeout, listen(&self.config, &self.hub, self.origin)).await
-        {
-            Ok(result) => result.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
-        }
+        self.connector.listen(&self.hub, self.origin).await
     }
 }
 
 async fn listen(
     config: &tokio_postgres::Config,
+    tls: MakeTlsConnector,
     hub: &Arc<Hub>,
     origin: u64,
 ) -> Result<Session, tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = config.connect(tls).await?;
     let hub = Arc::clone(hub);
     let driver = AbortOnDrop(tokio::spawn(async move {
         loop {

@@ -49,6 +49,12 @@ impl Store {
         config: DatabaseConfig,
         options: StoreOptions,
     ) -> Result<Self, StoreError> {
+        // Before anything connects: a bad sslmode or unreadable root certificate is a
+        // configuration error, not an unreachable database.
+        let listen = match &config {
+            DatabaseConfig::Postgres { url } => Some(pg_listener::Connector::new(url, &options)?),
+            DatabaseConfig::Sqlite { .. } => None,
+        };
         let pool = {
             let (config, options) = (config.clone(), options.clone());
             tokio::task::spawn_blocking(move || Pool::open(&config, &options))
@@ -62,11 +68,11 @@ impl Store {
         getrandom::fill(&mut origin)
             .map_err(|e| StoreError::Unavailable(format!("no randomness: {e}")))?;
         let origin = u64::from_le_bytes(origin);
-        let listener = match &config {
-            DatabaseConfig::Postgres { url } => {
-                Some(pg_listener::start(url, Arc::clone(&hub), origin, &options).await?)
+        let listener = match listen {
+            Some(connector) => {
+                Some(pg_listener::start(connector, Arc::clone(&hub), origin, &options).await?)
             }
-            DatabaseConfig::Sqlite { .. } => None,
+            None => None,
         };
         Ok(Self {
             inner: Arc::new(Inner {
@@ -142,8 +148,27 @@ impl Store {
         }
     }
 
+    /// Issues the agent a new bearer token in place of its current one: from the
+    /// commit on, the old token is refused (every authentication reads the stored
+    /// hash). [`StoreError::AgentNotFound`] for an unknown agent. After
+    /// [`StoreError::Unavailable`] the rotation may still have committed: rotate again.
+    pub async fn rotate_agent_token(&self, id: AgentId) -> Result<NewAgent, StoreError> {
+        let token = AgentToken::issue(id)?;
+        let hash = token::digest(token.expose());
+        let replaced = self
+            .with_conn(move |conn, _| {
+                conn.write(|tx| ops::replace_token_hash(tx, id, &hash, DbTime(Utc::now())))
+            })
+            .await?;
+        if !replaced {
+            return Err(StoreError::AgentNotFound(id));
+        }
+        Ok(NewAgent { id, token })
+    }
+
     /// Deletes the agent with its snapshot and resources. Its chats stay, bound to the
-    /// missing id, so readers report the agent as unknown.
+    /// missing id, so readers report the agent as unknown. [`StoreError::AgentNotFound`]
+    /// for an unknown agent.
     pub async fn delete_agent(&self, id: AgentId) -> Result<(), StoreError> {
         let deleted = self
             .with_conn(move |conn, origin| conn.write(|tx| ops::delete_agent(tx, id, origin)))

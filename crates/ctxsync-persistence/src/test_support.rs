@@ -24,6 +24,7 @@ use tonic::transport::Channel;
 
 use crate::agent_api::{AgentApi, AgentApiCounters, AgentApiMetrics};
 use crate::db::{DatabaseConfig, StoreOptions, migrations};
+use crate::error::StoreError;
 use crate::store::Store;
 
 pub const POSTGRES_URL_ENV: &str = "CTXSYNC_TEST_POSTGRES_URL";
@@ -156,11 +157,19 @@ fn ensure_template(admin: &mut PgConnection, server_url: &str) -> Result<String,
 }
 
 /// A PostgreSQL database of its own for one test, dropped (forcibly) on drop.
-#[derive(Debug)]
 pub struct TestDatabase {
     name: String,
     url: String,
     server_url: String,
+}
+
+impl std::fmt::Debug for TestDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestDatabase")
+            .field("name", &self.name)
+            .field("url", &crate::db::redact_url(&self.url))
+            .finish_non_exhaustive()
+    }
 }
 
 impl TestDatabase {
@@ -328,6 +337,13 @@ impl Deref for TestStore {
     fn deref(&self) -> &Store {
         &self.store
     }
+}
+
+/// Opens only a store's LISTEN connection to `url` (TLS settings included, as
+/// [`Store::open`] reads them), LISTENs, and closes it. Tests the LISTEN path's TLS
+/// where opening a whole store would fail on the pool first.
+pub async fn connect_listener(url: &str, options: &StoreOptions) -> Result<(), StoreError> {
+    crate::pg_listener::probe(url, options).await
 }
 
 /// HTTP/2 flow-control windows large enough that a snapshot of several MiB crosses

@@ -61,6 +61,8 @@ both_backends!(
     deleting_an_agent_keeps_its_chats_pointing_at_it,
     concurrent_writers_all_succeed,
     agents_are_listed_and_tokens_authenticate,
+    a_rotated_token_replaces_the_old_one_at_once,
+    unknown_agents_cannot_be_rotated_or_deleted,
 );
 
 const RUN_A: &str = "4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01";
@@ -965,4 +967,81 @@ async fn agents_are_listed_and_tokens_authenticate(h: Harness) {
             Err(StoreError::InvalidInput(_))
         ));
     }
+}
+
+async fn a_rotated_token_replaces_the_old_one_at_once(h: Harness) {
+    let store = h.store();
+    let (agent, old) = h.agent("rotating").await;
+    let (other, other_token) = h.agent("bystander").await;
+    h.startup(&old, RUN_A).await.unwrap();
+    let before = store.get_agent(agent).await.unwrap().unwrap();
+
+    let rotated = store.rotate_agent_token(agent).await.unwrap();
+    assert_eq!(rotated.id, agent);
+    let new = rotated.token.into_string();
+    assert_ne!(new, old);
+
+    // Refused from the commit on, in the store and on the wire.
+    assert!(matches!(
+        store.authenticate(&old).await,
+        Err(StoreError::InvalidToken)
+    ));
+    assert_status(
+        h.push(&old, snapshot(1, Some(RUN_A), Pending, workspace()))
+            .await,
+        Code::Unauthenticated,
+        "",
+    );
+    assert_eq!(store.authenticate(&new).await.unwrap(), agent);
+    assert!(
+        h.push(&new, snapshot(1, Some(RUN_A), Pending, workspace()))
+            .await
+            .unwrap()
+    );
+    // The agent keeps its row and run; only the token changed.
+    let after = store.get_agent(agent).await.unwrap().unwrap();
+    assert_eq!(
+        (&after.name, &after.agent_run_id, after.created_at),
+        (&before.name, &before.agent_run_id, before.created_at)
+    );
+    assert_eq!(store.authenticate(&other_token).await.unwrap(), other);
+
+    // Rotating again retires the second token too.
+    let third = store.rotate_agent_token(agent).await.unwrap();
+    assert!(matches!(
+        store.authenticate(&new).await,
+        Err(StoreError::InvalidToken)
+    ));
+    assert_eq!(
+        store.authenticate(third.token.expose()).await.unwrap(),
+        agent
+    );
+}
+
+async fn unknown_agents_cannot_be_rotated_or_deleted(h: Harness) {
+    let store = h.store();
+    let missing = ctxsync_persistence::AgentId::new_random();
+    assert!(matches!(
+        store.rotate_agent_token(missing).await,
+        Err(StoreError::AgentNotFound(id)) if id == missing
+    ));
+    assert!(matches!(
+        store.delete_agent(missing).await,
+        Err(StoreError::AgentNotFound(id)) if id == missing
+    ));
+    let error = store.delete_agent(missing).await.unwrap_err();
+    assert_eq!(error.to_string(), format!("agent {missing} not found"));
+
+    // A deleted agent's token dies with it and it cannot be rotated back to life.
+    let (agent, token) = h.agent("short-lived").await;
+    store.delete_agent(agent).await.unwrap();
+    assert!(matches!(
+        store.rotate_agent_token(agent).await,
+        Err(StoreError::AgentNotFound(_))
+    ));
+    assert!(matches!(
+        store.authenticate(&token).await,
+        Err(StoreError::InvalidToken)
+    ));
+    assert!(store.list_agents().await.unwrap().is_empty());
 }

@@ -152,27 +152,24 @@ async fn without_mcp_the_agent_publishes_unspecified_and_no_run_id() {
     assert!(context.resources.iter().any(|r| r.source == "AGENTS.md"));
     assert!(process.terminate().await.success());
 
-    // The same server refuses a wrong token: one clear line, non-zero.
-    let mut command = ctxsync();
-    command
-        .args([
-            "agent",
-            "--no-mcp",
-            "--server",
-            &server.url(),
-            "--workspace",
-        ])
-        .arg(workspace.path())
-        .env("CTXSYNC_AGENT_TOKEN", "not-the-token-0123456789");
-    let out = output(&mut command).await;
-    assert!(!out.status.success());
-    let stderr = lines(&out.stderr);
-    let last = stderr.last().unwrap();
-    assert!(
-        last.starts_with("error: the server refused the agent token"),
-        "{stderr:#?}"
+    // The same server refuses a wrong token: one clear line that says how to get a new
+    // one; the agent keeps running and retries only at its longest backoff (30 s).
+    let mut wrong = AgentProcess::start(
+        &logs,
+        "wrong-token",
+        &server.url(),
+        &workspace.path(),
+        "not-the-token-0123456789",
+        &["--no-mcp"],
     );
-    let all = text(&out.stderr);
+    let log = wait_for_log(&logs, "wrong-token", "refused the agent token").await;
+    let line = log
+        .lines()
+        .find(|l| l.contains("refused the agent token"))
+        .unwrap();
+    assert!(line.contains("ctxsync agents rotate"), "{line}");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let all = logs.read("wrong-token");
     assert!(
         !all.contains("not-the-token-0123456789") && !all.contains("panicked"),
         "{all}"
@@ -182,6 +179,7 @@ async fn without_mcp_the_agent_publishes_unspecified_and_no_run_id() {
         1,
         "said once: {all}"
     );
+    assert!(wrong.terminate().await.success());
 }
 
 #[tokio::test]
