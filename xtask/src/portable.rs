@@ -2,7 +2,7 @@
 //! PostgreSQL or OpenSSL development files and links nothing beyond the C runtime, so it
 //! can be copied into any workspace image of the same architecture.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -22,11 +22,7 @@ const ALLOWED: &[&str] = &[
 /// `PQ_LIB_DIR` (so nothing can fall back to the system's libpq), then checks its `ldd`.
 pub fn check(root: &Path, cargo: &Path) -> Result<()> {
     let started = std::time::Instant::now();
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let hidden: Vec<PathBuf> = std::env::split_paths(&path)
-        .filter(|dir| !dir.join("pg_config").exists())
-        .collect();
-    let path = std::env::join_paths(hidden).context("rebuilding PATH")?;
+    let path = path_without_pg_config(&root.join("target").join("path-without-pg-config"))?;
     let args = ["build", "--release", "-p", "ctxsync", "--bin", "ctxsync"];
     println!(
         "$ {} {} (pg_config hidden, no PQ_LIB_DIR)",
@@ -78,6 +74,38 @@ pub fn check(root: &Path, cargo: &Path) -> Result<()> {
         started.elapsed()
     );
     Ok(())
+}
+
+/// `PATH` with every directory that holds `pg_config` replaced by a stand-in under
+/// `scratch` linking to all of that directory's entries but `pg_config` (dropping the
+/// directory would also hide the C compiler, make and perl, which usually live beside it).
+fn path_without_pg_config(scratch: &Path) -> Result<std::ffi::OsString> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if scratch.exists() {
+        std::fs::remove_dir_all(scratch)
+            .with_context(|| format!("removing {}", scratch.display()))?;
+    }
+    let mut dirs = Vec::new();
+    for (index, dir) in std::env::split_paths(&path).enumerate() {
+        if !dir.join("pg_config").exists() {
+            dirs.push(dir);
+            continue;
+        }
+        let stand_in = scratch.join(index.to_string());
+        std::fs::create_dir_all(&stand_in)
+            .with_context(|| format!("creating {}", stand_in.display()))?;
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))?
+        {
+            let entry = entry?;
+            if entry.file_name() != "pg_config" {
+                std::os::unix::fs::symlink(entry.path(), stand_in.join(entry.file_name()))
+                    .with_context(|| format!("linking {}", entry.path().display()))?;
+            }
+        }
+        dirs.push(stand_in);
+    }
+    std::env::join_paths(dirs).context("rebuilding PATH")
 }
 
 /// The names in an `ldd` listing that [`ALLOWED`] does not cover.

@@ -8,13 +8,20 @@
 //! 2 s slices) against the offered rate, push latency p50/p99, errors, and the server's
 //! resident memory idle and under load from `/proc/<pid>/status`.
 //!
+//! Then the same load again against a second server with TLS on its listeners (a CA and
+//! certificate made at start; every agent its own TLS 1.3 connection), with the same rows
+//! under `scale.tls.*` and TLS's accepted rate over plain text's.
+//!
 //! `cargo run --release -p ctxsync --example bench_scale -- [--quick]` prints one JSON row
 //! per line on stdout; progress goes to stderr. The load generator shares the machine with
 //! the server and PostgreSQL.
 
 mod support;
 
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -23,7 +30,10 @@ use ctxsync_protocol::{
     DiscoveryPhase, InstructionFileBody, Resource, ResourceBody, ResourceStatus, Snapshot, Startup,
     v1,
 };
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 use tokio::sync::Mutex;
+use tonic::codegen::http::Uri;
 use tonic::transport::{Channel, Endpoint};
 
 use support::{ServerProcess, ctxsync_binary, percentile_ms, row, status_kib};
@@ -143,6 +153,72 @@ fn median(mut values: Vec<f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// How the simulated agents reach the server.
+#[derive(Clone)]
+enum Transport {
+    Plain,
+    /// TLS to a certificate for `localhost` from this CA (PEM files in the data dir).
+    Tls(tokio_rustls::TlsConnector),
+}
+
+/// One TCP connection with TLS over it, per channel (as the real agent's connector).
+#[derive(Clone)]
+struct TlsConnect {
+    addr: SocketAddr,
+    tls: tokio_rustls::TlsConnector,
+}
+
+impl tower_service::Service<Uri> for TlsConnect {
+    type Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let (addr, tls) = (self.addr, self.tls.clone());
+        Box::pin(async move {
+            let tcp = TcpStream::connect(addr).await?;
+            tcp.set_nodelay(true)?;
+            let name = rustls_pki_types::ServerName::try_from("localhost").expect("a DNS name");
+            Ok(TokioIo::new(tls.connect(name, tcp).await?))
+        })
+    }
+}
+
+/// Writes a CA-signed certificate for `localhost` into `dir`; returns the server's flags
+/// and a connector trusting the CA.
+fn make_tls(dir: &std::path::Path) -> Result<(Vec<String>, tokio_rustls::TlsConnector)> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate()?;
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate()?;
+    let cert = CertificateParams::new(vec!["localhost".to_owned()])?.signed_by(&key, &issuer)?;
+    let (cert_file, key_file) = (dir.join("server.pem"), dir.join("server.key"));
+    std::fs::write(&cert_file, cert.pem())?;
+    std::fs::write(&key_file, key.serialize_pem())?;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca_cert.der().clone())?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let flags = vec![
+        "--tls-cert".to_owned(),
+        cert_file.display().to_string(),
+        "--tls-key".to_owned(),
+        key_file.display().to_string(),
+    ];
+    Ok((flags, tokio_rustls::TlsConnector::from(Arc::new(config))))
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
@@ -164,6 +240,40 @@ async fn main() -> Result<()> {
         eprintln!("bench_scale: PostgreSQL unavailable, skipped");
         return Ok(());
     };
+    let plain = run(&ctxsync, &db, &load, "scale", Transport::Plain, &[]).await?;
+    let data = tempfile::tempdir()?;
+    let (flags, connector) = make_tls(data.path())?;
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let tls = run(
+        &ctxsync,
+        &db,
+        &load,
+        "scale.tls",
+        Transport::Tls(connector),
+        &flags,
+    )
+    .await?;
+    row(
+        &format!("scale.{}_agents.tls_vs_plain_accepted_rate", load.agents),
+        tls,
+        "pushes/s",
+        Some(plain),
+        Some("TLS keeps up with the offered load as plain text does: ratio >= 0.95"),
+        Some(tls / plain >= 0.95),
+    );
+    Ok(())
+}
+
+/// One pass: a server, `load.agents` agents, the measured window; prints the rows under
+/// `prefix` and returns the accepted rate.
+async fn run(
+    ctxsync: &std::path::Path,
+    db: &TestStore,
+    load: &Load,
+    prefix: &str,
+    transport: Transport,
+    server_flags: &[&str],
+) -> Result<f64> {
     let url = db
         .postgres_database()
         .context("a PostgreSQL store")?
@@ -171,16 +281,36 @@ async fn main() -> Result<()> {
         .to_owned();
 
     let data = tempfile::tempdir()?;
-    let server = ServerProcess::start(&ctxsync, &url, data.path(), &[]).await?;
+    let server = ServerProcess::start(ctxsync, &url, data.path(), server_flags).await?;
     let (pid, agent_url) = (server.pid, server.agent_url.clone());
     eprintln!("bench_scale: server pid {pid} at {agent_url}");
 
     eprintln!("bench_scale: creating {} agents", load.agents);
-    let endpoint = Endpoint::from_shared(agent_url)?;
+    let addr: SocketAddr = agent_url
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .parse()
+        .context("the server prints a socket address")?;
+    // tonic only sees http://; TLS (when on) runs inside the connector.
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?;
     let mut agents = Vec::with_capacity(load.agents);
     for index in 0..load.agents {
-        let created = db.store().create_agent(&format!("scale-{index}")).await?;
-        let channel = endpoint.connect().await.context("connecting an agent")?;
+        let created = db
+            .store()
+            .create_agent(&format!("{prefix}-{index}"))
+            .await?;
+        let channel = match &transport {
+            Transport::Plain => endpoint.connect().await,
+            Transport::Tls(tls) => {
+                endpoint
+                    .connect_with_connector(TlsConnect {
+                        addr,
+                        tls: tls.clone(),
+                    })
+                    .await
+            }
+        }
+        .context("connecting an agent")?;
         agents.push(SimulatedAgent {
             index,
             token: created.token.into_string(),
@@ -259,7 +389,7 @@ async fn main() -> Result<()> {
 
     let offered = n as f64 / INTERVAL.as_secs_f64();
     row(
-        &format!("scale.{n}_agents.accepted_pushes_per_s"),
+        &format!("{prefix}.{n}_agents.accepted_pushes_per_s"),
         rate,
         "pushes/s",
         Some(offered),
@@ -267,7 +397,7 @@ async fn main() -> Result<()> {
         Some(rate / offered >= 0.95),
     );
     row(
-        &format!("scale.{n}_agents.push_latency_p50"),
+        &format!("{prefix}.{n}_agents.push_latency_p50"),
         percentile_ms(&latencies, 50.0),
         "ms",
         None,
@@ -275,7 +405,7 @@ async fn main() -> Result<()> {
         None,
     );
     row(
-        &format!("scale.{n}_agents.push_latency_p99"),
+        &format!("{prefix}.{n}_agents.push_latency_p99"),
         percentile_ms(&latencies, 99.0),
         "ms",
         None,
@@ -283,16 +413,23 @@ async fn main() -> Result<()> {
         None,
     );
     row(
-        &format!("scale.{n}_agents.errors"),
+        &format!("{prefix}.{n}_agents.errors"),
         tally.errors as f64,
         "pushes",
         None,
         Some("= 0"),
         Some(tally.errors == 0),
     );
-    row("scale.server_rss_idle", rss_idle, "MiB", None, None, None);
     row(
-        &format!("scale.{n}_agents.server_rss_under_load"),
+        &format!("{prefix}.server_rss_idle"),
+        rss_idle,
+        "MiB",
+        None,
+        None,
+        None,
+    );
+    row(
+        &format!("{prefix}.{n}_agents.server_rss_under_load"),
         rss_load,
         "MiB",
         None,
@@ -301,5 +438,5 @@ async fn main() -> Result<()> {
     );
 
     server.stop().await?;
-    Ok(())
+    Ok(rate)
 }

@@ -8,6 +8,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ctxsync_persistence::{AgentId, AgentRecord, NewAgent, Store};
 
+use crate::secret::Secret;
+
 /// Where the agents live: the same database the server uses.
 #[derive(Debug, Args)]
 pub struct DatabaseArgs {
@@ -18,7 +20,7 @@ pub struct DatabaseArgs {
         hide_env_values = true,
         conflicts_with = "data_dir"
     )]
-    pub database_url: Option<String>,
+    pub database_url: Option<Secret>,
     /// Directory of the embedded SQLite database (default: the user data directory).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -27,7 +29,8 @@ pub struct DatabaseArgs {
 impl DatabaseArgs {
     async fn open(self) -> Result<Store> {
         let data_dir = self.data_dir.unwrap_or_else(crate::paths::default_data_dir);
-        let database = crate::paths::database(self.database_url.as_deref(), &data_dir)?;
+        let database =
+            crate::paths::database(self.database_url.as_ref().map(Secret::expose), &data_dir)?;
         Store::open(database).await.context("opening the database")
     }
 }

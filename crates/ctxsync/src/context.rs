@@ -20,7 +20,7 @@ pub struct ContextArgs {
     pub ca_certs: Vec<PathBuf>,
     /// The HTTP API token; default: `<data-dir>/api-token` of a local server.
     #[arg(long, env = "CTXSYNC_API_TOKEN", hide_env_values = true)]
-    pub api_token: Option<String>,
+    pub api_token: Option<crate::secret::Secret>,
     /// The local server's data directory, to read its API token from.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -28,7 +28,7 @@ pub struct ContextArgs {
 
 pub async fn run(args: ContextArgs) -> Result<()> {
     let token = match args.api_token {
-        Some(token) => token,
+        Some(token) => token.into_inner(),
         None => {
             let path = args
                 .data_dir

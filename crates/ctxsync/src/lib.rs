@@ -14,5 +14,6 @@ pub mod discover;
 pub mod http;
 pub mod logging;
 pub mod paths;
+pub mod secret;
 pub mod server;
 pub mod tls;

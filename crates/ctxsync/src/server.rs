@@ -19,6 +19,7 @@ use ctxsync_persistence::{
 
 use crate::http::api_token::TokenSource;
 use crate::http::{AppState, Auth};
+use crate::secret::Secret;
 use crate::tls::{ReloadingCert, TlsFiles, TlsListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -34,7 +35,7 @@ pub struct ServerArgs {
     /// PostgreSQL (`postgres://…`) or SQLite (`sqlite://PATH`) database URL; default: the
     /// embedded SQLite database in the data directory.
     #[arg(long, env = "CTXSYNC_DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
+    pub database_url: Option<Secret>,
     /// Directory for the embedded database and the generated API token.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -46,7 +47,7 @@ pub struct ServerArgs {
     pub http_addr: SocketAddr,
     /// Bearer token of the HTTP API; default: generated once into `<data-dir>/api-token`.
     #[arg(long, env = "CTXSYNC_API_TOKEN", hide_env_values = true)]
-    pub api_token: Option<String>,
+    pub api_token: Option<Secret>,
     /// PEM certificate chain (leaf first): both listeners then speak only TLS 1.2/1.3.
     /// Re-read, with the key, when either file changes or on SIGHUP.
     #[arg(
@@ -154,11 +155,14 @@ impl ServerConfig {
     pub fn from_args(args: ServerArgs) -> Result<Self> {
         let data_dir = args.data_dir.unwrap_or_else(crate::paths::default_data_dir);
         Ok(Self {
-            database: crate::paths::database(args.database_url.as_deref(), &data_dir)?,
+            database: crate::paths::database(
+                args.database_url.as_ref().map(Secret::expose),
+                &data_dir,
+            )?,
             data_dir,
             grpc_addr: args.grpc_addr,
             http_addr: args.http_addr,
-            api_token: args.api_token,
+            api_token: args.api_token.map(Secret::into_inner),
             tls: args
                 .tls_cert
                 .zip(args.tls_key)

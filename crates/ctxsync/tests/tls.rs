@@ -658,3 +658,43 @@ fn the_data_directory_and_database_files_are_private() {
         );
     }
 }
+
+#[tokio::test]
+async fn plain_text_on_a_network_address_is_warned_about_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = Logs::new();
+    let mut child = ctxsync()
+        .args([
+            "server",
+            "--grpc-addr",
+            "0.0.0.0:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("CTXSYNC_API_TOKEN", API_TOKEN)
+        .stdout(Stdio::null())
+        .stderr(logs_file(&logs, "server"))
+        .spawn()
+        .unwrap();
+    let log = wait_for_log(&logs, "server", "without TLS").await;
+    child.kill().await.unwrap();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("without TLS")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains("agent API"),
+        "says what: {}",
+        warnings[0]
+    );
+    assert!(
+        !warnings[0].contains("chat API"),
+        "the HTTP listener is on loopback: {}",
+        warnings[0]
+    );
+    assert!(
+        warnings[0].contains("--tls-cert"),
+        "says how: {}",
+        warnings[0]
+    );
+}
