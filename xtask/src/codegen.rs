@@ -34,6 +34,8 @@ pub fn generate(root: &Path) -> io::Result<Vec<GeneratedFile>> {
     let mut config = prost_build::Config::new();
     config.format(true);
     tonic_prost_build::configure()
+        // Checks counting limits on the encoded bytes before prost builds any struct.
+        .codec_path("crate::codec::BoundedCodec")
         .build_client(true)
         .build_server(true)
         .build_transport(true)

@@ -1,9 +1,12 @@
 //! The gRPC agent API (`ctxsync.agent.v1.Agent`): the only module of this crate that
-//! knows gRPC. Authenticates the bearer token, validates with `ctxsync-protocol` before
-//! any database access, and maps store outcomes and errors to gRPC.
+//! knows gRPC. Authenticates the bearer token from the headers before the body is read
+//! ([`Authenticated`]), validates with `ctxsync-protocol` before any other database
+//! access, and maps store outcomes and errors to gRPC.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 
 use ctxsync_protocol::limits::{
     MAX_ERROR_BYTES, MAX_HASH_BYTES, MAX_RESOURCES, MAX_SOURCE_BYTES, MAX_TOTAL_BODY_BYTES,
@@ -13,6 +16,8 @@ use ctxsync_protocol::v1::{
     PushContextStateRequest, PushContextStateResponse, UpdateStartupRequest,
 };
 use ctxsync_protocol::{Snapshot, Startup, v1};
+use tonic::codegen::{BoxFuture, Service, http};
+use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
 use crate::error::StoreError;
@@ -82,12 +87,18 @@ fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The `Agent` service implementation.
+/// The `Agent` service implementation. Serve it through [`AgentApi::into_server`], which
+/// puts token authentication in front of decoding.
 #[derive(Clone, Debug)]
 pub struct AgentApi {
     store: Store,
     metrics: Arc<AgentApiMetrics>,
 }
+
+/// The agent a request's bearer token belongs to, put in the request's extensions by
+/// [`Authenticated`] before the body is read.
+#[derive(Clone, Copy, Debug)]
+struct AuthenticatedAgent(AgentId);
 
 impl AgentApi {
     pub fn new(store: Store) -> Self {
@@ -101,75 +112,147 @@ impl AgentApi {
         Arc::clone(&self.metrics)
     }
 
-    /// The tonic service, with a decoding limit that lets validation see every request
-    /// within the wire limits.
-    pub fn into_server(self) -> AgentServer<Self> {
-        AgentServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES)
-    }
-
-    /// The bearer token from `authorization` metadata, before any database access.
-    fn bearer<T>(&self, request: &Request<T>) -> Result<String, Status> {
-        let token = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty());
-        match token {
-            Some(token) => Ok(token.to_owned()),
-            None => {
-                bump(&self.metrics.requests_unauthenticated);
-                Err(Status::unauthenticated(
-                    "missing `authorization: Bearer <agent token>`",
-                ))
-            }
+    /// The tonic service behind token authentication: a request without a valid agent
+    /// token is answered `Unauthenticated` from its headers alone, before its body is read
+    /// or decoded. The decoding limit lets validation see every request within the wire
+    /// limits; counting limits are checked on the encoded bytes (see
+    /// [`ctxsync_protocol::codec`]).
+    pub fn into_server(self) -> Authenticated<AgentServer<Self>> {
+        Authenticated {
+            store: self.store.clone(),
+            metrics: Arc::clone(&self.metrics),
+            inner: AgentServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES),
         }
     }
 
-    async fn authenticate(&self, token: &str) -> Result<AgentId, Status> {
-        self.store
-            .authenticate(token)
-            .await
-            .map_err(|e| self.status(e))
+    /// The agent [`Authenticated`] found for this request.
+    fn agent<T>(&self, request: &Request<T>) -> Result<AgentId, Status> {
+        match request.extensions().get::<AuthenticatedAgent>() {
+            Some(AuthenticatedAgent(agent)) => Ok(*agent),
+            // Only reachable when the service is served without `into_server`.
+            None => Err(unauthenticated(&self.metrics, MISSING_TOKEN)),
+        }
     }
 
-    /// Maps a store error to gRPC and counts it.
     fn status(&self, error: StoreError) -> Status {
-        match error {
-            StoreError::InvalidToken | StoreError::AgentNotFound(_) => {
-                bump(&self.metrics.requests_unauthenticated);
-                Status::unauthenticated("unknown agent token")
-            }
-            StoreError::SupersededRun { .. } => {
-                bump(&self.metrics.startups_superseded);
-                Status::failed_precondition(SUPERSEDED_MESSAGE)
-            }
-            StoreError::InvalidInput(reason) => {
-                bump(&self.metrics.requests_invalid);
-                Status::invalid_argument(reason)
-            }
-            StoreError::Unavailable(reason) => {
-                bump(&self.metrics.requests_unavailable);
-                tracing::warn!(%reason, "database unavailable");
-                Status::unavailable("database unavailable; retry later")
-            }
-            StoreError::Conflict(reason) => {
-                bump(&self.metrics.requests_unavailable);
-                tracing::warn!(%reason, "write conflict after retries");
-                Status::aborted("concurrent update; retry")
-            }
-            other => {
-                bump(&self.metrics.requests_failed);
-                tracing::error!(error = %other, "agent API request failed");
-                Status::internal("internal error")
-            }
-        }
+        status(&self.metrics, error)
     }
 
     fn invalid(&self, error: ctxsync_protocol::WireError) -> Status {
         bump(&self.metrics.requests_invalid);
         error.into()
+    }
+}
+
+const MISSING_TOKEN: &str = "missing `authorization: Bearer <agent token>`";
+
+/// gRPC services that answer without a token: Kubernetes probes and `grpcurl` send none.
+const OPEN_SERVICES: &[&str] = &[
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1.ServerReflection/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+];
+
+fn unauthenticated(metrics: &AgentApiMetrics, message: &'static str) -> Status {
+    bump(&metrics.requests_unauthenticated);
+    Status::unauthenticated(message)
+}
+
+/// Maps a store error to gRPC and counts it.
+fn status(metrics: &AgentApiMetrics, error: StoreError) -> Status {
+    match error {
+        StoreError::InvalidToken | StoreError::AgentNotFound(_) => {
+            unauthenticated(metrics, "unknown agent token")
+        }
+        StoreError::SupersededRun { .. } => {
+            bump(&metrics.startups_superseded);
+            Status::failed_precondition(SUPERSEDED_MESSAGE)
+        }
+        StoreError::InvalidInput(reason) => {
+            bump(&metrics.requests_invalid);
+            Status::invalid_argument(reason)
+        }
+        StoreError::Unavailable(reason) => {
+            bump(&metrics.requests_unavailable);
+            tracing::warn!(%reason, "database unavailable");
+            Status::unavailable("database unavailable; retry later")
+        }
+        StoreError::Conflict(reason) => {
+            bump(&metrics.requests_unavailable);
+            tracing::warn!(%reason, "write conflict after retries");
+            Status::aborted("concurrent update; retry")
+        }
+        other => {
+            bump(&metrics.requests_failed);
+            tracing::error!(error = %other, "agent API request failed");
+            Status::internal("internal error")
+        }
+    }
+}
+
+/// The bearer token of `authorization` metadata.
+fn bearer(headers: &http::HeaderMap) -> Option<&str> {
+    headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Authenticates each call from its headers before the wrapped service sees it, so an
+/// unauthenticated caller costs a header parse and one indexed lookup, never a decode:
+/// its body is dropped unread (HTTP/2 resets the stream and returns the window).
+#[derive(Clone, Debug)]
+pub struct Authenticated<S> {
+    inner: S,
+    store: Store,
+    metrics: Arc<AgentApiMetrics>,
+}
+
+impl<S: NamedService> NamedService for Authenticated<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> Service<http::Request<B>> for Authenticated<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // tonic's generated server is always ready.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        let mut inner = self.inner.clone();
+        let path = request.uri().path();
+        if OPEN_SERVICES.iter().any(|open| path.starts_with(open)) {
+            return Box::pin(inner.call(request));
+        }
+        let token = bearer(request.headers()).map(str::to_owned);
+        let store = self.store.clone();
+        let metrics = Arc::clone(&self.metrics);
+        Box::pin(async move {
+            let Some(token) = token else {
+                return Ok(unauthenticated(&metrics, MISSING_TOKEN).into_http());
+            };
+            match store.authenticate(&token).await {
+                Ok(agent) => {
+                    request.extensions_mut().insert(AuthenticatedAgent(agent));
+                    inner.call(request).await
+                }
+                Err(error) => Ok(status(&metrics, error).into_http()),
+            }
+        })
     }
 }
 
@@ -179,9 +262,8 @@ impl Agent for AgentApi {
         &self,
         request: Request<UpdateStartupRequest>,
     ) -> Result<Response<v1::Startup>, Status> {
-        let token = self.bearer(&request)?;
+        let agent = self.agent(&request)?;
         let startup = Startup::try_from(request.into_inner()).map_err(|e| self.invalid(e))?;
-        let agent = self.authenticate(&token).await?;
         let outcome = self
             .store
             .update_startup(agent, startup)
@@ -199,9 +281,8 @@ impl Agent for AgentApi {
         &self,
         request: Request<PushContextStateRequest>,
     ) -> Result<Response<PushContextStateResponse>, Status> {
-        let token = self.bearer(&request)?;
+        let agent = self.agent(&request)?;
         let snapshot = Snapshot::try_from(request.into_inner()).map_err(|e| self.invalid(e))?;
-        let agent = self.authenticate(&token).await?;
         let outcome = self
             .store
             .push_context_state(agent, snapshot)

@@ -8,6 +8,7 @@
 //! Must never: touch a database, a file system or the MCP engine; hold state. Validation
 //! is pure and runs before any I/O in the layers above.
 
+pub mod codec;
 pub mod domain;
 pub mod limits;
 mod validate;

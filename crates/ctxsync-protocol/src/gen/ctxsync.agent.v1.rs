@@ -327,7 +327,7 @@ pub mod agent_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::BoundedCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/ctxsync.agent.v1.Agent/UpdateStartup",
             );
@@ -352,7 +352,7 @@ pub mod agent_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::BoundedCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/ctxsync.agent.v1.Agent/PushContextState",
             );
@@ -498,7 +498,7 @@ pub mod agent_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = UpdateStartupSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::BoundedCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,
@@ -543,7 +543,7 @@ pub mod agent_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = PushContextStateSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::BoundedCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,

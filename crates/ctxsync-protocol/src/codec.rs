@@ -1,0 +1,333 @@
+//! The gRPC codec of the generated client and server: prost, except that a request's
+//! encoded bytes are walked once against SPEC §4's counting limits before any struct is
+//! built.
+//!
+//! Why: protobuf lets two bytes on the wire become a whole struct in memory (an empty
+//! repeated entry), so a 10 MB frame within the transport limit could decode to a
+//! gigabyte before validation sees the resource count. The walk allocates nothing and
+//! refuses such a message with the same [`WireError`] validation would give, or with
+//! `ResourceExhausted` when the decoded form would be too large anyway.
+
+use std::marker::PhantomData;
+
+use prost::Message;
+use prost::bytes::{Buf, Bytes};
+use tonic::Status;
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+use tonic_prost::ProstEncoder;
+
+use crate::limits::{MAX_BODY_BYTES, MAX_RESOURCES, MAX_TOTAL_BODY_BYTES};
+use crate::v1;
+use crate::validate::{Problem, WireError};
+
+/// Bound on what one decoded message may occupy in memory, estimated from the walk
+/// (struct sizes of repeated entries plus the encoded bytes). Every message within the
+/// wire limits stays far below it.
+pub const MAX_DECODED_BYTES: usize = 64 << 20;
+
+/// A message type the codec can check before decoding.
+pub trait Precheck {
+    /// Refuses `encoded` when decoding it would break a counting limit or
+    /// [`MAX_DECODED_BYTES`]; must not allocate in proportion to the input.
+    fn precheck(encoded: &[u8]) -> Result<(), Status>;
+}
+
+/// The codec named in the generated code (`cargo xtask codegen` sets its path).
+#[derive(Debug)]
+pub struct BoundedCodec<T, U>(PhantomData<(T, U)>);
+
+impl<T, U> Default for BoundedCodec<T, U> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<T, U> Codec for BoundedCodec<T, U>
+where
+    T: Message + Send + 'static,
+    U: Message + Default + Precheck + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = ProstEncoder<T>;
+    type Decoder = BoundedDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstEncoder::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        BoundedDecoder(PhantomData)
+    }
+}
+
+/// Walks, then decodes with prost.
+#[derive(Debug)]
+pub struct BoundedDecoder<U>(PhantomData<U>);
+
+impl<U: Message + Default + Precheck> Decoder for BoundedDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        // tonic hands over one whole message, contiguous unless it came compressed.
+        let whole: Bytes;
+        let encoded = if buf.chunk().len() == buf.remaining() {
+            buf.chunk()
+        } else {
+            whole = buf.copy_to_bytes(buf.remaining());
+            &whole[..]
+        };
+        U::precheck(encoded)?;
+        let item = U::decode(encoded).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let consumed = buf.remaining();
+        buf.advance(consumed);
+        Ok(Some(item))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
+    }
+}
+
+macro_rules! no_precheck {
+    ($($message:ty),*) => {$(
+        /// Holds no repeated field: its decoded size is bounded by its encoded size.
+        impl Precheck for $message {
+            fn precheck(_: &[u8]) -> Result<(), Status> {
+                Ok(())
+            }
+        }
+    )*};
+}
+
+no_precheck!(
+    v1::UpdateStartupRequest,
+    v1::Startup,
+    v1::PushContextStateResponse
+);
+
+/// Field numbers of `PushContextStateRequest`, `ContextResource` and `MCPServer` that
+/// the walk looks into (proto/ctxsync/agent/v1/agent.proto).
+const PUSH_RESOURCES: u32 = 3;
+const RESOURCE_BODIES: std::ops::RangeInclusive<u32> = 10..=13;
+const RESOURCE_MCP_SERVER: u32 = 13;
+const SERVER_TOOLS: u32 = 3;
+
+impl Precheck for v1::PushContextStateRequest {
+    fn precheck(encoded: &[u8]) -> Result<(), Status> {
+        let malformed = |_| Status::invalid_argument("malformed PushContextStateRequest");
+        let mut resources = 0usize;
+        let mut tools = 0usize;
+        let mut total_body = 0usize;
+        for field in Fields(encoded) {
+            let (number, payload) = field.map_err(malformed)?;
+            let Some(resource) = payload.filter(|_| number == PUSH_RESOURCES) else {
+                continue;
+            };
+            if resources == MAX_RESOURCES {
+                // Counting the rest costs only the walk, and names the real count.
+                let count = Fields(encoded)
+                    .filter(|f| matches!(f, Ok((PUSH_RESOURCES, Some(_)))))
+                    .count();
+                return Err(WireError::new(
+                    "resources",
+                    Problem::TooMany {
+                        count,
+                        max: MAX_RESOURCES,
+                    },
+                )
+                .into());
+            }
+            let index = resources;
+            resources += 1;
+            for field in Fields(resource) {
+                let (number, payload) = field.map_err(malformed)?;
+                let Some(body) = payload.filter(|_| RESOURCE_BODIES.contains(&number)) else {
+                    continue;
+                };
+                if body.len() > MAX_BODY_BYTES {
+                    let problem = Problem::TooLong {
+                        bytes: body.len(),
+                        max: MAX_BODY_BYTES,
+                    };
+                    return Err(WireError::new(format!("resources[{index}].body"), problem).into());
+                }
+                total_body += body.len();
+                if number == RESOURCE_MCP_SERVER {
+                    for field in Fields(body) {
+                        let (number, payload) = field.map_err(malformed)?;
+                        tools += usize::from(number == SERVER_TOOLS && payload.is_some());
+                    }
+                }
+            }
+        }
+        if total_body > MAX_TOTAL_BODY_BYTES {
+            let problem = Problem::TooLong {
+                bytes: total_body,
+                max: MAX_TOTAL_BODY_BYTES,
+            };
+            return Err(WireError::new("resources[*].body (total)", problem).into());
+        }
+        let decoded = encoded.len()
+            + resources * size_of::<v1::ContextResource>()
+            + tools * size_of::<v1::McpTool>();
+        if decoded > MAX_DECODED_BYTES {
+            return Err(Status::resource_exhausted(format!(
+                "request would decode to {} MiB, at most {} MiB allowed",
+                decoded >> 20,
+                MAX_DECODED_BYTES >> 20
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The top-level fields of one encoded message: field number and, for length-delimited
+/// fields, the payload. Stops at the first malformed byte.
+struct Fields<'a>(&'a [u8]);
+
+#[derive(Debug)]
+struct Malformed;
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Result<(u32, Option<&'a [u8]>), Malformed>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let field = self.field();
+        if field.is_err() {
+            self.0 = &[];
+        }
+        Some(field)
+    }
+}
+
+impl<'a> Fields<'a> {
+    fn field(&mut self) -> Result<(u32, Option<&'a [u8]>), Malformed> {
+        let key = self.varint()?;
+        let number = u32::try_from(key >> 3).map_err(|_| Malformed)?;
+        let payload = match key & 7 {
+            0 => {
+                self.varint()?;
+                None
+            }
+            1 => {
+                self.skip(8)?;
+                None
+            }
+            2 => {
+                let len = usize::try_from(self.varint()?).map_err(|_| Malformed)?;
+                Some(self.skip(len)?)
+            }
+            5 => {
+                self.skip(4)?;
+                None
+            }
+            // Groups (3, 4) are not in this protocol; anything else is not protobuf.
+            _ => return Err(Malformed),
+        };
+        Ok((number, payload))
+    }
+
+    fn varint(&mut self) -> Result<u64, Malformed> {
+        let mut value = 0u64;
+        for (i, byte) in self.0.iter().take(10).enumerate() {
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                self.0 = &self.0[i + 1..];
+                return Ok(value);
+            }
+        }
+        Err(Malformed)
+    }
+
+    fn skip(&mut self, len: usize) -> Result<&'a [u8], Malformed> {
+        if len > self.0.len() {
+            return Err(Malformed);
+        }
+        let (head, rest) = self.0.split_at(len);
+        self.0 = rest;
+        Ok(head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(resources: Vec<v1::ContextResource>) -> Vec<u8> {
+        v1::PushContextStateRequest {
+            version: 1,
+            resources,
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    fn server(tools: usize) -> v1::ContextResource {
+        v1::ContextResource {
+            source: "mcp:x".into(),
+            body: Some(v1::context_resource::Body::McpServer(v1::McpServer {
+                server_name: "x".into(),
+                tools: vec![v1::McpTool::default(); tools],
+                ..Default::default()
+            })),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_request_within_the_limits_passes_and_decodes_as_prost_would() {
+        let encoded = push(vec![server(3); 10]);
+        assert!(v1::PushContextStateRequest::precheck(&encoded).is_ok());
+        let decoded = v1::PushContextStateRequest::decode(&encoded[..]).unwrap();
+        assert_eq!(decoded.resources.len(), 10);
+    }
+
+    #[test]
+    fn millions_of_empty_resources_are_refused_from_the_bytes_naming_the_count() {
+        // Two bytes each: tag 3, length 0.
+        let encoded = [0x1a, 0x00].repeat(5_000_000);
+        let status = v1::PushContextStateRequest::precheck(&encoded).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            status.message(),
+            "invalid resources: 5000000 entries, at most 1000 allowed"
+        );
+    }
+
+    #[test]
+    fn an_oversized_body_is_refused_before_decoding() {
+        let mut big = server(0);
+        big.body = Some(v1::context_resource::Body::InstructionFile(
+            v1::InstructionFile {
+                content: "a".repeat(MAX_BODY_BYTES + 1),
+            },
+        ));
+        let status = v1::PushContextStateRequest::precheck(&push(vec![big])).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().starts_with("invalid resources[0].body"));
+    }
+
+    #[test]
+    fn empty_tools_that_would_decode_past_the_memory_bound_are_refused() {
+        // Within the body limits (2 bytes per tool), but each becomes a 72-byte struct.
+        let tools_per_server = (MAX_BODY_BYTES - 16) / 2;
+        let encoded = push(vec![server(tools_per_server); 15]);
+        let status = v1::PushContextStateRequest::precheck(&encoded).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    }
+
+    #[test]
+    fn truncated_bytes_are_malformed_not_a_panic() {
+        let encoded = push(vec![server(2)]);
+        for cut in 0..encoded.len() {
+            let _ = v1::PushContextStateRequest::precheck(&encoded[..cut]);
+        }
+        let status = v1::PushContextStateRequest::precheck(&[0x1a, 0x05, 0x00]).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    }
+}
