@@ -35,4 +35,6 @@ pub use find::{
 pub use input::{AgentState, Binding, SnapshotState};
 pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ToolCatalog};
 pub use pin::{ChatContext, PinnedContext};
-pub use view::{AgentPresence, ConfigOutcome, Counts, Phase, ServerOutcome, View, project};
+pub use view::{
+    AgentPresence, ConfigOutcome, Counts, Phase, ServerOutcome, View, classify, project,
+};

@@ -151,20 +151,13 @@ pub fn project(binding: &Binding) -> View {
         Binding::Agent(AgentState {
             agent_run_id,
             snapshot,
-        }) => match snapshot {
-            // A legacy agent promises nothing; a current one has not reported yet.
-            None if agent_run_id.is_empty() => {
-                (AgentPresence::NoSnapshot, Phase::Unknown, false, None)
-            }
-            None => (AgentPresence::NoSnapshot, Phase::Pending, false, None),
-            Some(snapshot) => (
-                AgentPresence::Reported,
-                phase_of(snapshot.phase),
-                // Run ids, never clocks: two empty ids are fresh with no guarantee.
-                *agent_run_id != snapshot.agent_run_id,
-                Some(snapshot),
-            ),
-        },
+        }) => {
+            let decided = snapshot
+                .as_ref()
+                .map(|s| (s.phase, *agent_run_id == s.agent_run_id));
+            let (agent, phase, stale) = classify(agent_run_id.is_empty(), decided);
+            (agent, phase, stale, snapshot.as_ref())
+        }
     };
 
     let (servers, configs, tools) = snapshot.map_or_else(
@@ -184,6 +177,23 @@ pub fn project(binding: &Binding) -> View {
         servers,
         configs,
         tools: ToolCatalog::build(tools),
+    }
+}
+
+/// Presence, phase and freshness of a bound agent from the facts that decide them:
+/// whether its current run id is empty (`legacy`), and its snapshot's phase with whether
+/// the snapshot's run id is the current one. [`project`] and the aggregate counts of
+/// [`crate::store::agent_phase_counts`] both decide through it.
+pub fn classify(
+    legacy: bool,
+    snapshot: Option<(DiscoveryPhase, bool)>,
+) -> (AgentPresence, Phase, bool) {
+    match snapshot {
+        // A legacy agent promises nothing; a current one has not reported yet.
+        None if legacy => (AgentPresence::NoSnapshot, Phase::Unknown, false),
+        None => (AgentPresence::NoSnapshot, Phase::Pending, false),
+        // Run ids, never clocks: two empty ids are fresh with no guarantee.
+        Some((phase, same_run)) => (AgentPresence::Reported, phase_of(phase), !same_run),
     }
 }
 

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{failed, instruction_file, server};
-use ctxsync_chat_projection::store::{load_agent_view, load_chat};
+use ctxsync_chat_projection::store::{agent_phase_counts, load_agent_view, load_chat};
 use ctxsync_chat_projection::{Binding, View, project};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, Store};
@@ -40,6 +40,7 @@ on_both_backends!(
     a_deleted_agent_is_unknown_and_stale,
     chats_pin_files_and_read_mcp_live,
     agent_rows_and_snapshots_are_never_mixed_across_stores,
+    aggregate_counts_agree_with_every_agents_view,
 );
 
 /// One line saying everything the phase and freshness rules decide.
@@ -446,4 +447,57 @@ async fn agent_rows_and_snapshots_are_never_mixed_across_stores(db: TestStore) {
         ),
     )
     .await;
+}
+
+/// `/metrics`' one aggregate query counts every agent exactly as its own view would,
+/// in every state the phase table and the freshness rule distinguish.
+async fn aggregate_counts_agree_with_every_agents_view(db: TestStore) {
+    let store = db.store();
+    // Legacy without a snapshot; current without one; legacy with an unstamped one.
+    new_agent(store, "legacy").await;
+    let current = new_agent(store, "current").await;
+    start(store, current, "run-1").await;
+    let old = new_agent(store, "old").await;
+    push(store, old, snapshot(1, "", Unspecified, fs())).await;
+    // Fresh pending, fresh complete (twice), and complete but stale after a restart.
+    for (name, phase, restarted) in [
+        ("pending", Pending, false),
+        ("complete-a", Complete, false),
+        ("complete-b", Complete, false),
+        ("restarted", Complete, true),
+    ] {
+        let agent = new_agent(store, name).await;
+        start(store, agent, "run-1").await;
+        push(store, agent, snapshot(1, "run-1", phase, fs())).await;
+        if restarted {
+            start(store, agent, "run-2").await;
+        }
+    }
+
+    let mut expected: Vec<(String, bool, u64)> = Vec::new();
+    for agent in store.list_agents().await.expect("list agents") {
+        let view = load_agent_view(store, agent.id).await.expect("load view");
+        let key = (view.phase().as_str().to_owned(), view.is_stale());
+        match expected.iter_mut().find(|(p, s, _)| (p.clone(), *s) == key) {
+            Some((_, _, count)) => *count += 1,
+            None => expected.push((key.0, key.1, 1)),
+        }
+    }
+    expected.sort();
+    let counted: Vec<(String, bool, u64)> = agent_phase_counts(store)
+        .await
+        .expect("aggregate")
+        .into_iter()
+        .map(|(phase, stale, count)| (phase.as_str().to_owned(), stale, count))
+        .collect();
+    assert_eq!(counted, expected);
+    assert_eq!(
+        counted,
+        [
+            ("complete".to_owned(), false, 2),
+            ("complete".to_owned(), true, 1),
+            ("pending".to_owned(), false, 2),
+            ("unknown".to_owned(), false, 2),
+        ]
+    );
 }

@@ -57,7 +57,8 @@ pub struct AgentApiCounters {
     pub pushes_accepted: u64,
     pub pushes_dropped_stale_run: u64,
     pub pushes_dropped_stale_version: u64,
-    /// Refused by wire validation (`InvalidArgument`).
+    /// Refused for its content: `InvalidArgument` (wire validation, the codec's counting
+    /// limits) or `ResourceExhausted` (the codec's decoded-size bound).
     pub requests_invalid: u64,
     pub requests_unauthenticated: u64,
     /// The database was unavailable or kept conflicting (`Unavailable`/`Aborted`).
@@ -137,11 +138,6 @@ impl AgentApi {
     fn status(&self, error: StoreError) -> Status {
         status(&self.metrics, error)
     }
-
-    fn invalid(&self, error: ctxsync_protocol::WireError) -> Status {
-        bump(&self.metrics.requests_invalid);
-        error.into()
-    }
 }
 
 const MISSING_TOKEN: &str = "missing `authorization: Bearer <agent token>`";
@@ -168,10 +164,8 @@ fn status(metrics: &AgentApiMetrics, error: StoreError) -> Status {
             bump(&metrics.startups_superseded);
             Status::failed_precondition(SUPERSEDED_MESSAGE)
         }
-        StoreError::InvalidInput(reason) => {
-            bump(&metrics.requests_invalid);
-            Status::invalid_argument(reason)
-        }
+        // Counted by `Authenticated` from the answer, with the codec's refusals.
+        StoreError::InvalidInput(reason) => Status::invalid_argument(reason),
         StoreError::Unavailable(reason) => {
             bump(&metrics.requests_unavailable);
             tracing::warn!(%reason, "database unavailable");
@@ -188,6 +182,19 @@ fn status(metrics: &AgentApiMetrics, error: StoreError) -> Status {
             Status::internal("internal error")
         }
     }
+}
+
+/// The answer refuses the request's content: `InvalidArgument` from validation or the
+/// codec, or `ResourceExhausted` from the codec's decoded-size bound.
+fn is_refused_as_invalid(headers: &http::HeaderMap) -> bool {
+    let code = headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i32>().ok());
+    matches!(
+        code.map(tonic::Code::from_i32),
+        Some(tonic::Code::InvalidArgument | tonic::Code::ResourceExhausted)
+    )
 }
 
 /// The bearer token of `authorization` metadata.
@@ -248,7 +255,13 @@ where
             match store.authenticate(&token).await {
                 Ok(agent) => {
                     request.extensions_mut().insert(AuthenticatedAgent(agent));
-                    inner.call(request).await
+                    let response = inner.call(request).await?;
+                    // Counted here, not in the handlers: the codec refuses over-limit
+                    // requests before a handler runs (a trailers-only answer).
+                    if is_refused_as_invalid(response.headers()) {
+                        bump(&metrics.requests_invalid);
+                    }
+                    Ok(response)
                 }
                 Err(error) => Ok(status(&metrics, error).into_http()),
             }
@@ -263,7 +276,7 @@ impl Agent for AgentApi {
         request: Request<UpdateStartupRequest>,
     ) -> Result<Response<v1::Startup>, Status> {
         let agent = self.agent(&request)?;
-        let startup = Startup::try_from(request.into_inner()).map_err(|e| self.invalid(e))?;
+        let startup = Startup::try_from(request.into_inner()).map_err(Status::from)?;
         let outcome = self
             .store
             .update_startup(agent, startup)
@@ -282,7 +295,7 @@ impl Agent for AgentApi {
         request: Request<PushContextStateRequest>,
     ) -> Result<Response<PushContextStateResponse>, Status> {
         let agent = self.agent(&request)?;
-        let snapshot = Snapshot::try_from(request.into_inner()).map_err(|e| self.invalid(e))?;
+        let snapshot = Snapshot::try_from(request.into_inner()).map_err(Status::from)?;
         let outcome = self
             .store
             .push_context_state(agent, snapshot)

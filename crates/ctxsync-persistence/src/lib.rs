@@ -67,8 +67,8 @@ pub use db::{
 pub use error::StoreError;
 pub use ids::{AgentId, ChatId};
 pub use model::{
-    AgentContext, AgentRecord, ChatContext, ChatRecord, MAX_RETIRED_RUN_IDS, NewAgent, PushChanges,
-    PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome,
+    AgentContext, AgentPhaseGroup, AgentRecord, ChatContext, ChatRecord, MAX_RETIRED_RUN_IDS,
+    NewAgent, PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome,
 };
 pub use notify::{AgentSubscription, ChangeEvent, ChatSubscription};
 pub use store::{MAX_AGENT_NAME_BYTES, Store};

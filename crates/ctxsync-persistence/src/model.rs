@@ -417,3 +417,16 @@ pub(crate) fn to_i64(what: &str, value: u64) -> Result<i64, StoreError> {
     i64::try_from(value)
         .map_err(|_| StoreError::InvalidInput(format!("{what} {value} does not fit in i64")))
 }
+
+/// Agents counted by what decides their phase and freshness, without their context: one
+/// row of [`crate::Store::agent_phase_groups`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AgentPhaseGroup {
+    /// The agents' current run id is empty (a legacy agent: no freshness guarantee).
+    pub legacy: bool,
+    /// The stored snapshot's phase and whether its run id equals the agents' current
+    /// one; `None` for agents without a snapshot.
+    pub snapshot: Option<(DiscoveryPhase, bool)>,
+    /// How many agents are in this group.
+    pub agents: u64,
+}

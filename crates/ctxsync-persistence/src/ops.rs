@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use ctxsync_protocol::limits::MAX_RUN_ID_BYTES;
 
 use ctxsync_protocol::{
-    InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody, SkillBody, Snapshot,
-    Startup,
+    DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody, SkillBody,
+    Snapshot, Startup,
 };
 use diesel::prelude::*;
 use diesel::upsert::excluded;
@@ -109,6 +109,60 @@ pub(crate) fn list_agents(tx: &mut Tx<'_>) -> Result<Vec<AgentRecord>, StoreErro
         .order((workspace_agents::created_at, workspace_agents::id))
         .load(c))?;
     rows.into_iter().map(AgentRow::into_record).collect()
+}
+
+/// One row of [`agent_phase_groups`]'s query.
+#[derive(QueryableByName)]
+struct PhaseGroupRow {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    legacy: i32,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    phase: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    same_run: i32,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    agents: i64,
+}
+
+/// Every agent counted in one aggregate query: at most 2 × 4 × 2 rows however many agents
+/// there are, and no resource is read. Plain SQL both backends accept (the enum is cast
+/// to text; booleans are spelled as integers).
+const PHASE_GROUPS_SQL: &str = "\
+SELECT CASE WHEN a.agent_run_id = '' THEN 1 ELSE 0 END AS legacy, \
+       CAST(s.mcp_discovery_phase AS TEXT) AS phase, \
+       CASE WHEN s.agent_run_id = a.agent_run_id THEN 1 ELSE 0 END AS same_run, \
+       COUNT(*) AS agents \
+FROM workspace_agents a \
+LEFT JOIN workspace_agent_context_snapshots s ON s.agent_id = a.id \
+GROUP BY 1, 2, 3";
+
+pub(crate) fn agent_phase_groups(tx: &mut Tx<'_>) -> Result<Vec<AgentPhaseGroup>, StoreError> {
+    let rows: Vec<PhaseGroupRow> =
+        on_backend!(tx, |c| diesel::sql_query(PHASE_GROUPS_SQL).load(c))?;
+    rows.into_iter()
+        .map(|row| {
+            let snapshot = match row.phase.as_deref() {
+                None => None,
+                Some(phase) => Some((phase_from_text(phase)?, row.same_run != 0)),
+            };
+            Ok(AgentPhaseGroup {
+                legacy: row.legacy != 0,
+                snapshot,
+                agents: u64::try_from(row.agents).unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+fn phase_from_text(phase: &str) -> Result<DiscoveryPhase, StoreError> {
+    match phase {
+        "unspecified" => Ok(DiscoveryPhase::Unspecified),
+        "pending" => Ok(DiscoveryPhase::Pending),
+        "complete" => Ok(DiscoveryPhase::Complete),
+        other => Err(StoreError::Corrupt(format!(
+            "unknown stored discovery phase {other:?}"
+        ))),
+    }
 }
 
 pub(crate) fn get_agent(tx: &mut Tx<'_>, id: AgentId) -> Result<Option<AgentRecord>, StoreError> {

@@ -185,6 +185,13 @@ impl Store {
         self.with_conn(|conn, _| conn.read(ops::list_agents)).await
     }
 
+    /// Every agent counted by run freshness and snapshot phase, in one aggregate query
+    /// that reads no resource (for `/metrics`: never a read of every agent's context).
+    pub async fn agent_phase_groups(&self) -> Result<Vec<AgentPhaseGroup>, StoreError> {
+        self.with_conn(|conn, _| conn.read(ops::agent_phase_groups))
+            .await
+    }
+
     pub async fn get_agent(&self, id: AgentId) -> Result<Option<AgentRecord>, StoreError> {
         self.with_conn(move |conn, _| conn.read(|tx| ops::get_agent(tx, id)))
             .await

@@ -157,9 +157,6 @@ mod tests {
             ..Limits::default()
         };
         let error = limits.check(Duration::from_secs(18)).unwrap_err();
-        assert!(
-            error.to_string().contains("at least 23000"),
-            "{error}"
-        );
+        assert!(error.to_string().contains("at least 23000"), "{error}");
     }
 }

@@ -6,8 +6,9 @@
 //! dropped. A reload that fails (a half-written file, a key that does not match) keeps
 //! the previous certificate and logs why.
 //!
-//! Handshakes run on their own tasks, bounded in number and time, so a client that
-//! connects and says nothing cannot stall the accept loop for everyone else.
+//! Handshakes are bounded in time here and run on their own tasks, bounded in number, in
+//! [`crate::listen`], so a client that connects and says nothing cannot stall the accept
+//! loop for everyone else.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -23,8 +24,8 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -32,9 +33,6 @@ use tokio_rustls::server::TlsStream;
 pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 /// Bound on one TLS handshake; a client that has not finished by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most handshakes in progress on one listener; further connections wait in the kernel's
-/// accept queue.
-const MAX_PENDING_HANDSHAKES: usize = 256;
 
 /// Where the server's certificate chain and private key live (PEM).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -200,14 +198,14 @@ fn pem_reason(error: &rustls_pki_types::pem::Error) -> String {
     }
 }
 
-/// A TLS connection accepted by [`accept_tls`], with its peer's address.
+/// A TLS connection from [`handshake`].
 #[derive(Debug)]
 pub struct TlsConn {
     stream: TlsStream<TcpStream>,
 }
 
 impl TlsConn {
-    fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         self.stream.get_ref().0
     }
 }
@@ -260,97 +258,23 @@ impl tonic::transport::server::Connected for TlsConn {
     }
 }
 
-/// Accepts TCP connections and completes their handshakes concurrently; finished
-/// connections arrive on the returned channel. Stops (closing the listener) when `stop`
-/// turns true or the receiver is dropped. A failed handshake — a plaintext client, a
-/// client that distrusts the certificate — is logged at debug and dropped: a TLS
-/// listener never answers in plain text.
-pub fn accept_tls(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    mut stop: watch::Receiver<bool>,
-) -> mpsc::Receiver<TlsConn> {
-    let (tx, rx) = mpsc::channel(64);
-    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
-    tokio::spawn(async move {
-        loop {
-            let permit = tokio::select! {
-                _ = stop.wait_for(|stop| *stop) => return,
-                _ = tx.closed() => return,
-                permit = pending.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => return,
-                },
-            };
-            let accepted = tokio::select! {
-                _ = stop.wait_for(|stop| *stop) => return,
-                _ = tx.closed() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let (tcp, peer) = match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors and the like: pause instead of spinning.
-                    tracing::warn!(error = %e, "cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let _ = tcp.set_nodelay(true);
-            let acceptor = acceptor.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let _permit = permit;
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = tx.send(TlsConn { stream }).await;
-                    }
-                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                }
-            });
+/// Completes one server handshake within [`HANDSHAKE_TIMEOUT`]. A failed handshake — a
+/// plaintext client, a client that distrusts the certificate — is logged at debug and
+/// gives `None`: a TLS listener never answers in plain text.
+pub async fn handshake(
+    acceptor: &TlsAcceptor,
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+) -> Option<TlsConn> {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(stream)) => Some(TlsConn { stream }),
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            None
         }
-    });
-    rx
-}
-
-/// [`accept_tls`]'s connections as an axum listener.
-#[derive(Debug)]
-pub struct TlsListener {
-    connections: mpsc::Receiver<TlsConn>,
-    local_addr: std::net::SocketAddr,
-}
-
-impl TlsListener {
-    pub fn new(
-        listener: TcpListener,
-        acceptor: TlsAcceptor,
-        stop: watch::Receiver<bool>,
-    ) -> io::Result<Self> {
-        let local_addr = listener.local_addr()?;
-        Ok(Self {
-            connections: accept_tls(listener, acceptor, stop),
-            local_addr,
-        })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsConn;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.connections.recv().await {
-            Some(conn) => {
-                let peer = conn.tcp().peer_addr().unwrap_or(self.local_addr);
-                (conn, peer)
-            }
-            // Accepting stopped (shutdown): the server's graceful shutdown ends the loop.
-            None => std::future::pending().await,
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            None
         }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.local_addr)
     }
 }

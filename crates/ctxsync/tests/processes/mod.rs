@@ -117,6 +117,20 @@ impl ServerProcess {
         .await
     }
 
+    /// Starts a server on the test's database with `extra` flags, on ephemeral ports.
+    pub async fn start_with(store: &TestStore, logs: &Logs, extra: &[&str]) -> Self {
+        Self::launch(logs, "127.0.0.1:0".parse().unwrap(), |command| {
+            match store.postgres_database() {
+                Some(database) => command.args(["--database-url", database.url()]),
+                None => command
+                    .arg("--data-dir")
+                    .arg(store.sqlite_data_dir().expect("a SQLite data dir")),
+            };
+            command.args(extra);
+        })
+        .await
+    }
+
     /// Starts a server on `database_url` with `extra` flags, on ephemeral ports.
     pub async fn start_on(database_url: &str, logs: &Logs, extra: &[&str]) -> Self {
         Self::launch(logs, "127.0.0.1:0".parse().unwrap(), |command| {
@@ -191,6 +205,26 @@ impl ServerProcess {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the server is running")
+    }
+
+    /// SIGTERM, then the exit status and how long the exit took (bounded by [`WAIT`]).
+    pub async fn terminate(&mut self) -> (ExitStatus, Duration) {
+        let started = Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(self.pid()).unwrap()),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("sending SIGTERM");
+        let status = tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("the server stops after SIGTERM")
+            .expect("waiting for the server");
+        (status, started.elapsed())
     }
 
     /// SIGKILL: no clean shutdown, as in a crash.
