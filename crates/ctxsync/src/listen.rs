@@ -231,3 +231,27 @@ impl tonic::transport::server::Connected for Conn {
         self.tcp().connect_info()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn past_the_cap_a_connection_waits_until_a_slot_is_freed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_stop, stop_rx) = watch::channel(false);
+        let mut accepted = accept(listener, None, 1, stop_rx);
+        let _first = TcpStream::connect(addr).await.unwrap();
+        let _second = TcpStream::connect(addr).await.unwrap();
+        let first = accepted.recv().await.expect("the first connection");
+        let waiting = tokio::time::timeout(Duration::from_millis(300), accepted.recv()).await;
+        assert!(waiting.is_err(), "a second connection was accepted past the cap of 1");
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(10), accepted.recv()).await;
+        assert!(
+            matches!(second, Ok(Some(_))),
+            "the second connection is accepted once the first is gone"
+        );
+    }
+}
