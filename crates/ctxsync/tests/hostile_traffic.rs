@@ -10,7 +10,9 @@ mod processes;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes};
+use ctxsync_persistence::AgentId;
 use ctxsync_persistence::test_support::TestStore;
+use ctxsync_protocol::{DiscoveryPhase, Snapshot, Startup};
 use processes::{AgentProcess, Logs, ServerProcess, WAIT, Workspace, wait_for_context};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Status;
@@ -300,4 +302,137 @@ async fn sigterm_ends_open_event_streams_and_exits_within_the_grace() {
     })
     .await;
     assert!(rest.is_ok(), "the event stream ends at shutdown");
+}
+
+/// A chat whose agent process has started but not published: its first turn waits in the
+/// gate (up to the snapshot grace).
+async fn waiting_chat(db: &TestStore, http_url: &str, token: &str) -> (AgentId, String) {
+    let agent = db.store().create_agent("slow").await.expect("agent").id;
+    db.store()
+        .update_startup(
+            agent,
+            Startup {
+                version: "1".into(),
+                expanded_directory: "/ws".into(),
+                agent_run_id: Some("run-1".into()),
+            },
+        )
+        .await
+        .expect("startup");
+    let chat: serde_json::Value = reqwest::Client::new()
+        .post(format!("{http_url}/api/chats"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({ "agent_id": agent.to_string() }))
+        .send()
+        .await
+        .expect("create chat")
+        .json()
+        .await
+        .expect("chat JSON");
+    (agent, chat["id"].as_str().expect("chat id").to_owned())
+}
+
+fn start_turn(
+    http_url: &str,
+    chat: &str,
+    token: &str,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let request = reqwest::Client::new()
+        .post(format!("{http_url}/api/chats/{chat}/turns"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({}));
+    tokio::spawn(request.send())
+}
+
+const SLOW_GATE: &[&str] = &[
+    "--api-token",
+    "hostile-traffic-test-token",
+    "--snapshot-grace-ms",
+    "60000",
+    "--http-request-timeout-ms",
+    "120000",
+    "--gate-recheck-ms",
+    "100",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_an_in_flight_turn_finish_and_a_second_signal_exits_at_once() {
+    let token = "hostile-traffic-test-token";
+    let logs = Logs::new();
+    let db = TestStore::sqlite().await;
+    let mut extra = SLOW_GATE.to_vec();
+    extra.extend(["--shutdown-grace-ms", "60000"]);
+    let mut server = ServerProcess::start_with(&db, &logs, &extra).await;
+    let (agent, chat) = waiting_chat(&db, &server.http_url(), token).await;
+    let turn = start_turn(&server.http_url(), &chat, token);
+    wait_for_waiting_turn(&server).await;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.pid()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    wait_for_log_line(&logs, "stopping: draining").await;
+    // The agent publishes while the server drains: the waiting turn completes normally.
+    let snapshot = Snapshot {
+        version: 1,
+        aggregate_hash: "h".into(),
+        resources: Vec::new(),
+        initial: true,
+        snapshot_error: None,
+        agent_run_id: Some("run-1".into()),
+        phase: DiscoveryPhase::Complete,
+    };
+    db.store()
+        .push_context_state(agent, snapshot)
+        .await
+        .expect("push");
+    let answer = tokio::time::timeout(WAIT, turn)
+        .await
+        .expect("the turn finishes during the drain")
+        .expect("turn task")
+        .expect("the turn is answered");
+    assert!(answer.status().is_success(), "{}", answer.status());
+    let status = server.wait_exit().await;
+    println!("hostile: drained an in-flight turn, then exited ({status})");
+    assert!(status.success(), "{}", logs.read("server"));
+
+    // A second signal does not wait for a turn that is still waiting.
+    let logs = Logs::new();
+    let db = TestStore::sqlite().await;
+    let mut server = ServerProcess::start_with(&db, &logs, &extra).await;
+    let (_, chat) = waiting_chat(&db, &server.http_url(), token).await;
+    let _turn = start_turn(&server.http_url(), &chat, token);
+    wait_for_waiting_turn(&server).await;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.pid()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    wait_for_log_line(&logs, "stopping: draining").await;
+    let (status, took) = server.terminate().await;
+    println!("hostile: second SIGTERM during a 60 s drain: exited {status} in {took:?}");
+    assert!(!status.success(), "a cut drain is not a clean exit");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+/// The turn has reached the gate (the server's gate metrics show a waiting turn).
+async fn wait_for_waiting_turn(server: &ServerProcess) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let metrics = reqwest::Client::new()
+            .get(format!("{}/metrics", server.http_url()))
+            .bearer_auth("hostile-traffic-test-token")
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        if metrics
+            .lines()
+            .any(|l| l.starts_with("ctxsync_gate_attempts_waiting ") && !l.ends_with(" 0"))
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no waiting turn:\n{metrics}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn wait_for_log_line(logs: &Logs, needle: &str) {
+    processes::wait_for_log(logs, "server", needle).await;
 }

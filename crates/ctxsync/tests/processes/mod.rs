@@ -227,6 +227,14 @@ impl ServerProcess {
         (status, started.elapsed())
     }
 
+    /// Waits (bounded by [`WAIT`]) for the server to exit on its own.
+    pub async fn wait_exit(&mut self) -> ExitStatus {
+        tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("the server exits")
+            .expect("waiting for the server")
+    }
+
     /// SIGKILL: no clean shutdown, as in a crash.
     pub async fn kill(mut self) -> SocketAddr {
         self.child.kill().await.expect("killing the server");
