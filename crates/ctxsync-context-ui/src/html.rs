@@ -1,5 +1,8 @@
 //! The HTML renderer: a panel fragment (swapped in place by the page's script when the
 //! chat's context changes) and the full page around it. Every piece of text is escaped.
+//! The page carries no inline script or style: both are same-origin files
+//! ([`PAGE_SCRIPT`] at [`PAGE_SCRIPT_PATH`], [`PAGE_STYLE`] at [`PAGE_STYLE_PATH`]), so
+//! the server's Content-Security-Policy can forbid everything inline.
 
 use std::fmt::Write;
 
@@ -255,7 +258,13 @@ fn issues_section(h: &mut String, issues: &[IssueItem]) {
     h.push_str("</details>");
 }
 
-const STYLE: &str = r#"
+/// Where the server serves [`PAGE_STYLE`] (`text/css`).
+pub const PAGE_STYLE_PATH: &str = "/static/page.css";
+/// Where the server serves [`PAGE_SCRIPT`] (`text/javascript`).
+pub const PAGE_SCRIPT_PATH: &str = "/static/page.js";
+
+/// The page's stylesheet.
+pub const PAGE_STYLE: &str = r#"
 body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 56rem; padding: 1rem; color: #1d1d1f; }
 .panel { border: 2px solid #8a8a8a; border-radius: 8px; padding: 0.75rem 1rem; }
 .panel.tone-ok { border-color: #2f8f46; } .panel.tone-warning { border-color: #b7791f; } .panel.tone-error { border-color: #c53030; }
@@ -269,11 +278,14 @@ summary h2 { display: inline; font-size: 1.1rem; }
 .issue-error .kind { color: #c53030; font-weight: 600; } .issue-warning .kind { color: #b7791f; font-weight: 600; }
 .wrap { white-space: pre-wrap; overflow-wrap: anywhere; word-break: break-word; }
 code { overflow-wrap: anywhere; }
+.link-form button { font: inherit; padding: 0.5rem 1rem; }
 "#;
 
-const SCRIPT: &str = r#"
+/// The page's script: follows the chat's server-sent events and runs the refresh action.
+pub const PAGE_SCRIPT: &str = r#"
 (function () {
   const root = document.getElementById('panel-root');
+  if (!root) return;
   const chat = root.dataset.chat;
   function openSections() {
     return new Set(Array.from(root.querySelectorAll('details[open]')).map(d => d.id));
@@ -285,7 +297,11 @@ const SCRIPT: &str = r#"
   root.addEventListener('click', function (event) {
     const button = event.target.closest('button.refresh');
     if (!button) return;
-    fetch(button.dataset.href, { method: button.dataset.method, credentials: 'same-origin' });
+    // The new panel arrives through the event stream; a failed refresh can be retried.
+    button.disabled = true;
+    const retry = function () { button.disabled = false; };
+    fetch(button.dataset.href, { method: button.dataset.method, credentials: 'same-origin' })
+      .then(function (response) { if (!response.ok) retry(); }, retry);
   });
   const events = new EventSource('/api/chats/' + encodeURIComponent(chat) + '/context/events');
   events.addEventListener('panel', function (event) {
@@ -295,8 +311,8 @@ const SCRIPT: &str = r#"
 })();
 "#;
 
-/// The whole page for a person's browser. The script keeps the panel current from the
-/// chat's server-sent events, keeping open sections open.
+/// The whole page for a person's browser. Its script ([`PAGE_SCRIPT`]) keeps the panel
+/// current from the chat's server-sent events, keeping open sections open.
 pub fn render_page(panel: &Panel) -> String {
     format!(
         r#"<!doctype html>
@@ -305,14 +321,14 @@ pub fn render_page(panel: &Panel) -> String {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>ctxsync · chat {chat}</title>
-<style>{STYLE}</style>
+<link rel="stylesheet" href="{PAGE_STYLE_PATH}">
+<script src="{PAGE_SCRIPT_PATH}" defer></script>
 </head>
 <body>
 <main>
 <h1>Chat context</h1>
 <div id="panel-root" data-chat="{chat}">{fragment}</div>
 </main>
-<script>{SCRIPT}</script>
 </body>
 </html>
 "#,

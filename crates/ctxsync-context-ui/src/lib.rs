@@ -14,7 +14,10 @@ mod model;
 mod text;
 
 pub use builder::build_panel;
-pub use html::{escape, render_fragment, render_page};
+pub use html::{
+    PAGE_SCRIPT, PAGE_SCRIPT_PATH, PAGE_STYLE, PAGE_STYLE_PATH, escape, render_fragment,
+    render_page,
+};
 pub use model::*;
 pub use text::render_text;
 

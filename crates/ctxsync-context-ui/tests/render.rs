@@ -234,8 +234,12 @@ fn hostile_text_is_escaped_everywhere() {
     assert!(
         page.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;quotes&#39;")
     );
-    // The page's own script is the only one.
-    assert_eq!(page.matches("<script>").count(), 1);
+    // The page's own script, a same-origin file, is the only one; nothing inline.
+    assert_eq!(page.matches("<script").count(), 1);
+    assert!(page.contains(&format!(
+        r#"<script src="{PAGE_SCRIPT_PATH}" defer></script>"#
+    )));
+    assert!(!page.contains("<style") && !page.contains(" style="));
 }
 
 #[test]
@@ -245,9 +249,10 @@ fn long_errors_wrap_instead_of_scrolling() {
     panel.issues[0].text = format!("word {long} end");
     let html = render_fragment(&panel);
     assert!(html.contains(r#"<span class="issue-text wrap">"#));
-    assert!(
-        render_page(&panel).contains(".wrap { white-space: pre-wrap; overflow-wrap: anywhere;")
-    );
+    assert!(PAGE_STYLE.contains(".wrap { white-space: pre-wrap; overflow-wrap: anywhere;"));
+    assert!(render_page(&panel).contains(&format!(
+        r#"<link rel="stylesheet" href="{PAGE_STYLE_PATH}">"#
+    )));
     let text = render_text(&panel);
     assert!(
         text.lines().all(|l| l.chars().count() <= 100),

@@ -223,12 +223,13 @@ impl RunningServer {
     }
 
     /// A one-time link that opens the chat's page in a browser (the browser cannot send
-    /// the bearer token; the link's token is exchanged for a session cookie).
+    /// the bearer token): it shows a button whose POST exchanges the link's token for a
+    /// session cookie bound to this chat alone.
     pub fn page_link(&self, chat: ChatId) -> String {
         format!(
             "{}{}",
             self.http_url(),
-            crate::http::page_path(chat, &self.auth.mint_link_token())
+            crate::http::page_path(chat, &self.auth.mint_link_token(chat))
         )
     }
 

@@ -1,14 +1,17 @@
-//! The context page in a real browser (Debian's chromium + chromedriver): it opens while
-//! discovery is pending, updates in place when a push completes discovery (no reload, open
-//! sections stay as the person left them), escapes hostile text, and shows the withheld
-//! banner when the agent restarts. Screenshots land in `target/test-artifacts/`.
+//! The context page in a real browser (Debian's chromium + chromedriver): the one-time
+//! link shows a button whose POST opens the page; the page opens while discovery is
+//! pending, updates in place when a push completes discovery (no reload, open sections
+//! stay as the person left them), escapes hostile text, refreshes a changed context, and
+//! shows the withheld banner when the agent restarts — all under the server's
+//! Content-Security-Policy with no violation in the console. Screenshots land in
+//! `target/test-artifacts/`.
 
 mod support;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ctxsync_protocol::{DiscoveryPhase, Startup};
+use ctxsync_protocol::{DiscoveryPhase, Snapshot, Startup};
 use support::webdriver::Browser;
 use support::*;
 
@@ -66,10 +69,24 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
     let browser = Browser::start(&chromium, &chromedriver)
         .await
         .expect("browser starts");
+    let link = h.server.page_link(chat.parse().unwrap());
+    browser.goto(&link).await.unwrap();
+    assert_eq!(
+        browser.current_url().await.unwrap(),
+        link,
+        "opening the link only shows its button"
+    );
     browser
-        .goto(&h.server.page_link(chat.parse().unwrap()))
+        .click("form.link-form button[type=submit]")
         .await
-        .unwrap();
+        .expect("the link page has its button");
+    browser
+        .wait_for(
+            "return document.readyState === 'complete' && !!document.getElementById('context-panel')",
+            WAIT,
+        )
+        .await
+        .expect("the button opens the page");
     let url = browser.current_url().await.unwrap();
     assert!(
         url.ends_with(&format!("/chats/{chat}")),
@@ -85,6 +102,20 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
             .is_some(),
         "no empty server list while pending"
     );
+
+    assert_eq!(
+        browser.eval("return document.cookie").await.unwrap(),
+        "",
+        "the session cookie is out of the page script's reach"
+    );
+    // CSP violations from here on, as the page sees them (WebDriver's script is exempt).
+    browser
+        .eval(
+            "window.__cspViolations = []; document.addEventListener('securitypolicyviolation', \
+             e => window.__cspViolations.push(e.violatedDirective + ' ' + e.blockedURI));",
+        )
+        .await
+        .unwrap();
 
     // Marks that survive only without a reload: a page variable, and a section the person closed.
     browser
@@ -163,6 +194,46 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
         .await
         .unwrap();
 
+    // The workspace's files change: the page offers a refresh, and its button re-pins the
+    // chat through the session (the new panel arrives over the event stream).
+    let mut changed = file("AGENTS.md", "Be briefer.");
+    changed.content_hash = "changed".into();
+    let changed = Snapshot {
+        version: 3,
+        aggregate_hash: "agg-changed".into(),
+        resources: vec![
+            changed,
+            server("fs", &[("read", hostile)]),
+            server("empty", &[]),
+        ],
+        initial: false,
+        snapshot_error: None,
+        agent_run_id: Some("run-1".into()),
+        phase: DiscoveryPhase::Complete,
+    };
+    h.server
+        .store
+        .push_context_state(agent, changed)
+        .await
+        .unwrap();
+    browser
+        .wait_for(
+            "return !!document.querySelector('.dirty button.refresh')",
+            WAIT,
+        )
+        .await
+        .expect("the page offers a refresh");
+    browser.click(".dirty button.refresh").await.unwrap();
+    browser
+        .wait_for("return document.querySelector('.dirty') === null", WAIT)
+        .await
+        .expect("the refresh re-pins the context and the page shows it");
+    assert_eq!(
+        browser.eval("return window.__noReload").await.unwrap(),
+        42,
+        "the refresh did not reload the page"
+    );
+
     // A new agent process reports: the old process's tools are withheld.
     let restarted = Startup {
         version: "test".into(),
@@ -191,5 +262,20 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
         .screenshot(&artifact_dir().join("context-panel-stale.png"))
         .await
         .unwrap();
+
+    assert_eq!(
+        browser.eval("return window.__cspViolations").await.unwrap(),
+        serde_json::json!([]),
+        "the page ran under its CSP without a violation"
+    );
+    let console = browser.console_log().await.unwrap();
+    let violations: Vec<&String> = console
+        .iter()
+        .filter(|line| line.contains("Content Security Policy") || line.contains("Refused to"))
+        .collect();
+    assert!(
+        violations.is_empty(),
+        "CSP violations in the console: {violations:#?}"
+    );
     browser.close().await.unwrap();
 }

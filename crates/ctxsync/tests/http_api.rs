@@ -435,7 +435,24 @@ async fn page_links_become_a_session_cookie_once(h: Harness) {
         .await;
     assert_eq!(status, 200);
     let link = link["url"].as_str().unwrap().to_string();
-    let exchange = no_redirects.get(h.url(&link)).send().await.unwrap();
+    let token = link.split_once("?token=").unwrap().1.to_string();
+    // Opening the link shows a button; only its POST exchanges the token.
+    for _ in 0..2 {
+        let shown = no_redirects.get(h.url(&link)).send().await.unwrap();
+        assert_eq!(shown.status(), 200);
+        let html = shown.text().await.unwrap();
+        assert!(
+            html.contains(&format!(r#"action="/chats/{chat}/session""#)),
+            "{html}"
+        );
+    }
+    let exchange = no_redirects
+        .post(h.url(&format!("/chats/{chat}/session")))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(exchange.status(), 303);
     assert_eq!(exchange.headers()["location"], format!("/chats/{chat}"));
     let cookie = exchange.headers()["set-cookie"]
@@ -456,14 +473,21 @@ async fn page_links_become_a_session_cookie_once(h: Harness) {
         .unwrap();
     assert_eq!(page.status(), 200);
     assert!(page.text().await.unwrap().contains(r#"id="context-panel""#));
-    // The session cookie also opens the API the page's script uses.
-    let panel = no_redirects
-        .get(h.url(&format!("/api/chats/{chat}/context")))
+    // The session opens the page's own refresh, not the rest of the chat API.
+    let refresh = no_redirects
+        .put(h.url(&format!("/api/chats/{chat}/context")))
         .header("cookie", &session)
         .send()
         .await
         .unwrap();
-    assert_eq!(panel.status(), 200);
+    assert_eq!(refresh.status(), 200);
+    let panel = no_redirects
+        .get(h.url(&format!("/api/chats/{chat}")))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(panel.status(), 401);
 
     let reused = no_redirects.get(h.url(&link)).send().await.unwrap();
     assert_eq!(reused.status(), 401, "a link token works once");

@@ -320,8 +320,16 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
+    let link_token = link["url"]
+        .as_str()
+        .unwrap()
+        .split_once("?token=")
+        .unwrap()
+        .1;
     let exchange = page_client
-        .get(h.url(link["url"].as_str().unwrap()))
+        .post(h.url(&format!("/chats/{chat}/session")))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={link_token}"))
         .send()
         .await
         .unwrap();

@@ -7,13 +7,13 @@ use std::str::FromStr;
 
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{Html, IntoResponse, Response};
 use ctxsync_chat_projection::FindToolsRequest;
 use ctxsync_chat_projection::store::{LoadedChat, load_agent_view, load_chat};
-use ctxsync_context_ui::{build_panel, render_fragment, render_json, render_page, render_text};
+use ctxsync_context_ui::{build_panel, render_fragment, render_json, render_text};
 use ctxsync_first_turn_gate::TurnMode;
 use ctxsync_persistence::{AgentId, ChatId};
 use futures::Stream;
@@ -343,64 +343,15 @@ pub async fn context_events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
+/// A one-time link to the chat's page, bound to that chat (the response carries the token,
+/// so it is never cached: see `page::security_headers`).
 pub async fn page_link(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let chat: ChatId = parse_id(&raw, "chat")?;
     if state.store.get_chat(chat).await?.is_none() {
         return Err(ApiError::not_found(format!("chat {chat} not found")));
     }
-    Ok(Json(json!({ "url": page_path(chat, &state.auth.mint_link_token()) })).into_response())
-}
-
-/// The path of a chat's page with a one-time link token.
-pub fn page_path(chat: ChatId, token: &str) -> String {
-    format!("/chats/{chat}?token={token}")
-}
-
-#[derive(Debug, Deserialize)]
-pub struct PageQuery {
-    token: Option<String>,
-}
-
-pub async fn page(
-    State(state): State<AppState>,
-    Path(raw): Path<String>,
-    Query(query): Query<PageQuery>,
-    headers: HeaderMap,
-) -> Response {
-    let chat: ChatId = match parse_id(&raw, "chat") {
-        Ok(chat) => chat,
-        Err(e) => return e.into_response(),
-    };
-    if let Some(token) = query.token {
-        let Some(session) = state.auth.exchange_link_token(&token) else {
-            return (StatusCode::UNAUTHORIZED, Html("<!doctype html><p>This link has expired or was already used. Ask for a new one.</p>"))
-                .into_response();
-        };
-        let cookie = state.auth.session_cookie(&session);
-        // Redirect to the clean URL so the token never stays in the address bar or history.
-        let mut response = Redirect::to(&format!("/chats/{chat}")).into_response();
-        response.headers_mut().insert(
-            header::SET_COOKIE,
-            cookie.parse().expect("cookie is a valid header"),
-        );
-        return response;
-    }
-    if !state.auth.allows(&headers) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            Html("<!doctype html><p>Open this page through a link printed by ctxsync.</p>"),
-        )
-            .into_response();
-    }
-    match load_chat(&state.store, chat).await {
-        Ok(Some(loaded)) => Html(render_page(&panel_of(chat, &loaded))).into_response(),
-        Ok(None) => (
-            StatusCode::NOT_FOUND,
-            Html("<!doctype html><p>No such chat.</p>"),
-        )
-            .into_response(),
-        Err(e) => ApiError::from(e).into_response(),
-    }
+    let url = super::page_path(chat, &state.auth.mint_link_token(chat));
+    Ok(Json(json!({ "url": url })).into_response())
 }
 
 /// Prometheus text: agent API pushes by result, gate waits and durations, and how many

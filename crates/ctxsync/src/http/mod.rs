@@ -4,6 +4,7 @@
 pub mod api_token;
 mod auth;
 mod handlers;
+mod page;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,7 +21,8 @@ use ctxsync_persistence::{AgentApiMetrics, ChatId, Store};
 use serde_json::json;
 
 pub use auth::Auth;
-pub use handlers::page_path;
+use auth::Caller;
+pub use page::{CONTENT_SECURITY_POLICY, page_path};
 
 /// Largest JSON request body the API reads; everything it accepts is small.
 const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -36,7 +38,9 @@ pub struct AppState {
     pub active_tools: Arc<Mutex<HashMap<ChatId, ActiveTools>>>,
 }
 
-/// The router: `/healthz` is open; everything else needs the bearer token or a session.
+/// The router: `/healthz`, the page's files and its link exchange are open; the page checks
+/// its own credentials; everything else needs the bearer token, or for the few routes a
+/// page uses, a session bound to that chat.
 pub fn router(state: AppState) -> Router {
     let protected = Router::new()
         .route(
@@ -66,20 +70,43 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .route("/healthz", get(handlers::healthz))
-        // The page authenticates itself: it exchanges a one-time link token for a cookie.
-        .route("/chats/{id}", get(handlers::page))
+        // The page authenticates itself: a one-time link token becomes a session cookie.
+        .route("/chats/{id}", get(page::page))
+        .route("/chats/{id}/session", post(page::exchange))
+        .route(ctxsync_context_ui::PAGE_SCRIPT_PATH, get(page::script))
+        .route(ctxsync_context_ui::PAGE_STYLE_PATH, get(page::stylesheet))
         .merge(protected)
         .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::middleware::map_response(page::security_headers))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
 
+/// The bearer token opens every route; a page session only its own chat's event stream
+/// and refresh (a session on any other route is no credential: 401; on another chat's: 403).
 async fn require_auth(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if state.auth.allows(request.headers()) {
-        next.run(request).await
-    } else {
-        ApiError::new(StatusCode::UNAUTHORIZED, "missing or invalid bearer token").into_response()
+    let allowed = match state.auth.caller(request.headers()) {
+        Caller::Operator => Ok(()),
+        Caller::Page(chat) => {
+            match page::session_route_chat(request.method(), request.uri().path()) {
+                Some(raw) if raw.parse::<ChatId>().is_ok_and(|target| target == chat) => Ok(()),
+                Some(_) => Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "this page session is for another chat",
+                )),
+                None => Err(unauthorized()),
+            }
+        }
+        Caller::Anonymous => Err(unauthorized()),
+    };
+    match allowed {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => refusal.into_response(),
     }
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "missing or invalid bearer token")
 }
 
 /// A JSON error `{"error": message}` with its status.

@@ -51,6 +51,8 @@ impl Browser {
         let caps = json!({
             "capabilities": { "alwaysMatch": {
                 "browserName": "chrome",
+                // Keeps the console (CSP violations land there) for `console_log`.
+                "goog:loggingPrefs": { "browser": "ALL" },
                 "goog:chromeOptions": {
                     "binary": chromium.to_string_lossy(),
                     "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -146,6 +148,48 @@ impl Browser {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Clicks the first element matching a CSS selector (a real click: it submits forms
+    /// and runs the page's own handlers).
+    pub async fn click(&self, selector: &str) -> Result<()> {
+        let element = self
+            .command(
+                reqwest::Method::POST,
+                "/element",
+                Some(json!({ "using": "css selector", "value": selector })),
+            )
+            .await?;
+        let id = element
+            .as_object()
+            .and_then(|e| e.values().next())
+            .and_then(Value::as_str)
+            .with_context(|| format!("no element id for {selector} in {element}"))?
+            .to_string();
+        self.command(
+            reqwest::Method::POST,
+            &format!("/element/{id}/click"),
+            Some(json!({})),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The browser console's messages since the last call (chromedriver's log endpoint).
+    pub async fn console_log(&self) -> Result<Vec<String>> {
+        let entries = self
+            .command(
+                reqwest::Method::POST,
+                "/se/log",
+                Some(json!({ "type": "browser" })),
+            )
+            .await?;
+        Ok(entries
+            .as_array()
+            .context("the console log is a list")?
+            .iter()
+            .map(|entry| format!("{} {}", entry["level"], entry["message"]))
+            .collect())
     }
 
     pub async fn screenshot(&self, path: &Path) -> Result<()> {
