@@ -246,7 +246,10 @@ mod tests {
         let _second = TcpStream::connect(addr).await.unwrap();
         let first = accepted.recv().await.expect("the first connection");
         let waiting = tokio::time::timeout(Duration::from_millis(300), accepted.recv()).await;
-        assert!(waiting.is_err(), "a second connection was accepted past the cap of 1");
+        assert!(
+            waiting.is_err(),
+            "a second connection was accepted past the cap of 1"
+        );
         drop(first);
         let second = tokio::time::timeout(Duration::from_secs(10), accepted.recv()).await;
         assert!(

@@ -18,9 +18,12 @@ use ctxsync_persistence::{
 };
 
 use crate::http::api_token::TokenSource;
+use crate::http::bounds::EventStreams;
 use crate::http::{AppState, Auth};
+use crate::limits::{LimitArgs, Limits};
+use crate::listen::HttpSettings;
 use crate::secret::Secret;
-use crate::tls::{ReloadingCert, TlsFiles, TlsListener};
+use crate::tls::{ReloadingCert, TlsFiles};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
@@ -92,6 +95,8 @@ pub struct ServerArgs {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub db_operation_timeout_ms: u64,
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -116,6 +121,8 @@ pub struct ServerConfig {
     pub gate_recheck: Duration,
     /// Pool size and database timeouts.
     pub store: StoreOptions,
+    /// What one caller can cost: connections, streams, time; and the shutdown grace.
+    pub limits: Limits,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -129,6 +136,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("tls", &self.tls)
             .field("discovery_budget", &self.discovery_budget)
             .field("snapshot_grace", &self.snapshot_grace)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
@@ -149,6 +157,7 @@ impl ServerConfig {
             snapshot_grace: GateConfig::default().snapshot_grace,
             gate_recheck: GateConfig::default().recheck_interval,
             store: StoreOptions::default(),
+            limits: Limits::default(),
         }
     }
 
@@ -176,6 +185,7 @@ impl ServerConfig {
                 operation_timeout: Duration::from_millis(args.db_operation_timeout_ms),
                 ..StoreOptions::default()
             },
+            limits: args.limits.into(),
         })
     }
 }
@@ -191,6 +201,7 @@ pub struct RunningServer {
     pub tls: Option<Arc<ReloadingCert>>,
     auth: Arc<Auth>,
     shutdown: watch::Sender<bool>,
+    shutdown_grace: Duration,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -233,17 +244,28 @@ impl RunningServer {
         )
     }
 
-    /// Stops accepting, lets in-flight requests finish, and waits for the listeners.
+    /// Stops accepting, ends event streams, lets in-flight requests finish within the
+    /// shutdown grace, then cuts what remains.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
-        for task in self.tasks {
-            let _ = task.await;
+        // A little past the grace: the HTTP side cuts its own stragglers at the grace.
+        let deadline = tokio::time::Instant::now() + self.shutdown_grace + SHUTDOWN_SLACK;
+        for mut task in self.tasks {
+            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+                tracing::warn!("requests still running after the shutdown grace were cut");
+                task.abort();
+            }
         }
     }
 }
 
+/// How long past the grace shutdown waits for a listener task before aborting it.
+const SHUTDOWN_SLACK: Duration = Duration::from_millis(500);
+
 /// Opens the database (applying migrations) and starts the listeners.
 pub async fn start(config: ServerConfig) -> Result<RunningServer> {
+    let limits = config.limits.clone();
+    limits.check(config.discovery_budget + config.snapshot_grace)?;
     let store = Store::open_with(config.database.clone(), config.store.clone())
         .await
         .context("opening the database")?;
@@ -269,35 +291,32 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
     let grpc = tonic::transport::Server::builder()
         .initial_stream_window_size(GRPC_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(GRPC_CONNECTION_WINDOW_BYTES)
+        .max_concurrent_streams(limits.grpc_max_streams_per_connection)
+        .timeout(limits.grpc_request_timeout)
+        .http2_keepalive_interval(Some(limits.grpc_keepalive))
+        .http2_keepalive_timeout(Some(limits.grpc_keepalive))
         .add_service(api.into_server());
     let mut grpc_shutdown = shutdown_rx.clone();
     let stopped = async move {
         let _ = grpc_shutdown.wait_for(|stop| *stop).await;
     };
-    let grpc_task = match &tls {
-        Some(cert) => {
-            let connections = crate::tls::accept_tls(
-                grpc_listener,
-                cert.acceptor(&[b"h2"])?,
-                shutdown_rx.clone(),
-            );
-            let incoming = tokio_stream::wrappers::ReceiverStream::new(connections)
-                .map(Ok::<_, std::io::Error>);
-            tokio::spawn(async move {
-                if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, stopped).await {
-                    tracing::error!(error = %e, "agent API server failed");
-                }
-            })
-        }
-        None => {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
-            tokio::spawn(async move {
-                if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, stopped).await {
-                    tracing::error!(error = %e, "agent API server failed");
-                }
-            })
-        }
+    let grpc_tls = match &tls {
+        Some(cert) => Some(cert.acceptor(&[b"h2"])?),
+        None => None,
     };
+    let connections = crate::listen::accept(
+        grpc_listener,
+        grpc_tls,
+        limits.grpc_max_connections,
+        shutdown_rx.clone(),
+    );
+    let incoming =
+        tokio_stream::wrappers::ReceiverStream::new(connections).map(Ok::<_, std::io::Error>);
+    let grpc_task = tokio::spawn(async move {
+        if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, stopped).await {
+            tracing::error!(error = %e, "agent API server failed");
+        }
+    });
     tasks.push(grpc_task);
     tracing::info!(%grpc_addr, backend = ?store.backend(), tls = tls.is_some(), "agent API listening");
 
@@ -316,41 +335,38 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         auth: auth.clone(),
         agent_api: metrics,
         active_tools: Arc::default(),
+        event_streams: Arc::new(EventStreams::new(
+            limits.max_event_streams,
+            limits.max_event_streams_per_chat,
+        )),
+        health: Arc::default(),
+        stopping: shutdown_rx.clone(),
     };
     let http_listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("binding the HTTP API to {}", config.http_addr))?;
     let http_addr = http_listener.local_addr()?;
-    let app = crate::http::router(state);
-    let mut http_shutdown = shutdown_rx.clone();
-    let stopped = async move {
-        let _ = http_shutdown.wait_for(|stop| *stop).await;
+    let app = with_request_timeout(crate::http::router(state), limits.http_request_timeout);
+    let http_tls = match &tls {
+        Some(cert) => Some(cert.acceptor(&[b"http/1.1"])?),
+        None => None,
     };
-    let http_task = match &tls {
-        Some(cert) => {
-            let listener = TlsListener::new(
-                http_listener,
-                cert.acceptor(&[b"http/1.1"])?,
-                shutdown_rx.clone(),
-            )?;
-            tokio::spawn(async move {
-                if let Err(e) = axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped)
-                    .await
-                {
-                    tracing::error!(error = %e, "HTTP server failed");
-                }
-            })
-        }
-        None => tokio::spawn(async move {
-            if let Err(e) = axum::serve(http_listener, app)
-                .with_graceful_shutdown(stopped)
-                .await
-            {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        }),
+    let connections = crate::listen::accept(
+        http_listener,
+        http_tls,
+        limits.http_max_connections,
+        shutdown_rx.clone(),
+    );
+    let settings = HttpSettings {
+        header_read_timeout: limits.http_header_read_timeout,
+        shutdown_grace: limits.shutdown_grace,
     };
+    let http_task = tokio::spawn(crate::listen::serve_http(
+        connections,
+        app,
+        settings,
+        shutdown_rx.clone(),
+    ));
     tasks.push(http_task);
     tracing::info!(%http_addr, tls = tls.is_some(), "chat API and web page listening");
     if tls.is_none() {
@@ -366,6 +382,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         tls,
         auth,
         shutdown,
+        shutdown_grace: limits.shutdown_grace,
         tasks,
     })
 }
@@ -402,9 +419,36 @@ pub async fn run(args: ServerArgs) -> Result<()> {
         TokenSource::Generated(path) => format!("API token: generated into {}", path.display()),
     });
     wait_for_stop_signal().await;
-    tracing::info!("stopping");
+    tracing::info!("stopping: draining in-flight requests (a second signal exits at once)");
+    tokio::spawn(async {
+        wait_for_stop_signal().await;
+        tracing::warn!("second stop signal: exiting without draining");
+        std::process::exit(1);
+    });
     server.shutdown().await;
+    tracing::info!("stopped");
     Ok(())
+}
+
+/// Answers a request that has not produced its response headers within `timeout` with
+/// 503. An event stream's headers come at once, so streams are not cut; a first turn's
+/// wait is below the timeout by [`Limits::check`].
+fn with_request_timeout(app: axum::Router, timeout: Duration) -> axum::Router {
+    app.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| async move {
+            match tokio::time::timeout(timeout, next.run(request)).await {
+                Ok(response) => response,
+                Err(_) => {
+                    use axum::response::IntoResponse;
+                    crate::http::ApiError::new(
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        format!("request timed out after {} ms", timeout.as_millis()),
+                    )
+                    .into_response()
+                }
+            }
+        },
+    ))
 }
 
 /// Prints a line for the operator. A closed stdout (a supervisor that stopped reading)

@@ -101,10 +101,10 @@ impl HealthCheck {
     /// True when the database answered a cheap query within the last [`HEALTH_TTL`].
     pub async fn database_ok(&self, store: &Store) -> bool {
         let mut last = self.last.lock().await;
-        if let Some((at, ok)) = *last {
-            if at.elapsed() < HEALTH_TTL {
-                return ok;
-            }
+        if let Some((at, ok)) = *last
+            && at.elapsed() < HEALTH_TTL
+        {
+            return ok;
         }
         // One indexed read of an id that is never there proves the database answers.
         let ok = store.get_agent(AgentId::new_random()).await.is_ok();

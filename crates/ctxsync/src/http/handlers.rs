@@ -12,11 +12,11 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use ctxsync_chat_projection::FindToolsRequest;
-use ctxsync_chat_projection::store::{LoadedChat, load_agent_view, load_chat};
+use ctxsync_chat_projection::store::{LoadedChat, load_chat};
 use ctxsync_context_ui::{build_panel, render_fragment, render_json, render_text};
 use ctxsync_first_turn_gate::TurnMode;
 use ctxsync_persistence::{AgentId, ChatId};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -66,12 +66,10 @@ fn chat_json(chat: ChatId, loaded: &LoadedChat) -> Value {
 }
 
 pub async fn healthz(State(state): State<AppState>) -> Response {
-    // One cheap query proves the database answers.
-    match state.store.get_agent(AgentId::new_random()).await {
-        Ok(_) => Json(json!({ "status": "ok" })).into_response(),
-        Err(_) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
-        }
+    if state.health.database_ok(&state.store).await {
+        Json(json!({ "status": "ok" })).into_response()
+    } else {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
     }
 }
 
@@ -307,10 +305,12 @@ pub async fn context_events(
     Path(raw): Path<String>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let chat: ChatId = parse_id(&raw, "chat")?;
+    let slot = state.event_streams.open(chat)?;
     let subscription = state.store.subscribe_chat(chat).await?;
     // Read after subscribing, so a change between the two is never missed.
     let (_, loaded) = loaded_chat(&state, &raw).await?;
     let first = panel_of(chat, &loaded);
+    let mut stopping = state.stopping.clone();
     let stream = futures::stream::unfold(
         (state, subscription, chat, Some(first), String::new()),
         |(state, mut subscription, chat, mut pending, mut last)| async move {
@@ -340,6 +340,16 @@ pub async fn context_events(
             }
         },
     );
+    // The stream ends when the server stops (the client reconnects elsewhere); the slot
+    // is freed when it ends or its client goes away.
+    let stream = stream
+        .take_until(async move {
+            let _ = stopping.wait_for(|stop| *stop).await;
+        })
+        .map(move |event| {
+            let _ = &slot;
+            event
+        });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
@@ -403,31 +413,18 @@ pub async fn metrics(State(state): State<AppState>) -> ApiResult {
         .metrics()
         .write_prometheus("ctxsync_gate", &mut out);
 
-    let mut phases = std::collections::BTreeMap::<(&str, bool), u64>::new();
-    for agent in state
-        .store
-        .list_agents()
-        .await?
-        .into_iter()
-        .take(MAX_AGENTS_IN_METRICS)
-    {
-        let view = load_agent_view(&state.store, agent.id).await?;
-        *phases
-            .entry((view.phase().as_str(), view.is_stale()))
-            .or_default() += 1;
-    }
+    // One aggregate query, however many agents: a scrape never reads a context.
+    let phases = ctxsync_chat_projection::store::agent_phase_counts(&state.store).await?;
     let _ = writeln!(
         out,
         "# HELP ctxsync_agents Agents by MCP discovery phase and freshness.\n# TYPE ctxsync_agents gauge"
     );
-    for ((phase, stale), count) in phases {
+    for (phase, stale, count) in phases {
         let _ = writeln!(
             out,
-            "ctxsync_agents{{phase=\"{phase}\",stale=\"{stale}\"}} {count}"
+            "ctxsync_agents{{phase=\"{}\",stale=\"{stale}\"}} {count}",
+            phase.as_str()
         );
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }
-
-/// The phase gauge reads every agent's view; past this many it would slow scrapes.
-const MAX_AGENTS_IN_METRICS: usize = 1000;

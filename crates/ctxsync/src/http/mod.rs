@@ -3,6 +3,7 @@
 
 pub mod api_token;
 mod auth;
+pub mod bounds;
 mod handlers;
 mod page;
 
@@ -36,6 +37,12 @@ pub struct AppState {
     pub agent_api: Arc<AgentApiMetrics>,
     /// Tools activated by find_tools, per chat, in this server process.
     pub active_tools: Arc<Mutex<HashMap<ChatId, ActiveTools>>>,
+    /// Open context event streams, within their caps.
+    pub event_streams: Arc<bounds::EventStreams>,
+    /// `/healthz`'s cached database check.
+    pub health: Arc<bounds::HealthCheck>,
+    /// Turns true when the server stops: event streams end so the drain can finish.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The router: `/healthz`, the page's files and its link exchange are open; the page checks
@@ -130,6 +137,10 @@ impl ApiError {
 
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
     }
 }
 
