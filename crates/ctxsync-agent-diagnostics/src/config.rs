@@ -8,6 +8,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::safe_file::{MAX_CONFIG_FILE_BYTES, SafeFileError, read_regular_file};
 use crate::sanitize::SecretSet;
 
 /// Longest accepted server name, in bytes.
@@ -81,18 +82,55 @@ pub struct ConfigOutcome {
     pub warning: Option<String>,
 }
 
-/// Reads and parses one config file. A missing file yields no entries and no outcome.
+/// One config file to read, and where its symlinks may lead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigFile {
+    /// The file (absolute, as the user or the workspace names it).
+    pub path: PathBuf,
+    /// The canonical directory the file must resolve inside: the workspace, for the
+    /// workspace's own `.mcp.json`. `None` for a file the user named explicitly, which may
+    /// lead anywhere.
+    pub confined_to: Option<PathBuf>,
+}
+
+impl ConfigFile {
+    /// A file the user named (e.g. with `--mcp-config`): its symlinks may lead anywhere.
+    pub fn named(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            confined_to: None,
+        }
+    }
+
+    /// A file found in `workspace` (a canonical directory) that must resolve inside it.
+    pub fn in_workspace(path: impl Into<PathBuf>, workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            confined_to: Some(workspace.into()),
+        }
+    }
+}
+
+/// Reads and parses one config file. A missing file yields no entries and no outcome; a
+/// FIFO, a device, a file over [`MAX_CONFIG_FILE_BYTES`] or a symlink leading out of its
+/// confinement is a structural error, found without blocking or reading it whole.
 pub fn parse_config_file(
-    path: &Path,
+    file: &ConfigFile,
     env: &BTreeMap<String, String>,
 ) -> (Vec<ServerEntry>, Option<ConfigOutcome>) {
-    match std::fs::read(path) {
+    let path = &file.path;
+    let read = read_regular_file(path, file.confined_to.as_deref(), MAX_CONFIG_FILE_BYTES);
+    match read {
         Ok(bytes) => parse_config_bytes(path, &bytes, env),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => (Vec::new(), None),
-        Err(error) => (
+        Err(SafeFileError::Missing) => (Vec::new(), None),
+        Err(SafeFileError::Outside { target, .. }) => (
             Vec::new(),
-            Some(outcome_error(path, format!("unreadable: {error}"))),
+            Some(outcome_error(
+                path,
+                format!("resolves outside the workspace, to {}", target.display()),
+            )),
         ),
+        Err(error) => (Vec::new(), Some(outcome_error(path, error.to_string()))),
     }
 }
 
@@ -160,19 +198,20 @@ pub fn parse_config_bytes(
 /// warning on the later file, and returns the valid entries plus one outcome per file that
 /// has something to say.
 pub fn load_config_files(
-    paths: &[PathBuf],
+    files: &[ConfigFile],
     env: &BTreeMap<String, String>,
 ) -> (Vec<ServerEntry>, Vec<ConfigOutcome>) {
     let mut seen_paths = HashSet::new();
     let mut declared: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut entries = Vec::new();
     let mut outcomes = Vec::new();
-    for path in paths {
+    for file in files {
+        let path = &file.path;
         let identity = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
         if !seen_paths.insert(identity) {
             continue;
         }
-        let (file_entries, outcome) = parse_config_file(path, env);
+        let (file_entries, outcome) = parse_config_file(file, env);
         let mut duplicates = Vec::new();
         for entry in file_entries {
             if let Some(first) = declared.get(&entry.name) {
@@ -612,8 +651,8 @@ mod tests {
         )
         .expect("write");
         let dotted = dir.path().join(".").join("a.json");
-        let (entries, outcomes) =
-            load_config_files(&[first.clone(), missing, dotted, second.clone()], &env());
+        let files = [first.clone(), missing, dotted, second.clone()].map(ConfigFile::named);
+        let (entries, outcomes) = load_config_files(&files, &env());
         let names: Vec<(&str, &Path)> = entries
             .iter()
             .map(|e| (e.name.as_str(), e.source.as_path()))
@@ -642,13 +681,97 @@ mod tests {
         );
     }
 
-    #[test]
-    fn unreadable_file_is_a_structural_error() {
+    /// The outcome of reading `name` in a fresh workspace prepared by `setup`, confined to
+    /// the workspace unless `named`; `ROOT` stands for the workspace in the message.
+    fn check_file(setup: impl FnOnce(&Path), name: &str, named: bool, expect: Option<&str>) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (entries, outcome) = parse_config_file(dir.path(), &env());
-        assert!(entries.is_empty());
-        let error = outcome.and_then(|o| o.error).unwrap_or_default();
-        assert!(error.starts_with("unreadable: "), "{error}");
+        let root = dir.path().canonicalize().expect("canonical");
+        setup(&root);
+        let file = if named {
+            ConfigFile::named(root.join(name))
+        } else {
+            ConfigFile::in_workspace(root.join(name), &root)
+        };
+        let started = std::time::Instant::now();
+        let (entries, outcome) = parse_config_file(&file, &env());
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let error = outcome.and_then(|o| o.error);
+        let error = error.map(|e| e.replace(&root.display().to_string(), "ROOT"));
+        assert_eq!(error.as_deref(), expect, "{name}");
+        assert_eq!(
+            entries.len(),
+            usize::from(expect.is_none() && name != "absent")
+        );
+    }
+
+    #[test]
+    fn hostile_files_are_structural_errors() {
+        use std::os::unix::fs::symlink;
+        let valid = r#"{"mcpServers": {"x": {"command": "one"}}}"#;
+        check_file(|_| {}, "absent", false, None);
+        check_file(
+            |d| std::fs::write(d.join("c"), valid).unwrap(),
+            "c",
+            false,
+            None,
+        );
+        check_file(
+            |d| std::fs::create_dir(d.join("c")).unwrap(),
+            "c",
+            false,
+            Some("not a regular file (a directory)"),
+        );
+        let fifo = |d: &Path| {
+            nix::unistd::mkfifo(&d.join("c"), nix::sys::stat::Mode::S_IRWXU).expect("mkfifo")
+        };
+        check_file(fifo, "c", false, Some("not a regular file (a FIFO)"));
+        check_file(fifo, "c", true, Some("not a regular file (a FIFO)"));
+        let zero = |d: &Path| symlink("/dev/zero", d.join("c")).unwrap();
+        check_file(
+            zero,
+            "c",
+            false,
+            Some("resolves outside the workspace, to /dev/zero"),
+        );
+        check_file(
+            zero,
+            "c",
+            true,
+            Some("not a regular file (a character device)"),
+        );
+        let mut huge = valid.as_bytes().to_vec();
+        huge.resize(1024 * 1024 + 1, b' ');
+        check_file(
+            |d| std::fs::write(d.join("c"), &huge).unwrap(),
+            "c",
+            false,
+            Some("larger than 1 MiB"),
+        );
+        huge.truncate(1024 * 1024);
+        check_file(
+            |d| std::fs::write(d.join("c"), &huge).unwrap(),
+            "c",
+            false,
+            None,
+        );
+        check_file(
+            |d| symlink("gone", d.join("c")).unwrap(),
+            "c",
+            false,
+            Some("is a symlink whose target does not exist"),
+        );
+        // A named file may lead outside the workspace; the workspace's own may not.
+        let outside = tempfile::tempdir().expect("tempdir");
+        let target = outside
+            .path()
+            .canonicalize()
+            .unwrap()
+            .join("elsewhere.json");
+        std::fs::write(&target, valid).unwrap();
+        let link = |d: &Path| symlink(&target, d.join("c")).unwrap();
+        check_file(link, "c", true, None);
+        let expect = format!("resolves outside the workspace, to {}", target.display());
+        check_file(link, "c", false, Some(&expect));
     }
 
     #[test]

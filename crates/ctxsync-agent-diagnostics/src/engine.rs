@@ -16,7 +16,7 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::{ConfigOutcome, ServerEntry, load_config_files},
+    config::{ConfigFile, ConfigOutcome, ServerEntry, load_config_files},
     connection::{ConnectionTask, EventKind, ServerEvent},
     process::ProcessGroups,
     report::{Phase, Progress, Report, ServerReport, ToolInfo},
@@ -34,6 +34,9 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(5 * 60);
 /// How long closing connections may take before their tasks are aborted (groups are
 /// SIGKILLed either way).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The most [`Engine::close`] waits for an orderly close (the actor's own close is bounded
+/// by [`CLOSE_TIMEOUT`]; the rest is slack for a reload it was in the middle of).
+const CLOSE_BUDGET: Duration = Duration::from_millis(2500);
 /// A connection that lived this long before it was lost resets the retry backoff; one that
 /// dies sooner (a crash loop) keeps backing off.
 const STABLE_CONNECTION: Duration = Duration::from_secs(60);
@@ -86,7 +89,8 @@ pub struct EngineConfig {
     /// The workspace: stdio servers run here; `.mcp.json` is read from here.
     pub workspace_dir: PathBuf,
     /// Config files read after `<workspace>/.mcp.json` (relative paths are relative to the
-    /// workspace). Duplicates are read once.
+    /// workspace). Duplicates are read once. Named explicitly, they may be symlinks leading
+    /// outside the workspace; `<workspace>/.mcp.json` may not.
     pub config_paths: Vec<PathBuf>,
     /// Bound on one server's spawn, `initialize` and first complete `tools/list`.
     pub connect_timeout: Duration,
@@ -123,13 +127,21 @@ impl EngineConfig {
         }
     }
 
-    /// All config files in order, absolute.
-    fn files(&self) -> Vec<PathBuf> {
-        let mut files = vec![self.workspace_dir.join(DEFAULT_CONFIG_FILE)];
+    /// All config files in order, absolute. The workspace's own file must resolve inside
+    /// the workspace; the configured ones were named explicitly and may lead anywhere.
+    fn files(&self) -> Vec<ConfigFile> {
+        // A workspace that cannot be resolved holds no readable file; its own path as the
+        // confinement then refuses every symlink, which is the safe side.
+        let root = std::fs::canonicalize(&self.workspace_dir)
+            .unwrap_or_else(|_| self.workspace_dir.clone());
+        let mut files = vec![ConfigFile::in_workspace(
+            self.workspace_dir.join(DEFAULT_CONFIG_FILE),
+            root,
+        )];
         files.extend(
             self.config_paths
                 .iter()
-                .map(|path| self.workspace_dir.join(path)),
+                .map(|path| ConfigFile::named(self.workspace_dir.join(path))),
         );
         files
     }
@@ -178,7 +190,8 @@ impl Engine {
         let groups = Arc::new(ProcessGroups::default());
         let files = config.files();
         let watcher = if config.watch {
-            crate::watch::watch_files(&files, commands.downgrade())
+            let paths: Vec<PathBuf> = files.iter().map(|file| file.path.clone()).collect();
+            crate::watch::watch_files(&paths, commands.downgrade())
         } else {
             None
         };
@@ -247,21 +260,35 @@ impl Engine {
         rx.await.map_err(|_| EngineError::Closed)?
     }
 
-    /// Closes every connection and kills every server process group; idempotent.
+    /// Closes every connection and kills every server process group; idempotent. Takes at
+    /// most [`CLOSE_BUDGET`] whatever the servers do: an actor still busy after it is
+    /// aborted, and the groups are killed either way.
     pub async fn close(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.commands.send(Command::Close(tx)).is_ok() {
-            // An error means the actor already stopped, which is what we want.
-            let _ = rx.await;
-        }
-        let actor = self
+        let mut actor = self
             .actor
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(actor) = actor {
-            // A panicked actor has nothing left to clean up; the groups are killed below.
-            let _ = actor.await;
+        let (tx, rx) = oneshot::channel();
+        let sent = self.commands.send(Command::Close(tx)).is_ok();
+        let orderly = async {
+            if sent {
+                // An error means the actor already stopped, which is what we want.
+                let _ = rx.await;
+            }
+            if let Some(actor) = actor.as_mut() {
+                // A panicked actor has nothing left to clean up; the groups are killed below.
+                let _ = actor.await;
+            }
+        };
+        if tokio::time::timeout(CLOSE_BUDGET, orderly).await.is_err() {
+            tracing::warn!(
+                budget_ms = CLOSE_BUDGET.as_millis() as u64,
+                "the MCP engine did not close in time; killing its servers"
+            );
+            if let Some(actor) = actor {
+                actor.abort();
+            }
         }
         self.groups.kill_all();
     }
@@ -342,7 +369,7 @@ struct ReloadRun {
 
 struct Actor {
     config: EngineConfig,
-    files: Vec<PathBuf>,
+    files: Vec<ConfigFile>,
     agent_env: Arc<BTreeMap<String, String>>,
     base_secrets: SecretSet,
     secrets: Arc<SecretSet>,

@@ -7,6 +7,9 @@
 //! differentially when config files change, retries failed servers, and publishes one
 //! immutable [`Report`] (phase, per-server and per-file outcomes) that readers get without
 //! blocking. Every diagnostic leaving it is sanitized and bounded ([`sanitize_diagnostic`]).
+//! Files a workspace names are opened with [`open_regular_file`] (regular files only,
+//! symlinks kept inside the workspace, reads bounded), which the agent's context resolver
+//! shares.
 //!
 //! It must never know about protobuf, gRPC or databases, and never depends on another ctxsync
 //! crate (only `ctxsync-mcp-fixture`, as a dev-dependency for tests).
@@ -17,12 +20,13 @@ mod engine;
 mod line_limit;
 mod process;
 mod report;
+mod safe_file;
 mod sanitize;
 mod watch;
 
 pub use config::{
-    ConfigOutcome, MAX_SERVER_NAME_BYTES, ServerEntry, TransportConfig, load_config_files,
-    parse_config_bytes, parse_config_file,
+    ConfigFile, ConfigOutcome, MAX_SERVER_NAME_BYTES, ServerEntry, TransportConfig,
+    load_config_files, parse_config_bytes, parse_config_file,
 };
 pub use connection::{MAX_TOOL_PAGES, MAX_TOOLS_PER_SERVER};
 pub use engine::{
@@ -30,4 +34,7 @@ pub use engine::{
     Engine, EngineConfig, EngineError, RetryPolicy,
 };
 pub use report::{Phase, Progress, Report, ServerReport, ToolInfo};
+pub use safe_file::{
+    MAX_CONFIG_FILE_BYTES, RegularFile, SafeFileError, open_regular_file, read_regular_file,
+};
 pub use sanitize::{MAX_DIAGNOSTIC_BYTES, REDACTED, SecretSet, sanitize_diagnostic};

@@ -383,9 +383,9 @@ impl Resolver {
                 row.status = ResourceStatus::Unreadable;
                 row.error = Some("the file is a symlink whose target does not exist".into());
             }
-            FileRead::NotRegular => {
+            FileRead::NotRegular { kind } => {
                 row.status = ResourceStatus::Unreadable;
-                row.error = Some("not a regular file".into());
+                row.error = Some(format!("not a regular file ({kind})"));
             }
             FileRead::Failed(e) => {
                 row.status = ResourceStatus::Unreadable;

@@ -7,6 +7,8 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
+use ctxsync_agent_diagnostics::{SafeFileError, open_regular_file};
+
 use crate::hash::ContentHasher;
 
 /// Instruction files read at the top level of every scan root.
@@ -58,44 +60,39 @@ pub(crate) enum FileRead {
     Escapes,
     /// A symlink whose target does not exist.
     Dangling,
-    NotRegular,
+    /// A FIFO, socket, device or directory: never opened for reading.
+    NotRegular {
+        /// What it is, with its article ("a FIFO").
+        kind: &'static str,
+    },
     Failed(io::Error),
 }
 
 /// Reads `candidate`, following symlinks only while they stay inside its scan root.
 ///
-/// The path is canonicalized and checked first, then the canonical path is opened, so a
-/// symlink swapped in between can at worst race one resolve (the watcher sees the swap).
+/// [`open_regular_file`] resolves and checks the path, then opens it without blocking and
+/// checks the type again on the open handle, so a FIFO or device swapped in between is
+/// refused, never read; a symlink swapped in can at worst race one resolve (the watcher
+/// sees the swap).
 pub(crate) fn read(candidate: &Candidate, cap: u64) -> (FileRead, Option<PathBuf>) {
-    let canonical = match fs::canonicalize(&candidate.path) {
-        Ok(path) => path,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let dangling = fs::symlink_metadata(&candidate.path).is_ok();
-            return (
-                if dangling {
-                    FileRead::Dangling
-                } else {
-                    FileRead::Missing
-                },
-                None,
-            );
+    let moved = |target: PathBuf| (target != candidate.path).then_some(target);
+    match open_regular_file(&candidate.path, candidate.root.as_deref()) {
+        Ok(opened) => {
+            let read = read_capped(opened.file, cap).unwrap_or_else(FileRead::Failed);
+            (read, moved(opened.canonical))
         }
-        Err(e) => return (FileRead::Failed(e), None),
-    };
-    if let Some(root) = &candidate.root
-        && !canonical.starts_with(root)
-    {
-        return (FileRead::Escapes, None);
+        Err(SafeFileError::Missing) => (FileRead::Missing, None),
+        Err(SafeFileError::Dangling) => (FileRead::Dangling, None),
+        Err(SafeFileError::Outside { .. }) => (FileRead::Escapes, None),
+        Err(SafeFileError::NotRegular { kind, target }) => {
+            (FileRead::NotRegular { kind }, moved(target))
+        }
+        Err(SafeFileError::Io(e)) => (FileRead::Failed(e), None),
+        // Only a bounded read refuses a size; this one hashes everything.
+        Err(error @ SafeFileError::TooLarge { .. }) => {
+            (FileRead::Failed(io::Error::other(error.to_string())), None)
+        }
     }
-    let target = (canonical != candidate.path).then(|| canonical.clone());
-    match fs::metadata(&canonical) {
-        // Never open FIFOs or devices: opening a FIFO would block the resolver.
-        Ok(meta) if !meta.is_file() => return (FileRead::NotRegular, target),
-        Ok(_) => {}
-        Err(e) => return (FileRead::Failed(e), target),
-    }
-    let read = fs::File::open(&canonical).and_then(|file| read_capped(file, cap));
-    (read.unwrap_or_else(FileRead::Failed), target)
 }
 
 /// Hashes the whole stream and keeps at most `cap` bytes of it.
@@ -330,6 +327,32 @@ mod tests {
         };
         check_cap(100, false);
         check_cap(99, true);
+    }
+
+    #[test]
+    fn fifos_and_devices_are_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let fifo = root.join("AGENTS.md");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let zero = root.join("CLAUDE.md");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let check = |path: &Path, root: Option<&Path>, expect: &str| {
+            let candidate = Candidate {
+                path: path.to_owned(),
+                root: root.map(Path::to_owned),
+                kind: Kind::Instruction,
+            };
+            let (read, _) = read(&candidate, 1024);
+            assert_eq!(format!("{read:?}"), expect, "{}", path.display());
+        };
+        check(&fifo, Some(&root), r#"NotRegular { kind: "a FIFO" }"#);
+        check(&zero, Some(&root), "Escapes");
+        check(&zero, None, r#"NotRegular { kind: "a character device" }"#);
     }
 
     #[test]

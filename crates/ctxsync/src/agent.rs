@@ -12,6 +12,7 @@ use ctxsync_agent_publication::{
     DEFAULT_MAX_WATCHED_DIRS, EngineReports, Publisher, PublisherConfig, ReportSource, ScanConfig,
     Timing,
 };
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 /// The environment variable holding the agent's token (never a flag: flags show in `ps`).
 pub const TOKEN_ENV: &str = "CTXSYNC_AGENT_TOKEN";
@@ -61,6 +62,8 @@ pub(crate) fn default_mcp_timeout_ms() -> u64 {
 }
 
 pub async fn run(args: AgentArgs) -> Result<()> {
+    // Before any MCP server starts: a signal during startup must still close them.
+    let mut stop = StopSignals::install()?;
     let token = std::env::var(TOKEN_ENV).unwrap_or_default();
     anyhow::ensure!(
         !token.trim().is_empty(),
@@ -107,7 +110,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
                     Err(error) => anyhow::Error::new(error),
                     Ok(never) => match never {},
                 }),
-                () = crate::server::wait_for_stop_signal() => {
+                () = stop.wait() => {
                     tracing::info!("stopping");
                     Ok(())
                 }
@@ -116,9 +119,34 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         Err(error) => Err(anyhow::Error::new(error)),
     };
     if let Some(engine) = engine {
+        // Bounded (the engine kills what does not stop in time), so the agent exits within
+        // seconds of SIGTERM whatever its MCP servers do.
         engine.close().await;
     }
     result
+}
+
+/// Ctrl-C and SIGTERM, registered when the agent starts. Until registration, either one
+/// would end the process at once and leave its MCP servers running.
+struct StopSignals {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<Self> {
+        Ok(Self {
+            terminate: signal(SignalKind::terminate()).context("handling SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("handling Ctrl-C")?,
+        })
+    }
+
+    async fn wait(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+    }
 }
 
 /// The workspace as an absolute directory, so the engine and the resolver agree on it.

@@ -56,10 +56,10 @@ pub async fn run(args: ContextArgs) -> Result<()> {
         .tls_certs_merge(trusted)
         .build()
         .context("setting up the HTTP client")?;
-    print!(
-        "{}",
-        fetch_with(&client, &args.server, &args.chat, &token).await?
-    );
+    let panel = fetch_with(&client, &args.server, &args.chat, &token).await?;
+    // The panel quotes MCP servers' names, tools and errors: nothing of theirs reaches the
+    // terminal as a control sequence.
+    print!("{}", crate::terminal::for_terminal(&panel));
     Ok(())
 }
 
@@ -92,7 +92,10 @@ async fn fetch_with(
             .ok()
             .and_then(|v| v["error"].as_str().map(str::to_owned))
             .unwrap_or(text);
-        bail!("the server answered {status}: {message}");
+        bail!(
+            "the server answered {status}: {}",
+            crate::terminal::for_terminal(&message)
+        );
     }
     Ok(text)
 }

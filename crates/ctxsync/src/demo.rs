@@ -16,6 +16,7 @@ use ctxsync_persistence::AgentId;
 use serde_json::{Value, json};
 
 use crate::server::{RunningServer, ServerConfig};
+use crate::terminal::{for_terminal, json_for_terminal};
 
 /// The demo's MCP connect timeout: the hung server fails after this, which ends
 /// discovery; short so the whole demo finishes in seconds.
@@ -106,7 +107,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
 
     let panel =
         crate::context::fetch_panel_text(&server.http_url(), &chat_id, &server.api_token).await?;
-    println!("\nContext panel\n-------------\n{panel}");
+    println!("\nContext panel\n-------------\n{}", for_terminal(&panel));
     let chat_uuid = chat_id.parse().context("the chat id is a UUID")?;
     println!("Web page (one-time link): {}", server.page_link(chat_uuid));
     println!("Demo ready in {:.1}s.", started.elapsed().as_secs_f64());
@@ -252,7 +253,8 @@ async fn api(
         .await
         .with_context(|| format!("reading the answer of {path}"))?;
     if !status.is_success() {
-        bail!("{path} answered {status}: {}", value["error"]);
+        let error = value["error"].to_string();
+        bail!("{path} answered {status}: {}", json_for_terminal(&error));
     }
     Ok(value)
 }
@@ -266,10 +268,13 @@ async fn show_progress(store: ctxsync_persistence::Store, agent: AgentId, since:
             let servers: Vec<String> = view
                 .servers()
                 .iter()
-                .map(|s| match (s.ok, s.tool_count) {
-                    (false, _) => format!("{} failed", s.name),
-                    (true, 0) => format!("{} no tools", s.name),
-                    (true, n) => format!("{} {n} tools", s.name),
+                .map(|s| {
+                    let name = for_terminal(&s.name);
+                    match (s.ok, s.tool_count) {
+                        (false, _) => format!("{name} failed"),
+                        (true, 0) => format!("{name} no tools"),
+                        (true, n) => format!("{name} {n} tools"),
+                    }
                 })
                 .collect();
             let line = format!(
@@ -300,16 +305,14 @@ fn print_turn(turn: &Value) {
     for tool in &tools {
         println!(
             "  {} — {}",
-            tool["name"].as_str().unwrap_or("?"),
-            tool["description"].as_str().unwrap_or("")
+            for_terminal(tool["name"].as_str().unwrap_or("?")),
+            for_terminal(tool["description"].as_str().unwrap_or(""))
         );
     }
     match turn["note"].as_str() {
-        Some(note) => println!("note for the model:\n  {note}"),
+        Some(note) => println!("note for the model:\n  {}", for_terminal(note)),
         None => println!("note for the model: none (discovery complete without issues)"),
     }
-    println!(
-        "discovery outcome: {}",
-        serde_json::to_string_pretty(&turn["mcp_discovery"]).unwrap_or_default()
-    );
+    let outcome = serde_json::to_string_pretty(&turn["mcp_discovery"]).unwrap_or_default();
+    println!("discovery outcome: {}", json_for_terminal(&outcome));
 }

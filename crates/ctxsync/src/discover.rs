@@ -10,6 +10,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ctxsync_agent_diagnostics::{Engine, Phase, Progress, Report, RetryPolicy};
 
+use crate::terminal::{for_terminal, json_for_terminal};
+
 /// The longest progress line drawn on a terminal; longer lists of names are cut.
 const MAX_PROGRESS_LINE_CHARS: usize = 100;
 
@@ -61,7 +63,7 @@ pub async fn run(args: DiscoverArgs) -> Result<()> {
     let report = completed?;
     if args.json {
         let json = serde_json::to_string_pretty(&*report).context("serializing the report")?;
-        println!("{json}");
+        println!("{}", json_for_terminal(&json));
     } else {
         print!("{}", render_table(&report));
     }
@@ -151,7 +153,12 @@ fn progress_line(progress: &Progress) -> Option<String> {
         progress.finished, progress.total
     );
     if !progress.connecting.is_empty() {
-        let _ = write!(line, ": {}", progress.connecting.join(", "));
+        let names: Vec<String> = progress
+            .connecting
+            .iter()
+            .map(|name| one_line(name))
+            .collect();
+        let _ = write!(line, ": {}", names.join(", "));
     }
     Some(line)
 }
@@ -173,7 +180,7 @@ fn render_table(report: &Report) -> String {
                     _ => ("ok", String::new()),
                 };
                 [
-                    server.name.clone(),
+                    one_line(&server.name),
                     status.to_owned(),
                     server.tools.len().to_string(),
                     note,
@@ -201,7 +208,10 @@ fn render_table(report: &Report) -> String {
                 if let Some(warning) = &outcome.warning {
                     notes.push(format!("warning: {}", one_line(warning)));
                 }
-                [outcome.path.display().to_string(), notes.join("; ")]
+                [
+                    one_line(&outcome.path.display().to_string()),
+                    notes.join("; "),
+                ]
             })
             .collect();
         table(&mut out, ["CONFIG FILE", "ERROR OR WARNING"], &rows);
@@ -236,8 +246,12 @@ fn table<const N: usize>(out: &mut String, header: [&str; N], rows: &[[String; N
     }
 }
 
+/// Server-supplied (or workspace-supplied) text as one terminal-safe line.
 fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    for_terminal(text)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
@@ -294,6 +308,44 @@ mod tests {
              \n\
              CONFIG FILE   ERROR OR WARNING\n\
              /w/.mcp.json  error: \"bad\": both command and url; warning: duplicate \"fs\" ignored\n",
+        );
+    }
+
+    #[test]
+    fn server_supplied_text_loses_its_escape_sequences() {
+        check_table(
+            Report {
+                phase: Phase::Complete,
+                servers: vec![
+                    server("\x1b]0;pwned\x07evil\x1b[2J", 1, None, None),
+                    server(
+                        "x",
+                        0,
+                        Some("boom\x1b[31m red\u{9b}1A\r\x1b]52;c;ZWNobw==\x07"),
+                        None,
+                    ),
+                ],
+                config_outcomes: vec![ConfigOutcome {
+                    path: "/w/\x1b[8m.mcp.json".into(),
+                    error: Some("not a regular file (a FIFO)\x1bc".into()),
+                    warning: None,
+                }],
+            },
+            "SERVER  STATUS  TOOLS  ERROR OR WARNING\n\
+             evil    ok      1\n\
+             x       failed  0      boom red\n\
+             \n\
+             CONFIG FILE   ERROR OR WARNING\n\
+             /w/.mcp.json  error: not a regular file (a FIFO)\n",
+        );
+        let progress = Progress {
+            total: 1,
+            finished: 0,
+            connecting: vec!["a\x1b[1;1Hb\nc".into()],
+        };
+        assert_eq!(
+            progress_line(&progress).as_deref(),
+            Some("Starting MCP servers (0/1): ab c")
         );
     }
 
