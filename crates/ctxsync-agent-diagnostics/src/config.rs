@@ -49,8 +49,10 @@ pub struct ServerEntry {
 }
 
 impl ServerEntry {
-    /// Every secret this entry carries: env values, header values and bearer tokens, URL
-    /// userinfo/path/query, positional args and `--flag=value` values.
+    /// Every secret this entry carries: env values, header values and their credentials,
+    /// URL userinfo (with its Basic credentials) and query values, and the values of
+    /// secret-named arguments (`--token=…`, `--api-key …`, `-pVALUE`; see
+    /// [`SecretSet::insert_args`]). Paths and other arguments stay readable.
     pub fn secrets(&self) -> SecretSet {
         let mut secrets = SecretSet::new();
         match &self.transport {
@@ -785,12 +787,12 @@ mod tests {
             source: PathBuf::from("x"),
         };
         let out = crate::sanitize::sanitize_diagnostic(
-            "pass-1234 p-secret q-secret tok-abcd Bearer tok-abcd",
+            "pass-1234 at /p-secret q-secret tok-abcd Bearer tok-abcd",
             &entry.secrets(),
         );
         assert_eq!(
             out,
-            "[redacted] [redacted] [redacted] [redacted] [redacted]"
+            "[redacted] at /p-secret [redacted] [redacted] [redacted]"
         );
     }
 }

@@ -23,7 +23,7 @@ use crate::{
     line_limit::MAX_MESSAGE_BYTES,
     process::{ProcessGroups, ServerProcess, SpawnSpec},
     report::ToolInfo,
-    sanitize::{MAX_DIAGNOSTIC_BYTES, SecretSet, sanitize_diagnostic},
+    sanitize::{MAX_DIAGNOSTIC_BYTES, SecretSet, redact_tools, sanitize_diagnostic},
 };
 
 /// Most `tools/list` pages followed before the server is considered broken.
@@ -67,6 +67,8 @@ pub(crate) struct ConnectionTask {
     pub workspace_dir: PathBuf,
     pub agent_env: Arc<BTreeMap<String, String>>,
     pub secrets: Arc<SecretSet>,
+    /// What this server's tools are checked against: its own secrets and the agent's.
+    pub tool_secrets: Arc<SecretSet>,
     pub timeout: Duration,
     pub events: mpsc::UnboundedSender<ServerEvent>,
     pub cancel: CancellationToken,
@@ -196,6 +198,7 @@ impl ConnectionTask {
                 return;
             }
         };
+        let tools = redact_tools(tools, &self.tool_secrets);
         self.send(EventKind::Connected { tools, warning });
 
         let peer = session.peer().clone();
@@ -224,7 +227,10 @@ impl ConnectionTask {
                     // Several notifications in a row need one re-list.
                     while tools_changed_rx.try_recv().is_ok() {}
                     match tokio::time::timeout(self.timeout, list_tools(&peer)).await {
-                        Ok(Ok((tools, warning))) => self.send(EventKind::ToolsChanged { tools, warning }),
+                        Ok(Ok((tools, warning))) => {
+                            let tools = redact_tools(tools, &self.tool_secrets);
+                            self.send(EventKind::ToolsChanged { tools, warning });
+                        }
                         Ok(Err(error)) => break Some(format!("re-listing tools after tools/list_changed failed: {}", error.message)),
                         Err(_) => break Some(format!(
                             "re-listing tools after tools/list_changed: no response within {}",

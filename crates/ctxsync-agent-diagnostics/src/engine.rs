@@ -96,8 +96,9 @@ pub struct EngineConfig {
     pub connect_timeout: Duration,
     /// Retry of failed servers.
     pub retry: RetryPolicy,
-    /// The agent's environment: expands `${VAR}`, is passed to stdio servers, and its values
-    /// (except non-secret names such as PATH) are redacted from diagnostics.
+    /// The agent's environment: expands `${VAR}`, is passed to stdio servers, and the values
+    /// of its secret-named variables (`GITHUB_TOKEN`, `DB_PASSWORD`, ...) are redacted from
+    /// diagnostics; ordinary values such as `CI=true` are not.
     pub env: BTreeMap<String, String>,
     /// Secrets the agent holds (e.g. its token) that must never appear in a diagnostic.
     pub injected_secrets: Vec<String>,
@@ -195,16 +196,18 @@ impl Engine {
         } else {
             None
         };
-        let mut base_secrets = SecretSet::new();
-        base_secrets.insert_environment(config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let mut injected_secrets = SecretSet::new();
         for secret in &config.injected_secrets {
-            base_secrets.insert(secret);
+            injected_secrets.insert(secret);
         }
+        let mut base_secrets = injected_secrets.clone();
+        base_secrets.insert_environment(config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let actor = Actor {
             files,
             agent_env: Arc::new(config.env.clone()),
             secrets: Arc::new(base_secrets.clone()),
             base_secrets,
+            injected_secrets,
             config,
             slots: BTreeMap::new(),
             task_names: HashMap::new(),
@@ -371,7 +374,11 @@ struct Actor {
     config: EngineConfig,
     files: Vec<ConfigFile>,
     agent_env: Arc<BTreeMap<String, String>>,
+    /// The agent's environment and injected secrets: redacted from every diagnostic.
     base_secrets: SecretSet,
+    /// Only what the agent injects (its token): checked in every server's tools.
+    injected_secrets: SecretSet,
+    /// Every entry's secrets and the base ones: redacted from every diagnostic.
     secrets: Arc<SecretSet>,
     slots: BTreeMap<String, Slot>,
     task_names: HashMap<u64, String>,
@@ -546,8 +553,13 @@ impl Actor {
         let id = self.next_id;
         self.next_id += 1;
         let cancel = CancellationToken::new();
+        // A server's tools are checked against its own secrets and the agent's only: another
+        // server's values, or the environment's, are not this server's to leak.
+        let mut tool_secrets = entry.secrets();
+        tool_secrets.extend(&self.injected_secrets);
         let task = ConnectionTask {
             id,
+            tool_secrets: Arc::new(tool_secrets),
             entry: entry.clone(),
             workspace_dir: self.config.workspace_dir.clone(),
             agent_env: self.agent_env.clone(),

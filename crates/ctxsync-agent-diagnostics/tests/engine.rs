@@ -586,8 +586,6 @@ async fn no_secret_reaches_any_outcome() {
         "url-user-secret-4",
         "url-password-secret-5",
         "url-query-secret-6",
-        "url-path-secret-7",
-        "positional-arg-secret-8",
         "flag-value-secret-9",
         "injected-agent-token-10",
         "ambient-env-secret-11",
@@ -599,18 +597,21 @@ async fn no_secret_reaches_any_outcome() {
                       "env": {"ENTRY_SECRET": "entry-env-secret-1"}},
         "ambient": {"command": "sh", "args": ["-c", "echo \"$AMBIENT_SECRET\" >&2; exit 3"]},
         "injected": {"command": "sh", "args": ["-c", "printf '%s-%s\\n' injected-agent token-10 >&2; exit 3"]},
+        "secret_flag": {"command": fixture_bin(), "args": ["--stderr-secret", "flag-value-secret-9"]},
+        // Ordinary arguments, paths and environment values are not secrets.
         "args": {"command": fixture_bin(), "args": [
-            "--tools", "1", "--nonce", "positional-arg-secret-8", "--fail-initialize=flag-value-secret-9"]},
+            "--tools", "1", "--nonce", "readable-nonce", "--fail-initialize=readable message"]},
+        "ordinary": {"command": "sh", "args": ["-c", "echo \"ci=$CI home=$HOME\" >&2; exit 3"]},
         "headers": {"url": fixture.url(), "headers": {
             "x-api-key": "header-value-secret-2", "Authorization": "Bearer bearer-token-secret-3"}},
         "url_parts": {"url": format!(
             "http://url-user-secret-4:url-password-secret-5@127.0.0.1:{port}/mcp?key=url-query-secret-6")},
-        "url_path": {"url": "http://127.0.0.1:1/url-path-secret-7"},
     }));
     let mut config = ws.engine_config();
     config
         .env
         .insert("AMBIENT_SECRET".into(), "ambient-env-secret-11".into());
+    config.env.insert("CI".into(), "true".into());
     config
         .injected_secrets
         .push("injected-agent-token-10".into());
@@ -626,18 +627,70 @@ async fn no_secret_reaches_any_outcome() {
         let error = server(&report, name).error.clone().unwrap_or_default();
         assert!(error.ends_with("stderr: [redacted]"), "{name}: {error}");
     }
-    let args = server(&report, "args").error.clone().unwrap_or_default();
-    assert!(
-        args.contains("nonce=[redacted]") && args.contains("-32603: [redacted]"),
-        "{args}"
-    );
-    let path = server(&report, "url_path")
+    let flag = server(&report, "secret_flag")
         .error
         .clone()
         .unwrap_or_default();
-    assert!(path.contains("[redacted]"), "{path}");
+    assert!(flag.contains("secret=[redacted]"), "{flag}");
+    let args = server(&report, "args").error.clone().unwrap_or_default();
+    assert!(
+        args.contains("nonce=readable-nonce") && args.contains("readable message"),
+        "{args}"
+    );
+    let ordinary = server(&report, "ordinary")
+        .error
+        .clone()
+        .unwrap_or_default();
+    let home = base_env()["HOME"].clone();
+    assert!(
+        ordinary.ends_with(&format!("stderr: ci=true home={home}")),
+        "{ordinary}"
+    );
     engine.close().await;
     fixture.shutdown().await;
+}
+
+/// A server's tools are checked against its own secrets and the agent's token, not against
+/// another server's secrets or the agent's environment (which are no leak of this server's).
+#[tokio::test]
+async fn tools_are_checked_against_their_own_secrets_and_the_agent_token() {
+    let offering = |description: &str| {
+        let tool = json!({"name": "lookup", "description": description,
+                          "inputSchema": {"type": "object", "properties": {}}});
+        vec![
+            "--tools".to_owned(),
+            "0".into(),
+            "--tool-json".into(),
+            tool.to_string(),
+        ]
+    };
+    let ws = Workspace::new();
+    ws.write_servers(json!({
+        "alpha": {"command": fixture_bin(),
+                  "args": offering("alpha-own-secret and agent-token-1234; ci true"),
+                  "env": {"ALPHA_KEY": "alpha-own-secret"}},
+        "beta": {"command": fixture_bin(),
+                 "args": offering("alpha-own-secret, ambient-env-secret, agent-token-1234")},
+    }));
+    let mut config = ws.engine_config();
+    config.env.insert("CI".into(), "true".into());
+    config
+        .env
+        .insert("AMBIENT_SECRET".into(), "ambient-env-secret".into());
+    config.injected_secrets.push("agent-token-1234".into());
+    let engine = Engine::start(config);
+    let report = complete(&engine).await;
+    let description = |name: &str| {
+        let server = server(&report, name);
+        assert!(server.connected, "{server:#?}");
+        server.tools[0].description.clone()
+    };
+    assert_eq!(description("alpha"), "[redacted] and [redacted]; ci true");
+    assert_eq!(
+        description("beta"),
+        "alpha-own-secret, ambient-env-secret, [redacted]"
+    );
+    engine.close().await;
 }
 
 #[tokio::test]

@@ -16,7 +16,8 @@ use support::*;
 
 /// Connect budget for servers that will never answer properly: small, so tests stay quick.
 const SMALL_TIMEOUT: Duration = Duration::from_millis(1500);
-/// Passed as `--nonce`, which the fixture prints on stderr: it must be redacted.
+/// Passed as `--nonce`, which the fixture prints on stderr, and held in the entry's `env`,
+/// which makes it a secret: it must be redacted.
 const SECRET_NONCE: &str = "hostile-nonce-secret-4711";
 const MIB: usize = 1024 * 1024;
 
@@ -24,6 +25,13 @@ fn hostile(kind: MalformedStdout) -> FixtureConfig {
     FixtureConfig::new()
         .nonce(SECRET_NONCE)
         .malformed_stdout(kind)
+}
+
+/// The entry for a fixture configured with [`SECRET_NONCE`], the nonce a secret of its own.
+fn secret_entry(config: &FixtureConfig) -> Value {
+    let mut entry = fixture_entry(config);
+    entry["env"] = json!({ "HOSTILE_NONCE": SECRET_NONCE });
+    entry
 }
 
 /// Checks what every failed server's diagnostic must be: present, bounded, sanitized.
@@ -46,10 +54,10 @@ async fn malformed_stdout_fails_only_that_server_within_the_timeout() {
     let ws = Workspace::new();
     ws.write_servers(json!({
         "ok": fixture_entry(&FixtureConfig::new().tools(1)),
-        "not_json": fixture_entry(&hostile(MalformedStdout::NotJson)),
-        "not_jsonrpc": fixture_entry(&hostile(MalformedStdout::NotJsonrpc)),
-        "wrong_id": fixture_entry(&hostile(MalformedStdout::WrongId)),
-        "huge_line": fixture_entry(&hostile(MalformedStdout::HugeLine).huge_line_bytes(64 * MIB)),
+        "not_json": secret_entry(&hostile(MalformedStdout::NotJson)),
+        "not_jsonrpc": secret_entry(&hostile(MalformedStdout::NotJsonrpc)),
+        "wrong_id": secret_entry(&hostile(MalformedStdout::WrongId)),
+        "huge_line": secret_entry(&hostile(MalformedStdout::HugeLine).huge_line_bytes(64 * MIB)),
     }));
     let mut config = ws.engine_config();
     config.connect_timeout = SMALL_TIMEOUT;
@@ -111,7 +119,7 @@ async fn unsolicited_notification_flood_does_not_break_the_connection() {
 async fn stderr_flood_keeps_a_bounded_tail_and_a_talking_server_connects() {
     let ws = Workspace::new();
     ws.write_servers(json!({
-        "flood_then_exit": fixture_entry(
+        "flood_then_exit": secret_entry(
             &FixtureConfig::new().nonce(SECRET_NONCE).stderr_flood(64 * MIB).exit_on_start(2),
         ),
         "flood_then_serve": fixture_entry(&FixtureConfig::new().tools(1).stderr_flood(64 * MIB)),

@@ -24,8 +24,7 @@ pub const MCP_TIMEOUT_MS: &str = "4000";
 const SERVER_ADDRESS_PREFIX: &str = "agent API (gRPC): ";
 /// The line `ctxsync server` prints with its chat API address.
 const SERVER_HTTP_PREFIX: &str = "chat API (HTTP):";
-/// A command that exists nowhere, for the "command not found" row. (Not containing
-/// "ctxsync": cargo passes `CARGO_PKG_NAME=ctxsync`, and environment values are redacted.)
+/// A command that exists nowhere, for the "command not found" row.
 pub const MISSING_COMMAND: &str = "no-such-mcp-server-e2e";
 
 pub fn ctxsync() -> Command {
