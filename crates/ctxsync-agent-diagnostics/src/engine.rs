@@ -83,8 +83,9 @@ impl RetryPolicy {
     }
 }
 
-/// How the engine is set up.
-#[derive(Debug, Clone)]
+/// How the engine is set up. Its `Debug` names the environment's variables and counts
+/// the injected secrets, never showing a value.
+#[derive(Clone)]
 pub struct EngineConfig {
     /// The workspace: stdio servers run here; `.mcp.json` is read from here.
     pub workspace_dir: PathBuf,
@@ -106,6 +107,21 @@ pub struct EngineConfig {
     pub watch: bool,
     /// Quiet period after a change before the reload.
     pub watch_debounce: Duration,
+}
+
+impl std::fmt::Debug for EngineConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineConfig")
+            .field("workspace_dir", &self.workspace_dir)
+            .field("config_paths", &self.config_paths)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("retry", &self.retry)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("injected_secrets", &self.injected_secrets.len())
+            .field("watch", &self.watch)
+            .field("watch_debounce", &self.watch_debounce)
+            .finish()
+    }
 }
 
 impl EngineConfig {
@@ -810,6 +826,17 @@ async fn close_all(joins: Vec<JoinHandle<()>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_debug_shows_variable_names_but_no_value_or_secret() {
+        let mut config = EngineConfig::new("/ws");
+        config.env = BTreeMap::from([("GITHUB_TOKEN".to_owned(), "ghp_canary123".to_owned())]);
+        config.injected_secrets = vec!["agent-token-canary".to_owned()];
+        let debug = format!("{config:?}");
+        assert!(debug.contains("GITHUB_TOKEN"), "{debug}");
+        assert!(!debug.contains("ghp_canary123"), "{debug}");
+        assert!(!debug.contains("agent-token-canary"), "{debug}");
+    }
 
     #[test]
     fn retry_delays_double_with_jitter_and_cap() {
