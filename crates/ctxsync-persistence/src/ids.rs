@@ -1,4 +1,4 @@
-//! Typed ids for agents and chats, stored as the backend-neutral [`UuidSql`].
+//! Typed ids for agents, chats and turns, stored as the backend-neutral [`UuidSql`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -82,4 +82,8 @@ uuid_id!(
 uuid_id!(
     /// A chat (a row of `chats`).
     ChatId
+);
+uuid_id!(
+    /// A turn of a chat (a row of `chat_turns`).
+    TurnId
 );

@@ -2,7 +2,8 @@
 //!
 //! Owns: the diesel schema and migrations for PostgreSQL and embedded SQLite
 //! ([`db::migrations`]), the [`Store`] (agents and tokens, UpdateStartup,
-//! PushContextState, consistent reads, chats and their pinned context), change
+//! PushContextState, consistent reads, chats and their pinned context, chat turns and
+//! their find_tools activations), change
 //! notifications ([`ChangeEvent`]; in-process for SQLite, LISTEN/NOTIFY across
 //! processes for PostgreSQL), and the gRPC agent API service ([`agent_api`]) that
 //! authenticates, validates with `ctxsync-protocol`, and persists.
@@ -57,6 +58,7 @@ mod store;
 #[cfg(feature = "test-support")]
 pub mod test_support;
 mod token;
+mod turns;
 
 pub use agent_api::{AgentApi, AgentApiCounters, AgentApiMetrics};
 pub use db::{
@@ -65,7 +67,7 @@ pub use db::{
     TCP_KEEPALIVE_RETRIES, migrations,
 };
 pub use error::StoreError;
-pub use ids::{AgentId, ChatId};
+pub use ids::{AgentId, ChatId, TurnId};
 pub use model::{
     AgentContext, AgentPhaseGroup, AgentRecord, ChatContext, ChatRecord, MAX_RETIRED_RUN_IDS,
     NewAgent, PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome,
@@ -73,3 +75,6 @@ pub use model::{
 pub use notify::{AgentSubscription, ChangeEvent, ChatSubscription};
 pub use store::{MAX_AGENT_NAME_BYTES, Store};
 pub use token::AgentToken;
+pub use turns::{
+    ChatTurnMode, MAX_TOOL_NAME_BYTES, MAX_TURNS_PER_CHAT, NewTurn, TurnActivations, TurnRecord,
+};

@@ -90,6 +90,32 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    chat_turns (id) {
+        id -> UuidSql,
+        chat_id -> UuidSql,
+        seq -> BigInt,
+        mode -> Text,
+        outcome -> JsonSql,
+        tools -> JsonSql,
+        created_at -> TimestampSql,
+    }
+}
+
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    chat_turn_activations (turn_id, tool) {
+        turn_id -> UuidSql,
+        tool -> Text,
+        activated_at -> TimestampSql,
+    }
+}
+
 diesel::joinable!(workspace_agent_context_snapshots -> workspace_agents (agent_id));
 diesel::joinable!(workspace_agent_context_resources -> workspace_agents (agent_id));
 diesel::joinable!(chat_context_resources -> chats (chat_id));

@@ -93,7 +93,7 @@ impl Store {
     /// Runs `f` with a pooled connection on the blocking pool, answering
     /// [`StoreError::Unavailable`] once [`StoreOptions::operation_timeout`] has passed
     /// (the blocking thread is left to finish on its own).
-    async fn with_conn<T: Send + 'static>(
+    pub(crate) async fn with_conn<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut PooledConn, u64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {

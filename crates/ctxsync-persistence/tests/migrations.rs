@@ -16,6 +16,8 @@ struct Name {
 
 const TABLES: &[&str] = &[
     "chat_context_resources",
+    "chat_turn_activations",
+    "chat_turns",
     "chats",
     "workspace_agent_context_resources",
     "workspace_agent_context_snapshots",

@@ -334,7 +334,6 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         gate: StoreGate::new(StoreSource::new(store.clone()), gate_config),
         auth: auth.clone(),
         agent_api: metrics,
-        active_tools: Arc::default(),
         event_streams: Arc::new(EventStreams::new(
             limits.max_event_streams,
             limits.max_event_streams_per_chat,

@@ -44,6 +44,8 @@ async fn every_api_route_refuses_a_missing_or_wrong_token(h: Harness) {
         (Method::POST, "/api/chats".to_string()),
         (Method::GET, format!("/api/chats/{chat}")),
         (Method::POST, format!("/api/chats/{chat}/turns")),
+        (Method::GET, format!("/api/chats/{chat}/turns/{chat}")),
+        (Method::PUT, format!("/api/chats/{chat}/agent")),
         (Method::POST, format!("/api/chats/{chat}/find-tools")),
         (Method::GET, format!("/api/chats/{chat}/context")),
         (Method::PUT, format!("/api/chats/{chat}/context")),
@@ -322,6 +324,27 @@ async fn find_tools_finds_and_activates(h: Harness) {
     )
     .await;
     let path = format!("/api/chats/{chat}/find-tools");
+    // find_tools activates for a turn: a chat without one has nothing to activate for.
+    let (status, error) = h
+        .call(
+            Method::POST,
+            &path,
+            Some(json!({ "names": ["docs__read_page"] })),
+        )
+        .await;
+    assert_eq!(status, 400, "{error}");
+    assert!(
+        error["error"].as_str().unwrap().contains("has no turn yet"),
+        "{error}"
+    );
+    let (status, turn) = h
+        .call(
+            Method::POST,
+            &format!("/api/chats/{chat}/turns"),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{turn}");
     let (status, found) = h
         .call(
             Method::POST,
@@ -333,6 +356,7 @@ async fn find_tools_finds_and_activates(h: Harness) {
     assert_eq!(found["matches"][0]["name"], "docs__search_docs");
     assert_eq!(found["total"], 1);
     assert_eq!(found["activated"], json!(["docs__search_docs"]));
+    assert_eq!(found["turn_id"], turn["turn_id"], "the chat's latest turn");
     let (_, again) = h
         .call(
             Method::POST,

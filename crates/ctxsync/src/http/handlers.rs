@@ -11,11 +11,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
-use ctxsync_chat_projection::FindToolsRequest;
 use ctxsync_chat_projection::store::{LoadedChat, load_chat};
+use ctxsync_chat_projection::{ActiveTools, FindToolsRequest};
 use ctxsync_context_ui::{build_panel, render_fragment, render_json, render_text};
 use ctxsync_first_turn_gate::TurnMode;
-use ctxsync_persistence::{AgentId, ChatId};
+use ctxsync_persistence::{AgentId, ChatId, ChatTurnMode, NewTurn, TurnId, TurnRecord};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -208,15 +208,19 @@ pub struct TurnRequest {
     mode: Option<String>,
 }
 
+/// Prepares a turn through the gate (a default turn waits for the bound agent's current
+/// run), stores it with what this answer says, and answers it with its `turn_id`. A new
+/// turn has nothing activated. When the turn cannot be stored the turn still proceeds
+/// (as the gate never fails one): `turn_id` is null and `turn_error` says why.
 pub async fn turn(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     json: Result<Json<TurnRequest>, JsonRejection>,
 ) -> ApiResult {
     let request = body(json)?;
-    let mode = match request.mode.as_deref() {
-        None | Some("default") => TurnMode::Default,
-        Some("plan") => TurnMode::Plan,
+    let (mode, stored_mode) = match request.mode.as_deref() {
+        None | Some("default") => (TurnMode::Default, ChatTurnMode::Default),
+        Some("plan") => (TurnMode::Plan, ChatTurnMode::Plan),
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "mode: expected \"default\" or \"plan\", got {other:?}"
@@ -229,40 +233,167 @@ pub async fn turn(
     }
     let started = std::time::Instant::now();
     let context = state.gate.prepare_turn(chat, mode).await;
-    // A new turn starts with no tools activated by find_tools.
-    state
-        .active_tools
-        .lock()
-        .expect("active tools lock")
-        .remove(&chat);
     let tools: Vec<Value> = context
         .tools
         .iter()
         .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.input_schema }))
         .collect();
-    tracing::info!(%chat, ?mode, tools = tools.len(), waited_ms = started.elapsed().as_millis() as u64, "turn prepared");
-    Ok(Json(json!({
-        "tools": tools,
+    let tool_count = tools.len();
+    let outcome = json!({
         "note": context.note,
         "mcp_discovery": context.outcome,
         "inventory_error": context.inventory_error,
-    }))
-    .into_response())
+    });
+    let new_turn = NewTurn {
+        mode: stored_mode,
+        outcome,
+        tools: Value::Array(tools),
+    };
+    let response = match state.store.record_turn(chat, &new_turn).await {
+        Ok(recorded) => turn_json(&recorded),
+        Err(error) => {
+            // The cause goes to the log (by ApiError); the answer names the problem only.
+            let refusal = ApiError::from(error);
+            let mut response = new_turn.outcome;
+            response["turn_id"] = Value::Null;
+            response["mode"] = json!(stored_mode.as_str());
+            response["tools"] = new_turn.tools;
+            response["active_tools"] = json!([]);
+            response["turn_error"] = json!(format!(
+                "the turn was not stored ({}): find-tools cannot name it",
+                refusal.message
+            ));
+            response
+        }
+    };
+    tracing::info!(%chat, ?mode, tools = tool_count, waited_ms = started.elapsed().as_millis() as u64, turn = %response["turn_id"], "turn prepared");
+    Ok(Json(response).into_response())
 }
 
+/// A stored turn as the API shows it: what its POST answered, with its id, mode and the
+/// names find_tools has activated for it so far.
+fn turn_json(turn: &TurnRecord) -> Value {
+    let mut response = match &turn.outcome {
+        Value::Object(outcome) => Value::Object(outcome.clone()),
+        _ => json!({}),
+    };
+    response["turn_id"] = json!(turn.id.to_string());
+    response["mode"] = json!(turn.mode.as_str());
+    response["tools"] = turn.tools.clone();
+    response["active_tools"] = json!(turn.activated);
+    response
+}
+
+/// A turn of this chat as stored, from any replica: 404 for an unknown turn, one of
+/// another chat, or one past the last [`ctxsync_persistence::MAX_TURNS_PER_CHAT`].
+pub async fn get_turn(
+    State(state): State<AppState>,
+    Path((raw_chat, raw_turn)): Path<(String, String)>,
+) -> ApiResult {
+    let chat: ChatId = parse_id(&raw_chat, "chat")?;
+    let turn: TurnId = parse_id(&raw_turn, "turn")?;
+    if state.store.get_chat(chat).await?.is_none() {
+        return Err(ApiError::not_found(format!("chat {chat} not found")));
+    }
+    let recorded = state
+        .store
+        .get_turn(chat, turn)
+        .await?
+        .ok_or_else(|| turn_not_found(chat, turn))?;
+    Ok(Json(turn_json(&recorded)).into_response())
+}
+
+fn turn_not_found(chat: ChatId, turn: TurnId) -> ApiError {
+    ApiError::not_found(format!("turn {turn} of chat {chat} not found"))
+}
+
+/// A find_tools call for one turn: `turn_id` names it; without one, the chat's latest
+/// turn (a chat with no turn yet is a 400).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FindToolsBody {
+    turn_id: Option<String>,
+    queries: Option<Vec<String>>,
+    names: Option<Vec<String>>,
+}
+
+/// Searches the chat's live catalog and stores what it activates for the turn, so any
+/// replica continues where another left off. Answers the projection's find_tools shape
+/// plus the `turn_id` it activated for.
 pub async fn find_tools(
     State(state): State<AppState>,
     Path(raw): Path<String>,
-    json: Result<Json<FindToolsRequest>, JsonRejection>,
+    json: Result<Json<FindToolsBody>, JsonRejection>,
 ) -> ApiResult {
     let request = body(json)?;
+    let turn = match request.turn_id.as_deref() {
+        Some(raw_turn) => Some(raw_turn.parse::<TurnId>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "turn_id: invalid turn id {raw_turn:?}: expected a UUID"
+            ))
+        })?),
+        None => None,
+    };
     let (chat, loaded) = loaded_chat(&state, &raw).await?;
-    let mut active_tools = state.active_tools.lock().expect("active tools lock");
-    let active = active_tools.entry(chat).or_default();
-    let response =
-        ctxsync_chat_projection::find_tools(loaded.context.mcp().tools(), &request, active)
+    let stored = state
+        .store
+        .turn_activations(chat, turn)
+        .await?
+        .ok_or_else(|| match turn {
+            Some(turn) => turn_not_found(chat, turn),
+            None => ApiError::bad_request(format!(
+                "turn_id: chat {chat} has no turn yet; start one with POST /api/chats/{chat}/turns"
+            )),
+        })?;
+    let mut active: ActiveTools = stored.activated.into_iter().collect();
+    let search = FindToolsRequest {
+        queries: request.queries,
+        names: request.names,
+    };
+    let found =
+        ctxsync_chat_projection::find_tools(loaded.context.mcp().tools(), &search, &mut active)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if !found.activated.is_empty()
+        && !state
+            .store
+            .activate_tools(chat, stored.turn_id, found.activated.clone())
+            .await?
+    {
+        // The turn was deleted meanwhile as one of the chat's oldest.
+        return Err(turn_not_found(chat, stored.turn_id));
+    }
+    let mut response = json!(found);
+    response["turn_id"] = json!(stored.turn_id.to_string());
     Ok(Json(response).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RebindChat {
+    agent_id: String,
+}
+
+/// Binds the chat to another agent (pinning that agent's current files and skills). The
+/// chat's next default turn waits on that agent's current run as a first turn does: the
+/// gate keys its wait by (chat, agent, run).
+pub async fn rebind_chat(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    json: Result<Json<RebindChat>, JsonRejection>,
+) -> ApiResult {
+    let request = body(json)?;
+    let chat: ChatId = parse_id(&raw, "chat")?;
+    let agent: AgentId = request.agent_id.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "agent_id: invalid agent id {:?}: expected a UUID",
+            request.agent_id
+        ))
+    })?;
+    // Unknown chat or agent: the store's 404 names which.
+    state.store.bind_chat(chat, Some(agent)).await?;
+    let (chat, loaded) = loaded_chat(&state, &raw).await?;
+    tracing::info!(%chat, %agent, "chat rebound");
+    Ok(Json(chat_json(chat, &loaded)).into_response())
 }
 
 /// The panel alone: JSON by default, plain text or an HTML fragment by `Accept`.

@@ -7,16 +7,14 @@ pub mod bounds;
 mod handlers;
 mod page;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
-use ctxsync_chat_projection::ActiveTools;
+use axum::routing::{delete, get, post, put};
 use ctxsync_first_turn_gate::store::StoreGate;
 use ctxsync_persistence::{AgentApiMetrics, ChatId, Store};
 use serde_json::json;
@@ -35,8 +33,6 @@ pub struct AppState {
     pub gate: StoreGate,
     pub auth: Arc<Auth>,
     pub agent_api: Arc<AgentApiMetrics>,
-    /// Tools activated by find_tools, per chat, in this server process.
-    pub active_tools: Arc<Mutex<HashMap<ChatId, ActiveTools>>>,
     /// Open context event streams, within their caps.
     pub event_streams: Arc<bounds::EventStreams>,
     /// `/healthz`'s cached database check.
@@ -59,7 +55,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/agents/{id}/context", get(handlers::agent_context))
         .route("/api/chats", post(handlers::create_chat))
         .route("/api/chats/{id}", get(handlers::get_chat))
+        .route("/api/chats/{id}/agent", put(handlers::rebind_chat))
         .route("/api/chats/{id}/turns", post(handlers::turn))
+        .route("/api/chats/{id}/turns/{turn}", get(handlers::get_turn))
         .route("/api/chats/{id}/find-tools", post(handlers::find_tools))
         .route(
             "/api/chats/{id}/context",

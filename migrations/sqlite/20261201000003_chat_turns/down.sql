@@ -1,0 +1,2 @@
+DROP TABLE chat_turn_activations;
+DROP TABLE chat_turns;
