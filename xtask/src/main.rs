@@ -235,7 +235,8 @@ fn workspace_members(root: &Path) -> Result<Vec<String>> {
 }
 
 /// Debian packages the tests need: a real browser and its WebDriver for the web page test,
-/// as (path, the variable that may point elsewhere instead, package).
+/// and HAProxy for the load-balanced replica tests, as (path, the variable that may point
+/// elsewhere instead, package).
 const APT_PACKAGES: &[(&str, &str, &str)] = &[
     ("/usr/bin/chromium", "CTXSYNC_CHROMIUM", "chromium"),
     (
@@ -243,6 +244,7 @@ const APT_PACKAGES: &[(&str, &str, &str)] = &[
         "CTXSYNC_CHROMEDRIVER",
         "chromium-driver",
     ),
+    ("/usr/sbin/haproxy", "CTXSYNC_HAPROXY", "haproxy"),
 ];
 
 /// Installs test prerequisites a fresh machine lacks; each is skipped when present.
@@ -265,10 +267,10 @@ fn install_test_tools(root: &Path) -> Result<()> {
             let mut args = vec!["install", "-y", "-qq"];
             args.extend(&missing);
             run(root, "apt-get".into(), &args)
-                .context("installing the browser for the web page test")?;
+                .context("installing the browser and HAProxy for the tests")?;
         } else {
             eprintln!(
-                "note: the web page test needs {} (apt-get install them as root)",
+                "note: the web page and load-balanced tests need {} (apt-get install them as root)",
                 missing.join(" ")
             );
         }

@@ -279,14 +279,23 @@ summary h2 { display: inline; font-size: 1.1rem; }
 .wrap { white-space: pre-wrap; overflow-wrap: anywhere; word-break: break-word; }
 code { overflow-wrap: anywhere; }
 .link-form button { font: inherit; padding: 0.5rem 1rem; }
+.reconnecting { padding: 0.5rem; background: #fff4d6; border-radius: 4px; }
 "#;
 
 /// The page's script: follows the chat's server-sent events and runs the refresh action.
+///
+/// When the event stream fails — its replica went away, or a reconnect was answered with
+/// an HTTP error, after which an `EventSource` gives up for good — the script closes it,
+/// shows a "reconnecting" notice and opens a new one after a backoff (0.5 s doubling to
+/// 10 s, back to 0.5 s once a stream opens). A new stream starts with the current panel,
+/// so nothing that changed while disconnected is missed.
 pub const PAGE_SCRIPT: &str = r#"
 (function () {
   const root = document.getElementById('panel-root');
   if (!root) return;
   const chat = root.dataset.chat;
+  const FIRST_RETRY_MS = 500;
+  const MAX_RETRY_MS = 10000;
   function openSections() {
     return new Set(Array.from(root.querySelectorAll('details[open]')).map(d => d.id));
   }
@@ -303,11 +312,39 @@ pub const PAGE_SCRIPT: &str = r#"
     fetch(button.dataset.href, { method: button.dataset.method, credentials: 'same-origin' })
       .then(function (response) { if (!response.ok) retry(); }, retry);
   });
-  const events = new EventSource('/api/chats/' + encodeURIComponent(chat) + '/context/events');
-  events.addEventListener('panel', function (event) {
-    const data = JSON.parse(event.data);
-    swap(data.html, openSections());
-  });
+  // Outside the panel root, so a swapped-in panel never removes it.
+  const notice = document.createElement('p');
+  notice.className = 'reconnecting';
+  notice.setAttribute('role', 'status');
+  notice.textContent = 'Live updates interrupted. Reconnecting\u2026';
+  notice.hidden = true;
+  root.parentNode.insertBefore(notice, root);
+  const url = '/api/chats/' + encodeURIComponent(chat) + '/context/events';
+  let retryMs = FIRST_RETRY_MS;
+  let events = null;
+  function connect() {
+    const stream = new EventSource(url);
+    events = stream;
+    stream.addEventListener('open', function () {
+      retryMs = FIRST_RETRY_MS;
+      notice.hidden = true;
+    });
+    stream.addEventListener('panel', function (event) {
+      const data = JSON.parse(event.data);
+      swap(data.html, openSections());
+    });
+    stream.addEventListener('error', function () {
+      if (stream !== events) return;
+      // One way back for every failure: the browser's own retry stops at an HTTP error
+      // and ignores this backoff.
+      stream.close();
+      events = null;
+      notice.hidden = false;
+      setTimeout(connect, retryMs);
+      retryMs = Math.min(retryMs * 2, MAX_RETRY_MS);
+    });
+  }
+  connect();
 })();
 "#;
 

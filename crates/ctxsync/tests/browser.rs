@@ -8,43 +8,13 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use ctxsync_protocol::{DiscoveryPhase, Snapshot, Startup};
-use support::webdriver::Browser;
+use support::webdriver::{Browser, browser_available, browser_paths};
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(15);
-
-/// The browser and its driver: Debian's packages by default; `CTXSYNC_CHROMIUM` and
-/// `CTXSYNC_CHROMEDRIVER` point elsewhere (e.g. a CI image's preinstalled Chrome).
-fn browser_paths() -> (PathBuf, PathBuf) {
-    let path = |var: &str, default: &str| {
-        std::env::var_os(var).map_or_else(|| PathBuf::from(default), PathBuf::from)
-    };
-    (
-        path("CTXSYNC_CHROMIUM", "/usr/bin/chromium"),
-        path("CTXSYNC_CHROMEDRIVER", "/usr/bin/chromedriver"),
-    )
-}
-
-fn browser_available() -> bool {
-    let (chromium, chromedriver) = browser_paths();
-    let present = chromium.exists() && chromedriver.exists();
-    if !present {
-        let (chromium, chromedriver) = (chromium.display(), chromedriver.display());
-        if std::env::var_os("CI").is_some() {
-            panic!(
-                "{chromium} and {chromedriver} are required in CI (apt-get install chromium chromium-driver, or set CTXSYNC_CHROMIUM and CTXSYNC_CHROMEDRIVER)"
-            );
-        }
-        eprintln!(
-            "SKIPPED: the browser test needs {chromium} and {chromedriver} (apt-get install chromium chromium-driver)"
-        );
-    }
-    present
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_updates_in_place_and_escapes_hostile_text() {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod haproxy;
 pub mod webdriver;
 
 use std::path::PathBuf;

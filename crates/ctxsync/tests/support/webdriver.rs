@@ -1,13 +1,42 @@
-//! A minimal W3C WebDriver client for the browser test: only the commands it needs, over
-//! plain HTTP to a local chromedriver.
+//! A minimal W3C WebDriver client for the browser tests: only the commands they need, over
+//! plain HTTP to a local chromedriver, and where the browser and its driver are.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
+
+/// The browser and its driver: Debian's packages by default; `CTXSYNC_CHROMIUM` and
+/// `CTXSYNC_CHROMEDRIVER` point elsewhere (e.g. a CI image's preinstalled Chrome).
+pub fn browser_paths() -> (PathBuf, PathBuf) {
+    let path = |var: &str, default: &str| {
+        std::env::var_os(var).map_or_else(|| PathBuf::from(default), PathBuf::from)
+    };
+    (
+        path("CTXSYNC_CHROMIUM", "/usr/bin/chromium"),
+        path("CTXSYNC_CHROMEDRIVER", "/usr/bin/chromedriver"),
+    )
+}
+
+pub fn browser_available() -> bool {
+    let (chromium, chromedriver) = browser_paths();
+    let present = chromium.exists() && chromedriver.exists();
+    if !present {
+        let (chromium, chromedriver) = (chromium.display(), chromedriver.display());
+        if std::env::var_os("CI").is_some() {
+            panic!(
+                "{chromium} and {chromedriver} are required in CI (apt-get install chromium chromium-driver, or set CTXSYNC_CHROMIUM and CTXSYNC_CHROMEDRIVER)"
+            );
+        }
+        eprintln!(
+            "SKIPPED: the browser test needs {chromium} and {chromedriver} (apt-get install chromium chromium-driver)"
+        );
+    }
+    present
+}
 
 /// A running chromedriver with one headless Chromium session; both end on drop.
 pub struct Browser {
