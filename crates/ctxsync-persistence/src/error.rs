@@ -21,6 +21,10 @@ pub enum StoreError {
     /// The caller passed something the store refuses before touching the database.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A bounded table is full of live rows (e.g. open page links): refused, nothing
+    /// written; it frees up as rows expire.
+    #[error("limit reached: {0}")]
+    LimitReached(String),
     /// The database cannot be reached (down, restarting, pool exhausted).
     #[error("database unavailable: {0}")]
     Unavailable(String),

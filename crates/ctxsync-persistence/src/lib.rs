@@ -50,6 +50,7 @@ mod ids;
 mod model;
 mod notify;
 mod ops;
+mod page_sessions;
 mod pg_listener;
 mod pg_tls;
 mod schema;
@@ -73,6 +74,7 @@ pub use model::{
     NewAgent, PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome,
 };
 pub use notify::{AgentSubscription, ChangeEvent, ChatSubscription};
+pub use page_sessions::{MAX_LIVE_PAGE_LINKS, MAX_LIVE_PAGE_SESSIONS};
 pub use store::{MAX_AGENT_NAME_BYTES, Store};
 pub use token::AgentToken;
 pub use turns::{

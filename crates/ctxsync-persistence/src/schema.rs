@@ -116,9 +116,35 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    page_links (token_digest) {
+        token_digest -> Binary,
+        chat_id -> UuidSql,
+        expires_at -> TimestampSql,
+        created_at -> TimestampSql,
+    }
+}
+
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    page_sessions (session_digest) {
+        session_digest -> Binary,
+        chat_id -> UuidSql,
+        expires_at -> TimestampSql,
+        created_at -> TimestampSql,
+    }
+}
+
 diesel::joinable!(workspace_agent_context_snapshots -> workspace_agents (agent_id));
 diesel::joinable!(workspace_agent_context_resources -> workspace_agents (agent_id));
 diesel::joinable!(chat_context_resources -> chats (chat_id));
+diesel::joinable!(page_links -> chats (chat_id));
+diesel::joinable!(page_sessions -> chats (chat_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     workspace_agents,
@@ -126,4 +152,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     workspace_agent_context_resources,
     chats,
     chat_context_resources,
+    page_links,
+    page_sessions,
 );

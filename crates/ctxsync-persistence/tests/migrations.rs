@@ -19,6 +19,8 @@ const TABLES: &[&str] = &[
     "chat_turn_activations",
     "chat_turns",
     "chats",
+    "page_links",
+    "page_sessions",
     "workspace_agent_context_resources",
     "workspace_agent_context_snapshots",
     "workspace_agents",

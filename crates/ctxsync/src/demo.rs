@@ -109,7 +109,10 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         crate::context::fetch_panel_text(&server.http_url(), &chat_id, &server.api_token).await?;
     println!("\nContext panel\n-------------\n{}", for_terminal(&panel));
     let chat_uuid = chat_id.parse().context("the chat id is a UUID")?;
-    println!("Web page (one-time link): {}", server.page_link(chat_uuid));
+    println!(
+        "Web page (one-time link): {}",
+        server.page_link(chat_uuid).await?
+    );
     println!("Demo ready in {:.1}s.", started.elapsed().as_secs_f64());
 
     if !args.exit {

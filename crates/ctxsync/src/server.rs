@@ -235,13 +235,19 @@ impl RunningServer {
 
     /// A one-time link that opens the chat's page in a browser (the browser cannot send
     /// the bearer token): it shows a button whose POST exchanges the link's token for a
-    /// session cookie bound to this chat alone.
-    pub fn page_link(&self, chat: ChatId) -> String {
-        format!(
+    /// session cookie bound to this chat alone. The link lives in the store, so any
+    /// replica on the same database opens it.
+    pub async fn page_link(&self, chat: ChatId) -> Result<String> {
+        let token = self
+            .auth
+            .mint_link_token(chat)
+            .await
+            .context("minting a page link")?;
+        Ok(format!(
             "{}{}",
             self.http_url(),
-            crate::http::page_path(chat, &self.auth.mint_link_token(chat))
-        )
+            crate::http::page_path(chat, &token)
+        ))
     }
 
     /// Stops accepting, ends event streams, lets in-flight requests finish within the
@@ -322,7 +328,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
 
     let (api_token, api_token_source) =
         crate::http::api_token::resolve(config.api_token.clone(), &config.data_dir)?;
-    let auth = Arc::new(Auth::new(api_token.clone(), tls.is_some()));
+    let auth = Arc::new(Auth::new(api_token.clone(), store.clone(), tls.is_some()));
     let gate_config = GateConfig {
         discovery_budget: config.discovery_budget,
         snapshot_grace: config.snapshot_grace,

@@ -39,7 +39,7 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
     let browser = Browser::start(&chromium, &chromedriver)
         .await
         .expect("browser starts");
-    let link = h.server.page_link(chat.parse().unwrap());
+    let link = h.server.page_link(chat.parse().unwrap()).await.unwrap();
     browser.goto(&link).await.unwrap();
     assert_eq!(
         browser.current_url().await.unwrap(),

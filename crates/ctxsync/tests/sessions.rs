@@ -203,7 +203,7 @@ async fn a_link_survives_previews_and_works_once_for_its_chat() {
     }
 
     // The server's own page_link is bound to its chat too.
-    let printed = h.server.page_link(chat.parse().unwrap());
+    let printed = h.server.page_link(chat.parse().unwrap()).await.unwrap();
     let printed = printed.split_once("?token=").unwrap().1;
     assert_eq!(
         exchange(&client, &base, &other, printed).await.status(),
@@ -407,7 +407,7 @@ async fn the_cookie_is_host_only_and_secure_under_tls() {
         .unwrap();
     let agent = server.store.create_agent("agent").await.unwrap().id;
     let chat = server.store.create_chat(Some(agent)).await.unwrap().id;
-    let link = server.page_link(chat);
+    let link = server.page_link(chat).await.unwrap();
     let token = link.split_once("?token=").unwrap().1;
     let shown = client.get(&link).send().await.unwrap();
     assert_eq!(shown.status(), 200);

@@ -2,15 +2,14 @@
 //! send a bearer header) a one-time link token bound to one chat, exchanged for a session
 //! bound to that chat whose id travels in an HttpOnly cookie.
 //!
-//! Link tokens and sessions live in this process's memory for now; the interface stays
-//! narrow (mint, peek, exchange, look up) so they can move to the store.
+//! The bearer token is checked in memory; link tokens and sessions live in the store
+//! (only their digests), so any replica honours a link or a session another minted, and a
+//! restart logs no browser out.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::HeaderMap;
-use ctxsync_persistence::ChatId;
+use ctxsync_persistence::{ChatId, Store, StoreError};
 use subtle::ConstantTimeEq;
 
 /// The session cookie's name over plain HTTP.
@@ -22,8 +21,9 @@ pub const SECURE_SESSION_COOKIE: &str = "__Host-ctxsync_session";
 const LINK_TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
 /// How long a browser session lasts.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 60 * 60);
-/// Bound on outstanding link tokens and sessions, so minting cannot grow memory unbounded.
-const MAX_ENTRIES: usize = 10_000;
+/// Session cookies of one request looked up at most (a browser sends one per server on
+/// the host under the same name): a request cannot buy unbounded store reads.
+const MAX_SESSION_COOKIES: usize = 8;
 
 /// Who is calling, from the request's credentials alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,56 +36,29 @@ pub enum Caller {
     Anonymous,
 }
 
-/// A link token's or a session's chat and end of life.
-#[derive(Clone, Copy, Debug)]
-struct Grant {
-    chat: ChatId,
-    expires: Instant,
-}
-
-impl Grant {
-    fn for_chat(chat: ChatId, ttl: Duration) -> Self {
-        Self {
-            chat,
-            expires: Instant::now() + ttl,
-        }
-    }
-
-    fn is_live(&self) -> bool {
-        self.expires > Instant::now()
-    }
-}
-
-type Grants = Mutex<HashMap<String, Grant>>;
-
-/// Who may call the API, and the browser sessions of this server process. Its `Debug`
-/// shows no token, link or session.
+/// Who may call the API, and the browser sessions every replica shares through the
+/// store. Its `Debug` shows no token, link or session.
 pub struct Auth {
     api_token: String,
-    links: Grants,
-    sessions: Grants,
+    store: Store,
     /// The page is served over TLS: the session cookie is `Secure` with the `__Host-` name.
     secure_cookies: bool,
 }
 
 impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let count = |table: &Grants| table.lock().map_or(0, |table| table.len());
         f.debug_struct("Auth")
             .field("api_token", &"[redacted]")
-            .field("links", &count(&self.links))
-            .field("sessions", &count(&self.sessions))
             .field("secure_cookies", &self.secure_cookies)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
 impl Auth {
-    pub fn new(api_token: String, secure_cookies: bool) -> Self {
+    pub fn new(api_token: String, store: Store, secure_cookies: bool) -> Self {
         Self {
             api_token,
-            links: Mutex::default(),
-            sessions: Mutex::default(),
+            store,
             secure_cookies,
         }
     }
@@ -110,90 +83,55 @@ impl Auth {
     }
 
     /// Who the request's credentials name. A bearer header decides alone (a wrong one is
-    /// anonymous even with a session cookie beside it).
-    pub fn caller(&self, headers: &HeaderMap) -> Caller {
+    /// anonymous even with a session cookie beside it) without touching the store.
+    pub async fn caller(&self, headers: &HeaderMap) -> Result<Caller, StoreError> {
         if let Some(token) = bearer(headers) {
-            return if bool::from(token.as_bytes().ct_eq(self.api_token.as_bytes())) {
-                Caller::Operator
-            } else {
-                Caller::Anonymous
-            };
+            return Ok(
+                if bool::from(token.as_bytes().ct_eq(self.api_token.as_bytes())) {
+                    Caller::Operator
+                } else {
+                    Caller::Anonymous
+                },
+            );
         }
         // Browsers send every cookie of the host, including those of other servers on
         // other ports under the same name: the first live session wins.
-        cookies(headers, self.cookie_name())
-            .find_map(|session| self.session_chat(session))
-            .map_or(Caller::Anonymous, Caller::Page)
+        for session in cookies(headers, self.cookie_name()).take(MAX_SESSION_COOKIES) {
+            if let Some(chat) = self.session_chat(session).await? {
+                return Ok(Caller::Page(chat));
+            }
+        }
+        Ok(Caller::Anonymous)
     }
 
-    /// Mints a one-time token for a link to `chat`'s page.
-    pub fn mint_link_token(&self, chat: ChatId) -> String {
-        let token = super::api_token::random_token();
-        insert_bounded(
-            &self.links,
-            token.clone(),
-            Grant::for_chat(chat, LINK_TOKEN_TTL),
-        );
-        token
+    /// Mints a one-time token for a link to `chat`'s page. [`StoreError::LimitReached`]
+    /// while too many links are open.
+    pub async fn mint_link_token(&self, chat: ChatId) -> Result<String, StoreError> {
+        self.store.mint_page_link(chat, LINK_TOKEN_TTL).await
     }
 
     /// The chat a live link token opens, without consuming it.
-    pub fn link_chat(&self, token: &str) -> Option<ChatId> {
-        live_chat(&self.links, token)
+    pub async fn link_chat(&self, token: &str) -> Result<Option<ChatId>, StoreError> {
+        self.store.page_link_chat(token).await
     }
 
     /// Consumes a link token for `chat` and returns a new session id bound to that chat,
     /// or `None` when the token is unknown, used, expired or for another chat (a token
     /// for another chat is left as it was).
-    pub fn exchange_link_token(&self, chat: ChatId, token: &str) -> Option<String> {
-        let grant = {
-            let mut links = self.links.lock().expect("link table lock");
-            match links.get(token) {
-                Some(grant) if grant.chat == chat => links.remove(token)?,
-                _ => return None,
-            }
-        };
-        if !grant.is_live() {
-            return None;
-        }
-        let session = super::api_token::random_token();
-        insert_bounded(
-            &self.sessions,
-            session.clone(),
-            Grant::for_chat(chat, SESSION_TTL),
-        );
-        Some(session)
+    pub async fn exchange_link_token(
+        &self,
+        chat: ChatId,
+        token: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.store
+            .exchange_page_link(chat, token, SESSION_TTL)
+            .await
     }
 
     /// The chat a live session is bound to.
-    pub fn session_chat(&self, session: &str) -> Option<ChatId> {
-        live_chat(&self.sessions, session)
+    pub async fn session_chat(&self, session: &str) -> Result<Option<ChatId>, StoreError> {
+        self.store.page_session_chat(session).await
     }
-}
-
-fn live_chat(table: &Grants, key: &str) -> Option<ChatId> {
-    table
-        .lock()
-        .expect("token table lock")
-        .get(key)
-        .filter(|grant| grant.is_live())
-        .map(|grant| grant.chat)
-}
-
-fn insert_bounded(table: &Grants, key: String, grant: Grant) {
-    let mut table = table.lock().expect("token table lock");
-    table.retain(|_, grant| grant.is_live());
-    if table.len() >= MAX_ENTRIES {
-        // Drop the entry closest to expiry rather than refusing the newest.
-        if let Some(oldest) = table
-            .iter()
-            .min_by_key(|(_, grant)| grant.expires)
-            .map(|(key, _)| key.clone())
-        {
-            table.remove(&oldest);
-        }
-    }
-    table.insert(key, grant);
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -219,6 +157,8 @@ fn cookies<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Item = &'
 
 #[cfg(test)]
 mod tests {
+    use ctxsync_persistence::test_support::TestStore;
+
     use super::*;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -232,94 +172,114 @@ mod tests {
         map
     }
 
-    #[test]
-    fn bearer_token_is_the_operator() {
-        let auth = Auth::new("s3cret-token-0123456789".into(), false);
+    async fn auth(secure_cookies: bool) -> (Auth, TestStore) {
+        let db = TestStore::sqlite().await;
+        let auth = Auth::new(
+            "s3cret-token-0123456789".into(),
+            db.store().clone(),
+            secure_cookies,
+        );
+        (auth, db)
+    }
+
+    async fn chat(db: &TestStore) -> ChatId {
+        db.create_chat(None).await.unwrap().id
+    }
+
+    #[tokio::test]
+    async fn bearer_token_is_the_operator() {
+        let (auth, _db) = auth(false).await;
         for value in [
             "Bearer s3cret-token-0123456789",
             "bearer s3cret-token-0123456789",
         ] {
             assert_eq!(
-                auth.caller(&headers(&[("authorization", value)])),
+                auth.caller(&headers(&[("authorization", value)]))
+                    .await
+                    .unwrap(),
                 Caller::Operator
             );
         }
         assert_eq!(
-            auth.caller(&headers(&[("authorization", "Bearer wrong")])),
+            auth.caller(&headers(&[("authorization", "Bearer wrong")]))
+                .await
+                .unwrap(),
             Caller::Anonymous
         );
-        assert_eq!(auth.caller(&headers(&[])), Caller::Anonymous);
+        assert_eq!(auth.caller(&headers(&[])).await.unwrap(), Caller::Anonymous);
     }
 
-    #[test]
-    fn a_link_opens_one_session_bound_to_its_chat() {
-        let auth = Auth::new("s3cret-token-0123456789".into(), false);
-        let (chat, other) = (ChatId::new_random(), ChatId::new_random());
-        let link = auth.mint_link_token(chat);
-        assert_eq!(auth.link_chat(&link), Some(chat), "peeking keeps the link");
+    #[tokio::test]
+    async fn a_link_opens_one_session_bound_to_its_chat() {
+        let (auth, db) = auth(false).await;
+        let (chat, other) = (chat(&db).await, chat(&db).await);
+        let link = auth.mint_link_token(chat).await.unwrap();
         assert_eq!(
-            auth.exchange_link_token(other, &link),
+            auth.link_chat(&link).await.unwrap(),
+            Some(chat),
+            "peeking keeps the link"
+        );
+        assert_eq!(
+            auth.exchange_link_token(other, &link).await.unwrap(),
             None,
             "a link opens only its own chat"
         );
         let session = auth
             .exchange_link_token(chat, &link)
+            .await
+            .unwrap()
             .expect("a fresh link works once");
         assert_eq!(
-            auth.exchange_link_token(chat, &link),
+            auth.exchange_link_token(chat, &link).await.unwrap(),
             None,
             "a link token is single-use"
         );
-        assert_eq!(auth.link_chat(&link), None);
+        assert_eq!(auth.link_chat(&link).await.unwrap(), None);
 
         let cookie = format!("other=1; {SESSION_COOKIE}=stale; {SESSION_COOKIE}={session}");
-        assert_eq!(
-            auth.caller(&headers(&[("cookie", &cookie)])),
-            Caller::Page(chat)
-        );
-        assert_eq!(
-            auth.caller(&headers(&[("cookie", "ctxsync_session=forged")])),
-            Caller::Anonymous
-        );
+        let good = headers(&[("cookie", &cookie)]);
+        assert_eq!(auth.caller(&good).await.unwrap(), Caller::Page(chat));
+        let forged = headers(&[("cookie", "ctxsync_session=forged")]);
+        assert_eq!(auth.caller(&forged).await.unwrap(), Caller::Anonymous);
         // A wrong bearer header is not rescued by a good cookie.
-        assert_eq!(
-            auth.caller(&headers(&[
-                ("cookie", &cookie),
-                ("authorization", "Bearer wrong")
-            ])),
-            Caller::Anonymous
-        );
+        let both = headers(&[("cookie", &cookie), ("authorization", "Bearer wrong")]);
+        assert_eq!(auth.caller(&both).await.unwrap(), Caller::Anonymous);
     }
 
-    #[test]
-    fn cookie_attributes_follow_tls() {
-        let plain = Auth::new("t".into(), false).session_cookie("abc");
+    #[tokio::test]
+    async fn cookie_attributes_follow_tls() {
+        let (plain, _db) = auth(false).await;
         assert_eq!(
-            plain,
+            plain.session_cookie("abc"),
             "ctxsync_session=abc; HttpOnly; SameSite=Strict; Path=/"
         );
-        let secure = Auth::new("t".into(), true);
+        let (secure, db) = auth(true).await;
         assert_eq!(
             secure.session_cookie("abc"),
             "__Host-ctxsync_session=abc; HttpOnly; SameSite=Strict; Path=/; Secure"
         );
         // Over TLS only the `__Host-` cookie counts.
-        let chat = ChatId::new_random();
+        let chat = chat(&db).await;
+        let link = secure.mint_link_token(chat).await.unwrap();
         let session = secure
-            .exchange_link_token(chat, &secure.mint_link_token(chat))
+            .exchange_link_token(chat, &link)
+            .await
+            .unwrap()
             .unwrap();
+        let plain_name = format!("ctxsync_session={session}");
         assert_eq!(
-            secure.caller(&headers(&[(
-                "cookie",
-                &format!("ctxsync_session={session}")
-            )])),
+            secure
+                .caller(&headers(&[("cookie", &plain_name)]))
+                .await
+                .unwrap(),
             Caller::Anonymous
         );
+        let host_name = format!("__Host-ctxsync_session={session}");
         assert_eq!(
-            secure.caller(&headers(&[(
-                "cookie",
-                &format!("__Host-ctxsync_session={session}")
-            )])),
+            secure
+                .caller(&headers(&[("cookie", &host_name)]))
+                .await
+                .unwrap(),
             Caller::Page(chat)
         );
     }

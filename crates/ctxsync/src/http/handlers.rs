@@ -491,7 +491,7 @@ pub async fn page_link(State(state): State<AppState>, Path(raw): Path<String>) -
     if state.store.get_chat(chat).await?.is_none() {
         return Err(ApiError::not_found(format!("chat {chat} not found")));
     }
-    let url = super::page_path(chat, &state.auth.mint_link_token(chat));
+    let url = super::page_path(chat, &state.auth.mint_link_token(chat).await?);
     Ok(Json(json!({ "url": url })).into_response())
 }
 

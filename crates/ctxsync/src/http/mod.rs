@@ -90,7 +90,11 @@ pub fn router(state: AppState) -> Router {
 /// The bearer token opens every route; a page session only its own chat's event stream
 /// and refresh (a session on any other route is no credential: 401; on another chat's: 403).
 async fn require_auth(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let allowed = match state.auth.caller(request.headers()) {
+    let caller = match state.auth.caller(request.headers()).await {
+        Ok(caller) => caller,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let allowed = match caller {
         Caller::Operator => Ok(()),
         Caller::Page(chat) => {
             match page::session_route_chat(request.method(), request.uri().path()) {
@@ -148,6 +152,8 @@ impl From<ctxsync_persistence::StoreError> for ApiError {
         match &error {
             E::AgentNotFound(_) | E::ChatNotFound(_) => Self::not_found(error.to_string()),
             E::InvalidInput(_) => Self::bad_request(error.to_string()),
+            // A bounded table is full (e.g. open page links): say which, and that it passes.
+            E::LimitReached(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
             E::Unavailable(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "database unavailable"),
             _ => {
                 // The cause goes to the log only: it may name tables, hosts or values.

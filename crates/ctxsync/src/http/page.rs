@@ -103,12 +103,18 @@ pub async fn page(
         return message(StatusCode::NOT_FOUND, "No such chat.");
     };
     if let Some(token) = query.token {
-        if state.auth.link_chat(&token) != Some(chat) {
-            return expired_link();
+        match state.auth.link_chat(&token).await {
+            Ok(Some(linked)) if linked == chat => {}
+            Ok(_) => return expired_link(),
+            Err(e) => return ApiError::from(e).into_response(),
         }
         return Html(link_page(chat, &token)).into_response();
     }
-    match state.auth.caller(&headers) {
+    let caller = match state.auth.caller(&headers).await {
+        Ok(caller) => caller,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    match caller {
         Caller::Operator => {}
         Caller::Page(session_chat) if session_chat == chat => {}
         Caller::Page(_) => {
@@ -162,8 +168,13 @@ pub async fn exchange(
         .filter_map(|pair| pair.split_once('='))
         .find(|(name, _)| *name == "token")
         .map(|(_, value)| value);
-    let Some(session) = token.and_then(|token| state.auth.exchange_link_token(chat, token)) else {
+    let Some(token) = token else {
         return expired_link();
+    };
+    let session = match state.auth.exchange_link_token(chat, token).await {
+        Ok(Some(session)) => session,
+        Ok(None) => return expired_link(),
+        Err(e) => return ApiError::from(e).into_response(),
     };
     let mut response = Redirect::to(&format!("/chats/{chat}")).into_response();
     let cookie = HeaderValue::from_str(&state.auth.session_cookie(&session))

@@ -1,0 +1,2 @@
+DROP TABLE page_sessions;
+DROP TABLE page_links;
