@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use ctxsync_chat_projection::Phase;
 use ctxsync_chat_projection::store::load_agent_view;
-use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate, StoreSource};
+use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, ChatId, Store};
 use ctxsync_protocol::{
@@ -102,8 +102,8 @@ async fn start_pending(store: &Store, agent: AgentId, run: &str) {
 /// Gate release latencies: the gate reads through `reader`, the push goes through
 /// `writer`.
 async fn measure_gate(reader: &Store, writer: &Store, trials: usize) -> Vec<Duration> {
-    let gate = StoreGate::new(
-        StoreSource::new(reader.clone()),
+    let gate = StoreGate::over_store(
+        reader.clone(),
         GateConfig {
             discovery_budget: Duration::from_secs(10),
             snapshot_grace: Duration::from_secs(10),

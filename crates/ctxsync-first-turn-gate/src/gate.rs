@@ -11,6 +11,7 @@ use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::attempt_log::{AttemptLog, AttemptRecord, AttemptResult, MemoryAttemptLog, RecordedEnd};
 use crate::config::GateConfig;
 use crate::metrics::{GateMetrics, Recorder, WaitResult};
 use crate::outcome::{Outcome, OutcomeReason, Verdict, current_run, verdict};
@@ -48,15 +49,23 @@ pub struct ReleaseSample {
     pub outcome: Outcome,
 }
 
+/// The in-memory attempt log of [`FirstTurnGate::new`].
+pub type DefaultAttemptLog<S> =
+    MemoryAttemptLog<<S as DiscoverySource>::ChatId, <S as DiscoverySource>::AgentId>;
+
 /// The first-turn gate. Cheap to clone; clones share attempts and metrics.
+///
+/// Concurrent turns in this process share one waiting attempt; the attempt log `L` is
+/// what tells other processes (replicas, or this one after a restart) that a run's
+/// attempt already started, timed out or completed.
 ///
 /// Must be used inside a tokio runtime: each attempt runs on a spawned task so that no
 /// caller's cancellation cancels it.
-pub struct FirstTurnGate<S: DiscoverySource> {
-    inner: Arc<Inner<S>>,
+pub struct FirstTurnGate<S: DiscoverySource, L = DefaultAttemptLog<S>> {
+    inner: Arc<Inner<S, L>>,
 }
 
-impl<S: DiscoverySource> Clone for FirstTurnGate<S> {
+impl<S: DiscoverySource, L> Clone for FirstTurnGate<S, L> {
     fn clone(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
@@ -64,7 +73,7 @@ impl<S: DiscoverySource> Clone for FirstTurnGate<S> {
     }
 }
 
-impl<S: DiscoverySource> fmt::Debug for FirstTurnGate<S> {
+impl<S: DiscoverySource, L> fmt::Debug for FirstTurnGate<S, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FirstTurnGate")
             .field("config", &self.inner.config)
@@ -78,8 +87,9 @@ type AttemptKey<S> = (
     Option<String>,
 );
 
-struct Inner<S: DiscoverySource> {
+struct Inner<S: DiscoverySource, L> {
     source: S,
+    log: L,
     config: GateConfig,
     attempts: Mutex<Attempts<S>>,
     metrics: Recorder,
@@ -123,10 +133,31 @@ impl<S: DiscoverySource> Attempts<S> {
 }
 
 impl<S: DiscoverySource> FirstTurnGate<S> {
+    /// A gate whose attempts are remembered by this process only.
     pub fn new(source: S, config: GateConfig) -> Self {
+        Self::with_attempt_log(source, MemoryAttemptLog::new(), config)
+    }
+}
+
+/// What the attempt log says about a key this process has no attempt for.
+enum Recorded {
+    /// Nothing to go by: a new attempt with the whole budget.
+    Nothing,
+    /// An attempt elsewhere is still waiting, started this long ago: wait until its
+    /// deadline, not a new budget.
+    Waiting { started_ago: Duration },
+    /// The run's wait already timed out; kept for this much longer.
+    TimedOut { kept_for: Duration },
+}
+
+impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> FirstTurnGate<S, L> {
+    /// A gate recording its attempts in `log`, so processes sharing the log never wait
+    /// twice for one run.
+    pub fn with_attempt_log(source: S, log: L, config: GateConfig) -> Self {
         Self {
             inner: Arc::new(Inner {
                 source,
+                log,
                 config,
                 attempts: Mutex::new(Attempts {
                     next_id: 0,
@@ -139,6 +170,10 @@ impl<S: DiscoverySource> FirstTurnGate<S> {
 
     pub fn config(&self) -> &GateConfig {
         &self.inner.config
+    }
+
+    pub fn attempt_log(&self) -> &L {
+        &self.inner.log
     }
 
     /// Waits, bounded, until `agent`'s current process has finished MCP discovery, and
@@ -268,14 +303,16 @@ impl Drop for CancellationWatch<'_> {
     }
 }
 
-impl<S: DiscoverySource> Inner<S> {
+impl<S: DiscoverySource, L> Inner<S, L> {
     fn lock_attempts(&self) -> MutexGuard<'_, Attempts<S>> {
         // The map stays consistent even if a holder panicked: every update is one step.
         self.attempts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
 
+impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Inner<S, L> {
     async fn bounded<T>(
         &self,
         deadline: Instant,
@@ -284,6 +321,58 @@ impl<S: DiscoverySource> Inner<S> {
         match tokio::time::timeout_at(deadline, read).await {
             Ok(result) => result,
             Err(_) => Err(SourceError::new("reading discovery state timed out")),
+        }
+    }
+
+    /// What the attempt log says about `key`, judged by this gate's budgets. A log that
+    /// cannot be read says nothing: the caller may wait again, but is never failed.
+    async fn recorded(&self, key: &AttemptKey<S>, deadline: Instant) -> Recorded {
+        let (chat, agent, run) = key;
+        let read = self.log.read(chat, agent, run.as_deref());
+        match self.bounded(deadline, read).await {
+            Ok(record) => self.judge(record),
+            Err(error) => {
+                log_source_error(&error, "reading the attempt log");
+                Recorded::Nothing
+            }
+        }
+    }
+
+    fn judge(&self, record: Option<AttemptRecord>) -> Recorded {
+        let config = &self.config;
+        let kept =
+            |timed_out_ago: Duration| match config.timed_out_retention.checked_sub(timed_out_ago) {
+                Some(kept_for) if !kept_for.is_zero() => Recorded::TimedOut { kept_for },
+                _ => Recorded::Nothing,
+            };
+        match record {
+            None
+            | Some(AttemptRecord {
+                end:
+                    Some(RecordedEnd {
+                        result: AttemptResult::Completed,
+                        ..
+                    }),
+                ..
+            }) => Recorded::Nothing,
+            Some(AttemptRecord {
+                end:
+                    Some(RecordedEnd {
+                        result: AttemptResult::TimedOut,
+                        ago,
+                    }),
+                ..
+            }) => kept(ago),
+            // Past its limit, an attempt that never ended (its process died waiting, or
+            // its end is being recorded right now) has spent the run's wait all the same.
+            Some(AttemptRecord {
+                started_ago,
+                wait_limit,
+                end: None,
+            }) => match started_ago.checked_sub(wait_limit) {
+                Some(overdue) => kept(overdue),
+                None => Recorded::Waiting { started_ago },
+            },
         }
     }
 
@@ -352,42 +441,71 @@ impl<S: DiscoverySource> Inner<S> {
         }
 
         let key: AttemptKey<S> = (chat, agent, current_run(&observation));
-        let mut end = {
+        let reuse = |observation: &Observation| {
+            // The read above was the refresh: no second budget for this run.
+            let outcome =
+                Outcome::observed(observation, OutcomeReason::EarlierWaitTimedOut).timed_out();
+            (WaitResult::ReusedTimeout, outcome)
+        };
+        // This process first: join its waiting attempt, or reuse its retained timeout.
+        let local = {
             let now = Instant::now();
             let mut attempts = self.lock_attempts();
             attempts.sweep(now);
             match attempts.entries.get(&key) {
-                Some(Entry::Waiting { end, .. }) => end.clone(),
-                Some(Entry::TimedOut { expires_at }) if *expires_at > now => {
-                    // The read above was the refresh: no second budget for this run.
-                    let outcome =
-                        Outcome::observed(&observation, OutcomeReason::EarlierWaitTimedOut)
-                            .timed_out();
-                    return (WaitResult::ReusedTimeout, outcome);
-                }
-                Some(Entry::TimedOut { .. }) | None => {
-                    let id = attempts.next_id;
-                    attempts.next_id += 1;
-                    let (end_tx, end_rx) = watch::channel(None);
-                    attempts.entries.insert(
-                        key.clone(),
-                        Entry::Waiting {
+                Some(Entry::Waiting { end, .. }) => Some(end.clone()),
+                Some(Entry::TimedOut { .. }) => return reuse(&observation),
+                None => None,
+            }
+        };
+        let (mut end, joined) = match local {
+            Some(end) => (end, joined),
+            None => {
+                // Then the log: another replica, or this process before a restart, may
+                // have waited for this run already.
+                let recorded = self.recorded(&key, read_deadline).await;
+                let now = Instant::now();
+                let mut attempts = self.lock_attempts();
+                attempts.sweep(now);
+                match (attempts.entries.get(&key), recorded) {
+                    // Another caller of this process got here first.
+                    (Some(Entry::Waiting { end, .. }), _) => (end.clone(), joined),
+                    (Some(Entry::TimedOut { .. }), _) => return reuse(&observation),
+                    (None, Recorded::TimedOut { kept_for }) => {
+                        let expires_at = after(now, kept_for);
+                        attempts.entries.insert(key, Entry::TimedOut { expires_at });
+                        return reuse(&observation);
+                    }
+                    (None, recorded) => {
+                        let (started, record_start) = match recorded {
+                            Recorded::Waiting { started_ago } => {
+                                (now.checked_sub(started_ago).unwrap_or(now), false)
+                            }
+                            _ => (started, true),
+                        };
+                        let id = attempts.next_id;
+                        attempts.next_id += 1;
+                        let (end_tx, end_rx) = watch::channel(None);
+                        attempts.entries.insert(
+                            key.clone(),
+                            Entry::Waiting {
+                                id,
+                                end: end_rx.clone(),
+                            },
+                        );
+                        self.metrics.attempt_started();
+                        tracing::debug!(chat = ?key.0, agent = ?key.1, run = ?key.2, adopted = !record_start, "first-turn gate: waiting for discovery");
+                        let attempt = Attempt {
+                            inner: Arc::clone(self),
+                            key,
                             id,
-                            end: end_rx.clone(),
-                        },
-                    );
-                    self.metrics.attempt_started();
-                    tracing::debug!(chat = ?key.0, agent = ?key.1, run = ?key.2, "first-turn gate: waiting for discovery");
-                    let attempt = Attempt {
-                        inner: Arc::clone(self),
-                        key,
-                        id,
-                        started,
-                        end: end_tx,
-                        finished: false,
-                    };
-                    tokio::spawn(attempt.run(subscription, observation));
-                    end_rx
+                            started,
+                            end: end_tx,
+                            finished: false,
+                        };
+                        tokio::spawn(attempt.run(subscription, observation, record_start, joined));
+                        (end_rx, None)
+                    }
                 }
             }
         };
@@ -432,8 +550,8 @@ fn log_source_error(error: &SourceError, doing: &str) {
 }
 
 /// One shared wait, running on its own task.
-struct Attempt<S: DiscoverySource> {
-    inner: Arc<Inner<S>>,
+struct Attempt<S: DiscoverySource, L> {
+    inner: Arc<Inner<S, L>>,
     key: AttemptKey<S>,
     id: u64,
     started: Instant,
@@ -455,12 +573,64 @@ async fn next_change<T: ChangeSubscription>(subscription: &mut Option<T>) -> boo
     }
 }
 
-impl<S: DiscoverySource> Attempt<S> {
+impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Attempt<S, L> {
+    /// Waits, then publishes the end to every joiner and records it in the log.
+    /// `record_start`: this is the run's first attempt anywhere, as far as the log
+    /// knows; `joined` is told once it is recorded (for [`FirstTurnGate::measure_release`]).
     async fn run(
         mut self,
+        subscription: Option<S::Subscription>,
+        observation: Observation,
+        record_start: bool,
+        joined: Option<oneshot::Sender<()>>,
+    ) {
+        if record_start {
+            self.record_start().await;
+        }
+        if let Some(joined) = joined {
+            let _ = joined.send(());
+        }
+        let (observation, end) = self.wait(subscription, observation).await;
+        let records = self.finish(&observation, end);
+        self.record_ends(records).await;
+    }
+
+    async fn record_start(&self) {
+        let inner = &self.inner;
+        let config = &inner.config;
+        let (chat, agent, run) = &self.key;
+        // Bounded by the shortest limit too, so recording never holds up the wait.
+        let deadline = after(Instant::now(), config.read_timeout).min(after(
+            self.started,
+            config.discovery_budget.min(config.snapshot_grace),
+        ));
+        let wait_limit = config.discovery_budget.max(config.snapshot_grace);
+        let forget_after = config.timed_out_retention.saturating_add(wait_limit);
+        let write = inner
+            .log
+            .record_start(chat, agent, run.as_deref(), wait_limit, forget_after);
+        if let Err(error) = inner.bounded(deadline, write).await {
+            log_source_error(&error, "recording the attempt's start");
+        }
+    }
+
+    async fn record_ends(&self, records: Vec<(Option<String>, AttemptResult)>) {
+        let inner = &self.inner;
+        let (chat, agent, _) = &self.key;
+        for (run, result) in records {
+            let deadline = after(Instant::now(), inner.config.read_timeout);
+            let write = inner.log.record_end(chat, agent, run.as_deref(), result);
+            if let Err(error) = inner.bounded(deadline, write).await {
+                log_source_error(&error, "recording the attempt's end");
+            }
+        }
+    }
+
+    async fn wait(
+        &self,
         mut subscription: Option<S::Subscription>,
         mut observation: Observation,
-    ) {
+    ) -> (Observation, AttemptEnd) {
         let config = &self.inner.config;
         let every = config.effective_recheck_interval();
         let mut recheck = tokio::time::interval_at(after(Instant::now(), every), every);
@@ -532,12 +702,18 @@ impl<S: DiscoverySource> Attempt<S> {
                 }
             }
         };
-        self.finish(&observation, AttemptEnd { outcome, timed_out });
+        (observation, AttemptEnd { outcome, timed_out })
     }
 
-    /// Publishes the end to every joiner and updates the attempt map in one step.
-    fn finish(&mut self, observation: &Observation, end: AttemptEnd) {
+    /// Publishes the end to every joiner and updates the attempt map in one step, and
+    /// says what to record in the log: (run, result) pairs.
+    fn finish(
+        &mut self,
+        observation: &Observation,
+        end: AttemptEnd,
+    ) -> Vec<(Option<String>, AttemptResult)> {
         let inner = Arc::clone(&self.inner);
+        let mut records = Vec::with_capacity(2);
         let mut attempts = inner.lock_attempts();
         attempts.sweep(Instant::now());
         attempts.remove_if_current(&self.key, self.id);
@@ -550,23 +726,32 @@ impl<S: DiscoverySource> Attempt<S> {
                 tracing::info!(?chat, ?agent, from = ?run, to = ?observed_run, "first-turn gate: agent restarted during a timed-out wait; re-keying the attempt");
             }
             tracing::info!(?chat, ?agent, run = ?observed_run, reason = ?end.outcome.reason, "first-turn gate: wait timed out; the turn proceeds");
+            // The attempt's own record ends either way; the observed run's only when no
+            // attempt of this process waits for it.
+            records.push((run.clone(), AttemptResult::TimedOut));
             let observed_key = (chat.clone(), agent.clone(), observed_run);
             if !matches!(
                 attempts.entries.get(&observed_key),
                 Some(Entry::Waiting { .. })
             ) {
+                if observed_key.2 != *run {
+                    records.push((observed_key.2.clone(), AttemptResult::TimedOut));
+                }
                 let expires_at = after(Instant::now(), inner.config.timed_out_retention);
                 attempts
                     .entries
                     .insert(observed_key, Entry::TimedOut { expires_at });
             }
+        } else {
+            records.push((self.key.2.clone(), AttemptResult::Completed));
         }
         self.end.send_replace(Some(end));
         self.finished = true;
+        records
     }
 }
 
-impl<S: DiscoverySource> Drop for Attempt<S> {
+impl<S: DiscoverySource, L> Drop for Attempt<S, L> {
     fn drop(&mut self) {
         if !self.finished {
             // Panicked or aborted: free the key so the next caller starts afresh; joiners

@@ -7,6 +7,12 @@
 //! re-keying, the [`Outcome`] that says how the wait went, turn preparation
 //! ([`FirstTurnGate::prepare_turn`]) and the gate's metrics.
 //!
+//! Records every attempt's start and end through [`AttemptLog`]: in this process's
+//! memory by default ([`MemoryAttemptLog`]), in the store for the server
+//! ([`StoreAttemptLog`]), so a run whose first turn timed out on one replica does not
+//! wait again on another, nor on this one after a restart. Concurrent turns of one
+//! process still share one waiting attempt in memory.
+//!
 //! Reads everything through [`DiscoverySource`]. [`store::StoreSource`] fills it from
 //! persistence (committed rows in one read transaction; change notifications after
 //! commit, in-process on SQLite and LISTEN/NOTIFY on PostgreSQL) through the chat
@@ -17,10 +23,12 @@
 //! end in an outcome); poll tightly (waits wake on notifications, with a re-check timer
 //! of at least a second for lost ones); trust an event's content (a wake-up only
 //! triggers a re-read of committed state); wait longer than the budget; spend the
-//! budget twice for one agent process and chat while a timed-out attempt is retained;
-//! write to the store, or show a database error's detail to callers (outcomes carry a
-//! safe message such as "database unavailable"; causes go to the log).
+//! budget twice for one agent process and chat while a timed-out attempt is retained
+//! (in this process or in the attempt log); write to the store anything but its attempt
+//! log, or show a database error's detail to callers (outcomes carry a safe message
+//! such as "database unavailable"; causes go to the log).
 
+mod attempt_log;
 mod config;
 mod gate;
 pub mod memory;
@@ -29,15 +37,16 @@ mod outcome;
 mod source;
 pub mod store;
 
+pub use attempt_log::{AttemptLog, AttemptRecord, AttemptResult, MemoryAttemptLog, RecordedEnd};
 pub use config::{
     DEFAULT_DISCOVERY_BUDGET, DEFAULT_READ_TIMEOUT, DEFAULT_RECHECK_INTERVAL,
     DEFAULT_SNAPSHOT_GRACE, DEFAULT_TIMED_OUT_RETENTION, GateConfig, MIN_RECHECK_INTERVAL,
 };
-pub use gate::{FirstTurnGate, ReleaseSample, TurnContext, TurnMode};
+pub use gate::{DefaultAttemptLog, FirstTurnGate, ReleaseSample, TurnContext, TurnMode};
 pub use metrics::{GateMetrics, WAIT_SECONDS_BUCKETS};
 pub use outcome::{Outcome, OutcomeReason, Phase};
 pub use source::{
     ChangeSubscription, DiscoveryCounts, DiscoverySource, Observation, SnapshotObservation,
     SourceError, TurnInventory,
 };
-pub use store::{StoreGate, StoreSource};
+pub use store::{StoreAttemptLog, StoreGate, StoreSource};

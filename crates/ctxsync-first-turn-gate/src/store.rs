@@ -1,24 +1,131 @@
 //! [`StoreSource`]: the gate's [`DiscoverySource`] over persistence and the chat
-//! projection, and [`StoreGate`], the gate the server runs.
+//! projection; [`StoreAttemptLog`], its attempts in the store; and [`StoreGate`], the
+//! gate the server runs over both.
 //!
 //! Reads go through the projection (one `read_agent_context` read transaction, projected
 //! once), so the gate's counts, the turn's tools and the model note come from the same
 //! view the chat API shows. Wake-ups come from `Store::subscribe_agent`: delivered after
 //! commit, in-process on SQLite and through LISTEN/NOTIFY on PostgreSQL, so a push
-//! committed by another server replica releases this one's waiters.
+//! committed by another server replica releases this one's waiters. Attempts are rows
+//! of persistence's gate attempt log, so any replica knows a run already waited.
+
+use std::time::{Duration, SystemTime};
 
 use ctxsync_chat_projection::store::load_agent_view;
 use ctxsync_chat_projection::{Binding, Counts, EligibleTool, project};
-use ctxsync_persistence::{AgentId, AgentSubscription, ChatId, Store, StoreError};
+use ctxsync_persistence::{
+    AgentId, AgentSubscription, ChatId, GateAttemptRecord, Store, StoreError,
+};
 
+use crate::attempt_log::{AttemptLog, AttemptRecord, AttemptResult, RecordedEnd};
+use crate::config::GateConfig;
 use crate::gate::FirstTurnGate;
 use crate::source::{
     ChangeSubscription, DiscoveryCounts, DiscoverySource, Observation, SnapshotObservation,
     SourceError, TurnInventory,
 };
 
-/// The first-turn gate over the real store.
-pub type StoreGate = FirstTurnGate<StoreSource>;
+/// The first-turn gate over the real store, its attempts recorded there too.
+pub type StoreGate = FirstTurnGate<StoreSource, StoreAttemptLog>;
+
+impl FirstTurnGate<StoreSource, StoreAttemptLog> {
+    /// The gate a server replica runs: reads, wake-ups and the attempt log all from
+    /// `store`.
+    pub fn over_store(store: Store, config: GateConfig) -> Self {
+        Self::with_attempt_log(
+            StoreSource::new(store.clone()),
+            StoreAttemptLog::new(store),
+            config,
+        )
+    }
+}
+
+/// The gate's attempts as rows of the store (`gate_attempts`), shared by every replica
+/// on the database and kept across restarts. Ages are measured on this replica's clock
+/// against the writer's, so clock skew between replicas shifts a budget or a retention
+/// by the skew, never more.
+#[derive(Clone, Debug)]
+pub struct StoreAttemptLog {
+    store: Store,
+}
+
+impl StoreAttemptLog {
+    pub fn new(store: Store) -> Self {
+        Self { store }
+    }
+}
+
+/// A legacy agent's attempts are stored under the empty run id.
+fn stored_run(run: Option<&str>) -> &str {
+    run.unwrap_or("")
+}
+
+/// How long before `now` the stored time `then` was; zero for a writer's clock ahead.
+fn age(now: SystemTime, then: impl Into<SystemTime>) -> Duration {
+    now.duration_since(then.into()).unwrap_or_default()
+}
+
+fn record(stored: GateAttemptRecord) -> AttemptRecord {
+    let now = SystemTime::now();
+    AttemptRecord {
+        started_ago: age(now, stored.started_at),
+        wait_limit: stored.wait_limit,
+        end: stored.ended_at.map(|ended_at| RecordedEnd {
+            ago: age(now, ended_at),
+            result: if stored.timed_out {
+                AttemptResult::TimedOut
+            } else {
+                AttemptResult::Completed
+            },
+        }),
+    }
+}
+
+impl AttemptLog<ChatId, AgentId> for StoreAttemptLog {
+    async fn read(
+        &self,
+        chat: &ChatId,
+        agent: &AgentId,
+        run: Option<&str>,
+    ) -> Result<Option<AttemptRecord>, SourceError> {
+        let stored = self
+            .store
+            .read_gate_attempt(*chat, *agent, stored_run(run))
+            .await
+            .map_err(unavailable)?;
+        Ok(stored.map(record))
+    }
+
+    async fn record_start(
+        &self,
+        chat: &ChatId,
+        agent: &AgentId,
+        run: Option<&str>,
+        wait_limit: Duration,
+        forget_after: Duration,
+    ) -> Result<(), SourceError> {
+        self.store
+            .start_gate_attempt(*chat, *agent, stored_run(run), wait_limit, forget_after)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn record_end(
+        &self,
+        chat: &ChatId,
+        agent: &AgentId,
+        run: Option<&str>,
+        result: AttemptResult,
+    ) -> Result<(), SourceError> {
+        let timed_out = result == AttemptResult::TimedOut;
+        self.store
+            .end_gate_attempt(*chat, *agent, stored_run(run), timed_out)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}
 
 /// Committed discovery state from a [`Store`], read through the chat projection.
 #[derive(Clone, Debug)]

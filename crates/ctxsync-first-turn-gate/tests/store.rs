@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use ctxsync_chat_projection::store::load_agent_view;
-use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate, StoreSource, TurnMode};
+use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate, TurnMode};
 use ctxsync_persistence::test_support::{TestDatabase, TestStore, test_options};
 use ctxsync_persistence::{AgentId, ChatId, Store, StoreOptions};
 use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending, Unspecified};
@@ -39,6 +39,8 @@ on_both_backends!(
     pending_then_complete_is_released_by_the_push,
     complete_returns_at_once_with_the_projections_inventory,
     outcomes_agree_with_the_projection,
+    a_timeout_on_one_replica_is_not_waited_again_on_another,
+    a_restarted_replica_does_not_wait_again,
 );
 
 /// Long enough never to end a test that works; a release must come far sooner.
@@ -59,7 +61,7 @@ fn config(budget: Duration, grace: Duration) -> GateConfig {
 }
 
 fn gate(store: &Store, config: GateConfig) -> StoreGate {
-    StoreGate::new(StoreSource::new(store.clone()), config)
+    StoreGate::over_store(store.clone(), config)
 }
 
 async fn new_agent(store: &Store) -> AgentId {
@@ -357,4 +359,130 @@ async fn a_dropped_database_fails_open() {
         turn.inventory_error.as_deref(),
         Some("database unavailable")
     );
+}
+
+/// Short enough to time out quickly; far longer than a reused timeout's one read.
+const SHORT_BUDGET: Duration = Duration::from_millis(300);
+
+/// A chat bound to an agent whose run `run-1` is pending.
+async fn pending_chat(store: &Store) -> (ChatId, AgentId) {
+    let agent = new_agent(store).await;
+    start(store, agent, "run-1").await;
+    push(store, agent, snapshot(1, "run-1", Pending, servers())).await;
+    let chat = store
+        .create_chat(Some(agent))
+        .await
+        .expect("create chat")
+        .id;
+    (chat, agent)
+}
+
+/// Times out on `gate`, spending the whole (short) budget.
+async fn time_out(gate: &StoreGate, chat: ChatId, agent: AgentId) {
+    let outcome = gate.wait_for_discovery(chat, agent).await;
+    assert_eq!(
+        outcome.reason,
+        OutcomeReason::BudgetExhausted,
+        "{outcome:?}"
+    );
+    assert!(outcome.waited_ms >= 300, "{outcome:?}");
+}
+
+/// The next turn returns at once: the earlier timeout, refreshed by one read.
+async fn reuses_the_timeout(gate: &StoreGate, chat: ChatId, agent: AgentId) {
+    let started = std::time::Instant::now();
+    let outcome = gate.wait_for_discovery(chat, agent).await;
+    assert_eq!(
+        outcome.reason,
+        OutcomeReason::EarlierWaitTimedOut,
+        "{outcome:?}"
+    );
+    assert!(outcome.wait_timed_out, "{outcome:?}");
+    assert!(started.elapsed() < RELEASE_BOUND, "{:?}", started.elapsed());
+    let turn = gate.prepare_turn(chat, TurnMode::Default).await;
+    assert_eq!(
+        turn.outcome.map(|o| o.reason),
+        Some(OutcomeReason::EarlierWaitTimedOut)
+    );
+    let metrics = gate.metrics();
+    assert_eq!(metrics.attempts_started, 0, "{metrics:?}");
+}
+
+/// Two replicas (own pools, own LISTEN connections on PostgreSQL; two pools on one file
+/// on SQLite): the first turn times out on A; the next turn of the same run on B does
+/// not wait, even with B's long budget; a new run waits again on B.
+async fn a_timeout_on_one_replica_is_not_waited_again_on_another(db: TestStore) {
+    let (a, b) = (db.store(), &db.open_another().await);
+    let (chat, agent) = pending_chat(a).await;
+    let gate_a = gate(a, config(SHORT_BUDGET, SHORT_BUDGET));
+    let gate_b = gate(b, config(BUDGET, BUDGET));
+
+    time_out(&gate_a, chat, agent).await;
+    reuses_the_timeout(&gate_b, chat, agent).await;
+
+    // Through B's store: SQLite notifies in-process only.
+    start(b, agent, "run-2").await;
+    push(b, agent, snapshot(1, "run-2", Pending, servers())).await;
+    let sample = gate_b
+        .measure_release(chat, agent, async {
+            push(b, agent, snapshot(2, "run-2", Complete, servers())).await;
+        })
+        .await
+        .expect("a new run waits again");
+    assert_eq!(sample.outcome.reason, OutcomeReason::DiscoveryComplete);
+    // The end is recorded (just after the release): completed, sparing nobody a wait.
+    let deadline = std::time::Instant::now() + RELEASE_BOUND;
+    loop {
+        let record = a
+            .read_gate_attempt(chat, agent, "run-2")
+            .await
+            .expect("read the attempt log");
+        if record.is_some_and(|r| r.ended_at.is_some()) {
+            assert!(record.is_some_and(|r| !r.timed_out), "{record:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{record:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A replica restart (a new store and gate on the same database) keeps the timeout.
+async fn a_restarted_replica_does_not_wait_again(db: TestStore) {
+    let (chat, agent) = pending_chat(db.store()).await;
+    {
+        let store = db.open_another().await;
+        time_out(
+            &gate(&store, config(SHORT_BUDGET, SHORT_BUDGET)),
+            chat,
+            agent,
+        )
+        .await;
+    }
+    let restarted = db.open_another().await;
+    reuses_the_timeout(&gate(&restarted, config(BUDGET, BUDGET)), chat, agent).await;
+}
+
+/// A wait still running on replica A bounds the same run's wait on B: B ends at A's
+/// deadline instead of starting a budget of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_running_on_another_replica_bounds_this_ones_on_postgres() {
+    let Some(db) = TestStore::postgres().await else {
+        return;
+    };
+    let budget = Duration::from_millis(1500);
+    let (a, b) = (db.store(), &db.open_another().await);
+    let (chat, agent) = pending_chat(a).await;
+    let gate_a = gate(a, config(budget, budget));
+    let gate_b = gate(b, config(budget, budget));
+    let on_a = tokio::spawn({
+        let gate_a = gate_a.clone();
+        async move { gate_a.wait_for_discovery(chat, agent).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let on_b = gate_b.wait_for_discovery(chat, agent).await;
+    assert!(on_b.wait_timed_out, "{on_b:?}");
+    assert!(on_b.waited_ms < 1300, "b waited its own budget: {on_b:?}");
+    assert!(on_a.await.expect("a's wait").wait_timed_out);
+    assert_eq!(gate_b.metrics().attempts_started, 1);
 }

@@ -46,6 +46,7 @@
 pub mod agent_api;
 mod db;
 mod error;
+mod gate_attempts;
 mod ids;
 mod model;
 mod notify;
@@ -68,6 +69,7 @@ pub use db::{
     TCP_KEEPALIVE_RETRIES, migrations,
 };
 pub use error::StoreError;
+pub use gate_attempts::GateAttemptRecord;
 pub use ids::{AgentId, ChatId, TurnId};
 pub use model::{
     AgentContext, AgentPhaseGroup, AgentRecord, ChatContext, ChatRecord, MAX_RETIRED_RUN_IDS,

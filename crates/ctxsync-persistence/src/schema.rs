@@ -140,6 +140,21 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    gate_attempts (chat_id, agent_id, agent_run_id) {
+        chat_id -> UuidSql,
+        agent_id -> UuidSql,
+        agent_run_id -> Text,
+        started_at -> TimestampSql,
+        wait_limit_ms -> BigInt,
+        ended_at -> Nullable<TimestampSql>,
+        timed_out -> Bool,
+    }
+}
+
 diesel::joinable!(workspace_agent_context_snapshots -> workspace_agents (agent_id));
 diesel::joinable!(workspace_agent_context_resources -> workspace_agents (agent_id));
 diesel::joinable!(chat_context_resources -> chats (chat_id));

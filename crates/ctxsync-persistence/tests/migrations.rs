@@ -19,6 +19,7 @@ const TABLES: &[&str] = &[
     "chat_turn_activations",
     "chat_turns",
     "chats",
+    "gate_attempts",
     "page_links",
     "page_sessions",
     "workspace_agent_context_resources",

@@ -11,7 +11,7 @@ use clap::Args;
 use std::sync::Arc;
 
 use ctxsync_first_turn_gate::GateConfig;
-use ctxsync_first_turn_gate::store::{StoreGate, StoreSource};
+use ctxsync_first_turn_gate::store::StoreGate;
 use ctxsync_persistence::{
     AgentApi, ChatId, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, DatabaseConfig, Store,
     StoreOptions,
@@ -337,7 +337,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
     };
     let state = AppState {
         store: store.clone(),
-        gate: StoreGate::new(StoreSource::new(store.clone()), gate_config),
+        gate: StoreGate::over_store(store.clone(), gate_config),
         auth: auth.clone(),
         agent_api: metrics,
         event_streams: Arc::new(EventStreams::new(

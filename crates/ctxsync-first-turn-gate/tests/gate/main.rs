@@ -2,6 +2,7 @@
 //! clock: budgets of seconds pass instantly and every duration is exact.
 
 mod attempts;
+mod shared_log;
 mod turn;
 mod wait;
 
