@@ -96,7 +96,9 @@ pub enum PushOutcome {
     /// The push came from another process than the agent row's current run: nothing
     /// written, nobody notified.
     DroppedStaleRun,
-    /// A replayed or out-of-order version (and not `initial`): nothing written.
+    /// A replayed or out-of-order version: nothing written, nobody notified. An `initial`
+    /// push is dropped only when it is of the stored snapshot's (non-empty) run and below
+    /// its version.
     DroppedStaleVersion { stored_version: u64 },
 }
 

@@ -49,6 +49,7 @@ both_backends!(
     only_the_last_retired_run_ids_are_kept,
     replayed_and_out_of_order_versions_are_dropped,
     initial_bypasses_the_version_gate,
+    a_late_initial_push_of_the_same_run_cannot_go_backwards,
     absent_sources_are_deleted_and_unchanged_rows_kept,
     phase_only_and_run_id_only_changes_are_reported_and_notified,
     a_version_only_push_does_not_notify,
@@ -304,18 +305,113 @@ async fn replayed_and_out_of_order_versions_are_dropped(h: Harness) {
 }
 
 async fn initial_bypasses_the_version_gate(h: Harness) {
-    let (agent, token) = h.agent("reconnecting").await;
+    // A new run starts counting again: its first push is `initial` and replaces a higher
+    // version of the previous run.
+    let (agent, token) = h.agent("restarting").await;
     h.startup(&token, RUN_A).await.unwrap();
     assert!(
         h.push(&token, snapshot(5, Some(RUN_A), Pending, workspace()))
             .await
             .unwrap()
     );
-    let mut reconnect = snapshot(2, Some(RUN_A), Complete, workspace());
+    h.startup(&token, RUN_B).await.unwrap();
+    let mut restarted = snapshot(2, Some(RUN_B), Complete, workspace());
+    restarted.initial = true;
+    assert!(h.push(&token, restarted).await.unwrap());
+    let stored = h.context(agent).await.snapshot.unwrap();
+    assert_eq!(
+        (stored.version, stored.agent_run_id.as_str(), stored.phase),
+        (2, RUN_B, Complete)
+    );
+
+    // A legacy agent (no run id) cannot tell a restart from a reconnect: `initial`
+    // bypasses the gate as before.
+    let (legacy, token) = h.agent("legacy").await;
+    assert!(
+        h.push(&token, snapshot(5, None, Pending, workspace()))
+            .await
+            .unwrap()
+    );
+    let mut reconnect = snapshot(2, None, Complete, workspace());
     reconnect.initial = true;
     assert!(h.push(&token, reconnect).await.unwrap());
-    let stored = h.context(agent).await.snapshot.unwrap();
+    let stored = h.context(legacy).await.snapshot.unwrap();
     assert_eq!((stored.version, stored.phase), (2, Complete));
+}
+
+/// An `initial` push of the stored snapshot's own run that commits late (say, retried
+/// after a serialization conflict while the agent reconnected and pushed a newer
+/// version) must not take the snapshot back, nor the phase from complete to pending.
+async fn a_late_initial_push_of_the_same_run_cannot_go_backwards(h: Harness) {
+    let (agent, token) = h.agent("late-initial").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    let push = |version: u64, phase, content: &str, initial: bool| {
+        let mut resources = workspace();
+        resources[0] = instruction("AGENTS.md", content);
+        let mut s = snapshot(version, Some(RUN_A), phase, resources);
+        s.initial = initial;
+        s
+    };
+    assert!(h.push(&token, push(1, Pending, "v1", true)).await.unwrap());
+    assert!(
+        h.push(&token, push(3, Complete, "v3", false))
+            .await
+            .unwrap()
+    );
+    let newest = h.context(agent).await;
+
+    let outcome = h
+        .store()
+        .push_context_state(agent, push(2, Pending, "v2", true))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        PushOutcome::DroppedStaleVersion { stored_version: 3 }
+    );
+    assert!(
+        !h.push(&token, push(2, Pending, "v2", true)).await.unwrap(),
+        "a late initial push went through the wire"
+    );
+    assert_eq!(
+        h.context(agent).await,
+        newest,
+        "the snapshot went backwards"
+    );
+
+    // The same version again is an idempotent repeat: a reconnect re-sending the newest
+    // snapshot as `initial` is accepted and changes nothing, so nobody is notified.
+    let mut events = h.store().subscribe_agent(agent);
+    let outcome = h
+        .store()
+        .push_context_state(agent, push(3, Complete, "v3", true))
+        .await
+        .unwrap();
+    let PushOutcome::Accepted(changes) = outcome else {
+        panic!("an idempotent repeat was dropped: {outcome:?}")
+    };
+    assert!(!changes.is_change(), "{changes:?}");
+    let stored = h.context(agent).await;
+    assert_eq!(
+        (
+            stored.snapshot.as_ref().map(|s| (s.version, s.phase)),
+            &stored.resources
+        ),
+        (Some((3, Complete)), &newest.resources)
+    );
+    assert!(
+        h.push(&token, push(4, Complete, "v4", false))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        next_event(events.next()).await,
+        ChangeEvent::AgentContextChanged {
+            agent_id: agent,
+            snapshot_version: Some(4),
+        },
+        "the idempotent repeat notified"
+    );
 }
 
 async fn absent_sources_are_deleted_and_unchanged_rows_kept(h: Harness) {

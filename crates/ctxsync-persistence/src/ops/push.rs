@@ -1,0 +1,449 @@
+//! PushContextState (SPEC §5.4): the push checked and fingerprinted before the
+//! transaction, then the run gate, the version gate, the snapshot and its resources, and
+//! the chats a new snapshot pins or makes dirty.
+
+use std::collections::HashMap;
+
+use ctxsync_protocol::{
+    InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody, SkillBody, Snapshot,
+};
+use diesel::prelude::*;
+use diesel::upsert::excluded;
+use sha2::{Digest, Sha256};
+
+use super::agents::{RowLock, lock_agent};
+use super::chats::{PinSource, PinnedCopy, write_pin};
+use super::shared::{ROWS_PER_STATEMENT, agent_event, body_json, check_run_id, notify_in_tx};
+use crate::db::{Tx, on_backend};
+use crate::error::StoreError;
+use crate::ids::{AgentId, ChatId};
+use crate::model::*;
+use crate::schema::*;
+use crate::sql_types::{DbBodyKind, DbPhase, DbStatus, DbTime};
+
+/// A push checked and fingerprinted before the transaction starts, so hashing happens
+/// once, outside any retry and outside the write lock.
+pub(crate) struct PreparedPush {
+    run_id: String,
+    version: i64,
+    snapshot: Snapshot,
+    /// Per resource: the server-computed digest of its stored body, and its size.
+    digests: Vec<Vec<u8>>,
+    sizes: Vec<i64>,
+}
+
+pub(crate) fn prepare_push(snapshot: Snapshot) -> Result<PreparedPush, StoreError> {
+    let run_id = snapshot.agent_run_id.clone().unwrap_or_default();
+    check_run_id(&run_id)?;
+    let version = to_i64("version", snapshot.version)?;
+    let sizes = snapshot
+        .resources
+        .iter()
+        .map(|r| to_i64("size_bytes", r.size_bytes))
+        .collect::<Result<_, _>>()?;
+    let digests = snapshot
+        .resources
+        .iter()
+        .map(|r| body_digest(&r.body))
+        .collect();
+    Ok(PreparedPush {
+        run_id,
+        version,
+        snapshot,
+        digests,
+        sizes,
+    })
+}
+
+/// sha256 of a canonical encoding of the body: a kind tag, then every field as its
+/// length and bytes. Hashing the fields directly (not the JSON form) skips JSON escaping,
+/// which was the largest cost of a push whose bodies did not change. The destructuring
+/// is exhaustive, so a new body field cannot be left out of the digest unnoticed.
+/// Digests are only compared with digests this function stored.
+fn body_digest(body: &ResourceBody) -> Vec<u8> {
+    struct Fields(Sha256);
+    impl Fields {
+        fn field(&mut self, bytes: &[u8]) {
+            self.0.update((bytes.len() as u64).to_le_bytes());
+            self.0.update(bytes);
+        }
+    }
+    let mut h = Fields(Sha256::new());
+    h.0.update(body.kind().as_str().as_bytes());
+    match body {
+        ResourceBody::InstructionFile(InstructionFileBody { content }) => {
+            h.field(content.as_bytes())
+        }
+        ResourceBody::Skill(SkillBody {
+            meta,
+            name,
+            description,
+        }) => {
+            h.field(meta.as_bytes());
+            h.field(name.as_bytes());
+            h.field(description.as_bytes());
+        }
+        ResourceBody::McpConfig => {}
+        ResourceBody::McpServer(McpServerBody {
+            server_name,
+            description,
+            tools,
+        }) => {
+            h.field(server_name.as_bytes());
+            h.field(description.as_bytes());
+            h.0.update((tools.len() as u64).to_le_bytes());
+            for McpTool {
+                name,
+                description,
+                input_schema,
+            } in tools
+            {
+                h.field(name.as_bytes());
+                h.field(description.as_bytes());
+                // Schemas are small; their JSON text is what is stored and compared.
+                h.field(input_schema.to_string().as_bytes());
+            }
+        }
+    }
+    h.0.finalize().to_vec()
+}
+
+/// SPEC §5.4 steps 1–4; the caller commits and then notifies in-process.
+pub(crate) fn push(
+    tx: &mut Tx<'_>,
+    agent_id: AgentId,
+    push: &PreparedPush,
+    now: DbTime,
+    origin: u64,
+) -> Result<PushOutcome, StoreError> {
+    // 1. The run gate: only the agent row's current run may write.
+    let agent = lock_agent(tx, agent_id, RowLock::Share)?;
+    if (!agent.agent_run_id.is_empty() && agent.agent_run_id != push.run_id)
+        || (!push.run_id.is_empty() && agent.retired()?.contains(&push.run_id))
+    {
+        return Ok(PushOutcome::DroppedStaleRun);
+    }
+
+    // 2. The version gate.
+    let previous = {
+        on_backend!(tx, |c| workspace_agent_context_snapshots::table
+            .find(agent_id)
+            .select(SnapshotRow::as_select())
+            .first(c)
+            .optional())?
+    };
+    if let Some(previous) = &previous
+        && is_stale_version(push, previous)
+    {
+        return Ok(PushOutcome::DroppedStaleVersion {
+            stored_version: stored_u64("snapshot version", previous.version)?,
+        });
+    }
+
+    // 3. Snapshot header and resources.
+    let snapshot = &push.snapshot;
+    let mut changes = PushChanges {
+        snapshot_created: previous.is_none(),
+        phase_changed: previous
+            .as_ref()
+            .is_none_or(|p| p.mcp_discovery_phase.0 != snapshot.phase),
+        run_id_changed: previous
+            .as_ref()
+            .is_none_or(|p| p.agent_run_id != push.run_id),
+        aggregate_hash_changed: previous
+            .as_ref()
+            .is_none_or(|p| p.aggregate_hash != snapshot.aggregate_hash),
+        snapshot_error_changed: previous
+            .as_ref()
+            .is_none_or(|p| p.snapshot_error != snapshot.snapshot_error),
+        ..PushChanges::default()
+    };
+    let header = SnapshotRow {
+        agent_id,
+        agent_run_id: push.run_id.clone(),
+        mcp_discovery_phase: DbPhase(snapshot.phase),
+        version: push.version,
+        aggregate_hash: snapshot.aggregate_hash.clone(),
+        snapshot_error: snapshot.snapshot_error.clone(),
+        received_at: now,
+        created_at: now,
+    };
+    let upsert = diesel::insert_into(workspace_agent_context_snapshots::table)
+        .values(&header)
+        .on_conflict(workspace_agent_context_snapshots::agent_id)
+        .do_update()
+        .set((
+            workspace_agent_context_snapshots::agent_run_id.eq(&header.agent_run_id),
+            workspace_agent_context_snapshots::mcp_discovery_phase.eq(header.mcp_discovery_phase),
+            workspace_agent_context_snapshots::version.eq(header.version),
+            workspace_agent_context_snapshots::aggregate_hash.eq(&header.aggregate_hash),
+            workspace_agent_context_snapshots::snapshot_error.eq(&header.snapshot_error),
+            workspace_agent_context_snapshots::received_at.eq(header.received_at),
+        ));
+    on_backend!(tx, |c| upsert.execute(c))?;
+    changes.resources = write_resources(tx, agent_id, push, now)?;
+
+    // 4. Chats: adopt a first pin, then mark or clear dirty against the new hash.
+    adopt_first_pin(tx, agent_id, snapshot, now)?;
+    if changes.aggregate_hash_changed {
+        changes.chats_marked_dirty = mark_chats_dirty(tx, agent_id, &snapshot.aggregate_hash, now)?;
+    }
+
+    if changes.is_change() {
+        notify_in_tx(tx, origin, &agent_event(agent_id, Some(snapshot.version)))?;
+    }
+    Ok(PushOutcome::Accepted(changes))
+}
+
+/// SPEC §5.4 step 2. A push that is not `initial` must be above the stored version (an
+/// equal one is a replay). An `initial` push (the first of a connection) may start the
+/// count again only for a run other than the stored snapshot's: within one non-empty
+/// run versions only grow, so a lower version of the stored run is a push that
+/// committed late (say, retried after a serialization conflict while the agent had
+/// reconnected and pushed a newer one) and is dropped, `initial` or not; the same
+/// version is the same snapshot sent again on a reconnect, an idempotent repeat that is
+/// accepted and changes nothing. Legacy agents (empty run id) cannot tell a reconnect
+/// from a restart, so their `initial` pushes bypass the gate.
+fn is_stale_version(push: &PreparedPush, stored: &SnapshotRow) -> bool {
+    if !push.snapshot.initial {
+        return push.version <= stored.version;
+    }
+    let same_run = !push.run_id.is_empty() && push.run_id == stored.agent_run_id;
+    same_run && push.version < stored.version
+}
+
+/// Upserts changed and new rows, leaves unchanged rows alone, deletes absent sources.
+fn write_resources(
+    tx: &mut Tx<'_>,
+    agent_id: AgentId,
+    push: &PreparedPush,
+    now: DbTime,
+) -> Result<ResourceChanges, StoreError> {
+    let stored: Vec<ResourceFingerprint> = {
+        on_backend!(tx, |c| workspace_agent_context_resources::table
+            .filter(workspace_agent_context_resources::agent_id.eq(agent_id))
+            .select(ResourceFingerprint::as_select())
+            .load(c))?
+    };
+    let mut stored: HashMap<&str, &ResourceFingerprint> =
+        stored.iter().map(|r| (r.source.as_str(), r)).collect();
+    let mut changes = ResourceChanges::default();
+    let mut to_write = Vec::new();
+    let resources = push.snapshot.resources.iter();
+    for ((resource, digest), size) in resources.zip(&push.digests).zip(&push.sizes) {
+        let candidate = ResourceCandidate {
+            resource,
+            body_digest: digest,
+            size_bytes: *size,
+        };
+        match stored.remove(resource.source.as_str()) {
+            None => changes.inserted += 1,
+            Some(old) if candidate.matches(old) => {
+                changes.unchanged += 1;
+                continue;
+            }
+            Some(_) => changes.updated += 1,
+        }
+        to_write.push(candidate.into_row(agent_id, now));
+    }
+    for chunk in to_write.chunks(ROWS_PER_STATEMENT) {
+        use workspace_agent_context_resources::dsl as r;
+        let upsert = diesel::insert_into(r::workspace_agent_context_resources)
+            .values(chunk)
+            .on_conflict((r::agent_id, r::source))
+            .do_update()
+            .set((
+                r::source_path.eq(excluded(r::source_path)),
+                r::body_kind.eq(excluded(r::body_kind)),
+                r::body.eq(excluded(r::body)),
+                r::body_digest.eq(excluded(r::body_digest)),
+                r::content_hash.eq(excluded(r::content_hash)),
+                r::size_bytes.eq(excluded(r::size_bytes)),
+                r::status.eq(excluded(r::status)),
+                r::error.eq(excluded(r::error)),
+                r::updated_at.eq(excluded(r::updated_at)),
+            ));
+        on_backend!(tx, |c| upsert.execute(c))?;
+    }
+    let absent: Vec<&str> = stored.into_keys().collect();
+    changes.deleted = absent.len();
+    for chunk in absent.chunks(ROWS_PER_STATEMENT) {
+        use workspace_agent_context_resources::dsl as r;
+        let delete = diesel::delete(
+            r::workspace_agent_context_resources
+                .filter(r::agent_id.eq(agent_id))
+                .filter(r::source.eq_any(chunk)),
+        );
+        on_backend!(tx, |c| delete.execute(c))?;
+    }
+    Ok(changes)
+}
+
+/// A pushed resource with its server-computed body digest.
+struct ResourceCandidate<'a> {
+    resource: &'a Resource,
+    body_digest: &'a [u8],
+    size_bytes: i64,
+}
+
+impl ResourceCandidate<'_> {
+    /// True when nothing a reader sees differs from the stored row.
+    fn matches(&self, stored: &ResourceFingerprint) -> bool {
+        let r = self.resource;
+        r.source_path == stored.source_path
+            && r.body.kind() == stored.body_kind.0
+            && self.body_digest == stored.body_digest.as_slice()
+            && r.content_hash == stored.content_hash
+            && self.size_bytes == stored.size_bytes
+            && r.status == stored.status.0
+            && r.error == stored.error
+    }
+
+    fn into_row(self, agent_id: AgentId, now: DbTime) -> ResourceRow {
+        let r = self.resource;
+        ResourceRow {
+            agent_id,
+            source: r.source.clone(),
+            source_path: r.source_path.clone(),
+            body_kind: DbBodyKind(r.body.kind()),
+            body: body_json(&r.body),
+            body_digest: self.body_digest.to_vec(),
+            content_hash: r.content_hash.clone(),
+            size_bytes: self.size_bytes,
+            status: DbStatus(r.status),
+            error: r.error.clone(),
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}
+
+/// Chats bound to this agent that have never pinned anything pin this snapshot: the
+/// snapshot a chat "first sees" (SPEC §7).
+fn adopt_first_pin(
+    tx: &mut Tx<'_>,
+    agent_id: AgentId,
+    snapshot: &Snapshot,
+    now: DbTime,
+) -> Result<(), StoreError> {
+    let unpinned: Vec<ChatId> = {
+        let query = chats::table
+            .filter(chats::agent_id.eq(agent_id))
+            .filter(chats::pinned_aggregate_hash.is_null())
+            .select(chats::id);
+        on_backend!(tx, |c| query.load(c))?
+    };
+    if unpinned.is_empty() {
+        return Ok(());
+    }
+    let pinnable: Vec<PinnedCopy> = snapshot
+        .resources
+        .iter()
+        .filter(|r| is_pinned_kind(DbBodyKind(r.body.kind())))
+        .map(PinnedCopy::from_resource)
+        .collect::<Result<_, _>>()?;
+    for chat_id in unpinned {
+        write_pin(
+            tx,
+            chat_id,
+            Some(PinSource {
+                aggregate_hash: &snapshot.aggregate_hash,
+                snapshot_error: snapshot.snapshot_error.as_deref(),
+                resources: &pinnable,
+            }),
+            now,
+        )?;
+    }
+    Ok(())
+}
+
+/// Marks chats pinned to another hash dirty (keeping an earlier `dirty_since`) and
+/// clears chats whose pin equals the new hash again. Returns how many became dirty.
+fn mark_chats_dirty(
+    tx: &mut Tx<'_>,
+    agent_id: AgentId,
+    aggregate_hash: &str,
+    now: DbTime,
+) -> Result<usize, StoreError> {
+    let mark = diesel::update(
+        chats::table
+            .filter(chats::agent_id.eq(agent_id))
+            .filter(chats::pinned_aggregate_hash.ne(aggregate_hash))
+            .filter(chats::dirty_since.is_null()),
+    )
+    .set((chats::dirty_since.eq(Some(now)), chats::updated_at.eq(now)));
+    let marked = on_backend!(tx, |c| mark.execute(c))?;
+    let clear = diesel::update(
+        chats::table
+            .filter(chats::agent_id.eq(agent_id))
+            .filter(chats::pinned_aggregate_hash.eq(aggregate_hash))
+            .filter(chats::dirty_since.is_not_null()),
+    )
+    .set((
+        chats::dirty_since.eq(None::<DbTime>),
+        chats::updated_at.eq(now),
+    ));
+    on_backend!(tx, |c| clear.execute(c))?;
+    Ok(marked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(name: &str, tools: &[(&str, &str, serde_json::Value)]) -> ResourceBody {
+        ResourceBody::McpServer(McpServerBody {
+            server_name: name.into(),
+            description: String::new(),
+            tools: tools
+                .iter()
+                .map(|(name, description, schema)| McpTool {
+                    name: (*name).into(),
+                    description: (*description).into(),
+                    input_schema: schema.clone(),
+                })
+                .collect(),
+        })
+    }
+
+    fn skill(meta: &str, name: &str, description: &str) -> ResourceBody {
+        ResourceBody::Skill(SkillBody {
+            meta: meta.into(),
+            name: name.into(),
+            description: description.into(),
+        })
+    }
+
+    #[test]
+    fn a_change_in_any_body_field_changes_the_digest() {
+        let object = serde_json::json!({"type": "object"});
+        let string = serde_json::json!({"type": "string"});
+        let bodies = [
+            ResourceBody::McpConfig,
+            ResourceBody::InstructionFile(InstructionFileBody::default()),
+            ResourceBody::InstructionFile(InstructionFileBody {
+                content: "a".into(),
+            }),
+            skill("", "", ""),
+            skill("m", "", ""),
+            skill("", "m", ""),
+            skill("", "", "m"),
+            // Field boundaries are part of the digest.
+            skill("ab", "c", ""),
+            skill("a", "bc", ""),
+            server("", &[]),
+            server("fs", &[]),
+            server("fs", &[("read", "", object.clone())]),
+            server("fs", &[("read", "d", object.clone())]),
+            server("fs", &[("read", "", string.clone())]),
+            server("fs", &[("read", "", object.clone()), ("write", "", object)]),
+        ];
+        let digests: Vec<Vec<u8>> = bodies.iter().map(body_digest).collect();
+        for (i, a) in digests.iter().enumerate() {
+            assert_eq!(a, &body_digest(&bodies[i].clone()), "{:?}", bodies[i]);
+            for (j, b) in digests.iter().enumerate().skip(i + 1) {
+                assert_ne!(a, b, "{:?} and {:?}", bodies[i], bodies[j]);
+            }
+        }
+    }
+}
