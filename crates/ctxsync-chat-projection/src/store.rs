@@ -70,6 +70,34 @@ pub async fn load_agent_view(store: &Store, agent: AgentId) -> Result<View, Stor
     Ok(project(&binding))
 }
 
+/// `agent`'s stored rows and their projected view, from one consistent read; `None`
+/// when the agent does not exist. For callers that show the rows beside the view (the
+/// agent-context API): the rows are data, the view says what they mean.
+pub async fn load_agent_context(
+    store: &Store,
+    agent: AgentId,
+) -> Result<Option<(AgentContext, View)>, StoreError> {
+    let Some(context) = store.read_agent_context(agent).await? else {
+        return Ok(None);
+    };
+    let view = project(&Binding::from_read(Some(context.clone())));
+    Ok(Some((context, view)))
+}
+
+/// The view a turn of `chat` runs with: the chat's bound agent and that agent's view
+/// from one consistent read; `None` for an unknown chat. Writes nothing (unlike
+/// [`load_chat`], it never stores a missed pin: a turn needs no pin).
+pub async fn load_turn_view(
+    store: &Store,
+    chat: ChatId,
+) -> Result<Option<(Option<AgentId>, View)>, StoreError> {
+    let Some(chat) = store.get_chat(chat).await? else {
+        return Ok(None);
+    };
+    let binding = read_binding(store, chat.agent_id).await?;
+    Ok(Some((chat.agent_id, project(&binding))))
+}
+
 /// The chat with its pin and its bound agent's live state; `None` for an unknown chat.
 ///
 /// Persistence pins a chat's first snapshot itself (when the chat is created or bound,

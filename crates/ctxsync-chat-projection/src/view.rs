@@ -87,6 +87,9 @@ pub struct Counts {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct View {
     agent: AgentPresence,
+    /// The bound agent row's run id; `None` for a legacy, missing or unbound agent.
+    #[serde(skip)]
+    current_run: Option<String>,
     phase: Phase,
     stale: bool,
     incomplete: bool,
@@ -95,6 +98,9 @@ pub struct View {
     servers: Vec<ServerOutcome>,
     configs: Vec<ConfigOutcome>,
     tools: ToolCatalog,
+    /// Every MCP config file of the snapshot, by path, with or without a diagnostic.
+    #[serde(skip)]
+    config_paths: Vec<String>,
 }
 
 impl View {
@@ -104,6 +110,18 @@ impl View {
 
     pub fn phase(&self) -> Phase {
         self.phase
+    }
+
+    /// The run id of the agent process running now, as its row says (`None` for a
+    /// legacy, missing or unbound agent). Keys per-run state above the projection.
+    pub fn current_run(&self) -> Option<&str> {
+        self.current_run.as_deref()
+    }
+
+    /// The agent has published a snapshot of the process running now: its phase is
+    /// that process's word, not an absence (no snapshot) or an old process's (stale).
+    pub fn reports_current_run(&self) -> bool {
+        self.agent == AgentPresence::Reported && !self.stale
     }
 
     /// The stored snapshot is not from the agent process running now (or the agent is
@@ -136,6 +154,12 @@ impl View {
         &self.configs
     }
 
+    /// Every MCP config file of the snapshot, by path (sorted), including those
+    /// without a diagnostic.
+    pub fn config_paths(&self) -> &[String] {
+        &self.config_paths
+    }
+
     /// The tools a turn may use; empty when stale.
     pub fn tools(&self) -> &ToolCatalog {
         &self.tools
@@ -145,6 +169,10 @@ impl View {
 /// Projects what the store read into the view (SPEC §7). Never fails: missing or odd data
 /// is projected as unknown, stale or failed, never as an error.
 pub fn project(binding: &Binding) -> View {
+    let current_run = match binding {
+        Binding::Agent(agent) if !agent.agent_run_id.is_empty() => Some(agent.agent_run_id.clone()),
+        _ => None,
+    };
     let (agent, phase, stale, snapshot) = match binding {
         Binding::NoAgent => (AgentPresence::Unbound, Phase::Unknown, false, None),
         Binding::MissingAgent => (AgentPresence::Missing, Phase::Unknown, true, None),
@@ -165,10 +193,22 @@ pub fn project(binding: &Binding) -> View {
         |s| outcomes(s, !stale),
     );
     let counts = count(&servers, &configs);
+    let mut config_paths: Vec<String> = snapshot
+        .map(|s| {
+            s.resources
+                .iter()
+                .filter(|r| matches!(r.body, ResourceBody::McpConfig))
+                .map(config_path)
+                .collect()
+        })
+        .unwrap_or_default();
+    config_paths.sort();
+    config_paths.dedup();
     let incomplete =
         phase == Phase::Pending || stale || counts.servers_failed > 0 || counts.config_errors > 0;
     View {
         agent,
+        current_run,
         phase,
         stale,
         incomplete,
@@ -177,7 +217,17 @@ pub fn project(binding: &Binding) -> View {
         servers,
         configs,
         tools: ToolCatalog::build(tools),
+        config_paths,
     }
+}
+
+/// A config row's path: its `source_path`, else its `source`.
+fn config_path(resource: &Resource) -> String {
+    resource
+        .source_path
+        .clone()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| resource.source.clone())
 }
 
 /// Presence, phase and freshness of a bound agent from the facts that decide them:
@@ -231,11 +281,7 @@ fn outcomes(
                     continue;
                 }
                 configs.push(ConfigOutcome {
-                    path: resource
-                        .source_path
-                        .clone()
-                        .filter(|p| !p.is_empty())
-                        .unwrap_or_else(|| resource.source.clone()),
+                    path: config_path(resource),
                     ok,
                     diagnostic: text.unwrap_or_else(|| no_diagnostic(resource.status)),
                 });

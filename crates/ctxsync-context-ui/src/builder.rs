@@ -5,14 +5,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use ctxsync_chat_projection::{Binding, ChatContext, Phase};
-use ctxsync_protocol::{Resource, ResourceBody, ResourceStatus};
+use ctxsync_chat_projection::{ChatContext, Phase};
+use ctxsync_protocol::{Resource, ResourceStatus};
 
 use crate::model::*;
 
-/// Builds the panel of `chat_id` from its context. `live` is the binding the context was
-/// projected from; it lists every MCP config file, including those without a diagnostic.
-pub fn build_panel(chat_id: &str, context: &ChatContext, live: &Binding) -> Panel {
+/// Builds the panel of `chat_id` from its context: the pin for files and skills, the
+/// projection's view for everything MCP (phase and staleness included, taken as the
+/// view states them).
+pub fn build_panel(chat_id: &str, context: &ChatContext) -> Panel {
     let view = context.mcp();
     let state = if view.is_stale() {
         DiscoveryState::Stale
@@ -59,10 +60,11 @@ pub fn build_panel(chat_id: &str, context: &ChatContext, live: &Binding) -> Pane
         .collect();
 
     // Every config file of the live snapshot, with the projection's diagnostic where it has one.
-    let mut configs: Vec<ConfigItem> = live_config_paths(live)
-        .into_iter()
+    let mut configs: Vec<ConfigItem> = view
+        .config_paths()
+        .iter()
         .map(|path| ConfigItem {
-            path,
+            path: path.clone(),
             ok: true,
             diagnostic: None,
         })
@@ -148,6 +150,10 @@ pub fn build_panel(chat_id: &str, context: &ChatContext, live: &Binding) -> Pane
     let mut panel = Panel {
         chat_id: chat_id.into(),
         tone: Tone::Ok,
+        mcp_discovery: DiscoveryWords {
+            phase: view.phase(),
+            stale: view.is_stale(),
+        },
         discovery: Banner::new(state),
         dirty,
         snapshot_error: view.snapshot_error().map(str::to_owned),
@@ -204,19 +210,4 @@ fn row_issue(issues: &mut Vec<IssueItem>, kind: IssueKind, resource: &Resource) 
         severity,
         text,
     });
-}
-
-fn live_config_paths(live: &Binding) -> Vec<String> {
-    let Binding::Agent(agent) = live else {
-        return Vec::new();
-    };
-    let Some(snapshot) = &agent.snapshot else {
-        return Vec::new();
-    };
-    snapshot
-        .resources
-        .iter()
-        .filter(|r| matches!(r.body, ResourceBody::McpConfig))
-        .map(|r| r.source_path.clone().unwrap_or_else(|| r.source.clone()))
-        .collect()
 }

@@ -1,6 +1,7 @@
 //! The panel's view model: plain serializable data, already decided. Renderers only lay it
 //! out; every judgement (tone, banner, what counts as an issue) is made here.
 
+use ctxsync_chat_projection::Phase;
 use serde::Serialize;
 
 /// Everything the context panel shows for one chat.
@@ -9,6 +10,8 @@ pub struct Panel {
     pub chat_id: String,
     /// The overall tone: the worst of the issues, the banner and the snapshot error.
     pub tone: Tone,
+    /// The projection's phase and freshness, in the words every surface uses.
+    pub mcp_discovery: DiscoveryWords,
     pub discovery: Banner,
     /// Set when the agent's context changed after the chat pinned it.
     pub dirty: Option<DirtyNotice>,
@@ -37,7 +40,15 @@ impl Tone {
     }
 }
 
-/// Where discovery stands, as the person should read it.
+/// The chat projection's phase and `stale` verdict, as it decided them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DiscoveryWords {
+    pub phase: Phase,
+    pub stale: bool,
+}
+
+/// Where discovery stands, as the person should read it: the banner's choice among the
+/// projection's phase and `stale` verdict (never decided here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DiscoveryState {

@@ -94,7 +94,7 @@ fn binding(row_run: &str, snapshot: Option<(&str, DiscoveryPhase, Vec<Resource>)
 }
 
 fn panel(live: &Binding) -> Panel {
-    build_panel("c1", &ChatContext::new(None, live), live)
+    build_panel("c1", &ChatContext::new(None, live))
 }
 
 #[test]
@@ -213,7 +213,7 @@ fn stale_withholds_tools_but_keeps_diagnostics() {
 fn a_changed_workspace_offers_a_refresh() {
     let live = binding("r1", Some(("r1", DiscoveryPhase::Complete, resources())));
     let old_pin = PinnedContext::from_stored("older".into(), false, vec![]);
-    let panel = build_panel("c1", &ChatContext::new(Some(old_pin), &live), &live);
+    let panel = build_panel("c1", &ChatContext::new(Some(old_pin), &live));
     let dirty = panel.dirty.clone().expect("dirty");
     assert_eq!(dirty.refresh.method, "PUT");
     assert_eq!(dirty.refresh.href, "/api/chats/c1/context");

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use ctxsync_chat_projection::Phase;
 use ctxsync_context_ui::*;
 
 fn golden(name: &str, actual: &str) {
@@ -27,6 +28,17 @@ fn base(state: DiscoveryState) -> Panel {
     let mut panel = Panel {
         chat_id: "chat-1".into(),
         tone: Tone::Ok,
+        // What the projection would have said for a view shown with this banner.
+        mcp_discovery: DiscoveryWords {
+            phase: match state {
+                DiscoveryState::Pending => Phase::Pending,
+                DiscoveryState::Complete
+                | DiscoveryState::CompleteNoServers
+                | DiscoveryState::Stale => Phase::Complete,
+                DiscoveryState::Unknown => Phase::Unknown,
+            },
+            stale: state == DiscoveryState::Stale,
+        },
         discovery: Banner::new(state),
         dirty: None,
         snapshot_error: None,

@@ -15,7 +15,8 @@ use crate::attempt_log::{AttemptLog, AttemptRecord, AttemptResult, MemoryAttempt
 use crate::config::GateConfig;
 use crate::metrics::{GateMetrics, Recorder, WaitResult};
 use crate::outcome::{Outcome, OutcomeReason, Verdict, current_run, verdict};
-use crate::source::{ChangeSubscription, DiscoverySource, Observation, SourceError};
+use crate::source::{ChangeSubscription, DiscoverySource, SourceError};
+use ctxsync_chat_projection::View;
 
 /// What kind of turn is being prepared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -34,7 +35,9 @@ pub struct TurnContext<T> {
     pub tools: Vec<T>,
     /// The model note when discovery is incomplete.
     pub note: Option<String>,
-    /// The wait's outcome; `None` for a plan-mode turn.
+    /// The wait's outcome; `None` for a plan-mode turn. Its phase, freshness and counts
+    /// are those of the view `tools` and `note` came from (one read), unless that read
+    /// failed.
     pub outcome: Option<Outcome>,
     /// Why `tools` and `note` are empty when the inventory could not be read; the turn
     /// proceeds without workspace tools.
@@ -187,7 +190,8 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> FirstTurnGate<S, 
     }
 
     /// Prepares a turn of `chat`: in [`TurnMode::Default`] waits for discovery of the
-    /// chat's bound agent first, then reads the turn's tools and note.
+    /// chat's bound agent first, then reads the view the turn runs with once: its tools,
+    /// its note and the outcome's phase, freshness and counts all come from that read.
     pub async fn prepare_turn(&self, chat: S::ChatId, mode: TurnMode) -> TurnContext<S::Tool> {
         let outcome = match mode {
             TurnMode::Plan => None,
@@ -201,8 +205,8 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> FirstTurnGate<S, 
         {
             Ok(inventory) => TurnContext {
                 tools: inventory.tools,
-                note: inventory.note,
-                outcome,
+                note: inventory.view.model_note(),
+                outcome: outcome.map(|outcome| outcome.restated(&inventory.view)),
                 inventory_error: None,
             },
             Err(error) => {
@@ -441,7 +445,7 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Inner<S, L> {
         }
 
         let key: AttemptKey<S> = (chat, agent, current_run(&observation));
-        let reuse = |observation: &Observation| {
+        let reuse = |observation: &View| {
             // The read above was the refresh: no second budget for this run.
             let outcome =
                 Outcome::observed(observation, OutcomeReason::EarlierWaitTimedOut).timed_out();
@@ -580,7 +584,7 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Attempt<S, L> {
     async fn run(
         mut self,
         subscription: Option<S::Subscription>,
-        observation: Observation,
+        observation: View,
         record_start: bool,
         joined: Option<oneshot::Sender<()>>,
     ) {
@@ -629,8 +633,8 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Attempt<S, L> {
     async fn wait(
         &self,
         mut subscription: Option<S::Subscription>,
-        mut observation: Observation,
-    ) -> (Observation, AttemptEnd) {
+        mut observation: View,
+    ) -> (View, AttemptEnd) {
         let config = &self.inner.config;
         let every = config.effective_recheck_interval();
         let mut recheck = tokio::time::interval_at(after(Instant::now(), every), every);
@@ -709,7 +713,7 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Attempt<S, L> {
     /// says what to record in the log: (run, result) pairs.
     fn finish(
         &mut self,
-        observation: &Observation,
+        observation: &View,
         end: AttemptEnd,
     ) -> Vec<(Option<String>, AttemptResult)> {
         let inner = Arc::clone(&self.inner);

@@ -13,6 +13,9 @@
 //! wait again on another, nor on this one after a restart. Concurrent turns of one
 //! process still share one waiting attempt in memory.
 //!
+//! Decides nothing about phase or staleness: every read arrives as the chat
+//! projection's `View`, and the [`Outcome`] repeats its phase, `stale` and counts.
+//!
 //! Reads everything through [`DiscoverySource`]. [`store::StoreSource`] fills it from
 //! persistence (committed rows in one read transaction; change notifications after
 //! commit, in-process on SQLite and LISTEN/NOTIFY on PostgreSQL) through the chat
@@ -44,9 +47,6 @@ pub use config::{
 };
 pub use gate::{DefaultAttemptLog, FirstTurnGate, ReleaseSample, TurnContext, TurnMode};
 pub use metrics::{GateMetrics, WAIT_SECONDS_BUCKETS};
-pub use outcome::{Outcome, OutcomeReason, Phase};
-pub use source::{
-    ChangeSubscription, DiscoveryCounts, DiscoverySource, Observation, SnapshotObservation,
-    SourceError, TurnInventory,
-};
+pub use outcome::{Outcome, OutcomeReason};
+pub use source::{ChangeSubscription, DiscoverySource, SourceError, TurnInventory};
 pub use store::{StoreAttemptLog, StoreGate, StoreSource};

@@ -1,34 +1,29 @@
 //! An in-memory [`DiscoverySource`] for tests, demos and benchmarks: committed state in
-//! a map, notifications on a broadcast channel, and switches for lost notifications,
-//! failing reads and slow reads. It counts every read.
+//! a map (the projection's own inputs, projected on every read), notifications on a
+//! broadcast channel, and switches for lost notifications, failing reads and slow
+//! reads. It counts every read.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use ctxsync_chat_projection::{AgentState, Binding, View, project};
 use tokio::sync::broadcast;
 
-use crate::source::{
-    ChangeSubscription, DiscoverySource, Observation, SnapshotObservation, SourceError,
-    TurnInventory,
-};
+use crate::source::{ChangeSubscription, DiscoverySource, SourceError, TurnInventory};
 
 /// Chat ids and agent ids of the in-memory source.
 pub type MemoryId = u64;
 
-/// One agent's committed rows.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AgentRecord {
-    pub run_id: Option<String>,
-    pub snapshot: Option<SnapshotObservation>,
-}
+/// One agent's committed rows, as the projection takes them.
+pub type AgentRecord = AgentState;
 
 #[derive(Debug, Default)]
 struct State {
     agents: HashMap<MemoryId, AgentRecord>,
     bindings: HashMap<MemoryId, MemoryId>,
-    inventories: HashMap<MemoryId, TurnInventory<String>>,
+    tools: HashMap<MemoryId, Vec<String>>,
     failure: Option<String>,
     subscriptions_fail: bool,
     read_delay: Duration,
@@ -95,8 +90,10 @@ impl MemorySource {
         self.state().bindings.insert(chat, agent);
     }
 
-    pub fn set_inventory(&self, chat: MemoryId, inventory: TurnInventory<String>) {
-        self.state().inventories.insert(chat, inventory);
+    /// The tools a turn of `chat` is handed (the view of its bound agent comes from the
+    /// agent's rows).
+    pub fn set_tools(&self, chat: MemoryId, tools: Vec<String>) {
+        self.state().tools.insert(chat, tools);
     }
 
     /// Makes every read fail with `message` (`None` heals the source).
@@ -120,6 +117,16 @@ impl MemorySource {
 
     pub fn inventory_reads(&self) -> u64 {
         self.shared.inventory_reads.load(Ordering::Relaxed)
+    }
+
+    fn binding(&self, agent: Option<MemoryId>) -> Binding {
+        let Some(agent) = agent else {
+            return Binding::NoAgent;
+        };
+        match self.state().agents.get(&agent) {
+            None => Binding::MissingAgent,
+            Some(record) => Binding::Agent(record.clone()),
+        }
     }
 
     /// Waits out the configured delay, then returns the failure, if any.
@@ -174,16 +181,10 @@ impl DiscoverySource for MemorySource {
         &self,
         _chat: &MemoryId,
         agent: &MemoryId,
-    ) -> Result<Observation, SourceError> {
+    ) -> Result<View, SourceError> {
         self.shared.discovery_reads.fetch_add(1, Ordering::Relaxed);
         self.before_read().await?;
-        Ok(match self.state().agents.get(agent) {
-            None => Observation::AgentMissing,
-            Some(record) => Observation::Agent {
-                run_id: record.run_id.clone(),
-                snapshot: record.snapshot.clone(),
-            },
-        })
+        Ok(project(&self.binding(Some(*agent))))
     }
 
     async fn bound_agent(&self, chat: &MemoryId) -> Result<Option<MemoryId>, SourceError> {
@@ -194,14 +195,13 @@ impl DiscoverySource for MemorySource {
     async fn turn_inventory(&self, chat: &MemoryId) -> Result<TurnInventory<String>, SourceError> {
         self.shared.inventory_reads.fetch_add(1, Ordering::Relaxed);
         self.before_read().await?;
-        Ok(self
-            .state()
-            .inventories
-            .get(chat)
-            .cloned()
-            .unwrap_or(TurnInventory {
-                tools: Vec::new(),
-                note: None,
-            }))
+        let agent = self.state().bindings.get(chat).copied();
+        let view = project(&self.binding(agent));
+        // A stale view offers no tools, whatever was set.
+        let tools = match view.is_stale() {
+            true => Vec::new(),
+            false => self.state().tools.get(chat).cloned().unwrap_or_default(),
+        };
+        Ok(TurnInventory { view, tools })
     }
 }

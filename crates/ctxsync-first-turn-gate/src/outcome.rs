@@ -1,23 +1,11 @@
-//! What a wait reports, and the pure rules (SPEC §7, §8) that turn one observation into a
-//! phase, a freshness verdict and a decision to return or to wait.
+//! What a wait reports, and the one rule the gate owns (SPEC §8): whether a view of the
+//! agent lets the turn go now or waits. Phase, freshness and counts are the chat
+//! projection's, taken from its [`View`] as they are.
 
 use std::time::Duration;
 
-use ctxsync_protocol::DiscoveryPhase;
+use ctxsync_chat_projection::{AgentPresence, Counts, Phase, View};
 use serde::Serialize;
-
-use crate::source::{DiscoveryCounts, Observation};
-
-/// Discovery phase as chats see it (SPEC §7).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// No completeness guarantee: a legacy agent, no snapshot from a legacy agent, an
-    /// agent that no longer exists, or no bound agent.
-    Unknown,
-    Pending,
-    Complete,
-}
 
 /// Why the gate returned. Never an error for the turn: every reason lets it proceed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -25,7 +13,7 @@ pub enum Phase {
 pub enum OutcomeReason {
     /// The current run's discovery is complete (at once, or after waiting).
     DiscoveryComplete,
-    /// The current run's snapshot gives no completeness guarantee (`unspecified`).
+    /// The current run's snapshot gives no completeness guarantee (phase `unknown`).
     NoCompletenessGuarantee,
     AgentMissing,
     /// The chat is bound to no agent (only from `prepare_turn`).
@@ -46,14 +34,15 @@ pub enum OutcomeReason {
 /// The result of [`FirstTurnGate::wait_for_discovery`](crate::FirstTurnGate::wait_for_discovery).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Outcome {
+    /// The projection's phase of the view this outcome describes.
     pub phase: Phase,
-    /// The stored snapshot comes from another agent process than the one running now.
+    /// The projection's freshness verdict of that view.
     pub stale: bool,
     /// Discovery was not complete when the wait ended (now or in a retained earlier wait).
     pub wait_timed_out: bool,
-    /// From the latest successful read of the committed rows.
+    /// The projection's counts of that view.
     #[serde(flatten)]
-    pub counts: DiscoveryCounts,
+    pub counts: Counts,
     pub reason: OutcomeReason,
     /// The source's message when the latest read failed.
     pub error: Option<String>,
@@ -62,14 +51,13 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Describes `observation` with no wait having happened.
-    pub(crate) fn observed(observation: &Observation, reason: OutcomeReason) -> Self {
-        let (phase, stale, counts) = describe(observation);
+    /// Describes `view` with no wait having happened.
+    pub(crate) fn observed(view: &View, reason: OutcomeReason) -> Self {
         Self {
-            phase,
-            stale,
+            phase: view.phase(),
+            stale: view.is_stale(),
             wait_timed_out: false,
-            counts,
+            counts: view.counts(),
             reason,
             error: None,
             waited_ms: 0,
@@ -82,11 +70,20 @@ impl Outcome {
             phase: Phase::Unknown,
             stale: false,
             wait_timed_out: false,
-            counts: DiscoveryCounts::default(),
+            counts: Counts::default(),
             reason,
             error,
             waited_ms: 0,
         }
+    }
+
+    /// The same wait, described by `view` (read after it ended): a turn's outcome, tools
+    /// and note then come from one read.
+    pub(crate) fn restated(mut self, view: &View) -> Self {
+        self.phase = view.phase();
+        self.stale = view.is_stale();
+        self.counts = view.counts();
+        self
     }
 
     pub(crate) fn timed_out(mut self) -> Self {
@@ -100,7 +97,7 @@ impl Outcome {
     }
 }
 
-/// What one observation means for a waiter.
+/// What one view means for a waiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
     /// Nothing more to wait for.
@@ -112,111 +109,60 @@ pub(crate) enum Verdict {
     AwaitCurrentSnapshot,
 }
 
-/// An empty run id means "none" in storage; both spellings are the same here.
-fn normalized(run_id: Option<&String>) -> Option<&str> {
-    run_id.map(String::as_str).filter(|id| !id.is_empty())
-}
-
 /// The agent row's run id, which keys attempts (`None` for a missing or legacy agent).
-pub(crate) fn current_run(observation: &Observation) -> Option<String> {
-    match observation {
-        Observation::AgentMissing => None,
-        Observation::Agent { run_id, .. } => normalized(run_id.as_ref()).map(str::to_owned),
-    }
+pub(crate) fn current_run(view: &View) -> Option<String> {
+    view.current_run().map(str::to_owned)
 }
 
-/// Phase, freshness and counts by the projection's rules (SPEC §7).
-pub(crate) fn describe(observation: &Observation) -> (Phase, bool, DiscoveryCounts) {
-    match observation {
-        Observation::AgentMissing => (Phase::Unknown, true, DiscoveryCounts::default()),
-        Observation::Agent {
-            run_id,
-            snapshot: None,
-        } => {
-            let phase = match normalized(run_id.as_ref()) {
-                Some(_) => Phase::Pending,
-                None => Phase::Unknown,
-            };
-            (phase, false, DiscoveryCounts::default())
-        }
-        Observation::Agent {
-            run_id,
-            snapshot: Some(snapshot),
-        } => {
-            let phase = match snapshot.phase {
-                DiscoveryPhase::Unspecified => Phase::Unknown,
-                DiscoveryPhase::Pending => Phase::Pending,
-                DiscoveryPhase::Complete => Phase::Complete,
-            };
-            let stale = normalized(run_id.as_ref()) != normalized(snapshot.run_id.as_ref());
-            (phase, stale, snapshot.counts)
-        }
-    }
-}
-
-/// Whether to return or wait, and for how long (SPEC §8).
-pub(crate) fn verdict(observation: &Observation) -> Verdict {
-    let Observation::Agent { run_id, snapshot } = observation else {
+/// Whether to return or wait, and for how long (SPEC §8), from the projection's view.
+pub(crate) fn verdict(view: &View) -> Verdict {
+    if matches!(
+        view.agent(),
+        AgentPresence::Missing | AgentPresence::Unbound
+    ) {
         return Verdict::Ready(OutcomeReason::AgentMissing);
-    };
-    match snapshot {
-        Some(snapshot) if normalized(run_id.as_ref()) == normalized(snapshot.run_id.as_ref()) => {
-            match snapshot.phase {
-                DiscoveryPhase::Complete => Verdict::Ready(OutcomeReason::DiscoveryComplete),
-                DiscoveryPhase::Unspecified => {
-                    Verdict::Ready(OutcomeReason::NoCompletenessGuarantee)
-                }
-                DiscoveryPhase::Pending => Verdict::AwaitCompletion,
-            }
-        }
-        _ => Verdict::AwaitCurrentSnapshot,
+    }
+    if !view.reports_current_run() {
+        return Verdict::AwaitCurrentSnapshot;
+    }
+    match view.phase() {
+        Phase::Complete => Verdict::Ready(OutcomeReason::DiscoveryComplete),
+        Phase::Unknown => Verdict::Ready(OutcomeReason::NoCompletenessGuarantee),
+        Phase::Pending => Verdict::AwaitCompletion,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::SnapshotObservation;
+    use ctxsync_chat_projection::{AgentState, Binding, SnapshotState, project};
+    use ctxsync_protocol::DiscoveryPhase;
 
-    const COUNTS: DiscoveryCounts = DiscoveryCounts {
-        servers_ok: 2,
-        servers_empty: 1,
-        servers_failed: 1,
-        config_errors: 1,
-    };
-
-    fn agent(run: &str, snapshot: Option<(&str, DiscoveryPhase)>) -> Observation {
-        let id = |s: &str| (!s.is_empty()).then(|| s.to_owned());
-        Observation::Agent {
-            run_id: id(run),
-            snapshot: snapshot.map(|(run, phase)| SnapshotObservation {
-                run_id: id(run),
+    fn agent(run: &str, snapshot: Option<(&str, DiscoveryPhase)>) -> View {
+        project(&Binding::Agent(AgentState {
+            agent_run_id: run.to_owned(),
+            snapshot: snapshot.map(|(run, phase)| SnapshotState {
+                agent_run_id: run.to_owned(),
                 phase,
-                counts: COUNTS,
+                ..SnapshotState::default()
             }),
-        }
+        }))
     }
 
-    fn check(observation: Observation, expect: (Phase, bool, Verdict)) {
-        let (phase, stale, counts) = describe(&observation);
+    /// The gate's verdict beside the projection's phase and freshness, which it reports
+    /// unchanged.
+    fn check(view: View, expect: (Phase, bool, Verdict)) {
+        let outcome = Outcome::observed(&view, OutcomeReason::DiscoveryComplete);
         assert_eq!(
-            (phase, stale, verdict(&observation)),
+            (outcome.phase, outcome.stale),
+            (view.phase(), view.is_stale())
+        );
+        assert_eq!(outcome.counts, view.counts());
+        assert_eq!(
+            (view.phase(), view.is_stale(), verdict(&view)),
             expect,
-            "{observation:?}"
+            "{view:?}"
         );
-        let has_snapshot = matches!(
-            observation,
-            Observation::Agent {
-                snapshot: Some(_),
-                ..
-            }
-        );
-        let expected_counts = if has_snapshot {
-            COUNTS
-        } else {
-            DiscoveryCounts::default()
-        };
-        assert_eq!(counts, expected_counts, "{observation:?}");
     }
 
     use DiscoveryPhase::{Complete, Pending, Unspecified};
@@ -288,24 +234,18 @@ mod tests {
     #[test]
     fn a_missing_agent_is_unknown_and_stale() {
         check(
-            Observation::AgentMissing,
+            project(&Binding::MissingAgent),
             (Phase::Unknown, true, Ready(OutcomeReason::AgentMissing)),
         );
     }
 
     #[test]
     fn empty_run_ids_mean_none() {
-        let observation = Observation::Agent {
-            run_id: Some(String::new()),
-            snapshot: Some(SnapshotObservation {
-                run_id: None,
-                phase: Complete,
-                counts: COUNTS,
-            }),
-        };
-        assert_eq!(current_run(&observation), None);
+        let view = agent("", Some(("", Complete)));
+        assert_eq!(current_run(&view), None);
+        assert_eq!(current_run(&agent("a", None)).as_deref(), Some("a"));
         check(
-            observation,
+            view,
             (
                 Phase::Complete,
                 false,
@@ -329,10 +269,10 @@ mod tests {
                 "phase": "pending",
                 "stale": true,
                 "wait_timed_out": true,
-                "servers_ok": 2,
-                "servers_empty": 1,
-                "servers_failed": 1,
-                "config_errors": 1,
+                "servers_ok": 0,
+                "servers_empty": 0,
+                "servers_failed": 0,
+                "config_errors": 0,
                 "reason": "no_current_snapshot",
                 "error": null,
                 "waited_ms": 3000,

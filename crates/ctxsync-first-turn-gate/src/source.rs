@@ -1,61 +1,26 @@
 //! The seam between the gate and the layers below it: what the gate reads (committed
 //! discovery state, a chat's bound agent, a turn's tools and note) and how it is woken.
 //!
-//! An adapter over persistence and the chat projection implements [`DiscoverySource`];
-//! the gate never sees a database, a notification payload or a projection type.
+//! An adapter over persistence implements [`DiscoverySource`]; what it reads reaches the
+//! gate as the chat projection's [`View`], so the gate never decides phase or
+//! staleness itself, and never sees a database or a notification payload.
 
 use std::error::Error;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
 
-use ctxsync_protocol::DiscoveryPhase;
-use serde::Serialize;
+use ctxsync_chat_projection::View;
 use tokio::sync::broadcast;
 
-/// Committed discovery state of one agent, as read in one read transaction.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Observation {
-    /// The agent no longer exists (or never did).
-    AgentMissing,
-    /// The agent row and, when one was committed, its context snapshot.
-    Agent {
-        /// The agent row's run id: the process running now. `None` (or empty) for a
-        /// legacy agent, or one that has not connected yet.
-        run_id: Option<String>,
-        snapshot: Option<SnapshotObservation>,
-    },
-}
-
-/// The parts of an agent's stored snapshot the gate decides on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SnapshotObservation {
-    /// The run id stamped on the snapshot. `None` (or empty) for a legacy snapshot.
-    pub run_id: Option<String>,
-    pub phase: DiscoveryPhase,
-    /// Counted from the snapshot's committed resource rows by the chat projection.
-    pub counts: DiscoveryCounts,
-}
-
-/// Per-source outcome counts of a snapshot (SPEC §7).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct DiscoveryCounts {
-    /// `OK` servers with at least one tool.
-    pub servers_ok: u32,
-    /// `OK` servers with zero tools (not a failure).
-    pub servers_empty: u32,
-    pub servers_failed: u32,
-    /// `.mcp.json` files with a structural or semantic error.
-    pub config_errors: u32,
-}
-
-/// What a turn may use, as the chat projection says now.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What a turn may use: the view of the chat's bound agent from one read, and the tools
+/// of that same view as the source hands them to a turn.
+#[derive(Clone, Debug, PartialEq)]
 pub struct TurnInventory<T> {
-    /// Eligible tools (none when the snapshot is stale).
+    /// The projection's view (unbound: unknown and fresh, with nothing to offer).
+    pub view: View,
+    /// The view's eligible tools (none when stale).
     pub tools: Vec<T>,
-    /// The `Workspace MCP: …` line for the model when discovery is incomplete.
-    pub note: Option<String>,
 }
 
 /// A read the gate could not complete. The gate fails open on it: the turn goes on and
@@ -146,14 +111,14 @@ pub trait DiscoverySource: Send + Sync + 'static {
         agent: &Self::AgentId,
     ) -> impl Future<Output = Result<Self::Subscription, SourceError>> + Send;
 
-    /// Re-reads the agent row, its snapshot and the snapshot's outcome counts from one
-    /// read transaction, so one process's row is never paired with another's snapshot.
-    /// `chat` is passed along for adapters that read through the chat's projection.
+    /// The projection's view of the agent from one read transaction (agent row,
+    /// snapshot and resources), so one process's row is never paired with another's
+    /// snapshot. `chat` is passed along for adapters that read through the chat.
     fn read_discovery(
         &self,
         chat: &Self::ChatId,
         agent: &Self::AgentId,
-    ) -> impl Future<Output = Result<Observation, SourceError>> + Send;
+    ) -> impl Future<Output = Result<View, SourceError>> + Send;
 
     /// The agent the chat is bound to, if any.
     fn bound_agent(
@@ -161,7 +126,8 @@ pub trait DiscoverySource: Send + Sync + 'static {
         chat: &Self::ChatId,
     ) -> impl Future<Output = Result<Option<Self::AgentId>, SourceError>> + Send;
 
-    /// The chat's eligible tools and model note, from the projection's current view.
+    /// The view of the chat's bound agent and its eligible tools, from one read: the
+    /// turn's outcome, tools and note all come from it.
     fn turn_inventory(
         &self,
         chat: &Self::ChatId,

@@ -11,8 +11,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use ctxsync_chat_projection::store::load_agent_view;
-use ctxsync_chat_projection::{Binding, Counts, EligibleTool, project};
+use ctxsync_chat_projection::store::{load_agent_view, load_turn_view};
+use ctxsync_chat_projection::{Binding, EligibleTool, View, project};
 use ctxsync_persistence::{
     AgentId, AgentSubscription, ChatId, GateAttemptRecord, Store, StoreError,
 };
@@ -20,10 +20,7 @@ use ctxsync_persistence::{
 use crate::attempt_log::{AttemptLog, AttemptRecord, AttemptResult, RecordedEnd};
 use crate::config::GateConfig;
 use crate::gate::FirstTurnGate;
-use crate::source::{
-    ChangeSubscription, DiscoveryCounts, DiscoverySource, Observation, SnapshotObservation,
-    SourceError, TurnInventory,
-};
+use crate::source::{ChangeSubscription, DiscoverySource, SourceError, TurnInventory};
 
 /// The first-turn gate over the real store, its attempts recorded there too.
 pub type StoreGate = FirstTurnGate<StoreSource, StoreAttemptLog>;
@@ -168,32 +165,6 @@ fn unavailable(error: StoreError) -> SourceError {
     SourceError::with_cause(message, error)
 }
 
-fn counts(counts: Counts) -> DiscoveryCounts {
-    let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-    DiscoveryCounts {
-        servers_ok: narrow(counts.servers_ok),
-        servers_empty: narrow(counts.servers_empty),
-        servers_failed: narrow(counts.servers_failed),
-        config_errors: narrow(counts.config_errors),
-    }
-}
-
-/// The gate's observation of one consistent read: run ids as stored, counts from the
-/// projection of that same read.
-fn observe(binding: &Binding) -> Observation {
-    match binding {
-        Binding::NoAgent | Binding::MissingAgent => Observation::AgentMissing,
-        Binding::Agent(agent) => Observation::Agent {
-            run_id: Some(agent.agent_run_id.clone()),
-            snapshot: agent.snapshot.as_ref().map(|snapshot| SnapshotObservation {
-                run_id: Some(snapshot.agent_run_id.clone()),
-                phase: snapshot.phase,
-                counts: counts(project(binding).counts()),
-            }),
-        },
-    }
-}
-
 impl DiscoverySource for StoreSource {
     type ChatId = ChatId;
     type AgentId = AgentId;
@@ -206,17 +177,10 @@ impl DiscoverySource for StoreSource {
         })
     }
 
-    async fn read_discovery(
-        &self,
-        _chat: &ChatId,
-        agent: &AgentId,
-    ) -> Result<Observation, SourceError> {
-        let context = self
-            .store
-            .read_agent_context(*agent)
+    async fn read_discovery(&self, _chat: &ChatId, agent: &AgentId) -> Result<View, SourceError> {
+        load_agent_view(&self.store, *agent)
             .await
-            .map_err(unavailable)?;
-        Ok(observe(&Binding::from_read(context)))
+            .map_err(unavailable)
     }
 
     /// An unknown chat is bound to nothing.
@@ -225,25 +189,22 @@ impl DiscoverySource for StoreSource {
         Ok(chat.and_then(|chat| chat.agent_id))
     }
 
-    /// The bound agent's live view: its eligible tools (none when stale) and the model
-    /// note when discovery is incomplete. An unbound or unknown chat has neither.
+    /// The bound agent's view from one read, with its eligible tools (none when stale).
+    /// An unbound or unknown chat has the unbound view: unknown, nothing to offer.
     async fn turn_inventory(
         &self,
         chat: &ChatId,
     ) -> Result<TurnInventory<EligibleTool>, SourceError> {
-        let agent = self.bound_agent(chat).await?;
-        let Some(agent) = agent else {
-            return Ok(TurnInventory {
-                tools: Vec::new(),
-                note: None,
-            });
-        };
-        let view = load_agent_view(&self.store, agent)
+        let view = match load_turn_view(&self.store, *chat)
             .await
-            .map_err(unavailable)?;
+            .map_err(unavailable)?
+        {
+            Some((_, view)) => view,
+            None => project(&Binding::NoAgent),
+        };
         Ok(TurnInventory {
             tools: view.tools().iter().cloned().collect(),
-            note: view.model_note(),
+            view,
         })
     }
 }

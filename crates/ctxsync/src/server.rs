@@ -77,6 +77,10 @@ pub struct ServerArgs {
     /// How often a waiting turn re-reads state in case a notification was lost.
     #[arg(long, default_value = "1000", value_name = "MS", hide = true)]
     pub gate_recheck_ms: u64,
+    /// How often an open context event stream re-reads its chat in case a notification
+    /// was lost.
+    #[arg(long, default_value_t = millis(crate::http::bounds::DEFAULT_EVENT_RECHECK), value_name = "MS", hide = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub event_recheck_ms: u64,
     /// How long a request waits for a database connection (and PostgreSQL for a new
     /// connection to open) before it is answered "database unavailable".
     #[arg(
@@ -119,6 +123,8 @@ pub struct ServerConfig {
     pub discovery_budget: Duration,
     pub snapshot_grace: Duration,
     pub gate_recheck: Duration,
+    /// How often an open context event stream re-reads its chat without a notification.
+    pub event_recheck: Duration,
     /// Pool size and database timeouts.
     pub store: StoreOptions,
     /// What one caller can cost: connections, streams, time; and the shutdown grace.
@@ -156,6 +162,7 @@ impl ServerConfig {
             discovery_budget: GateConfig::default().discovery_budget,
             snapshot_grace: GateConfig::default().snapshot_grace,
             gate_recheck: GateConfig::default().recheck_interval,
+            event_recheck: crate::http::bounds::DEFAULT_EVENT_RECHECK,
             store: StoreOptions::default(),
             limits: Limits::default(),
         }
@@ -180,6 +187,7 @@ impl ServerConfig {
             discovery_budget: Duration::from_millis(args.discovery_budget_ms),
             snapshot_grace: Duration::from_millis(args.snapshot_grace_ms),
             gate_recheck: Duration::from_millis(args.gate_recheck_ms),
+            event_recheck: Duration::from_millis(args.event_recheck_ms),
             store: StoreOptions {
                 connection_timeout: Duration::from_millis(args.db_connection_timeout_ms),
                 operation_timeout: Duration::from_millis(args.db_operation_timeout_ms),
@@ -345,6 +353,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
             limits.max_event_streams_per_chat,
         )),
         health: Arc::default(),
+        event_recheck: config.event_recheck,
         stopping: shutdown_rx.clone(),
     };
     let http_listener = tokio::net::TcpListener::bind(config.http_addr)

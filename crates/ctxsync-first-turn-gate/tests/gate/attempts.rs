@@ -1,8 +1,9 @@
 //! The shared attempt per (chat, agent, run id): joiners, cancellation, retention of a
 //! timed-out attempt, its refresh, re-keying after a restart, and what re-arms a wait.
 
+use ctxsync_chat_projection::Phase;
+use ctxsync_first_turn_gate::OutcomeReason;
 use ctxsync_first_turn_gate::memory::MemorySource;
-use ctxsync_first_turn_gate::{OutcomeReason, Phase};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
 use tokio::time::Instant;
 

@@ -8,12 +8,14 @@ mod wait;
 
 use std::time::Duration;
 
+use ctxsync_chat_projection::{Counts, SnapshotState, View};
 use ctxsync_first_turn_gate::memory::{MemoryId, MemorySource};
 use ctxsync_first_turn_gate::{
-    DiscoveryCounts, DiscoverySource, FirstTurnGate, GateConfig, Observation, Outcome,
-    SnapshotObservation, SourceError, TurnInventory,
+    DiscoverySource, FirstTurnGate, GateConfig, Outcome, SourceError, TurnInventory,
 };
-use ctxsync_protocol::DiscoveryPhase;
+use ctxsync_protocol::{
+    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus,
+};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -28,7 +30,8 @@ const RECHECK: Duration = Duration::from_secs(1);
 const RETENTION: Duration = Duration::from_secs(600);
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
-const COUNTS: DiscoveryCounts = DiscoveryCounts {
+/// What the rows of [`snapshot`] count as.
+const COUNTS: Counts = Counts {
     servers_ok: 3,
     servers_empty: 1,
     servers_failed: 1,
@@ -54,14 +57,54 @@ fn gate(source: &MemorySource) -> FirstTurnGate<MemorySource> {
 
 /// The agent (re)started as process `run` (`None`: a legacy or never-connected agent).
 fn start(source: &MemorySource, agent: MemoryId, run: Option<&str>) {
-    source.commit(agent, |record| record.run_id = run.map(str::to_owned));
+    source.commit(agent, |record| {
+        record.agent_run_id = run.unwrap_or_default().to_owned();
+    });
 }
 
-fn snapshot(run: Option<&str>, phase: DiscoveryPhase) -> SnapshotObservation {
-    SnapshotObservation {
-        run_id: run.map(str::to_owned),
+fn row(source: &str, status: ResourceStatus, body: ResourceBody) -> Resource {
+    Resource {
+        source: source.to_owned(),
+        source_path: None,
+        content_hash: String::new(),
+        size_bytes: 0,
+        error: (status != ResourceStatus::Ok).then(|| format!("{source} failed")),
+        status,
+        body,
+    }
+}
+
+fn server(name: &str, status: ResourceStatus, tools: usize) -> Resource {
+    let body = McpServerBody {
+        server_name: name.to_owned(),
+        description: String::new(),
+        tools: (0..tools)
+            .map(|i| McpTool {
+                name: format!("tool{i}"),
+                description: String::new(),
+                input_schema: serde_json::json!({ "type": "object" }),
+            })
+            .collect(),
+    };
+    row(name, status, ResourceBody::McpServer(body))
+}
+
+/// A snapshot stamped with `run` whose rows count as [`COUNTS`].
+fn snapshot(run: Option<&str>, phase: DiscoveryPhase) -> SnapshotState {
+    use ResourceStatus::{Invalid, Ok, Unreadable};
+    SnapshotState {
+        agent_run_id: run.unwrap_or_default().to_owned(),
         phase,
-        counts: COUNTS,
+        resources: vec![
+            server("a", Ok, 1),
+            server("b", Ok, 2),
+            server("c", Ok, 1),
+            server("empty", Ok, 0),
+            server("broken", Unreadable, 0),
+            row(".mcp.json", Invalid, ResourceBody::McpConfig),
+            row("sub/.mcp.json", Invalid, ResourceBody::McpConfig),
+        ],
+        ..SnapshotState::default()
     }
 }
 
@@ -129,11 +172,7 @@ impl DiscoverySource for HookedSource {
         self.inner.subscribe(agent).await
     }
 
-    async fn read_discovery(
-        &self,
-        chat: &MemoryId,
-        agent: &MemoryId,
-    ) -> Result<Observation, SourceError> {
+    async fn read_discovery(&self, chat: &MemoryId, agent: &MemoryId) -> Result<View, SourceError> {
         let observation = self.inner.read_discovery(chat, agent).await;
         let read = 1 + self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         (self.after_read)(&self.inner, read);

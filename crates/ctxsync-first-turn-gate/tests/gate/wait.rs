@@ -1,8 +1,9 @@
 //! One caller's wait: when it returns at once, what releases it, when it times out, and
 //! how it fails open.
 
+use ctxsync_chat_projection::{Counts, Phase};
+use ctxsync_first_turn_gate::OutcomeReason;
 use ctxsync_first_turn_gate::memory::MemorySource;
-use ctxsync_first_turn_gate::{DiscoveryCounts, OutcomeReason, Phase};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending, Unspecified};
 use tokio::time::Instant;
 
@@ -273,7 +274,7 @@ async fn no_snapshot_times_out_after_the_grace() {
     for outcome in [never_connected, connected] {
         assert!(outcome.wait_timed_out && !outcome.stale);
         assert_eq!(outcome.reason, OutcomeReason::NoCurrentSnapshot);
-        assert_eq!(outcome.counts, DiscoveryCounts::default());
+        assert_eq!(outcome.counts, Counts::default());
         assert_eq!(outcome.waited_ms, 3000);
     }
 }

@@ -10,6 +10,14 @@ use ctxsync_persistence::{AgentId, ChatId, Store};
 
 use super::ApiError;
 
+/// How often an open context event stream re-reads its chat without a notification, so
+/// a lost one (another process's write on SQLite, a dropped LISTEN connection) leaves a
+/// page stale for this long at most.
+pub const DEFAULT_EVENT_RECHECK: Duration = Duration::from_secs(5);
+/// The event streams' re-check never runs more often than this, whatever is configured:
+/// each tick is one read per open stream.
+pub const MIN_EVENT_RECHECK: Duration = Duration::from_millis(100);
+
 /// Counts open context event streams.
 #[derive(Debug)]
 pub struct EventStreams {

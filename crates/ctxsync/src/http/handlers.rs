@@ -11,7 +11,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
-use ctxsync_chat_projection::store::{LoadedChat, load_chat};
+use ctxsync_chat_projection::store::{LoadedChat, load_agent_context, load_chat};
 use ctxsync_chat_projection::{ActiveTools, FindToolsRequest};
 use ctxsync_context_ui::{build_panel, render_fragment, render_json, render_text};
 use ctxsync_first_turn_gate::TurnMode;
@@ -52,7 +52,12 @@ async fn loaded_chat(state: &AppState, raw_id: &str) -> ApiResult<(ChatId, Loade
 }
 
 fn panel_of(chat: ChatId, loaded: &LoadedChat) -> ctxsync_context_ui::Panel {
-    build_panel(&chat.to_string(), &loaded.context, &loaded.binding)
+    build_panel(&chat.to_string(), &loaded.context)
+}
+
+/// The projection's phase and freshness, in the words every surface uses.
+fn discovery_words(view: &ctxsync_chat_projection::View) -> Value {
+    json!({ "phase": view.phase().as_str(), "stale": view.is_stale() })
 }
 
 fn chat_json(chat: ChatId, loaded: &LoadedChat) -> Value {
@@ -60,7 +65,7 @@ fn chat_json(chat: ChatId, loaded: &LoadedChat) -> Value {
     json!({
         "id": chat.to_string(),
         "agent_id": loaded.chat.agent_id.map(|a| a.to_string()),
-        "mcp_discovery": { "phase": view.phase().as_str(), "stale": view.is_stale() },
+        "mcp_discovery": discovery_words(view),
         "context": render_json(&panel_of(chat, loaded)),
     })
 }
@@ -119,17 +124,17 @@ pub async fn delete_agent(State(state): State<AppState>, Path(raw): Path<String>
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// The agent's stored rows beside the projection's view of them (one read): phase and
+/// freshness are the view's, as on every other surface.
 pub async fn agent_context(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let agent: AgentId = parse_id(&raw, "agent")?;
-    let context = state
-        .store
-        .read_agent_context(agent)
+    let (context, view) = load_agent_context(&state.store, agent)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("agent {agent} not found")))?;
     let snapshot = context.snapshot.as_ref().map(|s| {
         json!({
             "agent_run_id": s.agent_run_id,
-            "phase": s.phase.as_str(),
+            "phase": view.phase().as_str(),
             "version": s.version,
             "aggregate_hash": s.aggregate_hash,
             "snapshot_error": s.snapshot_error,
@@ -157,15 +162,12 @@ pub async fn agent_context(State(state): State<AppState>, Path(raw): Path<String
             row
         })
         .collect();
-    let stale = context
-        .snapshot
-        .as_ref()
-        .is_some_and(|s| s.agent_run_id != context.agent.agent_run_id);
     Ok(Json(json!({
         "agent_id": agent.to_string(),
         "name": context.agent.name,
         "agent_run_id": context.agent.agent_run_id,
-        "stale": stale,
+        "mcp_discovery": discovery_words(&view),
+        "stale": view.is_stale(),
         "snapshot": snapshot,
         "resources": resources,
     }))
@@ -430,7 +432,8 @@ pub async fn refresh_context(State(state): State<AppState>, Path(raw): Path<Stri
 
 /// Server-sent `panel` events: the current panel at once, then a new one whenever the
 /// chat's view changes (a push through any replica reaches it via the store's
-/// notifications). Unchanged panels are not re-sent.
+/// notifications, and a slow re-check covers a lost one). Unchanged panels are not
+/// re-sent.
 pub async fn context_events(
     State(state): State<AppState>,
     Path(raw): Path<String>,
@@ -441,15 +444,32 @@ pub async fn context_events(
     // Read after subscribing, so a change between the two is never missed.
     let (_, loaded) = loaded_chat(&state, &raw).await?;
     let first = panel_of(chat, &loaded);
+    let every = state.event_recheck.max(super::bounds::MIN_EVENT_RECHECK);
+    let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stopping = state.stopping.clone();
     let stream = futures::stream::unfold(
-        (state, subscription, chat, Some(first), String::new()),
-        |(state, mut subscription, chat, mut pending, mut last)| async move {
+        (
+            state,
+            subscription,
+            recheck,
+            chat,
+            Some(first),
+            String::new(),
+        ),
+        |(state, mut subscription, mut recheck, chat, mut pending, mut last)| async move {
             loop {
                 let panel = match pending.take() {
                     Some(panel) => panel,
                     None => {
-                        subscription.next().await?;
+                        // A notification, or the re-check in case one was lost: either
+                        // way only a re-read, whose unchanged panel is not re-sent.
+                        tokio::select! {
+                            event = subscription.next() => {
+                                event?;
+                            }
+                            _ = recheck.tick() => {}
+                        }
                         match load_chat(&state.store, chat).await {
                             Ok(Some(loaded)) => panel_of(chat, &loaded),
                             Ok(None) => return None,
@@ -467,7 +487,7 @@ pub async fn context_events(
                 last.clone_from(&html);
                 let data = json!({ "html": html, "panel": render_json(&panel) });
                 let event = Event::default().event("panel").data(data.to_string());
-                return Some((Ok(event), (state, subscription, chat, None, last)));
+                return Some((Ok(event), (state, subscription, recheck, chat, None, last)));
             }
         },
     );

@@ -37,6 +37,9 @@ pub struct AppState {
     pub event_streams: Arc<bounds::EventStreams>,
     /// `/healthz`'s cached database check.
     pub health: Arc<bounds::HealthCheck>,
+    /// How often an open event stream re-reads its chat in case a notification was lost
+    /// (raised to [`bounds::MIN_EVENT_RECHECK`]).
+    pub event_recheck: std::time::Duration,
     /// Turns true when the server stops: event streams end so the drain can finish.
     pub stopping: tokio::sync::watch::Receiver<bool>,
 }

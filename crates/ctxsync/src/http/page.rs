@@ -134,7 +134,6 @@ pub async fn page(
         Ok(Some(loaded)) => Html(render_page(&build_panel(
             &chat.to_string(),
             &loaded.context,
-            &loaded.binding,
         )))
         .into_response(),
         Ok(None) => message(StatusCode::NOT_FOUND, "No such chat."),

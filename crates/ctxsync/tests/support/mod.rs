@@ -36,6 +36,19 @@ impl Harness {
     }
 
     pub async fn start_with(backend: Backend, budget: Duration, grace: Duration) -> Option<Self> {
+        Self::start_configured(backend, |config| {
+            config.discovery_budget = budget;
+            config.snapshot_grace = grace;
+        })
+        .await
+    }
+
+    /// A server with the tests' API token and budgets of 5 s and 2 s, then `configure`'s
+    /// changes.
+    pub async fn start_configured(
+        backend: Backend,
+        configure: impl FnOnce(&mut ServerConfig),
+    ) -> Option<Self> {
         let dir = tempfile::tempdir().expect("temp dir");
         let (database, db) = match backend {
             Backend::Sqlite => (DatabaseConfig::sqlite_in(dir.path()), None),
@@ -46,15 +59,15 @@ impl Harness {
                 (db.config(), Some(db))
             }
         };
-        let server = ctxsync::server::start(ServerConfig {
+        let mut config = ServerConfig {
             database,
             api_token: Some("test-api-token-0123456789".into()),
-            discovery_budget: budget,
-            snapshot_grace: grace,
+            discovery_budget: Duration::from_secs(5),
+            snapshot_grace: Duration::from_secs(2),
             ..ServerConfig::ephemeral(dir.path())
-        })
-        .await
-        .expect("server starts");
+        };
+        configure(&mut config);
+        let server = ctxsync::server::start(config).await.expect("server starts");
         Some(Self {
             server,
             http: reqwest::Client::new(),
