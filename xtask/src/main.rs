@@ -21,6 +21,7 @@ commands:
   layers             check that crate dependencies point down the layer order (SPEC §2)
   tidy               check that every hand-written Rust file opens with a `//!` line
   test               install what the tests need, then run every test in the workspace
+  test-tools         only install what the tests need (browser, HAProxy, MCP servers)
   fuzz --seconds N   run the property-test and libFuzzer (cargo fuzz) targets for about
                      N seconds in all, half each
   bench [--quick] [--json FILE]
@@ -48,6 +49,7 @@ fn main() -> Result<()> {
         ["layers"] => check_layers(&root),
         ["tidy"] => tidy(&root),
         ["test"] => test(&root),
+        ["test-tools"] => install_test_tools(&root),
         ["ci"] => ci(&root),
         ["self-contained"] => portable::check(&root, &cargo()),
         ["fuzz", "--seconds", seconds] => {
@@ -247,6 +249,11 @@ const APT_PACKAGES: &[(&str, &str, &str)] = &[
     ("/usr/sbin/haproxy", "CTXSYNC_HAPROXY", "haproxy"),
 ];
 
+/// The npm MCP server the interoperability tests run (a revision before 2026-07-28).
+const EVERYTHING_PACKAGE: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+/// The official Python MCP SDK those tests' Python server runs on (2026-07-28).
+const PYTHON_MCP_PACKAGE: &str = "mcp==2.3.0";
+
 /// Installs test prerequisites a fresh machine lacks; each is skipped when present.
 fn install_test_tools(root: &Path) -> Result<()> {
     let missing: Vec<&str> = APT_PACKAGES
@@ -275,7 +282,8 @@ fn install_test_tools(root: &Path) -> Result<()> {
             );
         }
     }
-    // A real third-party MCP server for the diagnostics crate's interoperability test.
+    // Real third-party MCP servers, at pinned versions, for the diagnostics crate's
+    // interoperability tests.
     let everything = root.join("target/tools/node_modules/.bin/mcp-server-everything");
     if !everything.exists() {
         let prefix = root.join("target/tools");
@@ -289,10 +297,34 @@ fn install_test_tools(root: &Path) -> Result<()> {
                 "--no-fund",
                 "--prefix",
                 prefix,
-                "@modelcontextprotocol/server-everything",
+                EVERYTHING_PACKAGE,
             ],
         )
         .context("installing @modelcontextprotocol/server-everything (needs npm)")?;
+    }
+    let python = root.join("target/tools/py/bin/python");
+    if !python.exists() {
+        let venv = root.join("target/tools/py");
+        let venv = venv.to_str().context("target path is UTF-8")?;
+        run(root, "python3".into(), &["-m", "venv", venv])
+            .context("creating a Python virtual environment (needs python3 with venv)")?;
+        let installed = run(
+            root,
+            python.clone(),
+            &[
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                PYTHON_MCP_PACKAGE,
+            ],
+        );
+        if let Err(error) = installed {
+            // Half a virtual environment would be taken for a whole one next time.
+            let _ = std::fs::remove_dir_all(venv);
+            return Err(error.context("installing the Python MCP SDK (needs pip)"));
+        }
     }
     Ok(())
 }

@@ -8,11 +8,15 @@ use std::{
 };
 
 use rmcp::{
-    ClientHandler, RoleClient, ServiceExt,
-    model::{ClientCapabilities, ClientConfig, Implementation, PaginatedRequestParams},
-    service::{ClientInitializeError, NotificationContext, Peer},
+    ClientHandler, RoleClient,
+    model::{
+        ClientCapabilities, ClientConfig, Implementation, PaginatedRequestParams,
+        ServerNotification, SubscriptionFilter,
+    },
+    service::{ClientInitializeError, ClientServiceExt, NotificationContext, Peer, Subscription},
     transport::{
-        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+        StreamableHttpClientTransport, async_rw::AsyncRwTransport,
+        streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
 use tokio::sync::mpsc;
@@ -20,16 +24,32 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{ServerEntry, TransportConfig},
+    lifecycle::{McpLifecycle, ProbeDeadline},
     line_limit::MAX_MESSAGE_BYTES,
     process::{ProcessGroups, ServerProcess, SpawnSpec},
-    report::ToolInfo,
-    sanitize::{MAX_DIAGNOSTIC_BYTES, SecretSet, redact_tools, sanitize_diagnostic},
+    report::{ConnectTimings, ServerDetails, ToolInfo},
+    sanitize::{
+        MAX_DIAGNOSTIC_BYTES, SecretSet, bound_to, redact_known, redact_tools, sanitize_diagnostic,
+    },
 };
 
 /// Most `tools/list` pages followed before the server is considered broken.
 pub const MAX_TOOL_PAGES: usize = 100;
 /// Most tools kept per server.
 pub const MAX_TOOLS_PER_SERVER: usize = 1000;
+/// Longest raw tool name accepted from a server; a longer one leaves that tool out.
+pub const MAX_TOOL_NAME_BYTES: usize = 128;
+/// Left-out tools named one by one in a server's warning; the rest are counted.
+const NAMED_LEFT_OUT_TOOLS: usize = 8;
+/// Longest server instructions kept.
+pub const MAX_INSTRUCTIONS_BYTES: usize = 8 * 1024;
+/// Longest server name, version or title kept.
+const MAX_SERVER_LABEL_BYTES: usize = 256;
+/// Longest server description kept.
+const MAX_SERVER_DESCRIPTION_BYTES: usize = 1024;
+/// Bound on opening a `subscriptions/listen` stream; without one, tool-list changes are
+/// not heard from a server on the 2026-07-28 revision.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// After a transport closes, how long to wait for the process's exit status.
 const EXIT_STATUS_GRACE: Duration = Duration::from_millis(500);
 /// How long a graceful MCP close may take before the connection is just dropped.
@@ -48,6 +68,7 @@ pub(crate) enum EventKind {
     Connected {
         tools: Vec<ToolInfo>,
         warning: Option<String>,
+        details: ServerDetails,
     },
     /// Spawn, initialize or the first listing failed (sanitized, bounded).
     ConnectFailed { error: String },
@@ -56,6 +77,9 @@ pub(crate) enum EventKind {
         tools: Vec<ToolInfo>,
         warning: Option<String>,
     },
+    /// A re-list after `tools/list_changed` failed on a working connection: the previous
+    /// list stands (sanitized, bounded).
+    RelistFailed { warning: String },
     /// A connected server went away (sanitized, bounded).
     Lost { error: String },
 }
@@ -70,6 +94,8 @@ pub(crate) struct ConnectionTask {
     /// What this server's tools are checked against: its own secrets and the agent's.
     pub tool_secrets: Arc<SecretSet>,
     pub timeout: Duration,
+    pub lifecycle: McpLifecycle,
+    pub probe_timeout: Duration,
     pub events: mpsc::UnboundedSender<ServerEvent>,
     pub cancel: CancellationToken,
     pub groups: Arc<ProcessGroups>,
@@ -165,6 +191,68 @@ impl ConnectionTask {
         let _ = self.events.send(ServerEvent { id: self.id, kind });
     }
 
+    /// Lists the tools again after a change was announced. A failure on a working
+    /// connection keeps the previous list with a warning; a closed transport is left to the
+    /// loop's other arms, which say why it closed.
+    async fn relist(&self, peer: &Peer<RoleClient>) {
+        match tokio::time::timeout(self.timeout, list_tools(peer)).await {
+            Ok(Ok((tools, warning))) => {
+                let tools = redact_tools(tools, &self.tool_secrets);
+                let warning = warning.map(|warning| self.sanitize(&warning));
+                self.send(EventKind::ToolsChanged { tools, warning });
+            }
+            Ok(Err(error)) if error.closed => {}
+            Ok(Err(error)) => self.relist_failed(&format!("failed: {}", error.message)),
+            Err(_) => self.relist_failed(&format!(
+                "no response within {}",
+                human_duration(self.timeout)
+            )),
+        }
+    }
+
+    /// Opens the tool-list change stream, or says once in the log why there is none.
+    async fn listen(&self, peer: &Peer<RoleClient>) -> Option<Subscription> {
+        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        match tokio::time::timeout(LISTEN_TIMEOUT, peer.listen(filter)).await {
+            Ok(Ok(subscription)) => Some(subscription),
+            Ok(Err(error)) => {
+                let error = self.sanitize(&error.to_string());
+                tracing::warn!(server = %self.entry.name, %error, "subscriptions/listen refused; tool-list changes will not be heard");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(server = %self.entry.name, "subscriptions/listen not acknowledged in time; tool-list changes will not be heard");
+                None
+            }
+        }
+    }
+
+    /// The server's self-description with its own secrets redacted, bounded.
+    fn redact_details(&self, details: ServerDetails) -> ServerDetails {
+        let clean = |text: &str, max: usize| bound_to(&redact_known(text, &self.tool_secrets), max);
+        ServerDetails {
+            protocol_version: clean(&details.protocol_version, MAX_SERVER_LABEL_BYTES),
+            name: clean(&details.name, MAX_SERVER_LABEL_BYTES),
+            version: clean(&details.version, MAX_SERVER_LABEL_BYTES),
+            title: details.title.map(|t| clean(&t, MAX_SERVER_LABEL_BYTES)),
+            description: details
+                .description
+                .map(|d| clean(&d, MAX_SERVER_DESCRIPTION_BYTES)),
+            instructions: details
+                .instructions
+                .map(|i| clean(&i, MAX_INSTRUCTIONS_BYTES)),
+            timings: details.timings,
+        }
+    }
+
+    fn relist_failed(&self, why: &str) {
+        let warning = format!(
+            "re-listing tools after tools/list_changed {why}; tools are from the previous list"
+        );
+        let warning = self.sanitize(&warning);
+        self.send(EventKind::RelistFailed { warning });
+    }
+
     fn sanitize(&self, text: &str) -> String {
         let mut secrets = (*self.secrets).clone();
         // The program name is what "command not found" must show, not a secret.
@@ -185,7 +273,7 @@ impl ConnectionTask {
                 result.unwrap_or(Err(ConnectError::Timeout))
             }
         };
-        let (session, tools, warning) = match attempt {
+        let (session, tools, warning, details) = match attempt {
             Ok(connected) => connected,
             Err(error) => {
                 let message = self.failure(error, &mut process).await;
@@ -199,9 +287,27 @@ impl ConnectionTask {
             }
         };
         let tools = redact_tools(tools, &self.tool_secrets);
-        self.send(EventKind::Connected { tools, warning });
+        // Warnings name server-supplied tool names.
+        let warning = warning.map(|warning| self.sanitize(&warning));
+        let details = self.redact_details(details);
+        let modern = !session
+            .peer()
+            .peer_info()
+            .is_none_or(|info| info.protocol_version.has_initialize());
+        self.send(EventKind::Connected {
+            tools,
+            warning,
+            details,
+        });
 
         let peer = session.peer().clone();
+        // On 2026-07-28, tool-list changes come only on a `subscriptions/listen` stream;
+        // earlier revisions send the notification the client handler receives.
+        let mut listening = if modern && announces_tool_changes(&peer) {
+            self.listen(&peer).await
+        } else {
+            None
+        };
         let stop_session = session.cancellation_token();
         let mut closed = std::pin::pin!(session.waiting());
         let mut session_ended = false;
@@ -223,20 +329,18 @@ impl ConnectionTask {
                     };
                     break Some(message);
                 }
+                changed = next_tools_change(&mut listening) => {
+                    if !changed {
+                        // The stream ended or broke: fall back to the notification, if any.
+                        listening = None;
+                        continue;
+                    }
+                    self.relist(&peer).await;
+                }
                 Some(()) = tools_changed_rx.recv() => {
                     // Several notifications in a row need one re-list.
                     while tools_changed_rx.try_recv().is_ok() {}
-                    match tokio::time::timeout(self.timeout, list_tools(&peer)).await {
-                        Ok(Ok((tools, warning))) => {
-                            let tools = redact_tools(tools, &self.tool_secrets);
-                            self.send(EventKind::ToolsChanged { tools, warning });
-                        }
-                        Ok(Err(error)) => break Some(format!("re-listing tools after tools/list_changed failed: {}", error.message)),
-                        Err(_) => break Some(format!(
-                            "re-listing tools after tools/list_changed: no response within {}",
-                            human_duration(self.timeout)
-                        )),
-                    }
+                    self.relist(&peer).await;
                 }
             }
         };
@@ -258,7 +362,10 @@ impl ConnectionTask {
         &self,
         client: Client,
         process: &mut Option<ServerProcess>,
-    ) -> Result<(Session, Vec<ToolInfo>, Option<String>), ConnectError> {
+    ) -> Result<(Session, Vec<ToolInfo>, Option<String>, ServerDetails), ConnectError> {
+        let started = std::time::Instant::now();
+        let mut start_ms = None;
+        let mode = self.lifecycle.mode();
         let session = match &self.entry.transport {
             TransportConfig::Stdio { command, args, env } => {
                 let spec = SpawnSpec {
@@ -276,7 +383,13 @@ impl ConnectionTask {
                         _ => ConnectError::Spawn(format!("cannot start {command}: {error}")),
                     })?;
                 *process = Some(child);
-                client.serve((stdout, stdin)).await.map_err(|error| {
+                start_ms = Some(millis(started.elapsed()));
+                let transport = ProbeDeadline::new(
+                    AsyncRwTransport::new_client(stdout, stdin),
+                    self.probe_timeout,
+                );
+                client.serve_with_lifecycle(transport, mode).await.map_err(|error| {
+                    let error = fallback_error(error);
                     let closed = matches!(
                         error,
                         ClientInitializeError::ConnectionClosed(_)
@@ -305,10 +418,17 @@ impl ConnectionTask {
                     .collect();
                 let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
                     .custom_headers(headers);
-                let transport = StreamableHttpClientTransport::from_config(config);
-                client.serve(transport).await.map_err(classify_http_error)?
+                let transport = ProbeDeadline::new(
+                    StreamableHttpClientTransport::from_config(config),
+                    self.probe_timeout,
+                );
+                client
+                    .serve_with_lifecycle(transport, mode)
+                    .await
+                    .map_err(classify_http_error)?
             }
         };
+        let handshake_done = started.elapsed();
         // No client-side cache: every listing must describe the server as it is now.
         session
             .peer()
@@ -325,7 +445,14 @@ impl ConnectionTask {
         } else {
             (Vec::new(), None)
         };
-        Ok((session, tools, warning))
+        let handshake_ms = millis(handshake_done) - start_ms.unwrap_or(0);
+        let timings = ConnectTimings {
+            start_ms,
+            handshake_ms,
+            tools_ms: millis(started.elapsed() - handshake_done),
+        };
+        let details = describe(session.peer(), timings);
+        Ok((session, tools, warning, details))
     }
 
     /// The sanitized message for a failed attempt (`None` when cancelled).
@@ -377,7 +504,17 @@ impl ConnectionTask {
     }
 }
 
+/// After a refused `server/discover`, the `initialize` fallback's failure is the one that
+/// explains: the probe's "method not found" is what a legacy server is expected to say.
+fn fallback_error(error: ClientInitializeError) -> ClientInitializeError {
+    match error {
+        ClientInitializeError::LegacyFallbackFailed { fallback, .. } => *fallback,
+        other => other,
+    }
+}
+
 fn classify_http_error(error: ClientInitializeError) -> ConnectError {
+    let error = fallback_error(error);
     let text = error.to_string();
     let mut chain = text.clone();
     let mut source = std::error::Error::source(&error);
@@ -465,7 +602,114 @@ fn keep_end(text: &str, budget: usize) -> &str {
     }
 }
 
-/// Lists all tools, following cursors with a guard against servers that page forever.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What the server said about itself in its handshake.
+fn describe(peer: &Peer<RoleClient>, timings: ConnectTimings) -> ServerDetails {
+    let Some(info) = peer.peer_info() else {
+        return ServerDetails {
+            timings,
+            ..ServerDetails::default()
+        };
+    };
+    let implementation = info.server_info.as_ref();
+    ServerDetails {
+        protocol_version: info.protocol_version.to_string(),
+        name: implementation.map(|i| i.name.clone()).unwrap_or_default(),
+        version: implementation
+            .map(|i| i.version.clone())
+            .unwrap_or_default(),
+        title: implementation.and_then(|i| i.title.clone()),
+        description: implementation.and_then(|i| i.description.clone()),
+        instructions: info.instructions.clone(),
+        timings,
+    }
+}
+
+/// Whether the server says its tool list may change.
+fn announces_tool_changes(peer: &Peer<RoleClient>) -> bool {
+    peer.peer_info().is_some_and(|info| {
+        info.capabilities
+            .tools
+            .as_ref()
+            .is_some_and(|tools| tools.list_changed == Some(true))
+    })
+}
+
+/// Waits for a tool-list change on the subscription: `true` for one, `false` when the
+/// stream ended or failed; never resolves without a subscription.
+async fn next_tools_change(subscription: &mut Option<Subscription>) -> bool {
+    let Some(subscription) = subscription.as_mut() else {
+        return std::future::pending().await;
+    };
+    loop {
+        match subscription.next().await {
+            Ok(Some(ServerNotification::ToolListChangedNotification(_))) => return true,
+            Ok(Some(_)) => {} // only tool changes were asked for
+            Ok(None) | Err(_) => return false,
+        }
+    }
+}
+
+/// Why a tool the server offered is left out, if it is: its siblings are kept either way.
+fn tool_problem(tool: &rmcp::model::Tool, earlier: &HashSet<String>) -> Option<&'static str> {
+    let name = tool.name.as_ref();
+    if name.is_empty() {
+        return Some("its name is empty");
+    }
+    if name.len() > MAX_TOOL_NAME_BYTES {
+        return Some("its name is longer than 128 bytes");
+    }
+    if name.chars().any(char::is_control) {
+        return Some("its name contains control characters");
+    }
+    // An object schema: `type` absent (no constraint) or "object", alone or among others.
+    let is_object = match tool.input_schema.get("type") {
+        None => true,
+        Some(serde_json::Value::String(kind)) => kind == "object",
+        Some(serde_json::Value::Array(kinds)) => kinds.iter().any(|kind| kind == "object"),
+        Some(_) => false,
+    };
+    if !is_object {
+        return Some("its input schema is not an object schema");
+    }
+    if earlier.contains(name) {
+        return Some("an earlier tool has the same name (the first is kept)");
+    }
+    None
+}
+
+/// The left-out tools as one warning: the first few named, the rest counted.
+fn left_out_warning(left_out: &[String], total: usize) -> Option<String> {
+    if total == 0 {
+        return None;
+    }
+    let mut warning = format!(
+        "{total} tool{} left out: {}",
+        if total == 1 { "" } else { "s" },
+        left_out.join("; ")
+    );
+    if total > left_out.len() {
+        warning.push_str(&format!("; and {} more", total - left_out.len()));
+    }
+    Some(warning)
+}
+
+/// A server-supplied name as a warning may show it: escaped, at most 64 characters.
+fn shown_name(name: &str) -> String {
+    let escaped: String = name.escape_debug().take(64).collect();
+    if name.escape_debug().count() > 64 {
+        format!("\"{escaped}...\"")
+    } else {
+        format!("\"{escaped}\"")
+    }
+}
+
+/// Lists all tools, following cursors with a guard against servers that page forever. Tools
+/// that cannot be offered (see [`tool_problem`]) are left out with a warning; the rest are
+/// ordered by name.
 async fn list_tools(
     peer: &Peer<RoleClient>,
 ) -> Result<(Vec<ToolInfo>, Option<String>), ListFailure> {
@@ -474,6 +718,9 @@ async fn list_tools(
         closed: false,
     };
     let mut tools = Vec::new();
+    let mut names = HashSet::new();
+    let mut left_out = Vec::new();
+    let mut left_out_total = 0usize;
     let mut offered = 0usize;
     let mut seen = HashSet::new();
     let mut cursor: Option<String> = None;
@@ -488,21 +735,38 @@ async fn list_tools(
             ),
             message: format!("tools/list failed: {error}"),
         })?;
-        offered += page.tools.len();
-        let room = MAX_TOOLS_PER_SERVER.saturating_sub(tools.len());
-        tools.extend(page.tools.into_iter().take(room).map(|tool| ToolInfo {
-            name: tool.name.into_owned(),
-            description: tool.description.map(|d| d.into_owned()).unwrap_or_default(),
-            input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
-        }));
+        for tool in page.tools {
+            if let Some(problem) = tool_problem(&tool, &names) {
+                left_out_total += 1;
+                if left_out.len() < NAMED_LEFT_OUT_TOOLS {
+                    left_out.push(format!("{} ({problem})", shown_name(&tool.name)));
+                }
+                continue;
+            }
+            offered += 1;
+            if tools.len() < MAX_TOOLS_PER_SERVER {
+                names.insert(tool.name.to_string());
+                tools.push(ToolInfo {
+                    name: tool.name.into_owned(),
+                    description: tool.description.map(|d| d.into_owned()).unwrap_or_default(),
+                    input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+                });
+            }
+        }
         match page.next_cursor {
             None => {
-                let warning = (offered > MAX_TOOLS_PER_SERVER).then(|| {
+                let capped = (offered > MAX_TOOLS_PER_SERVER).then(|| {
                     format!(
                         "the server offered {offered} tools; only the first {MAX_TOOLS_PER_SERVER} are kept"
                     )
                 });
-                return Ok((tools, warning));
+                let warnings: Vec<String> = [capped, left_out_warning(&left_out, left_out_total)]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                // Servers should order tools deterministically; not all do.
+                tools.sort_by(|a, b| a.name.cmp(&b.name));
+                return Ok((tools, (!warnings.is_empty()).then(|| warnings.join("; "))));
             }
             Some(next) => {
                 if !seen.insert(next.clone()) {

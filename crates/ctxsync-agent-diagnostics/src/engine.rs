@@ -18,8 +18,9 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     config::{ConfigFile, ConfigOutcome, ServerEntry, load_config_files},
     connection::{ConnectionTask, EventKind, ServerEvent},
+    lifecycle::{DEFAULT_DISCOVER_PROBE_TIMEOUT, McpLifecycle},
     process::ProcessGroups,
-    report::{Phase, Progress, Report, ServerReport, ToolInfo},
+    report::{Phase, Progress, Report, ServerDetails, ServerReport, ToolInfo},
     sanitize::{SecretSet, sanitize_diagnostic},
 };
 
@@ -27,6 +28,8 @@ use crate::{
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default quiet period after a config file change before reloading.
 pub const DEFAULT_WATCH_DEBOUNCE: Duration = Duration::from_millis(250);
+/// Default interval of the config files' poll (the agent's context files use the same).
+pub const DEFAULT_CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(30);
 /// Default first retry delay for a failed server.
 pub const DEFAULT_RETRY_INITIAL: Duration = Duration::from_secs(5);
 /// Default longest retry delay.
@@ -93,8 +96,13 @@ pub struct EngineConfig {
     /// workspace). Duplicates are read once. Named explicitly, they may be symlinks leading
     /// outside the workspace; `<workspace>/.mcp.json` may not.
     pub config_paths: Vec<PathBuf>,
-    /// Bound on one server's spawn, `initialize` and first complete `tools/list`.
+    /// Bound on one server's spawn, handshake and first complete `tools/list`.
     pub connect_timeout: Duration,
+    /// The MCP lifecycle used with every server.
+    pub lifecycle: McpLifecycle,
+    /// Under [`McpLifecycle::Auto`], how long `server/discover` may go unanswered before
+    /// the fallback to `initialize` (part of the connect timeout).
+    pub discover_probe_timeout: Duration,
     /// Retry of failed servers.
     pub retry: RetryPolicy,
     /// The agent's environment: expands `${VAR}`, is passed to stdio servers, and the values
@@ -107,6 +115,9 @@ pub struct EngineConfig {
     pub watch: bool,
     /// Quiet period after a change before the reload.
     pub watch_debounce: Duration,
+    /// While watching, config files are also checked this often, which catches the changes
+    /// a watch misses (a directory that did not exist, the system's watch limit).
+    pub poll_interval: Duration,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -115,11 +126,14 @@ impl std::fmt::Debug for EngineConfig {
             .field("workspace_dir", &self.workspace_dir)
             .field("config_paths", &self.config_paths)
             .field("connect_timeout", &self.connect_timeout)
+            .field("lifecycle", &self.lifecycle)
+            .field("discover_probe_timeout", &self.discover_probe_timeout)
             .field("retry", &self.retry)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("injected_secrets", &self.injected_secrets.len())
             .field("watch", &self.watch)
             .field("watch_debounce", &self.watch_debounce)
+            .field("poll_interval", &self.poll_interval)
             .finish()
     }
 }
@@ -131,6 +145,8 @@ impl EngineConfig {
             workspace_dir: workspace_dir.into(),
             config_paths: Vec::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            lifecycle: McpLifecycle::default(),
+            discover_probe_timeout: DEFAULT_DISCOVER_PROBE_TIMEOUT,
             retry: RetryPolicy::default(),
             // Non-UTF-8 variables cannot appear in a JSON config or a diagnostic; skip them.
             env: std::env::vars_os()
@@ -141,6 +157,7 @@ impl EngineConfig {
             injected_secrets: Vec::new(),
             watch: true,
             watch_debounce: DEFAULT_WATCH_DEBOUNCE,
+            poll_interval: DEFAULT_CONFIG_POLL_INTERVAL,
         }
     }
 
@@ -206,11 +223,14 @@ impl Engine {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let groups = Arc::new(ProcessGroups::default());
         let files = config.files();
-        let watcher = if config.watch {
+        let (watcher, poller) = if config.watch {
             let paths: Vec<PathBuf> = files.iter().map(|file| file.path.clone()).collect();
-            crate::watch::watch_files(&paths, commands.downgrade())
+            let watcher = crate::watch::watch_files(&paths, commands.downgrade());
+            let poller =
+                crate::watch::poll_files(paths, config.poll_interval, commands.downgrade());
+            (watcher, Some(poller))
         } else {
-            None
+            (None, None)
         };
         let mut injected_secrets = SecretSet::new();
         for secret in &config.injected_secrets {
@@ -242,6 +262,7 @@ impl Engine {
             closing: Vec::new(),
             debounce: None,
             _watcher: watcher,
+            _poller: poller,
         };
         let actor = tokio::spawn(actor.run());
         Engine {
@@ -335,8 +356,13 @@ struct Live {
     task: TaskHandle,
     tools: Vec<ToolInfo>,
     list_warning: Option<String>,
-    /// Set while a newer configuration failed to connect and this connection was kept.
-    retained_warning: Option<String>,
+    /// What the server said about itself when this connection was made.
+    details: ServerDetails,
+    /// Set when a re-list after `tools/list_changed` failed: the tools are the previous list.
+    relist_warning: Option<String>,
+    /// Set while a newer configuration failed to connect and this connection was kept: that
+    /// configuration (what the file holds now) and the warning.
+    retained: Option<(ServerEntry, String)>,
     connected_at: Instant,
 }
 
@@ -353,17 +379,23 @@ struct Slot {
 impl Slot {
     fn report(&self, name: &str) -> Option<ServerReport> {
         if let Some(live) = &self.live {
-            let warnings: Vec<&str> = [&live.retained_warning, &live.list_warning]
-                .into_iter()
-                .flatten()
-                .map(String::as_str)
-                .collect();
+            let retained = live.retained.as_ref().map(|(_, warning)| warning);
+            let warnings: Vec<&str> = [
+                retained,
+                live.relist_warning.as_ref(),
+                live.list_warning.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
             return Some(ServerReport {
                 name: name.to_owned(),
                 connected: true,
                 tools: live.tools.clone(),
                 error: None,
                 warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
+                details: Some(live.details.clone()),
             });
         }
         self.failed.as_ref().map(|(_, error)| ServerReport {
@@ -372,6 +404,7 @@ impl Slot {
             tools: Vec::new(),
             error: Some(error.clone()),
             warning: None,
+            details: None,
         })
     }
 }
@@ -414,6 +447,7 @@ struct Actor {
     closing: Vec<JoinHandle<()>>,
     debounce: Option<Instant>,
     _watcher: Option<notify::RecommendedWatcher>,
+    _poller: Option<crate::watch::Poller>,
 }
 
 impl Actor {
@@ -537,7 +571,7 @@ impl Actor {
             && live.entry.transport == entry.transport
         {
             // Unchanged, or restored after a failed reconnect: the old warning no longer applies.
-            live.retained_warning = None;
+            live.retained = None;
             return;
         }
         let failed_unchanged = slot
@@ -581,6 +615,8 @@ impl Actor {
             agent_env: self.agent_env.clone(),
             secrets: self.secrets.clone(),
             timeout: self.config.connect_timeout,
+            lifecycle: self.config.lifecycle,
+            probe_timeout: self.config.discover_probe_timeout,
             events: self.events_tx.clone(),
             cancel: cancel.clone(),
             groups: self.groups.clone(),
@@ -614,14 +650,20 @@ impl Actor {
             .as_ref()
             .is_some_and(|(_, task)| task.id == event.id);
         match event.kind {
-            EventKind::Connected { tools, warning } if is_attempt => {
+            EventKind::Connected {
+                tools,
+                warning,
+                details,
+            } if is_attempt => {
                 let (entry, task) = slot.attempt.take().expect("is_attempt");
                 let replaced = slot.live.replace(Live {
                     entry,
                     task,
                     tools,
                     list_warning: warning,
-                    retained_warning: None,
+                    details,
+                    relist_warning: None,
+                    retained: None,
                     connected_at: Instant::now(),
                 });
                 slot.failed = None;
@@ -639,7 +681,8 @@ impl Actor {
                     // Keep what works; the live entry keeps its old config, so the next
                     // reload sees a difference and tries the new one again.
                     let warning = format!("{RETAINED_WARNING}{error}");
-                    live.retained_warning = Some(sanitize_diagnostic(&warning, &self.secrets));
+                    let warning = sanitize_diagnostic(&warning, &self.secrets);
+                    live.retained = Some((entry, warning));
                 } else {
                     slot.failed = Some((entry, error));
                     schedule_retry(slot, &self.config.retry);
@@ -650,6 +693,13 @@ impl Actor {
                 if let Some(live) = slot.live.as_mut().filter(|l| l.task.id == event.id) {
                     live.tools = tools;
                     live.list_warning = warning;
+                    live.relist_warning = None;
+                    self.publish();
+                }
+            }
+            EventKind::RelistFailed { warning } => {
+                if let Some(live) = slot.live.as_mut().filter(|l| l.task.id == event.id) {
+                    live.relist_warning = Some(warning);
                     self.publish();
                 }
             }
@@ -661,7 +711,10 @@ impl Actor {
                         slot.failures = 0;
                     }
                     if slot.attempt.is_none() {
-                        slot.failed = Some((live.entry, error));
+                        // A kept connection's retries use the configuration the file holds
+                        // now, not the one this connection was made with.
+                        let entry = live.retained.map_or(live.entry, |(current, _)| current);
+                        slot.failed = Some((entry, error));
                         schedule_retry(slot, &self.config.retry);
                     }
                     self.closing.push(live.task.join);
@@ -722,8 +775,10 @@ impl Actor {
                 slot.retry_due = None;
             }
             let id = self.spawn_attempt(&name, entry);
-            // A retry that overlaps a reload counts for it, so reload() sees its result.
-            if self.reload.is_some() {
+            // A retry that overlaps a later reload counts for it, so reload() sees its
+            // result. The first run never waits for one: a server's first terminal result
+            // ended its part of that run, and retries never hold the phase.
+            if self.reload.as_ref().is_some_and(|run| !run.initial) {
                 self.wait_for(id, &name);
             }
         }

@@ -17,6 +17,7 @@
 mod config;
 mod connection;
 mod engine;
+mod lifecycle;
 mod line_limit;
 mod process;
 mod report;
@@ -28,12 +29,15 @@ pub use config::{
     ConfigFile, ConfigOutcome, MAX_SERVER_NAME_BYTES, ServerEntry, TransportConfig,
     load_config_files, parse_config_bytes, parse_config_file,
 };
-pub use connection::{MAX_TOOL_PAGES, MAX_TOOLS_PER_SERVER};
-pub use engine::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX, DEFAULT_WATCH_DEBOUNCE,
-    Engine, EngineConfig, EngineError, RetryPolicy,
+pub use connection::{
+    MAX_INSTRUCTIONS_BYTES, MAX_TOOL_NAME_BYTES, MAX_TOOL_PAGES, MAX_TOOLS_PER_SERVER,
 };
-pub use report::{Phase, Progress, Report, ServerReport, ToolInfo};
+pub use engine::{
+    DEFAULT_CONFIG_POLL_INTERVAL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RETRY_INITIAL,
+    DEFAULT_RETRY_MAX, DEFAULT_WATCH_DEBOUNCE, Engine, EngineConfig, EngineError, RetryPolicy,
+};
+pub use lifecycle::{DEFAULT_DISCOVER_PROBE_TIMEOUT, McpLifecycle};
+pub use report::{ConnectTimings, Phase, Progress, Report, ServerDetails, ServerReport, ToolInfo};
 pub use safe_file::{
     MAX_CONFIG_FILE_BYTES, RegularFile, SafeFileError, open_regular_file, read_regular_file,
 };

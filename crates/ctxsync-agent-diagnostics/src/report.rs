@@ -38,6 +38,45 @@ pub struct ServerReport {
     pub error: Option<String>,
     /// Sanitized, bounded warning on a connected server.
     pub warning: Option<String>,
+    /// What the connected server said about itself (absent for a failed server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<ServerDetails>,
+}
+
+/// What a connected server said about itself, and how long connecting took. Its text is the
+/// server's, untrusted: bounded, with the server's own secrets redacted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerDetails {
+    /// The negotiated MCP revision, e.g. `2026-07-28` (through `server/discover`) or
+    /// `2025-11-25` (through `initialize`).
+    pub protocol_version: String,
+    /// The implementation's name (at most 256 bytes; empty when it gave none).
+    pub name: String,
+    /// Its version (at most 256 bytes).
+    pub version: String,
+    /// Its display title (at most 256 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Its description (at most 1 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Its instructions for the model (at most 8 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// How long each step of the connect took.
+    pub timings: ConnectTimings,
+}
+
+/// Milliseconds spent in each step of one successful connect.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectTimings {
+    /// Starting the process (stdio); absent for HTTP, whose connect is in the handshake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ms: Option<u64>,
+    /// The lifecycle handshake (`server/discover` or `initialize`, with any fallback).
+    pub handshake_ms: u64,
+    /// The first complete tool list.
+    pub tools_ms: u64,
 }
 
 /// Everything the engine knows, as one immutable value.

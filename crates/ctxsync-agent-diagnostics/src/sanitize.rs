@@ -279,6 +279,14 @@ pub(crate) fn redact(text: &str, secrets: &SecretSet) -> String {
     replace_ranges(text, ranges)
 }
 
+/// `text` from a server with its own secrets (and the agent's) redacted, as for its tools.
+pub(crate) fn redact_known(text: &str, secrets: &SecretSet) -> String {
+    if secrets.is_empty() {
+        return text.to_owned();
+    }
+    replace_ranges(text, known_ranges(text, &secrets.all_forms()))
+}
+
 /// A server's tools with its own secrets (and the agent's) redacted from names,
 /// descriptions and schemas. Only known secrets: a description that documents
 /// `--token=<token>` is not leaking one, and another server's values are no concern here.
@@ -365,10 +373,16 @@ fn overlapping_matches<'a>(text: &'a str, needle: &'a str) -> impl Iterator<Item
 
 /// Cuts `text` to at most [`MAX_DIAGNOSTIC_BYTES`], ending in `... [truncated]` when cut.
 pub(crate) fn bound(text: &str) -> String {
-    if text.len() <= MAX_DIAGNOSTIC_BYTES {
+    bound_to(text, MAX_DIAGNOSTIC_BYTES)
+}
+
+/// Cuts `text` to at most `max` bytes (at least the marker's length), ending in
+/// `... [truncated]` when cut.
+pub(crate) fn bound_to(text: &str, max: usize) -> String {
+    if text.len() <= max {
         return text.to_owned();
     }
-    let mut cut = MAX_DIAGNOSTIC_BYTES - TRUNCATION_MARKER.len();
+    let mut cut = max.saturating_sub(TRUNCATION_MARKER.len());
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }

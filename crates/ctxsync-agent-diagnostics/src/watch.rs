@@ -1,10 +1,16 @@
 //! Watching config files: parent directories with `notify`, filtered to the files, debounced
-//! by the engine.
+//! by the engine; and a slow poll of the same files for what a watch cannot see.
 
-use std::{collections::BTreeSet, path::PathBuf};
+use std::{
+    collections::BTreeSet,
+    os::unix::fs::MetadataExt,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use notify::{EventKind, RecursiveMode, Watcher, event::AccessKind, event::AccessMode};
-use tokio::sync::mpsc;
+use tokio::{sync::mpsc, task::JoinHandle};
 
 use crate::engine::Command;
 
@@ -50,4 +56,75 @@ pub(crate) fn watch_files(
         }
     }
     Some(watcher)
+}
+
+/// What `stat` tells of a config file that a change would alter.
+#[derive(Debug, PartialEq, Eq)]
+enum Stamp {
+    Present {
+        len: u64,
+        modified: Option<SystemTime>,
+        inode: u64,
+        changed: (i64, i64),
+    },
+    Missing(std::io::ErrorKind),
+}
+
+fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
+    files
+        .iter()
+        .map(|file| match std::fs::metadata(file) {
+            Ok(meta) => Stamp::Present {
+                len: meta.len(),
+                modified: meta.modified().ok(),
+                inode: meta.ino(),
+                changed: (meta.ctime(), meta.ctime_nsec()),
+            },
+            Err(error) => Stamp::Missing(error.kind()),
+        })
+        .collect()
+}
+
+/// The poll task; dropping it stops the poll.
+#[derive(Debug)]
+pub(crate) struct Poller(JoinHandle<()>);
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Checks `files` every `interval` and sends [`Command::FilesChanged`] when what `stat`
+/// says of one differs. A watch misses changes in a directory that did not exist when it
+/// was set, or beyond the system's watch limit; this catches them late but surely. The
+/// first stamps are taken now, before the engine's first read.
+pub(crate) fn poll_files(
+    files: Vec<PathBuf>,
+    interval: Duration,
+    commands: mpsc::WeakUnboundedSender<Command>,
+) -> Poller {
+    let files: Arc<[PathBuf]> = files.into();
+    let mut last = stamps(&files);
+    // A zero period would spin; tokio refuses it anyway.
+    let interval = interval.max(Duration::from_millis(10));
+    Poller(tokio::spawn(async move {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let files = files.clone();
+            // `stat` may block (a network file system); keep it off the runtime threads.
+            let Ok(now) = tokio::task::spawn_blocking(move || stamps(&files)).await else {
+                return;
+            };
+            let Some(commands) = commands.upgrade() else {
+                return; // the engine is gone
+            };
+            if now != last {
+                last = now;
+                let _ = commands.send(Command::FilesChanged);
+            }
+        }
+    }))
 }

@@ -123,6 +123,7 @@ mod tests {
                         }],
                         error: None,
                         warning: Some("kept old tools".into()),
+                        details: None,
                     },
                     ServerReport {
                         name: "gone".into(),
@@ -130,6 +131,7 @@ mod tests {
                         tools: vec![],
                         error: Some("command not found: gone".into()),
                         warning: None,
+                        details: None,
                     },
                 ],
                 config_outcomes: vec![ctxsync_agent_diagnostics::ConfigOutcome {

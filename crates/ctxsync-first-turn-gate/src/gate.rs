@@ -146,9 +146,12 @@ impl<S: DiscoverySource> FirstTurnGate<S> {
 enum Recorded {
     /// Nothing to go by: a new attempt with the whole budget.
     Nothing,
-    /// An attempt elsewhere is still waiting, started this long ago: wait until its
-    /// deadline, not a new budget.
-    Waiting { started_ago: Duration },
+    /// An attempt elsewhere is still waiting, started this long ago and ending within
+    /// `left`: wait until its deadline, not a new budget.
+    Waiting {
+        started_ago: Duration,
+        left: Duration,
+    },
     /// The run's wait already timed out; kept for this much longer.
     TimedOut { kept_for: Duration },
 }
@@ -375,7 +378,10 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Inner<S, L> {
                 end: None,
             }) => match started_ago.checked_sub(wait_limit) {
                 Some(overdue) => kept(overdue),
-                None => Recorded::Waiting { started_ago },
+                None => Recorded::Waiting {
+                    started_ago,
+                    left: wait_limit - started_ago,
+                },
             },
         }
     }
@@ -481,11 +487,15 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Inner<S, L> {
                         return reuse(&observation);
                     }
                     (None, recorded) => {
-                        let (started, record_start) = match recorded {
-                            Recorded::Waiting { started_ago } => {
-                                (now.checked_sub(started_ago).unwrap_or(now), false)
-                            }
-                            _ => (started, true),
+                        // An adopted attempt keeps the other's start and ends by its
+                        // deadline, whatever this gate's own budgets are.
+                        let (started, record_start, ends_by) = match recorded {
+                            Recorded::Waiting { started_ago, left } => (
+                                now.checked_sub(started_ago).unwrap_or(now),
+                                false,
+                                Some(after(now, left)),
+                            ),
+                            _ => (started, true, None),
                         };
                         let id = attempts.next_id;
                         attempts.next_id += 1;
@@ -504,6 +514,7 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Inner<S, L> {
                             key,
                             id,
                             started,
+                            ends_by,
                             end: end_tx,
                             finished: false,
                         };
@@ -559,6 +570,8 @@ struct Attempt<S: DiscoverySource, L> {
     key: AttemptKey<S>,
     id: u64,
     started: Instant,
+    /// For an attempt adopted from another replica: that one's deadline.
+    ends_by: Option<Instant>,
     end: watch::Sender<Option<AttemptEnd>>,
     finished: bool,
 }
@@ -595,8 +608,17 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Attempt<S, L> {
             let _ = joined.send(());
         }
         let (observation, end) = self.wait(subscription, observation).await;
-        let records = self.finish(&observation, end);
-        self.record_ends(records).await;
+        let records = self.finish(&observation, &end);
+        if end.timed_out {
+            // Recorded before anyone hears of it, so a caller that moves on to another
+            // replica finds the timeout there; a timeout can afford the write's delay.
+            self.record_ends(records).await;
+            self.publish_end(end);
+        } else {
+            // A release is not held up by the log: a completed run spares nobody a wait.
+            self.publish_end(end);
+            self.record_ends(records).await;
+        }
     }
 
     async fn record_start(&self) {
@@ -658,7 +680,10 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Attempt<S, L> {
             } else {
                 config.snapshot_grace
             };
-            let deadline = after(self.started, limit);
+            let deadline = match self.ends_by {
+                Some(ends_by) => after(self.started, limit).min(ends_by),
+                None => after(self.started, limit),
+            };
             let timed_out = || {
                 let mut outcome = Outcome::observed(&observation, reason_if_timed_out).timed_out();
                 outcome.error.clone_from(&last_error);
@@ -709,12 +734,12 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Attempt<S, L> {
         (observation, AttemptEnd { outcome, timed_out })
     }
 
-    /// Publishes the end to every joiner and updates the attempt map in one step, and
-    /// says what to record in the log: (run, result) pairs.
+    /// Updates the attempt map for the end (the caller then publishes it, see
+    /// [`Attempt::publish_end`]) and says what to record in the log: (run, result) pairs.
     fn finish(
         &mut self,
         observation: &View,
-        end: AttemptEnd,
+        end: &AttemptEnd,
     ) -> Vec<(Option<String>, AttemptResult)> {
         let inner = Arc::clone(&self.inner);
         let mut records = Vec::with_capacity(2);
@@ -749,9 +774,13 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Attempt<S, L> {
         } else {
             records.push((self.key.2.clone(), AttemptResult::Completed));
         }
-        self.end.send_replace(Some(end));
         self.finished = true;
         records
+    }
+
+    /// Tells every joiner how the attempt ended.
+    fn publish_end(&mut self, end: AttemptEnd) {
+        self.end.send_replace(Some(end));
     }
 }
 

@@ -466,14 +466,30 @@ async fn a_restarted_replica_does_not_wait_again(db: TestStore) {
 /// deadline instead of starting a budget of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_running_on_another_replica_bounds_this_ones_on_postgres() {
+    let budget = Duration::from_millis(1500);
+    bounded_by_the_other_replica(budget, budget, Duration::from_millis(1300)).await;
+}
+
+/// The same when B's own budget is far longer: A's recorded deadline is the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_longer_budget_on_this_replica_still_ends_at_the_other_ones_deadline_on_postgres() {
+    // B's own budget would run 30 s; ten times what A's deadline leaves is the bound.
+    bounded_by_the_other_replica(
+        Duration::from_millis(1500),
+        Duration::from_secs(30),
+        Duration::from_secs(10),
+    )
+    .await;
+}
+
+async fn bounded_by_the_other_replica(budget_a: Duration, budget_b: Duration, bound: Duration) {
     let Some(db) = TestStore::postgres().await else {
         return;
     };
-    let budget = Duration::from_millis(1500);
     let (a, b) = (db.store(), &db.open_another().await);
     let (chat, agent) = pending_chat(a).await;
-    let gate_a = gate(a, config(budget, budget));
-    let gate_b = gate(b, config(budget, budget));
+    let gate_a = gate(a, config(budget_a, budget_a));
+    let gate_b = gate(b, config(budget_b, budget_b));
     let on_a = tokio::spawn({
         let gate_a = gate_a.clone();
         async move { gate_a.wait_for_discovery(chat, agent).await }
@@ -482,7 +498,10 @@ async fn a_wait_running_on_another_replica_bounds_this_ones_on_postgres() {
 
     let on_b = gate_b.wait_for_discovery(chat, agent).await;
     assert!(on_b.wait_timed_out, "{on_b:?}");
-    assert!(on_b.waited_ms < 1300, "b waited its own budget: {on_b:?}");
+    assert!(
+        Duration::from_millis(on_b.waited_ms) < bound,
+        "b waited its own budget: {on_b:?}"
+    );
     assert!(on_a.await.expect("a's wait").wait_timed_out);
     assert_eq!(gate_b.metrics().attempts_started, 1);
 }

@@ -14,6 +14,21 @@ pub enum FixtureTransport {
     Http,
 }
 
+/// Which MCP lifecycle the fixture speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FixtureLifecycle {
+    /// A server from before 2026-07-28: `initialize` only; it answers
+    /// `server/discover` with "method not found", as such servers do.
+    Legacy,
+    /// The 2026-07-28 revision as well: answers `server/discover` (with the `initialize`
+    /// scripts: hang, delay, failure) and `subscriptions/listen` (tool-list changes).
+    /// The scripts that follow `initialized` (exits, floods) need the legacy lifecycle.
+    Modern,
+    /// Like `legacy`, but a stdio process ignores `server/discover` without an answer, as
+    /// servers that drop unknown methods do.
+    Silent,
+}
+
 /// What a `--malformed-stdout` server writes instead of its answer to `initialize`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum MalformedStdout {
@@ -117,6 +132,9 @@ pub struct FixtureConfig {
     /// Transport to serve.
     #[arg(long, value_enum, default_value = "stdio")]
     transport: FixtureTransport,
+    /// MCP lifecycle to speak.
+    #[arg(long, value_enum, default_value = "legacy")]
+    lifecycle: FixtureLifecycle,
     /// Address to bind in HTTP mode.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -138,6 +156,9 @@ pub struct FixtureConfig {
     /// The per-instance nonce (random when absent).
     #[arg(long)]
     nonce: Option<String>,
+    /// The server's instructions (default: `nonce=<nonce> pid=<pid>`).
+    #[arg(long, value_name = "TEXT")]
+    instructions: Option<String>,
     /// Wait this long before answering `initialize`.
     #[arg(long, default_value_t = 0)]
     init_delay_ms: u64,
@@ -190,6 +211,9 @@ pub struct FixtureConfig {
     /// Number of tools after the change.
     #[arg(long, default_value_t = 1)]
     changed_tools: usize,
+    /// After the `--change-tools-after-ms` change, answer every `tools/list` with an error.
+    #[arg(long)]
+    fail_relist: bool,
     /// Write the process id to this file at start (process mode only).
     #[arg(long, value_name = "PATH")]
     pid_file: Option<PathBuf>,
@@ -227,6 +251,13 @@ impl FixtureConfig {
         if self.transport == FixtureTransport::Http {
             flag("transport", Some("http".into()));
         }
+        if self.lifecycle != FixtureLifecycle::Legacy {
+            let name = self
+                .lifecycle
+                .to_possible_value()
+                .map(|v| v.get_name().to_owned());
+            flag("lifecycle", name);
+        }
         flag("listen", Some(self.listen.to_string()));
         if let Some((name, value)) = &self.require_header {
             flag("require-header", Some(format!("{name}:{value}")));
@@ -243,6 +274,9 @@ impl FixtureConfig {
         }
         if let Some(nonce) = &self.nonce {
             flag("nonce", Some(nonce.clone()));
+        }
+        if let Some(text) = &self.instructions {
+            flag("instructions", Some(text.clone()));
         }
         flag("init-delay-ms", Some(self.init_delay_ms.to_string()));
         if self.hang {
@@ -293,6 +327,9 @@ impl FixtureConfig {
             flag("change-tools-after-ms", Some(ms.to_string()));
         }
         flag("changed-tools", Some(self.changed_tools.to_string()));
+        if self.fail_relist {
+            flag("fail-relist", None);
+        }
         if let Some(path) = &self.pid_file {
             flag("pid-file", Some(path.display().to_string()));
         }
@@ -302,6 +339,16 @@ impl FixtureConfig {
     /// Serve streamable HTTP instead of stdio.
     pub fn http(mut self) -> Self {
         self.transport = FixtureTransport::Http;
+        self
+    }
+    /// Give these instructions instead of the nonce and pid.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+    /// Speak this MCP lifecycle (the default is [`FixtureLifecycle::Legacy`]).
+    pub fn lifecycle(mut self, lifecycle: FixtureLifecycle) -> Self {
+        self.lifecycle = lifecycle;
         self
     }
     /// Address to bind in HTTP mode (default `127.0.0.1:0`).
@@ -413,12 +460,23 @@ impl FixtureConfig {
         self.changed_tools = count;
         self
     }
+    /// After the tool change, fail every `tools/list` (a re-list that breaks).
+    pub fn fail_relist(mut self) -> Self {
+        self.fail_relist = true;
+        self
+    }
     /// Write the pid to `path` at start.
     pub fn pid_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.pid_file = Some(path.into());
         self
     }
 
+    pub(crate) fn instructions_value(&self) -> Option<&str> {
+        self.instructions.as_deref()
+    }
+    pub(crate) fn lifecycle_value(&self) -> FixtureLifecycle {
+        self.lifecycle
+    }
     pub(crate) fn transport(&self) -> FixtureTransport {
         self.transport
     }
@@ -436,6 +494,9 @@ impl FixtureConfig {
     }
     pub(crate) fn init_delay_value(&self) -> Duration {
         Duration::from_millis(self.init_delay_ms)
+    }
+    pub(crate) fn fails_relist(&self) -> bool {
+        self.fail_relist
     }
     pub(crate) fn hangs(&self) -> bool {
         self.hang
@@ -529,6 +590,7 @@ mod tests {
                 .whoami()
                 .nonce_in_descriptions()
                 .nonce("n-1")
+                .instructions("use tool_0 first")
                 .init_delay(Duration::from_millis(300))
                 .page_size(7)
                 .repeat_cursor()
@@ -537,9 +599,13 @@ mod tests {
                 .exit_once("/tmp/marker")
                 .stderr_flood(10)
                 .change_tools_after(Duration::from_millis(5), 4)
+                .fail_relist()
                 .pid_file("/tmp/pid"),
         );
         check(FixtureConfig::new().hang().exit_on_start(7));
+        for lifecycle in FixtureLifecycle::value_variants() {
+            check(FixtureConfig::new().lifecycle(*lifecycle));
+        }
         check(FixtureConfig::new().stderr_secret("hunter22", 2));
         for kind in MalformedStdout::value_variants() {
             check(FixtureConfig::new().malformed_stdout(*kind));

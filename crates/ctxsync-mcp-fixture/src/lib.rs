@@ -18,9 +18,10 @@ mod http;
 mod malformed;
 mod process;
 mod server;
+mod silent;
 
 pub use binary::{FIXTURE_BIN_ENV, binary_path};
-pub use config::{FixtureConfig, FixtureTransport, MalformedStdout, ToolSpec};
+pub use config::{FixtureConfig, FixtureLifecycle, FixtureTransport, MalformedStdout, ToolSpec};
 pub use http::{HttpFixture, serve_http};
 pub use process::run_process;
 pub use server::FixtureServer;

@@ -5,8 +5,9 @@ use std::{io::Write, process::ExitCode};
 use rmcp::ServiceExt;
 
 use crate::{
-    config::{FixtureConfig, FixtureTransport},
+    config::{FixtureConfig, FixtureLifecycle, FixtureTransport},
     server::FixtureServer,
+    silent::DropDiscover,
 };
 
 /// Whether a scripted exit should happen: always without a marker; with one, only for the
@@ -58,7 +59,7 @@ pub async fn run_process(config: FixtureConfig) -> ExitCode {
     }
 
     match config.transport() {
-        FixtureTransport::Stdio => match server.serve(rmcp::transport::stdio()).await {
+        FixtureTransport::Stdio => match serve_stdio(server, config.lifecycle_value()).await {
             Ok(running) => {
                 // The loop ends when the client closes stdin; that is a normal end.
                 let _ = running.waiting().await;
@@ -87,6 +88,22 @@ pub async fn run_process(config: FixtureConfig) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+async fn serve_stdio(
+    server: FixtureServer,
+    lifecycle: FixtureLifecycle,
+) -> Result<
+    rmcp::service::RunningService<rmcp::RoleServer, FixtureServer>,
+    rmcp::service::ServerInitializeError,
+> {
+    let (stdin, stdout) = rmcp::transport::stdio();
+    let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(stdin, stdout);
+    if lifecycle == FixtureLifecycle::Silent {
+        server.serve(DropDiscover(transport)).await
+    } else {
+        server.serve(transport).await
     }
 }
 

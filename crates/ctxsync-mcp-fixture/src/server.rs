@@ -2,21 +2,24 @@
 
 use std::{
     borrow::Cow,
-    sync::{Arc, RwLock},
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-        InitializeRequestParams, InitializeResult, ListToolsResult, NumberOrString,
-        PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
-        ServerConfig, Tool,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult,
+        ErrorCode, Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
+        NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+        ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
     },
-    service::{NotificationContext, RequestContext},
+    service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 
-use crate::config::{FixtureConfig, ToolSpec};
+use crate::config::{FixtureConfig, FixtureLifecycle, ToolSpec};
 
 /// The cursor a `--repeat-cursor` server returns on every page.
 const REPEATED_CURSOR: &str = "again";
@@ -27,6 +30,8 @@ struct Shared {
     config: FixtureConfig,
     nonce: String,
     tools: RwLock<Vec<Tool>>,
+    /// Whether the scripted tool change has happened.
+    tools_changed: AtomicBool,
     /// Whether scripted exits may end the process (never for an in-process server).
     process_mode: bool,
 }
@@ -50,6 +55,7 @@ impl FixtureServer {
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let shared = Shared {
             tools: RwLock::new(Vec::new()),
+            tools_changed: AtomicBool::new(false),
             nonce,
             process_mode,
             config,
@@ -68,6 +74,26 @@ impl FixtureServer {
     /// This instance's nonce.
     pub fn nonce(&self) -> &str {
         &self.shared.nonce
+    }
+
+    /// The scripted tool change (`--change-tools-after-ms`).
+    fn change_tools(&self) {
+        self.set_tools(self.shared.config.changed_tool_list());
+        self.shared.tools_changed.store(true, Ordering::SeqCst);
+    }
+
+    /// The scripted answer to a handshake (`initialize` or `server/discover`): hang, delay
+    /// or fail as configured.
+    async fn handshake_script(&self) -> Result<(), ErrorData> {
+        let config = &self.shared.config;
+        if config.hangs() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(config.init_delay_value()).await;
+        match config.initialize_failure() {
+            Some(message) => Err(ErrorData::internal_error(message.to_owned(), None)),
+            None => Ok(()),
+        }
     }
 
     fn set_tools(&self, specs: Vec<ToolSpec>) {
@@ -132,14 +158,61 @@ impl ServerHandler for FixtureServer {
             .enable_tools()
             .enable_tool_list_changed()
             .build();
-        let mut info = InitializeResult::new(capabilities).with_instructions(format!(
-            "nonce={} pid={}",
-            self.shared.nonce,
-            std::process::id()
-        ));
+        let instructions = match self.shared.config.instructions_value() {
+            Some(text) => text.to_owned(),
+            None => format!("nonce={} pid={}", self.shared.nonce, std::process::id()),
+        };
+        let mut info = InitializeResult::new(capabilities).with_instructions(instructions);
         info.server_info = Implementation::new("ctxsync-mcp-fixture", env!("CARGO_PKG_VERSION"))
             .with_description(format!("nonce {}", self.shared.nonce));
         info
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        match self.shared.config.lifecycle_value() {
+            FixtureLifecycle::Modern => {
+                self.handshake_script().await?;
+                Ok(DiscoverResult::from_server_info(
+                    self.supported_protocol_versions().into_owned(),
+                    self.get_info(),
+                ))
+            }
+            // What a server from before 2026-07-28 answers to a method it does not know.
+            FixtureLifecycle::Legacy => Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                "Method not found: server/discover",
+                None,
+            )),
+            // Reached only where the transport could not drop the request unanswered.
+            FixtureLifecycle::Silent => std::future::pending().await,
+        }
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // The SDK intersects this with what was requested and what get_info advertises.
+        (self.shared.config.lifecycle_value() == FixtureLifecycle::Modern)
+            .then(|| requested.clone())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        // The modern lifecycle's counterpart of the scripted change after `initialized`.
+        if let Some((delay, _)) = self.shared.config.tool_change() {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                () = tokio::time::sleep(delay) => {}
+            }
+            self.change_tools();
+            // The client may already be gone; nothing to report to anyone then.
+            let _ = context.sink().notify_tool_list_changed().await;
+        }
+        context.cancelled().await;
+        Ok(())
     }
 
     async fn initialize(
@@ -147,14 +220,7 @@ impl ServerHandler for FixtureServer {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        let config = &self.shared.config;
-        if config.hangs() {
-            std::future::pending::<()>().await;
-        }
-        tokio::time::sleep(config.init_delay_value()).await;
-        if let Some(message) = config.initialize_failure() {
-            return Err(ErrorData::internal_error(message.to_owned(), None));
-        }
+        self.handshake_script().await?;
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
     }
@@ -164,6 +230,12 @@ impl ServerHandler for FixtureServer {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        if self.shared.config.fails_relist() && self.shared.tools_changed.load(Ordering::SeqCst) {
+            return Err(ErrorData::internal_error(
+                "tools/list is broken (scripted)",
+                None,
+            ));
+        }
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
         self.page(cursor)
     }
@@ -196,7 +268,7 @@ impl ServerHandler for FixtureServer {
             let peer = context.peer.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                server.set_tools(server.shared.config.changed_tool_list());
+                server.change_tools();
                 // The client may already be gone; nothing to report to anyone then.
                 let _ = peer.notify_tool_list_changed().await;
             });

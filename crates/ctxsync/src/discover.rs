@@ -169,10 +169,16 @@ fn render_table(report: &Report) -> String {
     if report.servers.is_empty() {
         out.push_str("No MCP servers.\n");
     } else {
-        let rows: Vec<[String; 4]> = report
+        let rows: Vec<[String; 6]> = report
             .servers
             .iter()
             .map(|server| {
+                let details = server.details.as_ref();
+                let revision = details.map_or_else(String::new, |d| one_line(&d.protocol_version));
+                let time = details.map_or_else(String::new, |d| {
+                    let t = d.timings;
+                    human_ms(t.start_ms.unwrap_or(0) + t.handshake_ms + t.tools_ms)
+                });
                 let (status, note) = match (&server.error, &server.warning) {
                     (Some(error), _) if !server.connected => ("failed", one_line(error)),
                     _ if !server.connected => ("failed", "failed to connect".to_owned()),
@@ -183,13 +189,22 @@ fn render_table(report: &Report) -> String {
                     one_line(&server.name),
                     status.to_owned(),
                     server.tools.len().to_string(),
+                    revision,
+                    time,
                     note,
                 ]
             })
             .collect();
         table(
             &mut out,
-            ["SERVER", "STATUS", "TOOLS", "ERROR OR WARNING"],
+            [
+                "SERVER",
+                "STATUS",
+                "TOOLS",
+                "MCP",
+                "TIME",
+                "ERROR OR WARNING",
+            ],
             &rows,
         );
     }
@@ -217,6 +232,15 @@ fn render_table(report: &Report) -> String {
         table(&mut out, ["CONFIG FILE", "ERROR OR WARNING"], &rows);
     }
     out
+}
+
+/// How long a connect took, as a person reads it: `85ms`, `1.2s`.
+fn human_ms(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    }
 }
 
 /// Left-aligned columns separated by two spaces; the last column is not padded.
@@ -256,7 +280,7 @@ fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use ctxsync_agent_diagnostics::{ConfigOutcome, ServerReport};
+    use ctxsync_agent_diagnostics::{ConfigOutcome, ConnectTimings, ServerDetails, ServerReport};
 
     use super::*;
 
@@ -278,6 +302,15 @@ mod tests {
                 .collect(),
             error: error.map(Into::into),
             warning: warning.map(Into::into),
+            details: error.is_none().then(|| ServerDetails {
+                protocol_version: "2026-07-28".into(),
+                timings: ConnectTimings {
+                    start_ms: Some(5),
+                    handshake_ms: 1200,
+                    tools_ms: tools as u64,
+                },
+                ..ServerDetails::default()
+            }),
         }
     }
 
@@ -301,10 +334,10 @@ mod tests {
                     warning: Some("duplicate \"fs\" ignored".into()),
                 }],
             },
-            "SERVER  STATUS  TOOLS  ERROR OR WARNING\n\
-             fs      ok      3\n\
-             empty   ok      0      warning: kept old tools\n\
-             gone    failed  0      command not found: gone\n\
+            "SERVER  STATUS  TOOLS  MCP         TIME  ERROR OR WARNING\n\
+             fs      ok      3      2026-07-28  1.2s\n\
+             empty   ok      0      2026-07-28  1.2s  warning: kept old tools\n\
+             gone    failed  0                        command not found: gone\n\
              \n\
              CONFIG FILE   ERROR OR WARNING\n\
              /w/.mcp.json  error: \"bad\": both command and url; warning: duplicate \"fs\" ignored\n",
@@ -331,9 +364,9 @@ mod tests {
                     warning: None,
                 }],
             },
-            "SERVER  STATUS  TOOLS  ERROR OR WARNING\n\
-             evil    ok      1\n\
-             x       failed  0      boom red\n\
+            "SERVER  STATUS  TOOLS  MCP         TIME  ERROR OR WARNING\n\
+             evil    ok      1      2026-07-28  1.2s\n\
+             x       failed  0                        boom red\n\
              \n\
              CONFIG FILE   ERROR OR WARNING\n\
              /w/.mcp.json  error: not a regular file (a FIFO)\n",

@@ -1,0 +1,198 @@
+//! Lifecycle negotiation: `server/discover` (2026-07-28) where the server has it, a quick
+//! fallback to `initialize` where it does not, over stdio and streamable HTTP; and what
+//! each server said about itself.
+
+mod support;
+
+use std::time::Duration;
+
+use ctxsync_agent_diagnostics::{Engine, EngineConfig, McpLifecycle, Report, ServerDetails};
+use ctxsync_mcp_fixture::{FixtureConfig, FixtureLifecycle, serve_http};
+use serde_json::{Value, json};
+use support::*;
+
+const MODERN: &str = "2026-07-28";
+const LEGACY: &str = "2025-11-25";
+
+/// A probe bound far above what an answering server needs, so that a modern server's
+/// answer is never mistaken for silence on a loaded machine.
+const PATIENT_PROBE: Duration = Duration::from_secs(8);
+
+fn fixture(lifecycle: FixtureLifecycle) -> FixtureConfig {
+    FixtureConfig::new()
+        .tools(2)
+        .nonce("n-42")
+        .lifecycle(lifecycle)
+}
+
+async fn discover(ws: &Workspace, servers: Value, tune: impl FnOnce(&mut EngineConfig)) -> Report {
+    ws.write_servers(servers);
+    let mut config = ws.engine_config();
+    config.discover_probe_timeout = PATIENT_PROBE;
+    tune(&mut config);
+    let engine = Engine::start(config);
+    let report = complete(&engine).await;
+    engine.close().await;
+    (*report).clone()
+}
+
+fn details<'a>(report: &'a Report, name: &str) -> &'a ServerDetails {
+    let server = server(report, name);
+    assert!(server.connected, "{server:#?}");
+    assert_eq!(tool_names(server), ["tool_0", "tool_1"]);
+    server
+        .details
+        .as_ref()
+        .expect("a connected server has details")
+}
+
+#[tokio::test]
+async fn stdio_negotiates_the_current_revision_or_falls_back() {
+    let ws = Workspace::new();
+    let report = discover(
+        &ws,
+        json!({
+            "modern": fixture_entry(&fixture(FixtureLifecycle::Modern)),
+            "legacy": fixture_entry(&fixture(FixtureLifecycle::Legacy)),
+        }),
+        |_| {},
+    )
+    .await;
+    let modern = details(&report, "modern");
+    assert_eq!(modern.protocol_version, MODERN);
+    assert_eq!(modern.name, "ctxsync-mcp-fixture");
+    assert!(!modern.version.is_empty());
+    assert_eq!(modern.description.as_deref(), Some("nonce n-42"));
+    let instructions = modern.instructions.as_deref().unwrap_or_default();
+    assert!(
+        instructions.starts_with("nonce=n-42 pid="),
+        "{instructions}"
+    );
+    assert!(modern.timings.start_ms.is_some(), "{modern:#?}");
+
+    let legacy = details(&report, "legacy");
+    assert_eq!(legacy.protocol_version, LEGACY);
+    assert_eq!(legacy.name, "ctxsync-mcp-fixture");
+    assert!(legacy.instructions.is_some());
+}
+
+#[tokio::test]
+async fn http_negotiates_the_current_revision_or_falls_back() {
+    let modern = serve_http(fixture(FixtureLifecycle::Modern).http())
+        .await
+        .expect("serve");
+    let legacy = serve_http(fixture(FixtureLifecycle::Legacy).http())
+        .await
+        .expect("serve");
+    let ws = Workspace::new();
+    let report = discover(
+        &ws,
+        json!({
+            "modern": {"type": "http", "url": modern.url()},
+            "legacy": {"type": "http", "url": legacy.url()},
+        }),
+        |_| {},
+    )
+    .await;
+    let details_modern = details(&report, "modern");
+    assert_eq!(details_modern.protocol_version, MODERN);
+    // An HTTP connect happens inside the handshake.
+    assert_eq!(details_modern.timings.start_ms, None);
+    assert_eq!(details(&report, "legacy").protocol_version, LEGACY);
+    modern.shutdown().await;
+    legacy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_that_ignores_discover_falls_back_after_the_probe_timeout() {
+    let ws = Workspace::new();
+    let probe = Duration::from_millis(300);
+    let report = discover(
+        &ws,
+        json!({"silent": fixture_entry(&fixture(FixtureLifecycle::Silent))}),
+        |config| config.discover_probe_timeout = probe,
+    )
+    .await;
+    let silent = details(&report, "silent");
+    assert_eq!(silent.protocol_version, LEGACY);
+    let handshake = Duration::from_millis(silent.timings.handshake_ms);
+    assert!(handshake >= probe, "the probe waited: {silent:#?}");
+    // Far below the 10 s connect timeout of these tests, which rmcp's own 10 s probe
+    // would have used up.
+    assert!(handshake < Duration::from_secs(5), "{silent:#?}");
+}
+
+#[tokio::test]
+async fn the_lifecycle_can_be_forced_either_way() {
+    let ws = Workspace::new();
+    let report = discover(
+        &ws,
+        json!({"modern": fixture_entry(&fixture(FixtureLifecycle::Modern))}),
+        |config| config.lifecycle = McpLifecycle::Initialize,
+    )
+    .await;
+    assert_eq!(details(&report, "modern").protocol_version, LEGACY);
+
+    let report = discover(
+        &ws,
+        json!({
+            "modern": fixture_entry(&fixture(FixtureLifecycle::Modern)),
+            "legacy": fixture_entry(&fixture(FixtureLifecycle::Legacy)),
+        }),
+        |config| config.lifecycle = McpLifecycle::Discover,
+    )
+    .await;
+    assert_eq!(details(&report, "modern").protocol_version, MODERN);
+    let legacy = server(&report, "legacy");
+    assert!(!legacy.connected, "{legacy:#?}");
+    let error = legacy.error.as_deref().unwrap_or_default();
+    assert!(error.contains("initialize failed"), "{error}");
+}
+
+#[tokio::test]
+async fn tool_changes_arrive_through_listen_on_the_current_revision() {
+    let ws = Workspace::new();
+    let config =
+        fixture(FixtureLifecycle::Modern).change_tools_after(Duration::from_millis(300), 3);
+    ws.write_servers(json!({"s": fixture_entry(&config)}));
+    let mut engine_config = ws.engine_config();
+    engine_config.discover_probe_timeout = PATIENT_PROBE;
+    let engine = Engine::start(engine_config);
+    let mut rx = engine.subscribe();
+    let report = wait_for(&mut rx, "changed tools", |r| {
+        r.server("s").is_some_and(|s| s.tools.len() == 3)
+    })
+    .await;
+    let s = server(&report, "s");
+    assert_eq!(tool_names(s), ["changed_0", "changed_1", "changed_2"]);
+    assert_eq!(
+        s.details.as_ref().map(|d| d.protocol_version.as_str()),
+        Some(MODERN)
+    );
+    engine.close().await;
+}
+
+#[tokio::test]
+async fn instructions_are_bounded_and_hold_none_of_the_servers_secrets() {
+    let ws = Workspace::new();
+    let secret = "s3cr3t-instructions-value";
+    let long = format!("call {secret} first. {}", "é".repeat(10_000));
+    let mut entry = fixture_entry(&fixture(FixtureLifecycle::Modern).instructions(long));
+    entry["env"] = json!({"SERVICE_TOKEN": secret});
+    let report = discover(&ws, json!({"s": entry}), |_| {}).await;
+    let instructions = details(&report, "s")
+        .instructions
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        instructions.len() <= ctxsync_agent_diagnostics::MAX_INSTRUCTIONS_BYTES,
+        "{}",
+        instructions.len()
+    );
+    assert!(instructions.ends_with("... [truncated]"), "{instructions}");
+    assert!(
+        instructions.starts_with("call [redacted] first."),
+        "{instructions}"
+    );
+    assert!(!instructions.contains(secret));
+}
