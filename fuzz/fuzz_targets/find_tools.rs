@@ -86,6 +86,7 @@ fn server_row(server: &Server) -> Resource {
                 "properties": tool.params.iter().map(|p| (p.clone(), json!({"type": "string"})))
                     .collect::<serde_json::Map<_, _>>(),
             }),
+            ..Default::default()
         })
         .collect();
     Resource {
@@ -99,6 +100,7 @@ fn server_row(server: &Server) -> Resource {
             server_name: name,
             description: String::new(),
             tools,
+            ..Default::default()
         }),
     }
 }

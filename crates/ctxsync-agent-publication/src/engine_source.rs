@@ -33,6 +33,7 @@ pub fn discovery_report(report: &Report) -> DiscoveryReport {
                         name: tool.name.clone(),
                         description: tool.description.clone(),
                         input_schema: tool.input_schema.clone(),
+                        ..Default::default()
                     })
                     .collect(),
                 error: server.error.clone(),
@@ -150,6 +151,7 @@ mod tests {
                             name: "read".into(),
                             description: "Reads".into(),
                             input_schema: schema,
+                            ..Default::default()
                         }],
                         error: None,
                         warning: Some("kept old tools".into()),

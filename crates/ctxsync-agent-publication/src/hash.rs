@@ -228,6 +228,7 @@ mod tests {
             name: "read".into(),
             description: description.into(),
             input_schema: json!({"type": "object"}),
+            ..Default::default()
         };
         assert_eq!(
             server_hash("fs", &[tool("a")]),

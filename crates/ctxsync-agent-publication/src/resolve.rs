@@ -74,6 +74,7 @@ impl Resolution {
             snapshot_error: self.snapshot_error.clone(),
             agent_run_id: agent_run_id.map(str::to_owned),
             phase: self.phase,
+            ..Default::default()
         }
     }
 }
@@ -561,6 +562,7 @@ fn server_row(
             server_name,
             description: String::new(),
             tools: Vec::new(),
+            ..Default::default()
         }),
     };
     if let Some(flagged) = flag_long_source(&mut row) {
@@ -663,6 +665,7 @@ fn server_body_len(body: &McpServerBody) -> usize {
         server_name: body.server_name.clone(),
         description: body.description.clone(),
         tools: Vec::new(),
+        ..Default::default()
     }))
 }
 
@@ -854,11 +857,13 @@ mod tests {
                 name: name.into(),
                 description: description.into(),
                 input_schema: schema.clone(),
+                ..Default::default()
             };
             let wire = v1::McpTool {
                 name: name.into(),
                 description: description.into(),
                 input_schema: schema.to_string(),
+                ..Default::default()
             };
             let expect = prost::encoding::message::encoded_len(3, &wire);
             assert_eq!(tool_len(&tool, &schema.to_string()), expect, "{name}");

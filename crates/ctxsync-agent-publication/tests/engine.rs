@@ -40,6 +40,7 @@ fn engine_config(ws: &Workspace) -> EngineConfig {
 
 fn phase(push: &v1::PushContextStateRequest) -> Option<Phase> {
     push.mcp_discovery
+        .as_ref()
         .map(|discovery| Phase::try_from(discovery.phase).unwrap())
 }
 

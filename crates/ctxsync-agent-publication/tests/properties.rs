@@ -110,6 +110,7 @@ fn to_outcome(spec: &ServerSpec) -> ServerOutcome {
                 name: format!("{}-t{i}", spec.name),
                 description: "d".into(),
                 input_schema: json!({"type": "object", "b": 1, "a": [i]}),
+                ..Default::default()
             })
             .collect(),
         error: spec.error.clone(),
@@ -338,8 +339,7 @@ proptest! {
                     .map(|t| McpTool {
                         name: format!("tool-{t}"),
                         description: text(case.tool_description_bytes, case.multibyte, t),
-                        input_schema: if t % 7 == 3 { json!("not an object") } else { json!({"type": "object"}) },
-                    })
+                        input_schema: if t % 7 == 3 { json!("not an object") } else { json!({"type": "object"}) }, ..Default::default() })
                     .collect(),
                 error: (i % 2 == 0).then(|| text(case.error_bytes, case.multibyte, i)),
                 warning: (i % 5 == 0).then(|| text(case.error_bytes, !case.multibyte, i)),

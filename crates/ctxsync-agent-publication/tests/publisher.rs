@@ -35,6 +35,7 @@ fn report(phase: ReportPhase, servers: &[&str]) -> Arc<DiscoveryReport> {
                     name: format!("{name}-tool"),
                     description: String::new(),
                     input_schema: serde_json::json!({"type": "object"}),
+                    ..Default::default()
                 }],
                 ..ServerOutcome::default()
             })
@@ -80,7 +81,8 @@ async fn wait_status(
 fn phase(request: &ctxsync_protocol::v1::PushContextStateRequest) -> Option<Phase> {
     request
         .mcp_discovery
-        .map(|McpDiscovery { phase }| Phase::try_from(phase).unwrap())
+        .as_ref()
+        .map(|McpDiscovery { phase, .. }| Phase::try_from(*phase).unwrap())
 }
 
 #[tokio::test]

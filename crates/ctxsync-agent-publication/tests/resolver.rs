@@ -74,6 +74,7 @@ fn tool(name: &str) -> McpTool {
         name: name.into(),
         description: format!("{name} things"),
         input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        ..Default::default()
     }
 }
 

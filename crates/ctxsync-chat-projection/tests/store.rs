@@ -99,6 +99,7 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase, resources: Vec<Resou
         snapshot_error: None,
         agent_run_id: (!run.is_empty()).then(|| run.to_owned()),
         phase,
+        ..Default::default()
     }
 }
 

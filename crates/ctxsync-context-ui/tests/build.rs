@@ -27,8 +27,10 @@ fn server(name: &str, tools: &[&str]) -> ResourceBody {
                 name: (*t).into(),
                 description: format!("{t} things"),
                 input_schema: json!({}),
+                ..Default::default()
             })
             .collect(),
+        ..Default::default()
     })
 }
 

@@ -57,10 +57,8 @@ fn resources() -> Vec<Resource> {
                     .map(|t| McpTool {
                         name: format!("tool_{t}"),
                         description: format!("tool {t} of server {i}"),
-                        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-                    })
-                    .collect(),
-            }),
+                        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}), ..Default::default() })
+                    .collect(), ..Default::default() }),
         })
         .collect()
 }
@@ -74,6 +72,7 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase) -> Snapshot {
         snapshot_error: None,
         agent_run_id: Some(run.to_owned()),
         phase,
+        ..Default::default()
     }
 }
 

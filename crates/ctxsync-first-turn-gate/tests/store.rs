@@ -88,6 +88,7 @@ fn server(name: &str, tools: &[&str], status: ResourceStatus) -> Resource {
             name: (*t).to_owned(),
             description: format!("the {t} tool"),
             input_schema: serde_json::json!({"type": "object"}),
+            ..Default::default()
         })
         .collect();
     Resource {
@@ -101,6 +102,7 @@ fn server(name: &str, tools: &[&str], status: ResourceStatus) -> Resource {
             server_name: name.to_owned(),
             description: String::new(),
             tools,
+            ..Default::default()
         }),
     }
 }
@@ -123,6 +125,7 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase, resources: Vec<Resou
         snapshot_error: None,
         agent_run_id: (!run.is_empty()).then(|| run.to_owned()),
         phase,
+        ..Default::default()
     }
 }
 

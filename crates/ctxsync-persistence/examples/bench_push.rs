@@ -72,10 +72,8 @@ fn resources(generation: usize) -> Vec<Resource> {
                             .map(|t| McpTool {
                                 name: format!("tool_{t}"),
                                 description: format!("tool {t} of server {i}, gen {generation}"),
-                                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-                            })
-                            .collect(),
-                    }),
+                                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}), ..Default::default() })
+                            .collect(), ..Default::default() }),
                 ),
             };
             Resource {
@@ -100,6 +98,7 @@ fn request(version: u64, generation: usize, phase: DiscoveryPhase) -> v1::PushCo
         snapshot_error: None,
         agent_run_id: Some(RUN_ID.into()),
         phase,
+        ..Default::default()
     }
     .into()
 }

@@ -820,7 +820,10 @@ const WIRE_LIMITS: &[Breaker] = &[
         r.resources[0].body = None
     }),
     ("unknown phase", "mcp_discovery.phase", |r| {
-        r.mcp_discovery = Some(v1::push_context_state_request::McpDiscovery { phase: 7 })
+        r.mcp_discovery = Some(v1::push_context_state_request::McpDiscovery {
+            phase: 7,
+            ..Default::default()
+        })
     }),
     ("invalid tool schema", "input_schema", |r| {
         if let Some(Body::McpServer(server)) = r.resources[3].body.as_mut() {

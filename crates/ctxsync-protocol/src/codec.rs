@@ -16,7 +16,7 @@ use tonic::Status;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic_prost::ProstEncoder;
 
-use crate::limits::{MAX_BODY_BYTES, MAX_RESOURCES, MAX_TOTAL_BODY_BYTES};
+use crate::limits::{MAX_BODY_BYTES, MAX_PENDING_SERVERS, MAX_RESOURCES, MAX_TOTAL_BODY_BYTES};
 use crate::v1;
 use crate::validate::{Problem, WireError};
 
@@ -107,21 +107,83 @@ no_precheck!(
     v1::PushContextStateResponse
 );
 
-/// Field numbers of `PushContextStateRequest`, `ContextResource` and `MCPServer` that
-/// the walk looks into (proto/ctxsync/agent/v1/agent.proto).
+/// Field numbers of the messages the walk looks into (proto/ctxsync/agent/v1/agent.proto):
+/// every repeated field, since an empty entry costs two bytes on the wire and a whole
+/// struct in memory.
 const PUSH_RESOURCES: u32 = 3;
+const PUSH_DISCOVERY: u32 = 7;
+const DISCOVERY_PENDING: u32 = 2;
 const RESOURCE_BODIES: std::ops::RangeInclusive<u32> = 10..=13;
 const RESOURCE_MCP_SERVER: u32 = 13;
 const SERVER_TOOLS: u32 = 3;
+const TOOL_ICONS: u32 = 7;
+const ICON_SIZES: u32 = 3;
+
+/// Repeated entries of one kind found by the walk.
+#[derive(Default)]
+struct Counts {
+    tools: usize,
+    icons: usize,
+    sizes: usize,
+    pending: usize,
+}
+
+impl Counts {
+    /// Walks a server body's tools, their icons and the icons' sizes.
+    fn server(&mut self, body: &[u8]) -> Result<(), Malformed> {
+        for field in Fields(body) {
+            let (number, payload) = field?;
+            let Some(tool) = payload.filter(|_| number == SERVER_TOOLS) else {
+                continue;
+            };
+            self.tools += 1;
+            for field in Fields(tool) {
+                let (number, payload) = field?;
+                let Some(icon) = payload.filter(|_| number == TOOL_ICONS) else {
+                    continue;
+                };
+                self.icons += 1;
+                for field in Fields(icon) {
+                    let (number, payload) = field?;
+                    self.sizes += usize::from(number == ICON_SIZES && payload.is_some());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn decoded_bytes(&self, encoded: usize, resources: usize) -> usize {
+        encoded
+            + resources * size_of::<v1::ContextResource>()
+            + self.tools * size_of::<v1::McpTool>()
+            + self.icons * size_of::<v1::McpIcon>()
+            + self.sizes * size_of::<String>()
+            + self.pending * size_of::<v1::push_context_state_request::PendingServer>()
+    }
+}
 
 impl Precheck for v1::PushContextStateRequest {
     fn precheck(encoded: &[u8]) -> Result<(), Status> {
         let malformed = |_| Status::invalid_argument("malformed PushContextStateRequest");
         let mut resources = 0usize;
-        let mut tools = 0usize;
+        let mut counts = Counts::default();
         let mut total_body = 0usize;
         for field in Fields(encoded) {
             let (number, payload) = field.map_err(malformed)?;
+            if let Some(discovery) = payload.filter(|_| number == PUSH_DISCOVERY) {
+                for field in Fields(discovery) {
+                    let (number, payload) = field.map_err(malformed)?;
+                    counts.pending += usize::from(number == DISCOVERY_PENDING && payload.is_some());
+                }
+                if counts.pending > MAX_PENDING_SERVERS {
+                    let problem = Problem::TooMany {
+                        count: counts.pending,
+                        max: MAX_PENDING_SERVERS,
+                    };
+                    return Err(WireError::new("mcp_discovery.pending_servers", problem).into());
+                }
+                continue;
+            }
             let Some(resource) = payload.filter(|_| number == PUSH_RESOURCES) else {
                 continue;
             };
@@ -155,10 +217,7 @@ impl Precheck for v1::PushContextStateRequest {
                 }
                 total_body += body.len();
                 if number == RESOURCE_MCP_SERVER {
-                    for field in Fields(body) {
-                        let (number, payload) = field.map_err(malformed)?;
-                        tools += usize::from(number == SERVER_TOOLS && payload.is_some());
-                    }
+                    counts.server(body).map_err(malformed)?;
                 }
             }
         }
@@ -169,9 +228,7 @@ impl Precheck for v1::PushContextStateRequest {
             };
             return Err(WireError::new("resources[*].body (total)", problem).into());
         }
-        let decoded = encoded.len()
-            + resources * size_of::<v1::ContextResource>()
-            + tools * size_of::<v1::McpTool>();
+        let decoded = counts.decoded_bytes(encoded.len(), resources);
         if decoded > MAX_DECODED_BYTES {
             return Err(Status::resource_exhausted(format!(
                 "request would decode to {} MiB, at most {} MiB allowed",
@@ -319,6 +376,45 @@ mod tests {
         let encoded = push(vec![server(tools_per_server); 15]);
         let status = v1::PushContextStateRequest::precheck(&encoded).unwrap_err();
         assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    }
+
+    #[test]
+    fn empty_icons_that_would_decode_past_the_memory_bound_are_refused() {
+        // One tool per server whose icons are empty entries: 2 bytes each on the wire.
+        let icons = (MAX_BODY_BYTES - 32) / 2;
+        let mut resource = server(0);
+        resource.body = Some(v1::context_resource::Body::McpServer(v1::McpServer {
+            server_name: "x".into(),
+            tools: vec![v1::McpTool {
+                icons: vec![v1::McpIcon::default(); icons],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }));
+        let sources = (0..15).map(|i| v1::ContextResource {
+            source: format!("mcp:{i}"),
+            ..resource.clone()
+        });
+        let status = v1::PushContextStateRequest::precheck(&push(sources.collect())).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    }
+
+    #[test]
+    fn too_many_pending_servers_are_refused_from_the_bytes() {
+        let encoded = v1::PushContextStateRequest {
+            version: 1,
+            mcp_discovery: Some(v1::push_context_state_request::McpDiscovery {
+                phase: 1,
+                pending_servers: vec![Default::default(); MAX_PENDING_SERVERS + 1],
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let status = v1::PushContextStateRequest::precheck(&encoded).unwrap_err();
+        assert_eq!(
+            status.message(),
+            "invalid mcp_discovery.pending_servers: 1001 entries, at most 1000 allowed"
+        );
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub struct Snapshot {
     /// `None` for a legacy agent or one without MCP discovery.
     pub agent_run_id: Option<String>,
     pub phase: DiscoveryPhase,
+    /// While pending: the servers still connecting, by name (empty otherwise).
+    pub pending_servers: Vec<PendingServer>,
 }
 
 impl Snapshot {
@@ -182,6 +184,8 @@ pub struct SkillBody {
     pub description: String,
 }
 
+/// An MCP server's row body. Fields added after the first release default when absent,
+/// so rows stored before them still read.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct McpServerBody {
     pub server_name: String,
@@ -189,8 +193,43 @@ pub struct McpServerBody {
     pub description: String,
     #[serde(default)]
     pub tools: Vec<McpTool>,
+    /// The negotiated MCP revision; empty when unknown (not connected, or an older agent).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub protocol_version: String,
+    /// What the server said about itself (untrusted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_info: Option<McpServerInfo>,
+    /// The server's instructions for the model (untrusted); empty when none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub instructions: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<McpConnectTimings>,
 }
 
+/// A server's implementation info; empty strings where it gave none.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct McpServerInfo {
+    pub name: String,
+    pub version: String,
+    pub title: String,
+    pub description: String,
+}
+
+/// Milliseconds spent in each step of a server's connect.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpConnectTimings {
+    /// Starting the process (stdio); `None` for HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ms: Option<u64>,
+    #[serde(default)]
+    pub handshake_ms: u64,
+    #[serde(default)]
+    pub tools_ms: u64,
+}
+
+/// One tool of a server. Everything but the name and input schema is optional, and all of
+/// it is the server's word: annotations in particular are hints, not guarantees.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct McpTool {
     pub name: String,
@@ -198,6 +237,57 @@ pub struct McpTool {
     pub description: String,
     /// A JSON Schema document.
     pub input_schema: serde_json::Value,
+    /// A display name; empty when none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<McpToolAnnotations>,
+    /// The JSON Schema of the structured result, when the server gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub icons: Vec<McpIcon>,
+    /// The tool's `_meta` object (MCP Apps put their `ui` entry here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
+}
+
+/// A tool's behaviour hints, untrusted unless its server is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct McpToolAnnotations {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub title: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
+}
+
+/// One icon of a tool: a URL or a bounded `data:` URI.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct McpIcon {
+    pub src: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub mime_type: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sizes: Vec<String>,
+    /// `light` or `dark`; empty for any background.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub theme: String,
+}
+
+/// A server of the initial reload still connecting when the snapshot was built.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingServer {
+    pub server_name: String,
+    /// How long it had been connecting then.
+    pub elapsed_ms: u64,
 }
 
 /// A stored body whose JSON does not match its kind.
@@ -279,9 +369,19 @@ impl TryFrom<v1::PushContextStateRequest> for Snapshot {
 
     fn try_from(wire: v1::PushContextStateRequest) -> Result<Self, WireError> {
         validate::push(&wire)?;
-        let phase = wire.mcp_discovery.map_or(DiscoveryPhase::Unspecified, |d| {
-            phase_from_wire(d.phase).expect("validated phase")
-        });
+        let (phase, pending_servers) = match wire.mcp_discovery {
+            None => (DiscoveryPhase::Unspecified, Vec::new()),
+            Some(d) => (
+                phase_from_wire(d.phase).expect("validated phase"),
+                d.pending_servers
+                    .into_iter()
+                    .map(|p| PendingServer {
+                        server_name: p.server_name,
+                        elapsed_ms: p.elapsed_ms,
+                    })
+                    .collect(),
+            ),
+        };
         let resources = wire
             .resources
             .into_iter()
@@ -296,6 +396,7 @@ impl TryFrom<v1::PushContextStateRequest> for Snapshot {
             snapshot_error: non_empty(wire.snapshot_error),
             agent_run_id: non_empty(wire.agent_run_id),
             phase,
+            pending_servers,
         })
     }
 }
@@ -337,23 +438,28 @@ fn resource_from_wire(index: usize, wire: v1::ContextResource) -> Result<Resourc
                 .into_iter()
                 .enumerate()
                 .map(|(t, tool)| {
-                    let input_schema = parse_schema(&tool.input_schema).map_err(|problem| {
-                        WireError::new(
-                            format!("resources[{index}].mcp_server.tools[{t}].input_schema"),
-                            problem,
-                        )
-                    })?;
-                    Ok(McpTool {
-                        name: tool.name,
-                        description: tool.description,
-                        input_schema,
-                    })
+                    let field =
+                        |name: &str| format!("resources[{index}].mcp_server.tools[{t}].{name}");
+                    tool_from_wire(tool, field)
                 })
                 .collect::<Result<_, WireError>>()?;
             ResourceBody::McpServer(McpServerBody {
                 server_name: b.server_name,
                 description: b.description,
                 tools,
+                protocol_version: b.protocol_version,
+                server_info: b.server_info.map(|i| McpServerInfo {
+                    name: i.name,
+                    version: i.version,
+                    title: i.title,
+                    description: i.description,
+                }),
+                instructions: b.instructions,
+                timings: b.timings.map(|t| McpConnectTimings {
+                    start_ms: t.start_ms,
+                    handshake_ms: t.handshake_ms,
+                    tools_ms: t.tools_ms,
+                }),
             })
         }
     };
@@ -368,16 +474,55 @@ fn resource_from_wire(index: usize, wire: v1::ContextResource) -> Result<Resourc
     })
 }
 
-/// An empty schema means "no parameters": the agent sends `""` when a server gave none.
-fn parse_schema(text: &str) -> Result<serde_json::Value, Problem> {
-    if text.is_empty() {
-        return Ok(serde_json::json!({ "type": "object" }));
-    }
+/// Converts an already length-checked tool; its JSON fields can still fail.
+fn tool_from_wire(tool: v1::McpTool, field: impl Fn(&str) -> String) -> Result<McpTool, WireError> {
+    let json = |name: &str, text: &str| {
+        parse_object(text).map_err(|problem| WireError::new(field(name), problem))
+    };
+    let input_schema = if tool.input_schema.is_empty() {
+        // An empty schema means "no parameters": the agent sends `""` when a server gave none.
+        serde_json::json!({ "type": "object" })
+    } else {
+        json("input_schema", &tool.input_schema)?
+    };
+    let optional = |name: &str, text: &str| {
+        if text.is_empty() {
+            Ok(None)
+        } else {
+            json(name, text).map(Some)
+        }
+    };
+    Ok(McpTool {
+        output_schema: optional("output_schema", &tool.output_schema)?,
+        meta: optional("meta", &tool.meta)?,
+        name: tool.name,
+        description: tool.description,
+        input_schema,
+        title: tool.title,
+        annotations: tool.annotations.map(|a| McpToolAnnotations {
+            title: a.title,
+            read_only_hint: a.read_only_hint,
+            destructive_hint: a.destructive_hint,
+            idempotent_hint: a.idempotent_hint,
+            open_world_hint: a.open_world_hint,
+        }),
+        icons: tool
+            .icons
+            .into_iter()
+            .map(|i| McpIcon {
+                src: i.src,
+                mime_type: i.mime_type,
+                sizes: i.sizes,
+                theme: i.theme,
+            })
+            .collect(),
+    })
+}
+
+fn parse_object(text: &str) -> Result<serde_json::Value, Problem> {
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(value) if value.is_object() => Ok(value),
-        Ok(_) => Err(Problem::InvalidJson(
-            "a JSON Schema must be a JSON object".into(),
-        )),
+        Ok(_) => Err(Problem::InvalidJson("must be a JSON object".into())),
         Err(e) => Err(Problem::InvalidJson(e.to_string())),
     }
 }
@@ -433,6 +578,14 @@ impl From<Snapshot> for v1::PushContextStateRequest {
         // A legacy snapshot leaves the discovery message unset, as legacy agents do.
         let mcp_discovery = (snapshot.phase != DiscoveryPhase::Unspecified).then(|| McpDiscovery {
             phase: WirePhase::from(snapshot.phase) as i32,
+            pending_servers: snapshot
+                .pending_servers
+                .into_iter()
+                .map(|p| v1::push_context_state_request::PendingServer {
+                    server_name: p.server_name,
+                    elapsed_ms: p.elapsed_ms,
+                })
+                .collect(),
         });
         Self {
             version: snapshot.version,
@@ -461,15 +614,20 @@ impl From<Resource> for v1::ContextResource {
             ResourceBody::McpServer(b) => WireBody::McpServer(v1::McpServer {
                 server_name: b.server_name,
                 description: b.description,
-                tools: b
-                    .tools
-                    .into_iter()
-                    .map(|t| v1::McpTool {
-                        name: t.name,
-                        description: t.description,
-                        input_schema: t.input_schema.to_string(),
-                    })
-                    .collect(),
+                tools: b.tools.into_iter().map(Into::into).collect(),
+                protocol_version: b.protocol_version,
+                server_info: b.server_info.map(|i| v1::McpServerInfo {
+                    name: i.name,
+                    version: i.version,
+                    title: i.title,
+                    description: i.description,
+                }),
+                instructions: b.instructions,
+                timings: b.timings.map(|t| v1::McpConnectTimings {
+                    start_ms: t.start_ms,
+                    handshake_ms: t.handshake_ms,
+                    tools_ms: t.tools_ms,
+                }),
             }),
         };
         Self {
@@ -480,6 +638,38 @@ impl From<Resource> for v1::ContextResource {
             status: WireStatus::from(resource.status) as i32,
             error: resource.error.unwrap_or_default(),
             body: Some(body),
+        }
+    }
+}
+
+impl From<McpTool> for v1::McpTool {
+    fn from(tool: McpTool) -> Self {
+        let json =
+            |value: Option<serde_json::Value>| value.map(|v| v.to_string()).unwrap_or_default();
+        Self {
+            name: tool.name,
+            description: tool.description,
+            input_schema: tool.input_schema.to_string(),
+            title: tool.title,
+            annotations: tool.annotations.map(|a| v1::McpToolAnnotations {
+                title: a.title,
+                read_only_hint: a.read_only_hint,
+                destructive_hint: a.destructive_hint,
+                idempotent_hint: a.idempotent_hint,
+                open_world_hint: a.open_world_hint,
+            }),
+            output_schema: json(tool.output_schema),
+            icons: tool
+                .icons
+                .into_iter()
+                .map(|i| v1::McpIcon {
+                    src: i.src,
+                    mime_type: i.mime_type,
+                    sizes: i.sizes,
+                    theme: i.theme,
+                })
+                .collect(),
+            meta: json(tool.meta),
         }
     }
 }

@@ -14,7 +14,8 @@ pub mod limits;
 mod validate;
 
 pub use domain::{
-    BodyKind, DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody,
+    BodyKind, DiscoveryPhase, InstructionFileBody, McpConnectTimings, McpIcon, McpServerBody,
+    McpServerInfo, McpTool, McpToolAnnotations, PendingServer, Resource, ResourceBody,
     ResourceStatus, SkillBody, Snapshot, Startup,
 };
 pub use validate::{Problem, WireError, body_len};

@@ -22,14 +22,27 @@ pub struct WireError {
 /// What is wrong with a field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Problem {
-    TooMany { count: usize, max: usize },
-    TooLong { bytes: usize, max: usize },
+    TooMany {
+        count: usize,
+        max: usize,
+    },
+    TooLong {
+        bytes: usize,
+        max: usize,
+    },
     Empty,
     Duplicate,
-    OutOfRange { value: u64, max: u64 },
-    UnknownEnum { value: i32 },
+    OutOfRange {
+        value: u64,
+        max: u64,
+    },
+    UnknownEnum {
+        value: i32,
+    },
     Missing,
     InvalidJson(String),
+    /// A value this field may not hold, with the reason.
+    Invalid(&'static str),
 }
 
 impl fmt::Display for Problem {
@@ -43,6 +56,7 @@ impl fmt::Display for Problem {
             Self::UnknownEnum { value } => write!(f, "unknown value {value}"),
             Self::Missing => f.write_str("must be set"),
             Self::InvalidJson(reason) => write!(f, "not valid JSON: {reason}"),
+            Self::Invalid(reason) => f.write_str(reason),
         }
     }
 }
@@ -126,13 +140,8 @@ pub(crate) fn push(push: &v1::PushContextStateRequest) -> Result<(), WireError> 
         &push.snapshot_error,
         MAX_ERROR_BYTES,
     )?;
-    if let Some(discovery) = &push.mcp_discovery
-        && phase_from_wire(discovery.phase).is_none()
-    {
-        let problem = Problem::UnknownEnum {
-            value: discovery.phase,
-        };
-        return Err(WireError::new("mcp_discovery.phase", problem));
+    if let Some(discovery) = &push.mcp_discovery {
+        discovery_message(discovery)?;
     }
     if push.resources.len() > MAX_RESOURCES {
         let problem = Problem::TooMany {
@@ -184,6 +193,9 @@ pub(crate) fn push(push: &v1::PushContextStateRequest) -> Result<(), WireError> 
                 },
             ));
         }
+        if let Body::McpServer(server) = body {
+            mcp_server(server, &|name: &str| field(&format!("mcp_server.{name}")))?;
+        }
         total_body += body_bytes;
         if total_body > MAX_TOTAL_BODY_BYTES {
             let problem = Problem::TooLong {
@@ -191,6 +203,121 @@ pub(crate) fn push(push: &v1::PushContextStateRequest) -> Result<(), WireError> 
                 max: MAX_TOTAL_BODY_BYTES,
             };
             return Err(WireError::new("resources[*].body (total)", problem));
+        }
+    }
+    Ok(())
+}
+
+fn discovery_message(
+    discovery: &v1::push_context_state_request::McpDiscovery,
+) -> Result<(), WireError> {
+    let phase = phase_from_wire(discovery.phase).ok_or_else(|| {
+        let problem = Problem::UnknownEnum {
+            value: discovery.phase,
+        };
+        WireError::new("mcp_discovery.phase", problem)
+    })?;
+    let pending = &discovery.pending_servers;
+    if pending.is_empty() {
+        return Ok(());
+    }
+    if phase != crate::DiscoveryPhase::Pending {
+        return Err(WireError::new(
+            "mcp_discovery.pending_servers",
+            Problem::Invalid("only allowed while the phase is PHASE_PENDING"),
+        ));
+    }
+    if pending.len() > MAX_PENDING_SERVERS {
+        let problem = Problem::TooMany {
+            count: pending.len(),
+            max: MAX_PENDING_SERVERS,
+        };
+        return Err(WireError::new("mcp_discovery.pending_servers", problem));
+    }
+    let mut names = HashSet::with_capacity(pending.len());
+    for (i, server) in pending.iter().enumerate() {
+        let field = |name: &str| format!("mcp_discovery.pending_servers[{i}].{name}");
+        if server.server_name.is_empty() {
+            return Err(WireError::new(field("server_name"), Problem::Empty));
+        }
+        max_len(
+            || field("server_name"),
+            &server.server_name,
+            MAX_SOURCE_BYTES,
+        )?;
+        if !names.insert(server.server_name.as_str()) {
+            return Err(WireError::new(
+                field("server_name"),
+                Problem::Invalid("names a server listed earlier"),
+            ));
+        }
+        max_counter(&field("elapsed_ms"), server.elapsed_ms)?;
+    }
+    Ok(())
+}
+
+/// The bounds of a server body's fields beyond its size (SPEC §11, MCP revisions).
+fn mcp_server(server: &v1::McpServer, field: &dyn Fn(&str) -> String) -> Result<(), WireError> {
+    max_len(
+        || field("protocol_version"),
+        &server.protocol_version,
+        MAX_PROTOCOL_VERSION_BYTES,
+    )?;
+    if let Some(info) = &server.server_info {
+        for (name, text, max) in [
+            ("name", &info.name, MAX_SERVER_INFO_BYTES),
+            ("version", &info.version, MAX_SERVER_INFO_BYTES),
+            ("title", &info.title, MAX_SERVER_INFO_BYTES),
+            (
+                "description",
+                &info.description,
+                MAX_SERVER_DESCRIPTION_BYTES,
+            ),
+        ] {
+            max_len(|| field(&format!("server_info.{name}")), text, max)?;
+        }
+    }
+    max_len(
+        || field("instructions"),
+        &server.instructions,
+        MAX_INSTRUCTIONS_BYTES,
+    )?;
+    for (t, tool) in server.tools.iter().enumerate() {
+        let field = |name: &str| field(&format!("tools[{t}].{name}"));
+        max_len(|| field("title"), &tool.title, MAX_TOOL_TITLE_BYTES)?;
+        if let Some(annotations) = &tool.annotations {
+            max_len(
+                || field("annotations.title"),
+                &annotations.title,
+                MAX_TOOL_TITLE_BYTES,
+            )?;
+        }
+        max_len(|| field("meta"), &tool.meta, MAX_TOOL_META_BYTES)?;
+        if tool.icons.len() > MAX_ICONS_PER_TOOL {
+            let problem = Problem::TooMany {
+                count: tool.icons.len(),
+                max: MAX_ICONS_PER_TOOL,
+            };
+            return Err(WireError::new(field("icons"), problem));
+        }
+        for (n, icon) in tool.icons.iter().enumerate() {
+            let field = |name: &str| field(&format!("icons[{n}].{name}"));
+            if icon.src.is_empty() {
+                return Err(WireError::new(field("src"), Problem::Empty));
+            }
+            max_len(|| field("src"), &icon.src, MAX_ICON_SRC_BYTES)?;
+            max_len(|| field("mime_type"), &icon.mime_type, MAX_ICON_FIELD_BYTES)?;
+            max_len(|| field("theme"), &icon.theme, MAX_ICON_FIELD_BYTES)?;
+            if icon.sizes.len() > MAX_ICON_SIZES {
+                let problem = Problem::TooMany {
+                    count: icon.sizes.len(),
+                    max: MAX_ICON_SIZES,
+                };
+                return Err(WireError::new(field("sizes"), problem));
+            }
+            for (z, size) in icon.sizes.iter().enumerate() {
+                max_len(|| field(&format!("sizes[{z}]")), size, MAX_ICON_FIELD_BYTES)?;
+            }
         }
     }
     Ok(())

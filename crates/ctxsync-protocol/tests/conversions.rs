@@ -22,6 +22,13 @@ fn sample(phase: DiscoveryPhase, run: Option<&str>) -> Snapshot {
         snapshot_error: Some("too many files".into()),
         agent_run_id: run.map(Into::into),
         phase,
+        pending_servers: match phase {
+            DiscoveryPhase::Pending => vec![PendingServer {
+                server_name: "github".into(),
+                elapsed_ms: 4200,
+            }],
+            _ => Vec::new(),
+        },
         resources: vec![
             resource(
                 "AGENTS.md",
@@ -54,11 +61,49 @@ fn sample(phase: DiscoveryPhase, run: Option<&str>) -> Snapshot {
                 ResourceBody::McpServer(McpServerBody {
                     server_name: "fs".into(),
                     description: "files".into(),
-                    tools: vec![McpTool {
-                        name: "read".into(),
-                        description: "read a file".into(),
-                        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-                    }],
+                    tools: vec![
+                        McpTool {
+                            name: "read".into(),
+                            description: "read a file".into(),
+                            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                            title: "Read file".into(),
+                            annotations: Some(McpToolAnnotations {
+                                title: "Read".into(),
+                                read_only_hint: Some(true),
+                                destructive_hint: Some(false),
+                                idempotent_hint: None,
+                                open_world_hint: Some(false),
+                            }),
+                            output_schema: Some(
+                                json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+                            ),
+                            icons: vec![McpIcon {
+                                src: "data:image/svg+xml;base64,PHN2Zz4=".into(),
+                                mime_type: "image/svg+xml".into(),
+                                sizes: vec!["any".into()],
+                                theme: "light".into(),
+                            }],
+                            meta: Some(json!({"ui": {"resourceUri": "ui://fs/read"}})),
+                        },
+                        McpTool {
+                            name: "plain".into(),
+                            input_schema: json!({"type": "object"}),
+                            ..Default::default()
+                        },
+                    ],
+                    protocol_version: "2026-07-28".into(),
+                    server_info: Some(McpServerInfo {
+                        name: "fs-server".into(),
+                        version: "1.2.3".into(),
+                        title: "Files".into(),
+                        description: "Local files".into(),
+                    }),
+                    instructions: "Prefer read over shell cat.".into(),
+                    timings: Some(McpConnectTimings {
+                        start_ms: Some(12),
+                        handshake_ms: 40,
+                        tools_ms: 3,
+                    }),
                 }),
             ),
             resource(
@@ -77,6 +122,7 @@ fn sample(phase: DiscoveryPhase, run: Option<&str>) -> Snapshot {
                 ResourceBody::InstructionFile(InstructionFileBody::default()),
             ),
         ],
+        ..Default::default()
     }
 }
 
@@ -157,13 +203,33 @@ fn body_json_uses_proto_field_names_and_round_trips() {
             name: "read".into(),
             description: "d".into(),
             input_schema: json!({}),
+            ..Default::default()
         }],
+        ..Default::default()
     });
     assert_eq!(
         server.to_json(),
         json!({"server_name": "fs", "description": "", "tools": [{"name": "read", "description": "d", "input_schema": {}}]})
     );
     assert_eq!(ResourceBody::McpConfig.to_json(), json!({}));
+    // A row stored before the tool and server details existed still reads.
+    let old = json!({"server_name": "fs", "tools": [{"name": "read", "input_schema": {}}]});
+    let ResourceBody::McpServer(body) = ResourceBody::from_json(BodyKind::McpServer, old).unwrap()
+    else {
+        panic!("a server body")
+    };
+    assert_eq!((body.tools[0].title.as_str(), body.timings), ("", None));
+    // The new fields are stored under their proto names.
+    let rich = &sample(DiscoveryPhase::Complete, None).resources[3].body;
+    let stored = rich.to_json();
+    assert_eq!(stored["protocol_version"], "2026-07-28");
+    assert_eq!(stored["server_info"]["title"], "Files");
+    assert_eq!(stored["timings"]["handshake_ms"], 40);
+    let tool = &stored["tools"][0];
+    assert_eq!(tool["annotations"]["read_only_hint"], true);
+    assert_eq!(tool["output_schema"]["type"], "object");
+    assert_eq!(tool["icons"][0]["mime_type"], "image/svg+xml");
+    assert_eq!(tool["meta"]["ui"]["resourceUri"], "ui://fs/read");
     assert!(ResourceBody::from_json(BodyKind::Skill, json!({"meta": 1})).is_err());
 }
 

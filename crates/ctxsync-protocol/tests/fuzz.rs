@@ -59,13 +59,36 @@ fn body() -> impl Strategy<Value = Option<Body>> {
         Just(r#"{"a":1E2,"b":"\u00e9"}"#.to_owned()),
         "\\PC{0,8}",
     ];
-    let tool = ("\\PC{0,8}", "\\PC{0,8}", schema).prop_map(|(name, description, input_schema)| {
-        v1::McpTool {
-            name,
-            description,
-            input_schema,
+    let icon = ("\\PC{0,8}", prop::collection::vec("\\PC{0,4}", 0..3)).prop_map(|(src, sizes)| {
+        v1::McpIcon {
+            src,
+            sizes,
+            ..Default::default()
         }
     });
+    let tool = (
+        ("\\PC{0,8}", "\\PC{0,8}", schema.clone()),
+        (
+            "\\PC{0,8}",
+            schema.clone(),
+            schema,
+            prop::collection::vec(icon, 0..3),
+        ),
+    )
+        .prop_map(
+            |((name, description, input_schema), (title, output_schema, meta, icons))| {
+                v1::McpTool {
+                    name,
+                    description,
+                    input_schema,
+                    title,
+                    output_schema,
+                    meta,
+                    icons,
+                    ..Default::default()
+                }
+            },
+        );
     prop::option::weighted(
         0.95,
         prop_oneof![
@@ -86,6 +109,7 @@ fn body() -> impl Strategy<Value = Option<Body>> {
                         server_name,
                         description,
                         tools,
+                        ..Default::default()
                     })
                 }
             ),
@@ -148,7 +172,13 @@ fn request() -> impl Strategy<Value = v1::PushContextStateRequest> {
         any::<bool>(),
         sized(MAX_ERROR_BYTES),
         sized(MAX_RUN_ID_BYTES),
-        prop::option::of(enum_value().prop_map(|phase| McpDiscovery { phase })),
+        prop::option::of(enum_value().prop_map(|phase| McpDiscovery {
+            phase,
+            pending_servers: vec![v1::push_context_state_request::PendingServer {
+                server_name: "github".into(),
+                elapsed_ms: 4000,
+            }],
+        })),
     )
         .prop_map(
             |(
@@ -277,6 +307,7 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
         agent_run_id: "run-1".to_owned(),
         mcp_discovery: Some(McpDiscovery {
             phase: Phase::Complete as i32,
+            ..Default::default()
         }),
     };
     let resource = |source: &str, body: Body| v1::ContextResource {
@@ -318,7 +349,32 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
                     description: "Read a file".to_owned(),
                     input_schema: r#"{"type":"object","properties":{"path":{"type":"string"}}}"#
                         .to_owned(),
+                    title: "Read file".to_owned(),
+                    annotations: Some(v1::McpToolAnnotations {
+                        read_only_hint: Some(true),
+                        ..Default::default()
+                    }),
+                    output_schema: r#"{"type":"object"}"#.to_owned(),
+                    icons: vec![v1::McpIcon {
+                        src: "data:image/png;base64,AAAA".to_owned(),
+                        mime_type: "image/png".to_owned(),
+                        sizes: vec!["16x16".to_owned()],
+                        theme: "dark".to_owned(),
+                    }],
+                    meta: r#"{"ui":{"resourceUri":"ui://fs/read"}}"#.to_owned(),
                 }],
+                protocol_version: "2026-07-28".to_owned(),
+                server_info: Some(v1::McpServerInfo {
+                    name: "fs".to_owned(),
+                    version: "1.0".to_owned(),
+                    ..Default::default()
+                }),
+                instructions: "Use read for files.".to_owned(),
+                timings: Some(v1::McpConnectTimings {
+                    start_ms: Some(3),
+                    handshake_ms: 40,
+                    tools_ms: 5,
+                }),
             }),
         ),
     ];
@@ -395,7 +451,10 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
                     status: 99,
                     ..config(0)
                 }],
-                mcp_discovery: Some(McpDiscovery { phase: 7 }),
+                mcp_discovery: Some(McpDiscovery {
+                    phase: 7,
+                    ..Default::default()
+                }),
                 ..base.clone()
             },
             false,

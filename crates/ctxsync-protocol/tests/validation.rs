@@ -29,7 +29,10 @@ fn push(resources: Vec<ContextResource>) -> PushContextStateRequest {
         initial: true,
         snapshot_error: String::new(),
         agent_run_id: "run".into(),
-        mcp_discovery: Some(McpDiscovery { phase: 1 }),
+        mcp_discovery: Some(McpDiscovery {
+            phase: 1,
+            ..Default::default()
+        }),
     }
 }
 
@@ -258,7 +261,10 @@ fn unknown_enums_and_missing_body() {
     check("status unknown", status(99), Some("resources[0].status"));
     let phase = |p| {
         with(push(vec![]), |r| {
-            r.mcp_discovery = Some(McpDiscovery { phase: p })
+            r.mcp_discovery = Some(McpDiscovery {
+                phase: p,
+                ..Default::default()
+            })
         })
     };
     check("phase complete", phase(2), None);
@@ -281,7 +287,9 @@ fn tool_schemas_must_be_json_objects() {
                     name: "read".into(),
                     description: "d".into(),
                     input_schema: schema.into(),
+                    ..Default::default()
                 }],
+                ..Default::default()
             }))
         })
     };
@@ -307,5 +315,218 @@ fn errors_map_to_invalid_argument_naming_the_field() {
     assert_eq!(
         status.message(),
         "invalid resources: 1001 entries, at most 1000 allowed"
+    );
+}
+
+fn server_push(edit: impl FnOnce(&mut v1::McpServer)) -> PushContextStateRequest {
+    let mut server = v1::McpServer {
+        server_name: "fs".into(),
+        tools: vec![v1::McpTool {
+            name: "read".into(),
+            input_schema: r#"{"type":"object"}"#.into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    edit(&mut server);
+    with(push(vec![resource("mcp:fs")]), |r| {
+        r.resources[0].body = Some(Body::McpServer(server))
+    })
+}
+
+#[test]
+fn tool_definition_fields_at_their_limits() {
+    let tool =
+        |edit: fn(&mut v1::McpTool, usize), n: usize| server_push(|s| edit(&mut s.tools[0], n));
+    let field = |name: &str| format!("resources[0].mcp_server.tools[0].{name}");
+    let cases: [(&str, fn(&mut v1::McpTool, usize), usize, String); 7] = [
+        (
+            "title",
+            |t, n| t.title = "t".repeat(n),
+            MAX_TOOL_TITLE_BYTES,
+            field("title"),
+        ),
+        (
+            "annotation title",
+            |t, n| {
+                t.annotations = Some(v1::McpToolAnnotations {
+                    title: "t".repeat(n),
+                    ..Default::default()
+                })
+            },
+            MAX_TOOL_TITLE_BYTES,
+            field("annotations.title"),
+        ),
+        (
+            "meta",
+            |t, n| t.meta = format!("{{\"k\":\"{}\"}}", "m".repeat(n - 8)),
+            MAX_TOOL_META_BYTES,
+            field("meta"),
+        ),
+        (
+            "icon count",
+            |t, n| {
+                t.icons = vec![
+                    v1::McpIcon {
+                        src: "https://x/i.png".into(),
+                        ..Default::default()
+                    };
+                    n
+                ]
+            },
+            MAX_ICONS_PER_TOOL,
+            field("icons"),
+        ),
+        (
+            "icon src",
+            |t, n| {
+                t.icons = vec![v1::McpIcon {
+                    src: "s".repeat(n),
+                    ..Default::default()
+                }]
+            },
+            MAX_ICON_SRC_BYTES,
+            field("icons[0].src"),
+        ),
+        (
+            "icon sizes",
+            |t, n| {
+                t.icons = vec![v1::McpIcon {
+                    src: "s".into(),
+                    sizes: vec!["16x16".into(); n],
+                    ..Default::default()
+                }]
+            },
+            MAX_ICON_SIZES,
+            field("icons[0].sizes"),
+        ),
+        (
+            "icon mime type",
+            |t, n| {
+                t.icons = vec![v1::McpIcon {
+                    src: "s".into(),
+                    mime_type: "m".repeat(n),
+                    ..Default::default()
+                }]
+            },
+            MAX_ICON_FIELD_BYTES,
+            field("icons[0].mime_type"),
+        ),
+    ];
+    for (name, edit, max, expect) in cases {
+        check(name, tool(edit, max), None);
+        check(name, tool(edit, max + 1), Some(&expect));
+    }
+    check(
+        "empty icon src",
+        server_push(|s| s.tools[0].icons = vec![v1::McpIcon::default()]),
+        Some(&field("icons[0].src")),
+    );
+    for (name, edit) in [
+        (
+            "output_schema",
+            (|t: &mut v1::McpTool| t.output_schema = "[1]".into()) as fn(&mut _),
+        ),
+        ("meta", |t| t.meta = "{".into()),
+    ] {
+        check(
+            name,
+            server_push(|s| edit(&mut s.tools[0])),
+            Some(&field(name)),
+        );
+    }
+}
+
+#[test]
+fn server_details_at_their_limits() {
+    let field = |name: &str| format!("resources[0].mcp_server.{name}");
+    let cases: [(&str, fn(&mut v1::McpServer, usize), usize); 4] = [
+        (
+            "protocol_version",
+            |s, n| s.protocol_version = "v".repeat(n),
+            MAX_PROTOCOL_VERSION_BYTES,
+        ),
+        (
+            "instructions",
+            |s, n| s.instructions = "i".repeat(n),
+            MAX_INSTRUCTIONS_BYTES,
+        ),
+        (
+            "server_info.title",
+            |s, n| {
+                s.server_info = Some(v1::McpServerInfo {
+                    title: "t".repeat(n),
+                    ..Default::default()
+                })
+            },
+            MAX_SERVER_INFO_BYTES,
+        ),
+        (
+            "server_info.description",
+            |s, n| {
+                s.server_info = Some(v1::McpServerInfo {
+                    description: "d".repeat(n),
+                    ..Default::default()
+                })
+            },
+            MAX_SERVER_DESCRIPTION_BYTES,
+        ),
+    ];
+    for (name, edit, max) in cases {
+        check(name, server_push(|s| edit(s, max)), None);
+        check(name, server_push(|s| edit(s, max + 1)), Some(&field(name)));
+    }
+}
+
+#[test]
+fn pending_servers_are_bounded_named_once_and_only_while_pending() {
+    let pending = |phase: i32, names: Vec<String>| {
+        with(push(vec![]), |r| {
+            r.mcp_discovery = Some(McpDiscovery {
+                phase,
+                pending_servers: names
+                    .into_iter()
+                    .map(
+                        |server_name| v1::push_context_state_request::PendingServer {
+                            server_name,
+                            elapsed_ms: 4000,
+                        },
+                    )
+                    .collect(),
+            })
+        })
+    };
+    let names = |n: usize| (0..n).map(|i| format!("s{i}")).collect::<Vec<_>>();
+    check("at the count", pending(1, names(MAX_PENDING_SERVERS)), None);
+    check(
+        "over the count",
+        pending(1, names(MAX_PENDING_SERVERS + 1)),
+        Some("mcp_discovery.pending_servers"),
+    );
+    check(
+        "while complete",
+        pending(2, names(1)),
+        Some("mcp_discovery.pending_servers"),
+    );
+    check("none while complete", pending(2, names(0)), None);
+    check(
+        "empty name",
+        pending(1, vec![String::new()]),
+        Some("mcp_discovery.pending_servers[0].server_name"),
+    );
+    check(
+        "long name",
+        pending(1, vec!["n".repeat(MAX_SOURCE_BYTES + 1)]),
+        Some("mcp_discovery.pending_servers[0].server_name"),
+    );
+    check(
+        "repeated name",
+        pending(1, vec!["a".into(), "a".into()]),
+        Some("mcp_discovery.pending_servers[1].server_name"),
+    );
+    let err = Snapshot::try_from(pending(2, names(1))).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid mcp_discovery.pending_servers: only allowed while the phase is PHASE_PENDING"
     );
 }

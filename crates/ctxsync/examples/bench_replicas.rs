@@ -55,8 +55,10 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase) -> Snapshot {
                         name: format!("tool_{t}"),
                         description: format!("tool {t} of server {i}"),
                         input_schema: json!({"type": "object"}),
+                        ..Default::default()
                     })
                     .collect(),
+                ..Default::default()
             }),
         })
         .collect();
@@ -68,6 +70,7 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase) -> Snapshot {
         snapshot_error: None,
         agent_run_id: Some(run.to_owned()),
         phase,
+        ..Default::default()
     }
 }
 

@@ -83,6 +83,7 @@ fn request(agent: usize, run_id: &str, generation: usize) -> v1::PushContextStat
         snapshot_error: None,
         agent_run_id: Some(run_id.to_owned()),
         phase: DiscoveryPhase::Complete,
+        ..Default::default()
     }
     .into()
 }

@@ -180,6 +180,7 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
         snapshot_error: None,
         agent_run_id: Some("run-1".into()),
         phase: DiscoveryPhase::Complete,
+        ..Default::default()
     };
     h.server
         .store

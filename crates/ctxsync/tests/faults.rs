@@ -31,6 +31,7 @@ fn first_complete_snapshot(run: &str, aggregate_hash: &str) -> ctxsync_protocol:
         snapshot_error: None,
         agent_run_id: Some(run.into()),
         phase: DiscoveryPhase::Complete,
+        ..Default::default()
     }
 }
 

@@ -378,6 +378,7 @@ async fn sigterm_lets_an_in_flight_turn_finish_and_a_second_signal_exits_at_once
         snapshot_error: None,
         agent_run_id: Some("run-1".into()),
         phase: DiscoveryPhase::Complete,
+        ..Default::default()
     };
     db.store()
         .push_context_state(agent, snapshot)

@@ -405,6 +405,7 @@ async fn refresh_repins_the_chat(h: Harness) {
         snapshot_error: None,
         agent_run_id: Some("r".into()),
         phase: DiscoveryPhase::Complete,
+        ..Default::default()
     };
     store.push_context_state(agent, snapshot).await.unwrap();
     let (_, read) = h

@@ -56,6 +56,7 @@ fn snapshot(version: u64, run: Option<&str>, phase: DiscoveryPhase) -> Snapshot 
         snapshot_error: None,
         agent_run_id: run.map(str::to_owned),
         phase,
+        ..Default::default()
     }
 }
 

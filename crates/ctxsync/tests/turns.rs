@@ -117,6 +117,7 @@ async fn push(
         snapshot_error: None,
         agent_run_id: Some(run.into()),
         phase,
+        ..Default::default()
     };
     assert!(
         store

@@ -18,6 +18,7 @@ pub fn tool(name: &str, description: &str, params: &[&str]) -> McpTool {
         name: name.to_owned(),
         description: description.to_owned(),
         input_schema: json!({"type": "object", "properties": properties}),
+        ..Default::default()
     }
 }
 
@@ -43,6 +44,7 @@ pub fn server_with(name: &str, tools: Vec<McpTool>, warning: Option<&str>) -> Re
             server_name: name.to_owned(),
             description: String::new(),
             tools,
+            ..Default::default()
         }),
     )
 }

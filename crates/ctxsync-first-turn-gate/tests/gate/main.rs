@@ -83,8 +83,10 @@ fn server(name: &str, status: ResourceStatus, tools: usize) -> Resource {
                 name: format!("tool{i}"),
                 description: String::new(),
                 input_schema: serde_json::json!({ "type": "object" }),
+                ..Default::default()
             })
             .collect(),
+        ..Default::default()
     };
     row(name, status, ResourceBody::McpServer(body))
 }

@@ -67,6 +67,11 @@ fn body_digest(body: &ResourceBody) -> Vec<u8> {
             self.0.update((bytes.len() as u64).to_le_bytes());
             self.0.update(bytes);
         }
+        /// The optional parts, as their JSON text (`null`, `[]` when absent or empty).
+        fn json(&mut self, value: &impl serde::Serialize) {
+            let text = serde_json::to_vec(value).expect("body parts serialize to JSON");
+            self.field(&text);
+        }
     }
     let mut h = Fields(Sha256::new());
     h.0.update(body.kind().as_str().as_bytes());
@@ -88,20 +93,38 @@ fn body_digest(body: &ResourceBody) -> Vec<u8> {
             server_name,
             description,
             tools,
+            protocol_version,
+            server_info,
+            instructions,
+            timings,
         }) => {
             h.field(server_name.as_bytes());
             h.field(description.as_bytes());
+            h.field(protocol_version.as_bytes());
+            h.json(server_info);
+            h.field(instructions.as_bytes());
+            h.json(timings);
             h.0.update((tools.len() as u64).to_le_bytes());
             for McpTool {
                 name,
                 description,
                 input_schema,
+                title,
+                annotations,
+                output_schema,
+                icons,
+                meta,
             } in tools
             {
                 h.field(name.as_bytes());
                 h.field(description.as_bytes());
                 // Schemas are small; their JSON text is what is stored and compared.
                 h.field(input_schema.to_string().as_bytes());
+                h.field(title.as_bytes());
+                h.json(annotations);
+                h.json(output_schema);
+                h.json(icons);
+                h.json(meta);
             }
         }
     }
@@ -401,9 +424,22 @@ mod tests {
                     name: (*name).into(),
                     description: (*description).into(),
                     input_schema: schema.clone(),
+                    ..Default::default()
                 })
                 .collect(),
+            ..Default::default()
         })
+    }
+
+    /// A server with one tool `read` changed by `edit`, or the server itself changed.
+    fn edited(edit: impl FnOnce(&mut McpServerBody)) -> ResourceBody {
+        let ResourceBody::McpServer(mut body) =
+            server("fs", &[("read", "", serde_json::json!({"type": "object"}))])
+        else {
+            unreachable!()
+        };
+        edit(&mut body);
+        ResourceBody::McpServer(body)
     }
 
     fn skill(meta: &str, name: &str, description: &str) -> ResourceBody {
@@ -437,6 +473,21 @@ mod tests {
             server("fs", &[("read", "d", object.clone())]),
             server("fs", &[("read", "", string.clone())]),
             server("fs", &[("read", "", object.clone()), ("write", "", object)]),
+            edited(|b| b.protocol_version = "2026-07-28".into()),
+            edited(|b| b.instructions = "i".into()),
+            edited(|b| b.server_info = Some(Default::default())),
+            edited(|b| b.timings = Some(Default::default())),
+            edited(|b| b.tools[0].title = "Read".into()),
+            edited(|b| b.tools[0].annotations = Some(Default::default())),
+            edited(|b| {
+                b.tools[0].annotations = Some(ctxsync_protocol::McpToolAnnotations {
+                    read_only_hint: Some(true),
+                    ..Default::default()
+                })
+            }),
+            edited(|b| b.tools[0].output_schema = Some(serde_json::json!({}))),
+            edited(|b| b.tools[0].icons = vec![Default::default()]),
+            edited(|b| b.tools[0].meta = Some(serde_json::json!({}))),
         ];
         let digests: Vec<Vec<u8>> = bodies.iter().map(body_digest).collect();
         for (i, a) in digests.iter().enumerate() {

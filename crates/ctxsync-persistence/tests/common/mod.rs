@@ -232,8 +232,7 @@ pub fn mcp_server(name: &str, tools: &[&str]) -> Resource {
         .map(|t| McpTool {
             name: (*t).into(),
             description: format!("the {t} tool"),
-            input_schema: serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-        })
+            input_schema: serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}}), ..Default::default() })
         .collect();
     let mut hash_parts = vec![name];
     hash_parts.extend(tools.iter().map(|t| t.name.as_str()));
@@ -248,6 +247,7 @@ pub fn mcp_server(name: &str, tools: &[&str]) -> Resource {
             server_name: name.into(),
             description: String::new(),
             tools,
+            ..Default::default()
         }),
     }
 }
@@ -282,6 +282,7 @@ pub fn snapshot(
         snapshot_error: None,
         agent_run_id: run.map(str::to_owned),
         phase,
+        ..Default::default()
     }
 }
 

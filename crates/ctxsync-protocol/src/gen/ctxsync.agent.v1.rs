@@ -44,10 +44,14 @@ pub struct PushContextStateRequest {
 }
 /// Nested message and enum types in `PushContextStateRequest`.
 pub mod push_context_state_request {
-    #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+    #[derive(Clone, PartialEq, ::prost::Message)]
     pub struct McpDiscovery {
         #[prost(enumeration = "mcp_discovery::Phase", tag = "1")]
         pub phase: i32,
+        /// While PENDING: the servers of the initial reload still connecting, by name.
+        /// Older servers ignore it.
+        #[prost(message, repeated, tag = "2")]
+        pub pending_servers: ::prost::alloc::vec::Vec<PendingServer>,
     }
     /// Nested message and enum types in `MCPDiscovery`.
     pub mod mcp_discovery {
@@ -93,6 +97,15 @@ pub mod push_context_state_request {
                 }
             }
         }
+    }
+    /// A declared MCP server whose first connection has no result yet.
+    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+    pub struct PendingServer {
+        #[prost(string, tag = "1")]
+        pub server_name: ::prost::alloc::string::String,
+        /// How long it had been connecting when the agent built this snapshot.
+        #[prost(uint64, tag = "2")]
+        pub elapsed_ms: u64,
     }
 }
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -210,8 +223,44 @@ pub struct McpServer {
     pub description: ::prost::alloc::string::String,
     #[prost(message, repeated, tag = "3")]
     pub tools: ::prost::alloc::vec::Vec<McpTool>,
+    /// The MCP revision negotiated with the server (e.g. "2026-07-28"); empty when the
+    /// server is not connected or the agent predates this field.
+    #[prost(string, tag = "4")]
+    pub protocol_version: ::prost::alloc::string::String,
+    /// What the server said about itself. Untrusted text, bounded and redacted by the agent.
+    #[prost(message, optional, tag = "5")]
+    pub server_info: ::core::option::Option<McpServerInfo>,
+    /// The server's instructions for the model (untrusted).
+    #[prost(string, tag = "6")]
+    pub instructions: ::prost::alloc::string::String,
+    /// How long connecting took.
+    #[prost(message, optional, tag = "7")]
+    pub timings: ::core::option::Option<McpConnectTimings>,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct McpServerInfo {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub version: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub title: ::prost::alloc::string::String,
+    #[prost(string, tag = "4")]
+    pub description: ::prost::alloc::string::String,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct McpConnectTimings {
+    /// Starting the process (stdio); unset for HTTP, whose connect is in the handshake.
+    #[prost(uint64, optional, tag = "1")]
+    pub start_ms: ::core::option::Option<u64>,
+    /// The lifecycle handshake (`server/discover` or `initialize`).
+    #[prost(uint64, tag = "2")]
+    pub handshake_ms: u64,
+    /// The first complete tool list.
+    #[prost(uint64, tag = "3")]
+    pub tools_ms: u64,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct McpTool {
     #[prost(string, tag = "1")]
     pub name: ::prost::alloc::string::String,
@@ -220,6 +269,46 @@ pub struct McpTool {
     /// The tool's input schema as a JSON Schema document, JSON-encoded.
     #[prost(string, tag = "3")]
     pub input_schema: ::prost::alloc::string::String,
+    /// A display name.
+    #[prost(string, tag = "4")]
+    pub title: ::prost::alloc::string::String,
+    /// Hints about the tool's behaviour; untrusted unless the server is.
+    #[prost(message, optional, tag = "5")]
+    pub annotations: ::core::option::Option<McpToolAnnotations>,
+    /// The schema of the tool's structured result, JSON-encoded; empty when none.
+    #[prost(string, tag = "6")]
+    pub output_schema: ::prost::alloc::string::String,
+    #[prost(message, repeated, tag = "7")]
+    pub icons: ::prost::alloc::vec::Vec<McpIcon>,
+    /// The tool's `_meta` object, JSON-encoded; empty when none.
+    #[prost(string, tag = "8")]
+    pub meta: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct McpToolAnnotations {
+    #[prost(string, tag = "1")]
+    pub title: ::prost::alloc::string::String,
+    #[prost(bool, optional, tag = "2")]
+    pub read_only_hint: ::core::option::Option<bool>,
+    #[prost(bool, optional, tag = "3")]
+    pub destructive_hint: ::core::option::Option<bool>,
+    #[prost(bool, optional, tag = "4")]
+    pub idempotent_hint: ::core::option::Option<bool>,
+    #[prost(bool, optional, tag = "5")]
+    pub open_world_hint: ::core::option::Option<bool>,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct McpIcon {
+    /// A URL or a `data:` URI.
+    #[prost(string, tag = "1")]
+    pub src: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub mime_type: ::prost::alloc::string::String,
+    #[prost(string, repeated, tag = "3")]
+    pub sizes: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// "light" or "dark"; empty when any background suits it.
+    #[prost(string, tag = "4")]
+    pub theme: ::prost::alloc::string::String,
 }
 /// Generated client implementations.
 pub mod agent_client {

@@ -150,6 +150,7 @@ impl Harness {
             snapshot_error: None,
             agent_run_id: Some(run.into()),
             phase,
+            ..Default::default()
         };
         store
             .push_context_state(agent, snapshot)
@@ -200,10 +201,8 @@ pub fn server(name: &str, tools: &[(&str, &str)]) -> Resource {
                 .map(|(t, d)| McpTool {
                     name: (*t).into(),
                     description: (*d).into(),
-                    input_schema: json!({ "type": "object", "properties": { "query": { "type": "string" } } }),
-                })
-                .collect(),
-        }),
+                    input_schema: json!({ "type": "object", "properties": { "query": { "type": "string" } } }), ..Default::default() })
+                .collect(), ..Default::default() }),
     }
 }
 
