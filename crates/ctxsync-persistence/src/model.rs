@@ -2,7 +2,7 @@
 //! are read from and written as.
 
 use chrono::{DateTime, Utc};
-use ctxsync_protocol::{BodyKind, DiscoveryPhase, Resource, ResourceBody};
+use ctxsync_protocol::{BodyKind, DiscoveryPhase, PendingServer, Resource, ResourceBody};
 use diesel::prelude::*;
 
 use crate::error::StoreError;
@@ -58,6 +58,9 @@ pub struct SnapshotRecord {
     pub snapshot_error: Option<String>,
     /// Server clock; never used for freshness.
     pub received_at: DateTime<Utc>,
+    /// While pending: the servers still connecting, with how long each had been at it when
+    /// the agent built the snapshot (add the time since `received_at` for "now").
+    pub pending_servers: Vec<PendingServer>,
 }
 
 /// An agent's row, snapshot and resources, read in one consistent transaction.
@@ -117,6 +120,8 @@ pub struct PushChanges {
     pub run_id_changed: bool,
     pub aggregate_hash_changed: bool,
     pub snapshot_error_changed: bool,
+    /// Another set of servers is still connecting (their times alone are no change).
+    pub pending_changed: bool,
     pub resources: ResourceChanges,
     /// Chats newly marked dirty because they pin another aggregate hash.
     pub chats_marked_dirty: usize,
@@ -130,6 +135,7 @@ impl PushChanges {
             || self.run_id_changed
             || self.aggregate_hash_changed
             || self.snapshot_error_changed
+            || self.pending_changed
             || self.resources.any()
     }
 }
@@ -245,6 +251,7 @@ pub(crate) struct SnapshotRow {
     pub snapshot_error: Option<String>,
     pub received_at: DbTime,
     pub created_at: DbTime,
+    pub pending_servers: JsonText,
 }
 
 impl SnapshotRow {
@@ -256,6 +263,9 @@ impl SnapshotRow {
             aggregate_hash: self.aggregate_hash,
             snapshot_error: self.snapshot_error,
             received_at: self.received_at.0,
+            pending_servers: serde_json::from_str(&self.pending_servers.0).map_err(|e| {
+                StoreError::Corrupt(format!("stored pending servers are not valid: {e}"))
+            })?,
         })
     }
 }

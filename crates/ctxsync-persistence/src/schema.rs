@@ -33,6 +33,7 @@ diesel::table! {
         snapshot_error -> Nullable<Text>,
         received_at -> TimestampSql,
         created_at -> TimestampSql,
+        pending_servers -> JsonSql,
     }
 }
 

@@ -64,6 +64,8 @@ both_backends!(
     agents_are_listed_and_tokens_authenticate,
     a_rotated_token_replaces_the_old_one_at_once,
     unknown_agents_cannot_be_rotated_or_deleted,
+    full_tool_definitions_and_server_details_round_trip,
+    pending_servers_are_stored_and_a_new_set_notifies,
 );
 
 const RUN_A: &str = "4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01";
@@ -1143,4 +1145,122 @@ async fn unknown_agents_cannot_be_rotated_or_deleted(h: Harness) {
         Err(StoreError::InvalidToken)
     ));
     assert!(store.list_agents().await.unwrap().is_empty());
+}
+
+async fn full_tool_definitions_and_server_details_round_trip(h: Harness) {
+    use ctxsync_protocol::*;
+    let (agent, token) = h.agent("rich").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    let mut server = mcp_server("py", &["search"]);
+    let ResourceBody::McpServer(body) = &mut server.body else {
+        unreachable!()
+    };
+    body.protocol_version = "2026-07-28".into();
+    body.server_info = Some(McpServerInfo {
+        name: "py-server".into(),
+        version: "2.3.0".into(),
+        title: "Python search".into(),
+        description: "Searches things".into(),
+    });
+    body.instructions = "Search before you guess.".into();
+    body.timings = Some(McpConnectTimings {
+        start_ms: Some(120),
+        handshake_ms: 35,
+        tools_ms: 4,
+    });
+    let tool = &mut body.tools[0];
+    tool.title = "Search the index".into();
+    tool.annotations = Some(McpToolAnnotations {
+        title: "Search".into(),
+        read_only_hint: Some(true),
+        destructive_hint: Some(false),
+        idempotent_hint: Some(true),
+        open_world_hint: Some(false),
+    });
+    tool.output_schema =
+        Some(serde_json::json!({"type": "object", "properties": {"hits": {"type": "array"}}}));
+    tool.icons = vec![McpIcon {
+        src: "data:image/png;base64,iVBORw0KGgo=".into(),
+        mime_type: "image/png".into(),
+        sizes: vec!["48x48".into()],
+        theme: "light".into(),
+    }];
+    tool.meta = Some(serde_json::json!({"ui": {"resourceUri": "ui://py/search"}}));
+    let mut resources = workspace();
+    resources.push(server.clone());
+    // Through the real gRPC service, so the wire conversion is part of the round trip.
+    assert!(
+        h.push(&token, snapshot(1, Some(RUN_A), Complete, resources))
+            .await
+            .unwrap()
+    );
+    let ctx = h.context(agent).await;
+    let stored = ctx.resources.iter().find(|r| r.source == "mcp:py").unwrap();
+    assert_eq!(stored, &server, "every field survives the store");
+}
+
+async fn pending_servers_are_stored_and_a_new_set_notifies(h: Harness) {
+    use ctxsync_protocol::PendingServer;
+    let (agent, token) = h.agent("pending").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    let pending = |version, names: &[(&str, u64)]| ctxsync_protocol::Snapshot {
+        pending_servers: names
+            .iter()
+            .map(|(name, ms)| PendingServer {
+                server_name: (*name).into(),
+                elapsed_ms: *ms,
+            })
+            .collect(),
+        ..snapshot(version, Some(RUN_A), Pending, workspace())
+    };
+    assert!(
+        h.push(&token, pending(1, &[("github", 4000), ("jira", 12000)]))
+            .await
+            .unwrap()
+    );
+    let stored = h.context(agent).await.snapshot.unwrap();
+    let names: Vec<_> = stored
+        .pending_servers
+        .iter()
+        .map(|p| (p.server_name.as_str(), p.elapsed_ms))
+        .collect();
+    assert_eq!(names, [("github", 4000), ("jira", 12000)]);
+
+    let changes = |outcome| match outcome {
+        PushOutcome::Accepted(changes) => changes,
+        other => panic!("dropped: {other:?}"),
+    };
+    // Only the times moved: stored, but no change for readers.
+    let same = h
+        .store()
+        .push_context_state(agent, pending(2, &[("github", 5000), ("jira", 13000)]))
+        .await
+        .unwrap();
+    assert!(!changes(same).is_change());
+    assert_eq!(
+        h.context(agent).await.snapshot.unwrap().pending_servers[0].elapsed_ms,
+        5000
+    );
+    // One server finished: another set.
+    let fewer = h
+        .store()
+        .push_context_state(agent, pending(3, &[("jira", 14000)]))
+        .await
+        .unwrap();
+    let fewer = changes(fewer);
+    assert!(fewer.pending_changed && fewer.is_change(), "{fewer:?}");
+    // Complete: the list empties.
+    assert!(
+        h.push(&token, snapshot(4, Some(RUN_A), Complete, workspace()))
+            .await
+            .unwrap()
+    );
+    assert!(
+        h.context(agent)
+            .await
+            .snapshot
+            .unwrap()
+            .pending_servers
+            .is_empty()
+    );
 }

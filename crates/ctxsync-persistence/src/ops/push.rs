@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use ctxsync_protocol::{
-    InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody, SkillBody, Snapshot,
+    InstructionFileBody, McpServerBody, McpTool, PendingServer, Resource, ResourceBody, SkillBody,
+    Snapshot,
 };
 use diesel::prelude::*;
 use diesel::upsert::excluded;
@@ -19,7 +20,7 @@ use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId};
 use crate::model::*;
 use crate::schema::*;
-use crate::sql_types::{DbBodyKind, DbPhase, DbStatus, DbTime};
+use crate::sql_types::{DbBodyKind, DbPhase, DbStatus, DbTime, JsonText};
 
 /// A push checked and fingerprinted before the transaction starts, so hashing happens
 /// once, outside any retry and outside the write lock.
@@ -179,6 +180,9 @@ pub(crate) fn push(
         snapshot_error_changed: previous
             .as_ref()
             .is_none_or(|p| p.snapshot_error != snapshot.snapshot_error),
+        pending_changed: previous
+            .as_ref()
+            .is_none_or(|p| !same_names(&p.pending_servers, &snapshot.pending_servers)),
         ..PushChanges::default()
     };
     let header = SnapshotRow {
@@ -190,6 +194,9 @@ pub(crate) fn push(
         snapshot_error: snapshot.snapshot_error.clone(),
         received_at: now,
         created_at: now,
+        pending_servers: JsonText(
+            serde_json::to_string(&snapshot.pending_servers).expect("names and numbers serialize"),
+        ),
     };
     let upsert = diesel::insert_into(workspace_agent_context_snapshots::table)
         .values(&header)
@@ -202,6 +209,7 @@ pub(crate) fn push(
             workspace_agent_context_snapshots::aggregate_hash.eq(&header.aggregate_hash),
             workspace_agent_context_snapshots::snapshot_error.eq(&header.snapshot_error),
             workspace_agent_context_snapshots::received_at.eq(header.received_at),
+            workspace_agent_context_snapshots::pending_servers.eq(&header.pending_servers),
         ));
     on_backend!(tx, |c| upsert.execute(c))?;
     changes.resources = write_resources(tx, agent_id, push, now)?;
@@ -216,6 +224,16 @@ pub(crate) fn push(
         notify_in_tx(tx, origin, &agent_event(agent_id, Some(snapshot.version)))?;
     }
     Ok(PushOutcome::Accepted(changes))
+}
+
+/// Whether the stored pending list (JSON) names the same servers as `pending`, in order.
+fn same_names(stored: &JsonText, pending: &[PendingServer]) -> bool {
+    let stored: Vec<PendingServer> = serde_json::from_str(&stored.0).unwrap_or_default();
+    stored.len() == pending.len()
+        && stored
+            .iter()
+            .zip(pending)
+            .all(|(a, b)| a.server_name == b.server_name)
 }
 
 /// SPEC §5.4 step 2. A push that is not `initial` must be above the stored version (an

@@ -1,0 +1,5 @@
+-- While discovery is pending, the servers still connecting: [{"server_name", "elapsed_ms"}]
+-- as the agent measured them when it built the snapshot (see received_at).
+ALTER TABLE workspace_agent_context_snapshots
+    ADD COLUMN pending_servers jsonb NOT NULL DEFAULT '[]'
+    CHECK (jsonb_typeof(pending_servers) = 'array');
