@@ -318,6 +318,11 @@ fn errors_map_to_invalid_argument_naming_the_field() {
     );
 }
 
+/// A named edit setting one field to `n` bytes or entries, its limit and the field named.
+type ToolCase = (&'static str, fn(&mut v1::McpTool, usize), usize, String);
+/// The same for a server's own fields, named after the case.
+type ServerCase = (&'static str, fn(&mut v1::McpServer, usize), usize);
+
 fn server_push(edit: impl FnOnce(&mut v1::McpServer)) -> PushContextStateRequest {
     let mut server = v1::McpServer {
         server_name: "fs".into(),
@@ -339,7 +344,7 @@ fn tool_definition_fields_at_their_limits() {
     let tool =
         |edit: fn(&mut v1::McpTool, usize), n: usize| server_push(|s| edit(&mut s.tools[0], n));
     let field = |name: &str| format!("resources[0].mcp_server.tools[0].{name}");
-    let cases: [(&str, fn(&mut v1::McpTool, usize), usize, String); 7] = [
+    let cases: [ToolCase; 7] = [
         (
             "title",
             |t, n| t.title = "t".repeat(n),
@@ -440,7 +445,7 @@ fn tool_definition_fields_at_their_limits() {
 #[test]
 fn server_details_at_their_limits() {
     let field = |name: &str| format!("resources[0].mcp_server.{name}");
-    let cases: [(&str, fn(&mut v1::McpServer, usize), usize); 4] = [
+    let cases: [ServerCase; 4] = [
         (
             "protocol_version",
             |s, n| s.protocol_version = "v".repeat(n),
