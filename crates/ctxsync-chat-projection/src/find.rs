@@ -1,5 +1,6 @@
-//! find_tools: search the eligible catalog by exact names and keyword queries, and
-//! activate what was found for the turn. Work is bounded on hostile input.
+//! find_tools: search the eligible catalog by exact names and keyword queries (over name,
+//! title, server, parameter names and description), and activate what was found for the
+//! turn. Work is bounded on hostile input.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -21,8 +22,9 @@ const MAX_QUERY_BYTES: usize = 512;
 /// Only this many distinct terms of each query, and of the whole request, are scored.
 const MAX_TERMS_PER_QUERY: usize = 8;
 const MAX_TERMS: usize = 32;
-/// Only this much of each description, and this many parameters, are searched.
+/// Only this much of each description and title, and this many parameters, are searched.
 const MAX_INDEXED_DESCRIPTION_BYTES: usize = 2048;
+const MAX_INDEXED_TITLE_BYTES: usize = 512;
 const MAX_INDEXED_PARAMETERS: usize = 64;
 /// Enough of a description to fill [`MAX_DESCRIPTION_CHARS`] after folding whitespace.
 const MAX_SHOWN_DESCRIPTION_BYTES: usize = 4096;
@@ -57,6 +59,10 @@ pub struct ToolMatch {
     pub name: String,
     /// The description on one line, at most [`MAX_DESCRIPTION_CHARS`] characters.
     pub description: String,
+    /// The tool's display title on one line, at most [`MAX_DESCRIPTION_CHARS`]
+    /// characters; left out when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -166,7 +172,12 @@ pub fn find_tools(
                     let index = ToolIndex::new(tool);
                     vocabulary.iter().map(|term| index.score(term)).collect()
                 };
-                let lowered = [tool.name.to_lowercase(), tool.tool.to_lowercase()];
+                let lowered = [
+                    tool.name.to_lowercase(),
+                    tool.tool.to_lowercase(),
+                    one_line(prefix_within_bytes(&tool.title, MAX_INDEXED_TITLE_BYTES))
+                        .to_lowercase(),
+                ];
                 parsed
                     .iter()
                     .filter_map(|q| q.rank(tool, &scores, &lowered))
@@ -198,6 +209,11 @@ pub fn find_tools(
                     )),
                     MAX_DESCRIPTION_CHARS,
                 ),
+                title: Some(cap_chars(
+                    &one_line(prefix_within_bytes(&t.title, MAX_SHOWN_DESCRIPTION_BYTES)),
+                    MAX_DESCRIPTION_CHARS,
+                ))
+                .filter(|title| !title.is_empty()),
             })
             .collect(),
         activated,
@@ -291,8 +307,8 @@ impl<'a> Query<'a> {
     }
 
     /// `scores` holds the tool's score for each vocabulary term; `names` its lower-cased
-    /// model-facing and original names.
-    fn rank(&self, tool: &EligibleTool, scores: &[u32], names: &[String; 2]) -> Option<Rank> {
+    /// model-facing name, original name and title (empty when none).
+    fn rank(&self, tool: &EligibleTool, scores: &[u32], names: &[String; 3]) -> Option<Rank> {
         if !self.admits(tool) {
             return None;
         }
@@ -317,15 +333,17 @@ impl<'a> Query<'a> {
 
 /// Scores of a term's best match in each field: exact token, token prefix, substring.
 const NAME: [u32; 3] = [12, 6, 3];
+/// A title names the tool for people: nearly as telling as its name.
+const TITLE: [u32; 3] = [10, 5, 2];
 const SERVER: [u32; 3] = [8, 4, 2];
 const PARAMETER: [u32; 3] = [6, 3, 1];
 const DESCRIPTION: [u32; 3] = [4, 2, 0];
-/// Bonus when a query is exactly a tool's name.
+/// Bonus when a query is exactly a tool's name (or its title).
 const WHOLE_NAME: u32 = 50;
 
 /// The searchable tokens of one tool, lower-cased, sorted and deduplicated per field.
 struct ToolIndex {
-    fields: [(Vec<String>, [u32; 3]); 4],
+    fields: [(Vec<String>, [u32; 3]); 5],
 }
 
 impl ToolIndex {
@@ -343,9 +361,11 @@ impl ToolIndex {
             })
             .unwrap_or_default();
         let description = prefix_within_bytes(&tool.description, MAX_INDEXED_DESCRIPTION_BYTES);
+        let title = prefix_within_bytes(&tool.title, MAX_INDEXED_TITLE_BYTES);
         Self {
             fields: [
                 (sorted(words(&tool.tool).collect()), NAME),
+                (sorted(words(title).collect()), TITLE),
                 (sorted(words(&tool.server).collect()), SERVER),
                 (sorted(parameters), PARAMETER),
                 (sorted(words(description).collect()), DESCRIPTION),

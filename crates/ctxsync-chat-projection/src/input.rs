@@ -9,10 +9,13 @@
 //! - otherwise [`Binding::Agent`] with `agent_run_id` = the row's `agent_run_id` (`''`
 //!   stays empty) and `snapshot` = the snapshot row, if any: its `agent_run_id`,
 //!   `mcp_discovery_phase` as [`DiscoveryPhase`], `aggregate_hash`, `snapshot_error`
-//!   (empty → `None`), and every resource row as a [`Resource`] (with
-//!   `ResourceBody::from_json`). Empty run ids are kept as empty strings, never `None`.
+//!   (empty → `None`), `received_at` as a [`SystemTime`], `pending_servers` as stored, and
+//!   every resource row as a [`Resource`] (with `ResourceBody::from_json`). Empty run ids
+//!   are kept as empty strings, never `None`.
 
-use ctxsync_protocol::{DiscoveryPhase, Resource};
+use std::time::SystemTime;
+
+use ctxsync_protocol::{DiscoveryPhase, PendingServer, Resource};
 
 /// What a chat (or an agent-scoped read) is bound to, as read in one transaction.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,4 +50,12 @@ pub struct SnapshotState {
     pub snapshot_error: Option<String>,
     /// Every stored resource row of the snapshot, of any kind and status.
     pub resources: Vec<Resource>,
+    /// When the server stored the snapshot, by its clock. Only ever used to say how long
+    /// the pending servers have been connecting, never for phase or freshness; `None`
+    /// when unknown (then their elapsed time is as the agent reported it).
+    pub received_at: Option<SystemTime>,
+    /// While pending: the servers of the agent's initial discovery still connecting, with
+    /// how long each had been connecting when the agent built the snapshot. Empty
+    /// otherwise, and for snapshots stored before agents reported it.
+    pub pending_servers: Vec<PendingServer>,
 }

@@ -2,7 +2,11 @@
 //!
 //! Owns: the projection of what an agent committed (agent row, snapshot, resources) into a
 //! [`View`] — discovery [`Phase`], freshness (`stale`), per-source outcomes, counts, the
-//! eligible [`ToolCatalog`] with model-facing names, the model note — plus [`find_tools`]
+//! eligible [`ToolCatalog`] with model-facing names (each tool with its title, output
+//! schema and the server's annotations kept as untrusted hints, see
+//! [`EligibleTool::model_definition`]), each server's MCP revision, info and timings, the
+//! servers still connecting while pending ([`View::pending_servers`]), the model note —
+//! plus [`find_tools`]
 //! over that catalog and the chat context pinning model ([`PinnedContext`],
 //! [`ChatContext`]). The turn, the chat API and find_tools all read this one view, so the
 //! model and the person see the same inventory.
@@ -14,7 +18,8 @@
 //! Must never: do I/O outside [`store`], or write anything there but the one pin a chat
 //! should already have had (through persistence's `refresh_chat`); pair an agent row
 //! with a snapshot from another read (the core is pure: plain input types in, values
-//! out); decide freshness from clocks; offer a tool from a stale snapshot; merge
+//! out); decide phase or freshness from clocks (`now` in [`project_at`] only dates how
+//! long pending servers have been connecting); offer a tool from a stale snapshot; merge
 //! discovery completeness, per-source outcomes, turn eligibility and the result of a
 //! tool invocation into one flag (the view keeps `phase`, the outcomes and the catalog
 //! apart, and knows nothing of invocations).
@@ -36,5 +41,6 @@ pub use input::{AgentState, Binding, SnapshotState};
 pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ToolCatalog};
 pub use pin::{ChatContext, PinnedContext};
 pub use view::{
-    AgentPresence, ConfigOutcome, Counts, Phase, ServerOutcome, View, classify, project,
+    AgentPresence, ConfigOutcome, ConnectingServer, Counts, Phase, ServerOutcome, View, classify,
+    project, project_at,
 };

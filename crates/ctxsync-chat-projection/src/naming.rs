@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use ctxsync_protocol::McpToolAnnotations;
 use serde::Serialize;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 /// The longest model-facing tool name.
@@ -25,7 +27,47 @@ pub struct EligibleTool {
     pub tool: String,
     pub description: String,
     /// The tool's input JSON Schema, as the server reported it.
-    pub input_schema: serde_json::Value,
+    pub input_schema: Value,
+    /// The tool's display name: its `title`, else its annotations' `title` (MCP's
+    /// precedence); empty when it has neither. Never used as the model-facing name.
+    pub title: String,
+    /// The JSON Schema of the tool's structured result, when the server gave one.
+    pub output_schema: Option<Value>,
+    /// The tool's MCP annotations exactly as its server claimed them: unverified hints
+    /// (a server can call any tool read-only), never a basis for trusting a call. `None`
+    /// when the server gave none.
+    pub annotations_untrusted: Option<McpToolAnnotations>,
+}
+
+impl EligibleTool {
+    /// The tool as a turn hands it to the model (SPEC §7): `name`, `description` and
+    /// `input_schema` always; beside them, only when the server gave them, `title`,
+    /// `output_schema` and `annotations_untrusted` — the server's behaviour hints under a
+    /// name that says they are its unverified claims (`read_only_hint`,
+    /// `destructive_hint`, `idempotent_hint`, `open_world_hint`, `title`; absent ones left
+    /// out).
+    pub fn model_definition(&self) -> Value {
+        let mut tool = Map::new();
+        tool.insert("name".into(), Value::String(self.name.clone()));
+        tool.insert(
+            "description".into(),
+            Value::String(self.description.clone()),
+        );
+        tool.insert("input_schema".into(), self.input_schema.clone());
+        if !self.title.is_empty() {
+            tool.insert("title".into(), Value::String(self.title.clone()));
+        }
+        if let Some(schema) = &self.output_schema {
+            tool.insert("output_schema".into(), schema.clone());
+        }
+        if let Some(annotations) = &self.annotations_untrusted {
+            tool.insert(
+                "annotations_untrusted".into(),
+                serde_json::to_value(annotations).expect("annotations serialize"),
+            );
+        }
+        Value::Object(tool)
+    }
 }
 
 /// The eligible tools of a view, ordered by server, then tool name. Empty when stale.
@@ -78,6 +120,9 @@ impl ToolCatalog {
                 tool: spec.tool,
                 description: spec.description,
                 input_schema: spec.input_schema,
+                title: spec.title,
+                output_schema: spec.output_schema,
+                annotations_untrusted: spec.annotations,
             })
             .collect();
         let by_name = tools
@@ -110,7 +155,10 @@ pub(crate) struct ToolSpec {
     pub server: String,
     pub tool: String,
     pub description: String,
-    pub input_schema: serde_json::Value,
+    pub input_schema: Value,
+    pub title: String,
+    pub output_schema: Option<Value>,
+    pub annotations: Option<McpToolAnnotations>,
 }
 
 /// Whether `name` is a valid model-facing tool name.
@@ -240,6 +288,9 @@ mod tests {
                     tool: (*tool).to_owned(),
                     description: String::new(),
                     input_schema: serde_json::json!({"type": "object"}),
+                    title: String::new(),
+                    output_schema: None,
+                    annotations: None,
                 })
                 .collect(),
         )

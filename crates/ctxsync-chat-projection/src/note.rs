@@ -16,6 +16,10 @@ const MAX_NAME_BYTES: usize = 120;
 const MAX_PATH_BYTES: usize = 200;
 /// Entries listed per section before "and N more".
 const MAX_LISTED: usize = 20;
+/// Pending servers named before "and N more", and the bytes kept of each name: the
+/// waiting list is a progress hint, not an inventory.
+const MAX_PENDING_LISTED: usize = 10;
+const MAX_PENDING_NAME_BYTES: usize = 40;
 
 impl View {
     /// The one-line `Workspace MCP: …` summary of this view, for any state: the state
@@ -24,6 +28,20 @@ impl View {
     pub fn summary(&self) -> String {
         let mut line = String::from(NOTE_PREFIX);
         line.push_str(state_sentence(self));
+        // Only a fresh pending view has pending servers; older snapshots carry none and
+        // keep the wording they always had.
+        section(
+            &mut line,
+            "Waiting for",
+            MAX_PENDING_LISTED,
+            self.pending_servers().iter().map(|s| {
+                format!(
+                    "{} ({})",
+                    clean(&s.name, MAX_PENDING_NAME_BYTES),
+                    seconds(s.elapsed_ms)
+                )
+            }),
+        );
 
         let servers = self.servers();
         if servers.is_empty() {
@@ -37,6 +55,7 @@ impl View {
         section(
             &mut line,
             "Discovered servers",
+            MAX_LISTED,
             servers.iter().filter(|s| s.ok).map(|s| {
                 let tools = match s.tool_count {
                     1 => "1 tool".to_owned(),
@@ -55,6 +74,7 @@ impl View {
         section(
             &mut line,
             "Failed servers",
+            MAX_LISTED,
             servers.iter().filter(|s| !s.ok).map(|s| {
                 format!(
                     "{} (error: {})",
@@ -70,6 +90,7 @@ impl View {
             section(
                 &mut line,
                 title,
+                MAX_LISTED,
                 self.configs().iter().filter(|c| c.ok == ok).map(|c| {
                     format!(
                         "{} ({label}: {})",
@@ -117,12 +138,25 @@ fn state_sentence(view: &View) -> &'static str {
     }
 }
 
-/// Appends ` Title: a, b, c.` when there are entries, listing at most [`MAX_LISTED`].
-fn section(line: &mut String, title: &str, entries: impl Iterator<Item = String>) {
+/// An elapsed time in whole seconds, as people read a wait: `<1 s`, `4 s`, `75 s`.
+pub(crate) fn seconds(elapsed_ms: u64) -> String {
+    match elapsed_ms / 1000 {
+        0 => "<1 s".to_owned(),
+        s => format!("{s} s"),
+    }
+}
+
+/// Appends ` Title: a, b, c.` when there are entries, listing at most `max_listed`.
+fn section(
+    line: &mut String,
+    title: &str,
+    max_listed: usize,
+    entries: impl Iterator<Item = String>,
+) {
     let mut listed = 0usize;
     let mut more = 0usize;
     for entry in entries {
-        if listed == MAX_LISTED {
+        if listed == max_listed {
             more += 1;
             continue;
         }
@@ -231,11 +265,18 @@ mod tests {
     #[test]
     fn long_sections_are_bounded() {
         let mut line = String::new();
-        section(&mut line, "T", (0..23).map(|i| i.to_string()));
+        section(&mut line, "T", MAX_LISTED, (0..23).map(|i| i.to_string()));
         let listed: Vec<String> = (0..20).map(|i| i.to_string()).collect();
         assert_eq!(line, format!(" T: {}, and 3 more.", listed.join(", ")));
         let mut empty = String::new();
-        section(&mut empty, "T", std::iter::empty());
+        section(&mut empty, "T", MAX_LISTED, std::iter::empty());
         assert_eq!(empty, "");
+    }
+
+    #[test]
+    fn waits_read_in_whole_seconds() {
+        for (ms, expect) in [(0, "<1 s"), (999, "<1 s"), (1000, "1 s"), (12_499, "12 s")] {
+            assert_eq!(seconds(ms), expect, "{ms} ms");
+        }
     }
 }

@@ -14,7 +14,7 @@ use crate::view::{Phase, View, classify, project};
 impl Binding {
     /// The binding for one `read_agent_context` result; `None` (no agent row) is
     /// [`Binding::MissingAgent`]. A field-by-field mapping: empty run ids stay empty, an
-    /// empty snapshot error is `None`.
+    /// empty snapshot error is `None`, `received_at` becomes a `SystemTime`.
     pub fn from_read(context: Option<AgentContext>) -> Self {
         let Some(context) = context else {
             return Self::MissingAgent;
@@ -27,6 +27,8 @@ impl Binding {
                 aggregate_hash: snapshot.aggregate_hash,
                 snapshot_error: snapshot.snapshot_error.filter(|e| !e.is_empty()),
                 resources: context.resources,
+                received_at: Some(snapshot.received_at.into()),
+                pending_servers: snapshot.pending_servers,
             }),
         })
     }

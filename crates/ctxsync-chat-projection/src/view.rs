@@ -1,7 +1,12 @@
 //! The projection: [`project`] turns what the store read into a [`View`] by the phase
 //! table and the freshness rule of SPEC §7.
 
-use ctxsync_protocol::{DiscoveryPhase, McpServerBody, Resource, ResourceBody, ResourceStatus};
+use std::time::{Duration, SystemTime};
+
+use ctxsync_protocol::{
+    DiscoveryPhase, McpConnectTimings, McpServerBody, McpServerInfo, McpTool, McpToolAnnotations,
+    Resource, ResourceBody, ResourceStatus,
+};
 use serde::Serialize;
 
 use crate::input::{AgentState, Binding, SnapshotState};
@@ -55,6 +60,26 @@ pub struct ServerOutcome {
     /// The warning of a discovered server, or the error of a failed one (sanitized
     /// upstream).
     pub diagnostic: Option<String>,
+    /// The MCP revision the agent negotiated with it (`2026-07-28`, `2025-11-25`, …);
+    /// empty when unknown (not connected, or an older agent).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub protocol_version: String,
+    /// What the server said about itself (untrusted text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_info: Option<McpServerInfo>,
+    /// How long each step of its connect took, as the agent measured it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<McpConnectTimings>,
+}
+
+/// A server of the agent's initial discovery still connecting (while pending).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConnectingServer {
+    /// The server's name as the agent's config declares it (untrusted text).
+    pub name: String,
+    /// How long it has been connecting as of the projection's `now`: what the agent
+    /// reported plus the time since the server stored the snapshot.
+    pub elapsed_ms: u64,
 }
 
 /// An `mcp_config` row with an error or a warning.
@@ -96,6 +121,8 @@ pub struct View {
     counts: Counts,
     snapshot_error: Option<String>,
     servers: Vec<ServerOutcome>,
+    /// While pending (and fresh): the servers still connecting, by name.
+    pending_servers: Vec<ConnectingServer>,
     configs: Vec<ConfigOutcome>,
     tools: ToolCatalog,
     /// Every MCP config file of the snapshot, by path, with or without a diagnostic.
@@ -149,6 +176,14 @@ impl View {
         &self.servers
     }
 
+    /// While discovery is pending: the servers of the agent's current run still
+    /// connecting, by name, each with how long it has been at it. Empty otherwise (also
+    /// when the agent did not report them, and when stale: a previous process's wait is
+    /// over).
+    pub fn pending_servers(&self) -> &[ConnectingServer] {
+        &self.pending_servers
+    }
+
     /// Config files with an error or a warning, by path.
     pub fn configs(&self) -> &[ConfigOutcome] {
         &self.configs
@@ -166,9 +201,17 @@ impl View {
     }
 }
 
-/// Projects what the store read into the view (SPEC §7). Never fails: missing or odd data
-/// is projected as unknown, stale or failed, never as an error.
+/// Projects what the store read into the view (SPEC §7) as of now: [`project_at`] with
+/// the system clock, which only dates the pending servers' elapsed time.
 pub fn project(binding: &Binding) -> View {
+    project_at(binding, SystemTime::now())
+}
+
+/// Projects what the store read into the view (SPEC §7). Never fails: missing or odd data
+/// is projected as unknown, stale or failed, never as an error. `now` (the server's
+/// clock, as `received_at` is) only adds the time since the snapshot was stored to each
+/// pending server's elapsed time; phase and freshness never depend on it.
+pub fn project_at(binding: &Binding, now: SystemTime) -> View {
     let current_run = match binding {
         Binding::Agent(agent) if !agent.agent_run_id.is_empty() => Some(agent.agent_run_id.clone()),
         _ => None,
@@ -206,6 +249,10 @@ pub fn project(binding: &Binding) -> View {
     config_paths.dedup();
     let incomplete =
         phase == Phase::Pending || stale || counts.servers_failed > 0 || counts.config_errors > 0;
+    let pending_servers = match snapshot {
+        Some(s) if phase == Phase::Pending && !stale => connecting(s, now),
+        _ => Vec::new(),
+    };
     View {
         agent,
         current_run,
@@ -215,10 +262,33 @@ pub fn project(binding: &Binding) -> View {
         counts,
         snapshot_error: snapshot.and_then(|s| diagnostic(s.snapshot_error.as_deref())),
         servers,
+        pending_servers,
         configs,
         tools: ToolCatalog::build(tools),
         config_paths,
     }
+}
+
+/// The snapshot's pending servers as of `now`, by name, one entry per name (the longest
+/// wait). A clock behind `received_at` adds nothing rather than going negative.
+fn connecting(snapshot: &SnapshotState, now: SystemTime) -> Vec<ConnectingServer> {
+    let since_stored = snapshot
+        .received_at
+        .and_then(|at| now.duration_since(at).ok())
+        .unwrap_or(Duration::ZERO);
+    let since_ms = u64::try_from(since_stored.as_millis()).unwrap_or(u64::MAX);
+    let mut servers: Vec<ConnectingServer> = snapshot
+        .pending_servers
+        .iter()
+        .filter(|p| !p.server_name.trim().is_empty())
+        .map(|p| ConnectingServer {
+            name: p.server_name.clone(),
+            elapsed_ms: p.elapsed_ms.saturating_add(since_ms),
+        })
+        .collect();
+    servers.sort_by(|a, b| a.name.cmp(&b.name).then(b.elapsed_ms.cmp(&a.elapsed_ms)));
+    servers.dedup_by(|later, first| later.name == first.name);
+    servers
 }
 
 /// A config row's path: its `source_path`, else its `source`.
@@ -306,17 +376,40 @@ fn outcomes(
             } else {
                 Some(text.unwrap_or_else(|| no_diagnostic(resource.status)))
             },
+            protocol_version: body.protocol_version.clone(),
+            server_info: body.server_info.clone(),
+            timings: body.timings,
         });
         if ok && with_tools {
-            tools.extend(body.tools.iter().map(|tool| ToolSpec {
-                server: name.to_owned(),
-                tool: tool.name.clone(),
-                description: tool.description.clone(),
-                input_schema: tool.input_schema.clone(),
+            tools.extend(body.tools.iter().map(|tool| {
+                ToolSpec {
+                    server: name.to_owned(),
+                    tool: tool.name.clone(),
+                    description: tool.description.clone(),
+                    input_schema: tool.input_schema.clone(),
+                    title: display_title(tool),
+                    output_schema: tool.output_schema.clone(),
+                    annotations: tool
+                        .annotations
+                        .clone()
+                        .filter(|a| *a != McpToolAnnotations::default()),
+                }
             }));
         }
     }
     (servers, configs, tools)
+}
+
+/// MCP's display-name precedence below the name: `title`, then `annotations.title`.
+fn display_title(tool: &McpTool) -> String {
+    let title = tool.title.trim();
+    if !title.is_empty() {
+        return title.to_owned();
+    }
+    tool.annotations
+        .as_ref()
+        .map(|a| a.title.trim().to_owned())
+        .unwrap_or_default()
 }
 
 fn diagnostic(text: Option<&str>) -> Option<String> {

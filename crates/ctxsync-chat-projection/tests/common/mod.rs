@@ -112,6 +112,7 @@ pub fn snapshot(run: &str, phase: DiscoveryPhase, resources: Vec<Resource>) -> S
         aggregate_hash: "agg-1".to_owned(),
         snapshot_error: None,
         resources,
+        ..SnapshotState::default()
     }
 }
 
