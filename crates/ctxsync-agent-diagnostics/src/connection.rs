@@ -27,7 +27,7 @@ use crate::{
     lifecycle::{McpLifecycle, ProbeDeadline},
     line_limit::MAX_MESSAGE_BYTES,
     process::{ProcessGroups, ServerProcess, SpawnSpec},
-    report::{ConnectTimings, ServerDetails, ToolInfo},
+    report::{ConnectTimings, ServerDetails, ToolAnnotations, ToolIcon, ToolInfo},
     sanitize::{
         MAX_DIAGNOSTIC_BYTES, SecretSet, bound_to, redact_known, redact_tools, sanitize_diagnostic,
     },
@@ -54,6 +54,26 @@ const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
 const EXIT_STATUS_GRACE: Duration = Duration::from_millis(500);
 /// How long a graceful MCP close may take before the connection is just dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+/// The shortest wait before re-listing a tool list whose `ttlMs` expired: a server that
+/// says "fresh for 1 ms" is not polled a thousand times a second.
+pub const MIN_TOOLS_TTL: Duration = Duration::from_secs(5);
+
+/// One complete tool listing.
+struct Listing {
+    tools: Vec<ToolInfo>,
+    warning: Option<String>,
+    /// When to list again because the result's `ttlMs` expires (never for none or 0).
+    refresh_in: Option<Duration>,
+}
+
+/// `ttlMs` as a re-list delay: absent or 0 ("no caching promise", the Python SDK's default)
+/// is left to change notifications; anything else waits at least [`MIN_TOOLS_TTL`].
+fn refresh_delay(ttl_ms: Option<u64>) -> Option<Duration> {
+    match ttl_ms {
+        None | Some(0) => None,
+        Some(ms) => Some(Duration::from_millis(ms).max(MIN_TOOLS_TTL)),
+    }
+}
 
 /// What a connection task tells the engine.
 #[derive(Debug)]
@@ -194,19 +214,26 @@ impl ConnectionTask {
     /// Lists the tools again after a change was announced. A failure on a working
     /// connection keeps the previous list with a warning; a closed transport is left to the
     /// loop's other arms, which say why it closed.
-    async fn relist(&self, peer: &Peer<RoleClient>) {
+    /// Lists the tools again (after a change, or when the last list expired) and returns
+    /// when to list again; a failed re-list keeps the previous list with a warning.
+    async fn relist(&self, peer: &Peer<RoleClient>, why: &str) -> Option<Duration> {
         match tokio::time::timeout(self.timeout, list_tools(peer)).await {
-            Ok(Ok((tools, warning))) => {
-                let tools = redact_tools(tools, &self.tool_secrets);
-                let warning = warning.map(|warning| self.sanitize(&warning));
+            Ok(Ok(listing)) => {
+                let tools = redact_tools(listing.tools, &self.tool_secrets);
+                let warning = listing.warning.map(|warning| self.sanitize(&warning));
                 self.send(EventKind::ToolsChanged { tools, warning });
+                listing.refresh_in
             }
-            Ok(Err(error)) if error.closed => {}
-            Ok(Err(error)) => self.relist_failed(&format!("failed: {}", error.message)),
-            Err(_) => self.relist_failed(&format!(
-                "no response within {}",
-                human_duration(self.timeout)
-            )),
+            Ok(Err(error)) if error.closed => None,
+            Ok(Err(error)) => {
+                self.relist_failed(why, &format!("failed: {}", error.message));
+                Some(MIN_TOOLS_TTL)
+            }
+            Err(_) => {
+                let detail = format!("no response within {}", human_duration(self.timeout));
+                self.relist_failed(why, &detail);
+                Some(MIN_TOOLS_TTL)
+            }
         }
     }
 
@@ -245,10 +272,9 @@ impl ConnectionTask {
         }
     }
 
-    fn relist_failed(&self, why: &str) {
-        let warning = format!(
-            "re-listing tools after tools/list_changed {why}; tools are from the previous list"
-        );
+    fn relist_failed(&self, why: &str, detail: &str) {
+        let warning =
+            format!("re-listing tools after {why} {detail}; tools are from the previous list");
         let warning = self.sanitize(&warning);
         self.send(EventKind::RelistFailed { warning });
     }
@@ -273,7 +299,7 @@ impl ConnectionTask {
                 result.unwrap_or(Err(ConnectError::Timeout))
             }
         };
-        let (session, tools, warning, details) = match attempt {
+        let (session, listing, details) = match attempt {
             Ok(connected) => connected,
             Err(error) => {
                 let message = self.failure(error, &mut process).await;
@@ -286,9 +312,12 @@ impl ConnectionTask {
                 return;
             }
         };
-        let tools = redact_tools(tools, &self.tool_secrets);
+        let tools = redact_tools(listing.tools, &self.tool_secrets);
         // Warnings name server-supplied tool names.
-        let warning = warning.map(|warning| self.sanitize(&warning));
+        let warning = listing.warning.map(|warning| self.sanitize(&warning));
+        let mut refresh_at = listing
+            .refresh_in
+            .map(|delay| tokio::time::Instant::now() + delay);
         let details = self.redact_details(details);
         let modern = !session
             .peer()
@@ -335,12 +364,18 @@ impl ConnectionTask {
                         listening = None;
                         continue;
                     }
-                    self.relist(&peer).await;
+                    let next = self.relist(&peer, "a tool-list change").await;
+                    refresh_at = next.map(|delay| tokio::time::Instant::now() + delay);
                 }
                 Some(()) = tools_changed_rx.recv() => {
                     // Several notifications in a row need one re-list.
                     while tools_changed_rx.try_recv().is_ok() {}
-                    self.relist(&peer).await;
+                    let next = self.relist(&peer, "tools/list_changed").await;
+                    refresh_at = next.map(|delay| tokio::time::Instant::now() + delay);
+                }
+                () = sleep_until_some(refresh_at) => {
+                    let next = self.relist(&peer, "the tool list's ttlMs expired").await;
+                    refresh_at = next.map(|delay| tokio::time::Instant::now() + delay);
                 }
             }
         };
@@ -362,7 +397,7 @@ impl ConnectionTask {
         &self,
         client: Client,
         process: &mut Option<ServerProcess>,
-    ) -> Result<(Session, Vec<ToolInfo>, Option<String>, ServerDetails), ConnectError> {
+    ) -> Result<(Session, Listing, ServerDetails), ConnectError> {
         let started = std::time::Instant::now();
         let mut start_ms = None;
         let mode = self.lifecycle.mode();
@@ -438,12 +473,16 @@ impl ConnectionTask {
             .peer()
             .peer_info()
             .is_none_or(|info| info.capabilities.tools.is_some());
-        let (tools, warning) = if offers_tools {
+        let listing = if offers_tools {
             list_tools(session.peer())
                 .await
                 .map_err(ConnectError::List)?
         } else {
-            (Vec::new(), None)
+            Listing {
+                tools: Vec::new(),
+                warning: None,
+                refresh_in: None,
+            }
         };
         let handshake_ms = millis(handshake_done) - start_ms.unwrap_or(0);
         let timings = ConnectTimings {
@@ -452,7 +491,7 @@ impl ConnectionTask {
             tools_ms: millis(started.elapsed() - handshake_done),
         };
         let details = describe(session.peer(), timings);
-        Ok((session, tools, warning, details))
+        Ok((session, listing, details))
     }
 
     /// The sanitized message for a failed attempt (`None` when cancelled).
@@ -638,6 +677,14 @@ fn announces_tool_changes(peer: &Peer<RoleClient>) -> bool {
     })
 }
 
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Waits for a tool-list change on the subscription: `true` for one, `false` when the
 /// stream ended or failed; never resolves without a subscription.
 async fn next_tools_change(subscription: &mut Option<Subscription>) -> bool {
@@ -707,12 +754,52 @@ fn shown_name(name: &str) -> String {
     }
 }
 
+/// The engine's copy of a tool, every field the server gave kept.
+fn tool_info(tool: rmcp::model::Tool) -> ToolInfo {
+    use rmcp::model::IconTheme;
+    let object =
+        |map: &serde_json::Map<String, serde_json::Value>| serde_json::Value::Object(map.clone());
+    ToolInfo {
+        input_schema: object(&tool.input_schema),
+        output_schema: tool.output_schema.as_deref().map(object),
+        meta: tool.meta.as_ref().map(|meta| object(meta)),
+        name: tool.name.into_owned(),
+        description: tool.description.map(|d| d.into_owned()).unwrap_or_default(),
+        title: tool.title.unwrap_or_default(),
+        annotations: tool.annotations.map(|a| ToolAnnotations {
+            title: a.title.unwrap_or_default(),
+            read_only_hint: a.read_only_hint,
+            destructive_hint: a.destructive_hint,
+            idempotent_hint: a.idempotent_hint,
+            open_world_hint: a.open_world_hint,
+        }),
+        icons: tool
+            .icons
+            .unwrap_or_default()
+            .into_iter()
+            .map(|icon| ToolIcon {
+                src: icon.src,
+                mime_type: icon.mime_type.unwrap_or_default(),
+                sizes: icon.sizes.unwrap_or_default(),
+                // The enum is non-exhaustive: a later theme keeps its wire name.
+                theme: match icon.theme {
+                    None => String::new(),
+                    Some(IconTheme::Light) => "light".into(),
+                    Some(IconTheme::Dark) => "dark".into(),
+                    Some(other) => serde_json::to_value(other)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                },
+            })
+            .collect(),
+    }
+}
+
 /// Lists all tools, following cursors with a guard against servers that page forever. Tools
 /// that cannot be offered (see [`tool_problem`]) are left out with a warning; the rest are
 /// ordered by name.
-async fn list_tools(
-    peer: &Peer<RoleClient>,
-) -> Result<(Vec<ToolInfo>, Option<String>), ListFailure> {
+async fn list_tools(peer: &Peer<RoleClient>) -> Result<Listing, ListFailure> {
     let guard = |message: String| ListFailure {
         message,
         closed: false,
@@ -746,11 +833,7 @@ async fn list_tools(
             offered += 1;
             if tools.len() < MAX_TOOLS_PER_SERVER {
                 names.insert(tool.name.to_string());
-                tools.push(ToolInfo {
-                    name: tool.name.into_owned(),
-                    description: tool.description.map(|d| d.into_owned()).unwrap_or_default(),
-                    input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
-                });
+                tools.push(tool_info(tool));
             }
         }
         match page.next_cursor {
@@ -766,7 +849,12 @@ async fn list_tools(
                     .collect();
                 // Servers should order tools deterministically; not all do.
                 tools.sort_by(|a, b| a.name.cmp(&b.name));
-                return Ok((tools, (!warnings.is_empty()).then(|| warnings.join("; "))));
+                return Ok(Listing {
+                    tools,
+                    warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
+                    // The last page's hint describes the list as a whole.
+                    refresh_in: refresh_delay(page.ttl_ms),
+                });
             }
             Some(next) => {
                 if !seen.insert(next.clone()) {
@@ -786,6 +874,18 @@ async fn list_tools(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ttl_hints_become_bounded_relist_delays() {
+        assert_eq!(refresh_delay(None), None);
+        assert_eq!(refresh_delay(Some(0)), None, "0 promises nothing");
+        assert_eq!(refresh_delay(Some(1)), Some(MIN_TOOLS_TTL));
+        assert_eq!(
+            refresh_delay(Some(60_000)),
+            Some(Duration::from_secs(60))
+        );
+        assert!(refresh_delay(Some(u64::MAX)).is_some());
+    }
 
     #[test]
     fn rmcp_type_names_are_dropped() {

@@ -20,7 +20,7 @@ use crate::{
     connection::{ConnectionTask, EventKind, ServerEvent},
     lifecycle::{DEFAULT_DISCOVER_PROBE_TIMEOUT, McpLifecycle},
     process::ProcessGroups,
-    report::{Phase, Progress, Report, ServerDetails, ServerReport, ToolInfo},
+    report::{PendingServer, Phase, Progress, Report, ServerDetails, ServerReport, ToolInfo},
     sanitize::{SecretSet, sanitize_diagnostic},
 };
 
@@ -412,8 +412,8 @@ impl Slot {
 /// One reload in progress.
 #[derive(Debug)]
 struct ReloadRun {
-    /// Attempts it waits for: task id → server name.
-    waiting: BTreeMap<u64, String>,
+    /// Attempts it waits for: task id → server name and when it started.
+    waiting: BTreeMap<u64, (String, std::time::SystemTime)>,
     total: usize,
     waiters: Vec<Waiter>,
     initial: bool,
@@ -593,7 +593,10 @@ impl Actor {
 
     fn wait_for(&mut self, id: u64, name: &str) {
         if let Some(run) = &mut self.reload
-            && run.waiting.insert(id, name.to_owned()).is_none()
+            && run
+                .waiting
+                .insert(id, (name.to_owned(), std::time::SystemTime::now()))
+                .is_none()
         {
             run.total += 1;
         }
@@ -785,6 +788,19 @@ impl Actor {
     }
 
     fn publish(&mut self) {
+        let mut pending: Vec<PendingServer> = match &self.reload {
+            Some(run) if run.initial && self.phase == Phase::Pending => run
+                .waiting
+                .values()
+                .map(|(name, since)| PendingServer {
+                    name: name.clone(),
+                    since: *since,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        pending.sort_by(|a, b| a.name.cmp(&b.name));
+        pending.dedup_by(|later, first| later.name == first.name);
         let report = Report {
             phase: self.phase,
             servers: self
@@ -793,6 +809,7 @@ impl Actor {
                 .filter_map(|(name, slot)| slot.report(name))
                 .collect(),
             config_outcomes: self.config_outcomes.clone(),
+            pending,
         };
         self.report_tx.send_if_modified(|current| {
             if **current == report {
@@ -802,7 +819,8 @@ impl Actor {
             true
         });
         if let Some(run) = &self.reload {
-            let mut connecting: Vec<String> = run.waiting.values().cloned().collect();
+            let mut connecting: Vec<String> =
+                run.waiting.values().map(|(name, _)| name.clone()).collect();
             connecting.sort();
             connecting.dedup();
             self.progress = Progress {

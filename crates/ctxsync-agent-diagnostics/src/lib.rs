@@ -31,13 +31,17 @@ pub use config::{
 };
 pub use connection::{
     MAX_INSTRUCTIONS_BYTES, MAX_TOOL_NAME_BYTES, MAX_TOOL_PAGES, MAX_TOOLS_PER_SERVER,
+    MIN_TOOLS_TTL,
 };
 pub use engine::{
     DEFAULT_CONFIG_POLL_INTERVAL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RETRY_INITIAL,
     DEFAULT_RETRY_MAX, DEFAULT_WATCH_DEBOUNCE, Engine, EngineConfig, EngineError, RetryPolicy,
 };
 pub use lifecycle::{DEFAULT_DISCOVER_PROBE_TIMEOUT, McpLifecycle};
-pub use report::{ConnectTimings, Phase, Progress, Report, ServerDetails, ServerReport, ToolInfo};
+pub use report::{
+    ConnectTimings, PendingServer, Phase, Progress, Report, ServerDetails, ServerReport,
+    ToolAnnotations, ToolIcon, ToolInfo,
+};
 pub use safe_file::{
     MAX_CONFIG_FILE_BYTES, RegularFile, SafeFileError, open_regular_file, read_regular_file,
 };

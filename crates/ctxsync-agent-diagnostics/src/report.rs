@@ -14,8 +14,9 @@ pub enum Phase {
     Complete,
 }
 
-/// One tool as the server described it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One tool as the server described it. Everything but the name is the server's word and
+/// untrusted; its own secrets are redacted from all of it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolInfo {
     /// Tool name as offered by the server.
     pub name: String,
@@ -23,6 +24,58 @@ pub struct ToolInfo {
     pub description: String,
     /// JSON schema of the tool's input.
     pub input_schema: serde_json::Value,
+    /// Display title (empty when none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub title: String,
+    /// Behaviour hints: untrusted unless the server is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolAnnotations>,
+    /// JSON schema of the tool's structured result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub icons: Vec<ToolIcon>,
+    /// The tool's `_meta` object (MCP Apps put their `ui` entry here).
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
+}
+
+/// A tool's behaviour hints as its server states them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ToolAnnotations {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub title: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
+}
+
+/// One icon of a tool: a URL or a `data:` URI.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ToolIcon {
+    pub src: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub mime_type: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sizes: Vec<String>,
+    /// `light` or `dark`; empty for any background.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub theme: String,
+}
+
+/// A server of the initial discovery that has no result yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingServer {
+    pub name: String,
+    /// When its connect attempt started (wall clock, for "connecting for 4 s").
+    pub since: std::time::SystemTime,
 }
 
 /// The outcome for one declared server that has reached a result.
@@ -89,6 +142,10 @@ pub struct Report {
     pub servers: Vec<ServerReport>,
     /// Config files with errors or warnings, in configuration order.
     pub config_outcomes: Vec<ConfigOutcome>,
+    /// While the phase is pending: the servers the initial discovery still waits for, sorted
+    /// by name. Empty once complete.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PendingServer>,
 }
 
 impl Report {
@@ -97,6 +154,7 @@ impl Report {
             phase: Phase::Pending,
             servers: Vec::new(),
             config_outcomes: Vec::new(),
+            pending: Vec::new(),
         }
     }
 

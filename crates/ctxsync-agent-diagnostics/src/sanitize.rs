@@ -302,6 +302,23 @@ pub(crate) fn redact_tools(tools: Vec<ToolInfo>, secrets: &SecretSet) -> Vec<Too
             name: redact(&tool.name),
             description: redact(&tool.description),
             input_schema: redact_json(tool.input_schema, &redact),
+            title: redact(&tool.title),
+            annotations: tool.annotations.map(|a| crate::report::ToolAnnotations {
+                title: redact(&a.title),
+                ..a
+            }),
+            output_schema: tool.output_schema.map(|s| redact_json(s, &redact)),
+            icons: tool
+                .icons
+                .into_iter()
+                .map(|icon| crate::report::ToolIcon {
+                    src: redact(&icon.src),
+                    mime_type: redact(&icon.mime_type),
+                    sizes: icon.sizes.iter().map(|size| redact(size)).collect(),
+                    theme: redact(&icon.theme),
+                })
+                .collect(),
+            meta: tool.meta.map(|m| redact_json(m, &redact)),
         })
         .collect()
 }
@@ -715,8 +732,37 @@ mod tests {
                 "type": "object",
                 "properties": { "own-env-secret": { "default": "b3duLWVudi1zZWNyZXQ=" } },
             }),
+            title: "Read own-env-secret".into(),
+            annotations: Some(crate::report::ToolAnnotations {
+                title: "agent-token-123".into(),
+                read_only_hint: Some(true),
+                ..Default::default()
+            }),
+            output_schema: Some(serde_json::json!({"description": "own-env-secret"})),
+            icons: vec![crate::report::ToolIcon {
+                src: "https://x/i.png?key=own-env-secret".into(),
+                ..Default::default()
+            }],
+            meta: Some(serde_json::json!({"ui": {"token": "agent-token-123"}})),
         }];
         let out = redact_tools(tools, &own);
+        let rest = serde_json::to_string(&(
+            &out[0].title,
+            &out[0].annotations,
+            &out[0].output_schema,
+            &out[0].icons,
+            &out[0].meta,
+        ))
+        .unwrap();
+        assert!(
+            !rest.contains("own-env-secret") && !rest.contains("agent-token-123"),
+            "{rest}"
+        );
+        assert_eq!(out[0].title, "Read [redacted]");
+        assert_eq!(
+            out[0].annotations.as_ref().unwrap().read_only_hint,
+            Some(true)
+        );
         assert_eq!(out[0].name, "read_[redacted]");
         assert_eq!(
             out[0].description,

@@ -196,3 +196,98 @@ async fn instructions_are_bounded_and_hold_none_of_the_servers_secrets() {
     );
     assert!(!instructions.contains(secret));
 }
+
+#[tokio::test]
+async fn full_tool_definitions_are_kept_on_both_revisions() {
+    let ws = Workspace::new();
+    let rich = |lifecycle| fixture(lifecycle).rich_tools();
+    let report = discover(
+        &ws,
+        json!({
+            "modern": fixture_entry(&rich(FixtureLifecycle::Modern)),
+            "legacy": fixture_entry(&rich(FixtureLifecycle::Legacy)),
+        }),
+        |_| {},
+    )
+    .await;
+    for name in ["modern", "legacy"] {
+        let tool = &server(&report, name).tools[0];
+        assert_eq!(tool.name, "tool_0");
+        assert_eq!(tool.title, "Title of tool_0", "{name}");
+        let hints = tool.annotations.as_ref().expect("annotations");
+        assert_eq!(hints.title, "Hint title of tool_0");
+        assert_eq!(
+            (
+                hints.read_only_hint,
+                hints.destructive_hint,
+                hints.open_world_hint
+            ),
+            (Some(true), Some(false), Some(false))
+        );
+        assert_eq!(hints.idempotent_hint, None);
+        assert_eq!(
+            tool.output_schema,
+            Some(json!({"type": "object", "properties": {"result": {"type": "string"}}}))
+        );
+        assert_eq!(tool.icons.len(), 1);
+        assert_eq!(tool.icons[0].mime_type, "image/png");
+        assert_eq!(tool.icons[0].sizes, ["16x16"]);
+        assert_eq!(
+            tool.meta,
+            Some(json!({"ui": {"resourceUri": "ui://fixture/tool_0"}}))
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_expired_ttl_lists_again_but_never_sooner_than_the_floor() {
+    let ws = Workspace::new();
+    // Fresh for 1 ms only, and the change is never announced: only a re-list finds it.
+    let config = fixture(FixtureLifecycle::Legacy)
+        .tools_ttl(Duration::from_millis(1))
+        .change_tools_after(Duration::from_millis(200), 3)
+        .quiet_change();
+    ws.write_servers(json!({"s": fixture_entry(&config)}));
+    let engine = Engine::start(ws.engine_config());
+    let first = complete(&engine).await;
+    let listed = std::time::Instant::now();
+    assert_eq!(tool_names(server(&first, "s")), ["tool_0", "tool_1"]);
+    let mut rx = engine.subscribe();
+    let report = wait_for(&mut rx, "the re-listed tools", |r| {
+        r.server("s").is_some_and(|s| s.tools.len() == 3)
+    })
+    .await;
+    assert_eq!(
+        tool_names(server(&report, "s")),
+        ["changed_0", "changed_1", "changed_2"]
+    );
+    // A 1 ms ttl is not a licence to poll: the re-list waited for the floor.
+    let waited = listed.elapsed();
+    assert!(
+        waited >= ctxsync_agent_diagnostics::MIN_TOOLS_TTL - Duration::from_millis(500),
+        "re-listed after {waited:?}"
+    );
+    engine.close().await;
+}
+
+#[tokio::test]
+async fn servers_still_connecting_are_named_while_pending() {
+    let ws = Workspace::new();
+    let slow = fixture(FixtureLifecycle::Legacy).init_delay(Duration::from_millis(1500));
+    ws.write_servers(json!({
+        "quick": fixture_entry(&fixture(FixtureLifecycle::Legacy)),
+        "slow": fixture_entry(&slow),
+    }));
+    let engine = Engine::start(ws.engine_config());
+    let mut rx = engine.subscribe();
+    let pending = wait_for(&mut rx, "quick done, slow pending", |r| {
+        r.server("quick").is_some() && r.phase == ctxsync_agent_diagnostics::Phase::Pending
+    })
+    .await;
+    let names: Vec<&str> = pending.pending.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["slow"], "{pending:#?}");
+    assert!(pending.pending[0].since <= std::time::SystemTime::now());
+    let done = complete(&engine).await;
+    assert!(done.pending.is_empty(), "{done:#?}");
+    engine.close().await;
+}

@@ -214,6 +214,16 @@ pub struct FixtureConfig {
     /// After the `--change-tools-after-ms` change, answer every `tools/list` with an error.
     #[arg(long)]
     fail_relist: bool,
+    /// Make the `--change-tools-after-ms` change without telling the client (only a
+    /// client that lists again sees it).
+    #[arg(long)]
+    quiet_change: bool,
+    /// Give every `tools/list` result this `ttlMs`.
+    #[arg(long, value_name = "MS")]
+    tools_ttl_ms: Option<u64>,
+    /// Give every tool a title, annotations, an output schema, an icon and `_meta`.
+    #[arg(long)]
+    rich_tools: bool,
     /// Write the process id to this file at start (process mode only).
     #[arg(long, value_name = "PATH")]
     pid_file: Option<PathBuf>,
@@ -329,6 +339,15 @@ impl FixtureConfig {
         flag("changed-tools", Some(self.changed_tools.to_string()));
         if self.fail_relist {
             flag("fail-relist", None);
+        }
+        if self.quiet_change {
+            flag("quiet-change", None);
+        }
+        if let Some(ms) = self.tools_ttl_ms {
+            flag("tools-ttl-ms", Some(ms.to_string()));
+        }
+        if self.rich_tools {
+            flag("rich-tools", None);
         }
         if let Some(path) = &self.pid_file {
             flag("pid-file", Some(path.display().to_string()));
@@ -465,6 +484,21 @@ impl FixtureConfig {
         self.fail_relist = true;
         self
     }
+    /// Make the scripted tool change without a notification.
+    pub fn quiet_change(mut self) -> Self {
+        self.quiet_change = true;
+        self
+    }
+    /// Answer every `tools/list` with this `ttlMs`.
+    pub fn tools_ttl(mut self, ttl: Duration) -> Self {
+        self.tools_ttl_ms = Some(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+    /// Give every tool a title, annotations, an output schema, an icon and `_meta`.
+    pub fn rich_tools(mut self) -> Self {
+        self.rich_tools = true;
+        self
+    }
     /// Write the pid to `path` at start.
     pub fn pid_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.pid_file = Some(path.into());
@@ -518,6 +552,15 @@ impl FixtureConfig {
     }
     pub(crate) fn page_size_value(&self) -> Option<usize> {
         self.page_size.filter(|size| *size > 0)
+    }
+    pub(crate) fn changes_quietly(&self) -> bool {
+        self.quiet_change
+    }
+    pub(crate) fn tools_ttl_value(&self) -> Option<u64> {
+        self.tools_ttl_ms
+    }
+    pub(crate) fn rich_tools_enabled(&self) -> bool {
+        self.rich_tools
     }
     pub(crate) fn repeats_cursor(&self) -> bool {
         self.repeat_cursor

@@ -12,9 +12,10 @@ use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult,
-        ErrorCode, Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
-        NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-        ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+        ErrorCode, Icon, Implementation, InitializeRequestParams, InitializeResult,
+        ListToolsResult, MetaObject, NumberOrString, PaginatedRequestParams,
+        ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig,
+        SubscriptionFilter, Tool, ToolAnnotations,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -107,7 +108,34 @@ impl FixtureServer {
         } else {
             spec.description
         };
-        Tool::new(spec.name, description, Arc::new(spec.input_schema))
+        let tool = Tool::new(spec.name, description, Arc::new(spec.input_schema));
+        if !self.shared.config.rich_tools_enabled() {
+            return tool;
+        }
+        let object = |value: serde_json::Value| match value {
+            serde_json::Value::Object(map) => map,
+            _ => unreachable!("literal objects"),
+        };
+        let name = tool.name.to_string();
+        tool.with_title(format!("Title of {name}"))
+            .with_annotations(
+                ToolAnnotations::with_title(format!("Hint title of {name}"))
+                    .read_only(true)
+                    .destructive(false)
+                    .open_world(false),
+            )
+            .with_raw_output_schema(Arc::new(object(serde_json::json!({
+                "type": "object",
+                "properties": { "result": { "type": "string" } },
+            }))))
+            .with_icons(vec![
+                Icon::new("data:image/png;base64,iVBORw0KGgo=")
+                    .with_mime_type("image/png")
+                    .with_sizes(vec!["16x16".into()]),
+            ])
+            .with_meta(MetaObject(object(serde_json::json!({
+                "ui": { "resourceUri": format!("ui://fixture/{name}") },
+            }))))
     }
 
     fn tools(&self) -> Vec<Tool> {
@@ -128,7 +156,7 @@ impl FixtureServer {
                     ..ListToolsResult::with_all_items(tools)
                 });
             }
-            return Ok(ListToolsResult::with_all_items(tools));
+            return Ok(self.with_ttl(ListToolsResult::with_all_items(tools)));
         };
         let offset = match cursor {
             None => 0,
@@ -145,10 +173,17 @@ impl FixtureServer {
         } else {
             (end < tools.len()).then(|| format!("offset:{end}"))
         };
-        Ok(ListToolsResult {
+        Ok(self.with_ttl(ListToolsResult {
             next_cursor,
             ..ListToolsResult::with_all_items(page)
-        })
+        }))
+    }
+
+    fn with_ttl(&self, result: ListToolsResult) -> ListToolsResult {
+        ListToolsResult {
+            ttl_ms: self.shared.config.tools_ttl_value(),
+            ..result
+        }
     }
 }
 
@@ -208,8 +243,10 @@ impl ServerHandler for FixtureServer {
                 () = tokio::time::sleep(delay) => {}
             }
             self.change_tools();
-            // The client may already be gone; nothing to report to anyone then.
-            let _ = context.sink().notify_tool_list_changed().await;
+            if !self.shared.config.changes_quietly() {
+                // The client may already be gone; nothing to report to anyone then.
+                let _ = context.sink().notify_tool_list_changed().await;
+            }
         }
         context.cancelled().await;
         Ok(())
@@ -269,8 +306,10 @@ impl ServerHandler for FixtureServer {
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
                 server.change_tools();
-                // The client may already be gone; nothing to report to anyone then.
-                let _ = peer.notify_tool_list_changed().await;
+                if !server.shared.config.changes_quietly() {
+                    // The client may already be gone; nothing to report to anyone then.
+                    let _ = peer.notify_tool_list_changed().await;
+                }
             });
         }
         let flood = config.notification_flood_value();
