@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use ctxsync_chat_projection::{ChatContext, Phase};
-use ctxsync_protocol::{Resource, ResourceStatus};
+use ctxsync_chat_projection::{ChatContext, EligibleTool, Phase};
+use ctxsync_protocol::{McpServerInfo, Resource, ResourceStatus};
 
 use crate::model::*;
 
@@ -116,16 +116,30 @@ pub fn build_panel(chat_id: &str, context: &ChatContext) -> Panel {
             let tools = tools
                 .iter()
                 .filter(|t| t.server == server.name)
-                .map(|t| ToolItem {
-                    name: t.tool.clone(),
-                    description: t.description.clone(),
-                })
+                .map(tool_item)
                 .collect();
+            let protocol_version = Some(server.protocol_version.trim())
+                .filter(|v| !v.is_empty())
+                .map(|v| shorten(v, MAX_IMPLEMENTATION_CHARS));
+            let implementation = server.server_info.as_ref().and_then(implementation);
+            let timings = server.timings.map(|t| Timings {
+                start_ms: t.start_ms,
+                handshake_ms: t.handshake_ms,
+                tools_ms: t.tools_ms,
+            });
             ServerItem {
                 name: server.name.clone(),
                 state,
                 tools,
                 diagnostic: server.diagnostic.clone(),
+                connection: ServerItem::connection_line(
+                    protocol_version.as_deref(),
+                    implementation.as_deref(),
+                    timings,
+                ),
+                protocol_version,
+                implementation,
+                timings,
             }
         })
         .collect();
@@ -154,7 +168,11 @@ pub fn build_panel(chat_id: &str, context: &ChatContext) -> Panel {
             phase: view.phase(),
             stale: view.is_stale(),
         },
-        discovery: Banner::new(state),
+        discovery: Banner::new(state).waiting(
+            view.pending_servers()
+                .iter()
+                .map(|s| WaitingServer::new(&s.name, s.elapsed_ms)),
+        ),
         dirty,
         snapshot_error: view.snapshot_error().map(str::to_owned),
         files,
@@ -164,6 +182,43 @@ pub fn build_panel(chat_id: &str, context: &ChatContext) -> Panel {
     };
     panel.tone = panel.compute_tone();
     panel
+}
+
+/// A tool as the panel lists it: name, title when set, and the explicit hints its server
+/// claims (destructive only for a tool not claimed read-only, as MCP defines it).
+fn tool_item(tool: &EligibleTool) -> ToolItem {
+    let mut hints = Vec::new();
+    if let Some(a) = &tool.annotations_untrusted {
+        let read_only = a.read_only_hint == Some(true);
+        if read_only {
+            hints.push(ToolHint::ReadOnly);
+        }
+        if !read_only && a.destructive_hint == Some(true) {
+            hints.push(ToolHint::Destructive);
+        }
+        if a.open_world_hint == Some(true) {
+            hints.push(ToolHint::OpenWorld);
+        }
+    }
+    ToolItem {
+        name: tool.tool.clone(),
+        title: Some(shorten(&tool.title, MAX_TITLE_CHARS)).filter(|t| !t.is_empty()),
+        description: tool.description.clone(),
+        hints,
+    }
+}
+
+/// Characters of a tool title the panel shows.
+const MAX_TITLE_CHARS: usize = 120;
+
+/// `name version` of what the server said it is, shortened; `None` when it said neither.
+fn implementation(info: &McpServerInfo) -> Option<String> {
+    let text = [info.name.trim(), info.version.trim()]
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    (!text.is_empty()).then(|| shorten(&text, MAX_IMPLEMENTATION_CHARS))
 }
 
 /// `docs/AGENTS.md` → (`docs`, `AGENTS.md`); a top-level file is in `.`.

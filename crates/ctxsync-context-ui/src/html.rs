@@ -39,10 +39,12 @@ pub fn render_fragment(panel: &Panel) -> String {
     );
     let _ = write!(
         h,
-        r#"<div class="banner banner-{}" role="status" aria-live="polite">{}</div>"#,
+        r#"<div class="banner banner-{}" role="status" aria-live="polite">{}"#,
         discovery_state_name(panel.discovery.state),
         escape(&panel.discovery.text)
     );
+    waiting_list(&mut h, &panel.discovery);
+    h.push_str("</div>");
     if let Some(dirty) = &panel.dirty {
         let _ = write!(
             h,
@@ -67,6 +69,31 @@ pub fn render_fragment(panel: &Panel) -> String {
     issues_section(&mut h, &panel.issues);
     h.push_str("</section>");
     h
+}
+
+/// ` Waiting for: github (4 s), jira (12 s), and 3 more.` inside the banner, when it
+/// names servers; each name is an element of its own, for tests and styling.
+fn waiting_list(h: &mut String, banner: &Banner) {
+    if banner.waiting_for.is_empty() {
+        return;
+    }
+    h.push_str(r#" <span class="waiting">Waiting for: "#);
+    for (i, server) in banner.waiting_for.iter().enumerate() {
+        if i > 0 {
+            h.push_str(", ");
+        }
+        let _ = write!(
+            h,
+            r#"<span class="waiting-server" data-elapsed-ms="{}"><code>{}</code> ({})</span>"#,
+            server.elapsed_ms,
+            escape(&server.name),
+            escape(&server.elapsed)
+        );
+    }
+    if banner.waiting_more > 0 {
+        let _ = write!(h, ", and {} more", banner.waiting_more);
+    }
+    h.push_str(".</span>");
 }
 
 fn discovery_state_name(state: DiscoveryState) -> &'static str {
@@ -206,6 +233,15 @@ fn mcp_section(h: &mut String, panel: &Panel) {
                     r#"<li class="server server-{class}"><strong>{}</strong> <span class="badge badge-{class}">{badge}</span>"#,
                     escape(&server.name)
                 );
+                if let Some(connection) = &server.connection {
+                    let _ = write!(
+                        h,
+                        r#" <span class="connection" aria-label="Connection of {}: {}">{}</span>"#,
+                        escape(&server.name),
+                        escape(connection),
+                        escape(connection)
+                    );
+                }
                 if let Some(diagnostic) = &server.diagnostic {
                     let _ = write!(
                         h,
@@ -220,12 +256,7 @@ fn mcp_section(h: &mut String, panel: &Panel) {
                         escape(&server.name)
                     );
                     for tool in &server.tools {
-                        let _ = write!(
-                            h,
-                            r#"<li class="tool"><code>{}</code> <span class="description wrap">{}</span></li>"#,
-                            escape(&tool.name),
-                            escape(&tool.description)
-                        );
+                        tool_entry(h, tool);
                     }
                     h.push_str("</ul>");
                 }
@@ -235,6 +266,39 @@ fn mcp_section(h: &mut String, panel: &Panel) {
         }
     }
     h.push_str("</details>");
+}
+
+/// One tool: its name, its title when set, its hint badges (each saying it is the
+/// server's unverified hint), its description.
+fn tool_entry(h: &mut String, tool: &ToolItem) {
+    let _ = write!(h, r#"<li class="tool"><code>{}</code>"#, escape(&tool.name));
+    if let Some(title) = &tool.title {
+        let _ = write!(
+            h,
+            r#" <span class="tool-title wrap">{}</span>"#,
+            escape(title)
+        );
+    }
+    if !tool.hints.is_empty() {
+        h.push_str(
+            r#" <span class="hints" role="list" aria-label="Hints from the server, not verified">"#,
+        );
+        for hint in &tool.hints {
+            let description = escape(&hint.description());
+            let _ = write!(
+                h,
+                r#"<span class="badge badge-hint hint-{}" role="listitem" title="{description}" aria-label="{description}">{}</span>"#,
+                hint.class(),
+                escape(hint.label())
+            );
+        }
+        h.push_str("</span>");
+    }
+    let _ = write!(
+        h,
+        r#" <span class="description wrap">{}</span></li>"#,
+        escape(&tool.description)
+    );
 }
 
 fn issues_section(h: &mut String, issues: &[IssueItem]) {
@@ -280,6 +344,10 @@ summary h2 { display: inline; font-size: 1.1rem; }
 code { overflow-wrap: anywhere; }
 .link-form button { font: inherit; padding: 0.5rem 1rem; }
 .reconnecting { padding: 0.5rem; background: #fff4d6; border-radius: 4px; }
+.waiting { font-weight: normal; }
+.connection { font-size: 0.8rem; color: #555; } .tool-title { font-style: italic; }
+.badge-hint { border: 1px dashed #8a8a8a; margin-left: 0.2rem; } .hint-read-only { background: #e3f5e8; }
+.hint-destructive { background: #fbd5d5; } .hint-open-world { background: #e8eefc; }
 "#;
 
 /// The page's script: follows the chat's server-sent events and runs the refresh action.

@@ -69,6 +69,51 @@ pub struct Banner {
     pub state: DiscoveryState,
     pub text: String,
     pub tone: Tone,
+    /// While pending: the servers still connecting, by name, at most
+    /// [`MAX_WAITING_LISTED`] (the rest counted in [`Self::waiting_more`]). Empty
+    /// otherwise, and when the agent did not say.
+    pub waiting_for: Vec<WaitingServer>,
+    /// Servers still connecting beyond those listed.
+    pub waiting_more: usize,
+}
+
+/// Servers named in the banner's waiting list before "and N more".
+pub const MAX_WAITING_LISTED: usize = 10;
+/// Characters kept of a waiting server's name (untrusted, and only a progress hint).
+pub const MAX_WAITING_NAME_CHARS: usize = 40;
+
+/// A server the banner says discovery is waiting for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WaitingServer {
+    /// The server's name, shortened to [`MAX_WAITING_NAME_CHARS`].
+    pub name: String,
+    /// How long it has been connecting.
+    pub elapsed_ms: u64,
+    /// The same in whole seconds as people read it: `<1 s`, `4 s`.
+    pub elapsed: String,
+}
+
+impl WaitingServer {
+    pub fn new(name: &str, elapsed_ms: u64) -> Self {
+        Self {
+            name: shorten(name, MAX_WAITING_NAME_CHARS),
+            elapsed_ms,
+            elapsed: match elapsed_ms / 1000 {
+                0 => "<1 s".into(),
+                s => format!("{s} s"),
+            },
+        }
+    }
+}
+
+/// `text` on one line, cut to `max_chars` characters (a cut ends in `…`).
+pub(crate) fn shorten(text: &str, max_chars: usize) -> String {
+    let folded = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if folded.chars().count() <= max_chars {
+        return folded;
+    }
+    let kept: String = folded.chars().take(max_chars.saturating_sub(1)).collect();
+    format!("{}…", kept.trim_end())
 }
 
 impl Banner {
@@ -96,7 +141,42 @@ impl Banner {
             state,
             text: text.into(),
             tone,
+            waiting_for: Vec::new(),
+            waiting_more: 0,
         }
+    }
+
+    /// The banner naming the servers discovery is waiting for (bounded as
+    /// [`Self::waiting_for`] says), in the given order.
+    pub fn waiting(mut self, servers: impl IntoIterator<Item = WaitingServer>) -> Self {
+        self.waiting_for.clear();
+        self.waiting_more = 0;
+        for server in servers {
+            if self.waiting_for.len() < MAX_WAITING_LISTED {
+                self.waiting_for.push(server);
+            } else {
+                self.waiting_more += 1;
+            }
+        }
+        self
+    }
+
+    /// "Waiting for: github (4 s), jira (12 s), and 3 more." — `None` when nobody is
+    /// named.
+    pub fn waiting_text(&self) -> Option<String> {
+        if self.waiting_for.is_empty() {
+            return None;
+        }
+        let listed: Vec<String> = self
+            .waiting_for
+            .iter()
+            .map(|s| format!("{} ({})", s.name, s.elapsed))
+            .collect();
+        let more = match self.waiting_more {
+            0 => String::new(),
+            n => format!(", and {n} more"),
+        };
+        Some(format!("Waiting for: {}{more}.", listed.join(", ")))
     }
 }
 
@@ -160,6 +240,54 @@ pub struct ServerItem {
     pub tools: Vec<ToolItem>,
     /// The failure of a failed server, or a warning on a working one.
     pub diagnostic: Option<String>,
+    /// The MCP revision the agent negotiated with the server, when known.
+    pub protocol_version: Option<String>,
+    /// The server's implementation name and version as it gave them (untrusted),
+    /// e.g. `jira-mcp 1.4.2`.
+    pub implementation: Option<String>,
+    /// How long each step of the connect took.
+    pub timings: Option<Timings>,
+    /// The revision, implementation and timings on one line, e.g.
+    /// `MCP 2026-07-28 · jira-mcp 1.4.2 · start 120 ms · handshake 35 ms · tools 4 ms`;
+    /// `None` when none is known.
+    pub connection: Option<String>,
+}
+
+/// Milliseconds of each step of a server's connect, as the agent measured them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Timings {
+    /// Starting the process; `None` for a server reached over HTTP.
+    pub start_ms: Option<u64>,
+    pub handshake_ms: u64,
+    pub tools_ms: u64,
+}
+
+/// Characters kept of a server's implementation name and version.
+pub const MAX_IMPLEMENTATION_CHARS: usize = 60;
+
+impl ServerItem {
+    /// The [`Self::connection`] line for these facts.
+    pub fn connection_line(
+        protocol_version: Option<&str>,
+        implementation: Option<&str>,
+        timings: Option<Timings>,
+    ) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(revision) = protocol_version {
+            parts.push(format!("MCP {revision}"));
+        }
+        if let Some(implementation) = implementation {
+            parts.push(implementation.to_owned());
+        }
+        if let Some(t) = timings {
+            if let Some(start) = t.start_ms {
+                parts.push(format!("start {start} ms"));
+            }
+            parts.push(format!("handshake {} ms", t.handshake_ms));
+            parts.push(format!("tools {} ms", t.tools_ms));
+        }
+        (!parts.is_empty()).then(|| parts.join(" · "))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -174,8 +302,52 @@ pub enum ServerState {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ToolItem {
+    /// The tool's name on its server (always shown).
     pub name: String,
+    /// Its display title, when the server gave one (shown beside the name).
+    pub title: Option<String>,
     pub description: String,
+    /// Behaviour hints the server claims for the tool, shown as badges labelled as the
+    /// server's unverified hints.
+    pub hints: Vec<ToolHint>,
+}
+
+/// A behaviour the server claims for a tool (its MCP annotations). Only explicit claims
+/// are shown; nothing here is verified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolHint {
+    /// `readOnlyHint: true`.
+    ReadOnly,
+    /// `destructiveHint: true` on a tool not claimed read-only.
+    Destructive,
+    /// `openWorldHint: true`: it reaches beyond the workspace (the web, other systems).
+    OpenWorld,
+}
+
+impl ToolHint {
+    /// The badge's text.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::ReadOnly => "read-only",
+            Self::Destructive => "destructive",
+            Self::OpenWorld => "open world",
+        }
+    }
+
+    /// The CSS class suffix.
+    pub fn class(self) -> &'static str {
+        match self {
+            Self::ReadOnly => "read-only",
+            Self::Destructive => "destructive",
+            Self::OpenWorld => "open-world",
+        }
+    }
+
+    /// What the badge means, for its accessible label and tooltip.
+    pub fn description(self) -> String {
+        format!("{}: a hint from the MCP server, not verified", self.label())
+    }
 }
 
 /// One entry of the Issues list: a non-OK row or a warning on an OK row.

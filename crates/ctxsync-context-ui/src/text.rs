@@ -49,6 +49,9 @@ pub fn render_text(panel: &Panel) -> String {
         panel.tone.as_str()
     );
     wrapped(&mut t, 0, &panel.discovery.text);
+    if let Some(waiting) = panel.discovery.waiting_text() {
+        wrapped(&mut t, 2, &waiting);
+    }
     if let Some(dirty) = &panel.dirty {
         wrapped(&mut t, 0, &format!("! {}", dirty.text));
         let _ = writeln!(
@@ -125,8 +128,20 @@ pub fn render_text(panel: &Panel) -> String {
                     None => format!("{} [{state}]", server.name),
                 };
                 wrapped(&mut t, 2, &line);
+                if let Some(connection) = &server.connection {
+                    wrapped(&mut t, 4, connection);
+                }
                 for tool in &server.tools {
-                    wrapped(&mut t, 6, &format!("{} — {}", tool.name, tool.description));
+                    let mut line = tool.name.clone();
+                    if let Some(title) = &tool.title {
+                        let _ = write!(line, " “{title}”");
+                    }
+                    if !tool.hints.is_empty() {
+                        let hints: Vec<&str> = tool.hints.iter().map(|h| h.label()).collect();
+                        let _ = write!(line, " [server hints: {}]", hints.join(", "));
+                    }
+                    let _ = write!(line, " — {}", tool.description);
+                    wrapped(&mut t, 6, &line);
                 }
             }
         }

@@ -91,6 +91,7 @@ fn binding(row_run: &str, snapshot: Option<(&str, DiscoveryPhase, Vec<Resource>)
             aggregate_hash: "agg".into(),
             snapshot_error: None,
             resources,
+            ..SnapshotState::default()
         }),
     })
 }
@@ -220,4 +221,218 @@ fn a_changed_workspace_offers_a_refresh() {
     assert_eq!(dirty.refresh.method, "PUT");
     assert_eq!(dirty.refresh.href, "/api/chats/c1/context");
     assert!(render_text(&panel).contains("Refresh context: PUT /api/chats/c1/context"));
+}
+
+/// A server with everything MCP 2026-07-28 reports: revision, implementation, timings,
+/// and tools with titles and annotations.
+fn rich_server(tool_title: &str) -> Resource {
+    let annotated = |name: &str, title: &str, annotations: McpToolAnnotations| McpTool {
+        name: name.into(),
+        description: format!("{name} things"),
+        input_schema: json!({}),
+        title: title.into(),
+        annotations: Some(annotations),
+        ..Default::default()
+    };
+    row(
+        "mcp:jira",
+        ResourceStatus::Ok,
+        None,
+        ResourceBody::McpServer(McpServerBody {
+            server_name: "jira".into(),
+            tools: vec![
+                annotated(
+                    "create_issue",
+                    tool_title,
+                    McpToolAnnotations {
+                        destructive_hint: Some(true),
+                        open_world_hint: Some(true),
+                        ..Default::default()
+                    },
+                ),
+                // Read-only wins over a destructive claim, as MCP defines the hints.
+                annotated(
+                    "search",
+                    "",
+                    McpToolAnnotations {
+                        read_only_hint: Some(true),
+                        destructive_hint: Some(true),
+                        open_world_hint: Some(false),
+                        ..Default::default()
+                    },
+                ),
+            ],
+            protocol_version: "2026-07-28".into(),
+            server_info: Some(McpServerInfo {
+                name: "jira-mcp".into(),
+                version: "1.4.2".into(),
+                ..Default::default()
+            }),
+            timings: Some(McpConnectTimings {
+                start_ms: Some(120),
+                handshake_ms: 35,
+                tools_ms: 4,
+            }),
+            ..Default::default()
+        }),
+    )
+}
+
+#[test]
+fn tools_show_title_and_hint_badges_and_servers_their_connection() {
+    let panel = panel(&binding(
+        "r1",
+        Some((
+            "r1",
+            DiscoveryPhase::Complete,
+            vec![rich_server("Create Issue")],
+        )),
+    ));
+    let jira = &panel.mcp.servers.as_ref().unwrap()[0];
+    let line = "MCP 2026-07-28 · jira-mcp 1.4.2 · start 120 ms · handshake 35 ms · tools 4 ms";
+    assert_eq!(jira.connection.as_deref(), Some(line));
+    let tools: Vec<(&str, Option<&str>, &[ToolHint])> = jira
+        .tools
+        .iter()
+        .map(|t| (t.name.as_str(), t.title.as_deref(), t.hints.as_slice()))
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            (
+                "create_issue",
+                Some("Create Issue"),
+                &[ToolHint::Destructive, ToolHint::OpenWorld][..]
+            ),
+            ("search", None, &[ToolHint::ReadOnly][..]),
+        ]
+    );
+
+    let json = render_json(&panel);
+    let server = &json["mcp"]["servers"][0];
+    assert_eq!(server["protocol_version"], "2026-07-28");
+    assert_eq!(
+        server["timings"],
+        json!({"start_ms": 120, "handshake_ms": 35, "tools_ms": 4})
+    );
+    assert_eq!(server["connection"], line);
+    assert_eq!(server["tools"][0]["title"], "Create Issue");
+    assert_eq!(
+        server["tools"][0]["hints"],
+        json!(["destructive", "open_world"])
+    );
+
+    let html = render_fragment(&panel);
+    assert!(
+        html.contains(&format!(
+            r#"<span class="connection" aria-label="Connection of jira: {line}">{line}</span>"#
+        )),
+        "{html}"
+    );
+    assert!(
+        html.contains(
+            r#"<code>create_issue</code> <span class="tool-title wrap">Create Issue</span>"#
+        ),
+        "{html}"
+    );
+    assert!(html.contains(r#"aria-label="Hints from the server, not verified""#));
+    assert!(html.contains(r#"<span class="badge badge-hint hint-destructive" role="listitem" title="destructive: a hint from the MCP server, not verified" aria-label="destructive: a hint from the MCP server, not verified">destructive</span>"#), "{html}");
+    assert!(html.contains(">read-only</span>") && html.contains(">open world</span>"));
+    assert!(
+        !html.contains("<img"),
+        "no icon is loaded from a server's URL"
+    );
+
+    let text = render_text(&panel);
+    assert!(text.contains(&format!("    {line}\n")), "{text}");
+    assert!(
+        text.contains(
+            "create_issue “Create Issue” [server hints: destructive, open world] — create_issue things"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("search [server hints: read-only] — search things"),
+        "{text}"
+    );
+}
+
+#[test]
+fn hostile_titles_are_escaped() {
+    let hostile = r#"<img src=x onerror="alert(1)"> & 'q'"#;
+    let panel = panel(&binding(
+        "r1",
+        Some(("r1", DiscoveryPhase::Complete, vec![rich_server(hostile)])),
+    ));
+    let html = render_page(&panel);
+    assert!(!html.contains("<img"), "{html}");
+    assert!(html.contains("&lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; &#39;q&#39;"));
+    assert!(!html.contains(" style=") && !html.contains("<style"));
+    assert_eq!(html.matches("<script").count(), 1);
+}
+
+fn pending_with(servers: &[(&str, u64)]) -> Binding {
+    Binding::Agent(AgentState {
+        agent_run_id: "r1".into(),
+        snapshot: Some(SnapshotState {
+            agent_run_id: "r1".into(),
+            phase: DiscoveryPhase::Pending,
+            resources: resources(),
+            // No stored time: the elapsed times are the agent's, exactly.
+            received_at: None,
+            pending_servers: servers
+                .iter()
+                .map(|(name, ms)| PendingServer {
+                    server_name: (*name).into(),
+                    elapsed_ms: *ms,
+                })
+                .collect(),
+            ..SnapshotState::default()
+        }),
+    })
+}
+
+#[test]
+fn the_pending_banner_names_the_servers_it_waits_for() {
+    let two = panel(&pending_with(&[("jira", 12_400), ("github", 4_000)]));
+    let banner = &two.discovery;
+    assert_eq!(banner.state, DiscoveryState::Pending);
+    assert_eq!(
+        banner.waiting_text().as_deref(),
+        Some("Waiting for: github (4 s), jira (12 s).")
+    );
+    assert_eq!(
+        render_json(&two)["discovery"]["waiting_for"],
+        json!([
+            {"name": "github", "elapsed_ms": 4000, "elapsed": "4 s"},
+            {"name": "jira", "elapsed_ms": 12400, "elapsed": "12 s"},
+        ])
+    );
+    let html = render_fragment(&two);
+    assert!(html.contains(r#"role="status" aria-live="polite">MCP discovery is still initializing; more servers may appear. <span class="waiting">Waiting for: <span class="waiting-server" data-elapsed-ms="4000"><code>github</code> (4 s)</span>, <span class="waiting-server" data-elapsed-ms="12400"><code>jira</code> (12 s)</span>.</span></div>"#), "{html}");
+    assert!(render_text(&two).contains("\n  Waiting for: github (4 s), jira (12 s).\n"));
+
+    // Bounded: ten names, the rest counted; long and hostile names shortened and escaped.
+    let names: Vec<String> = (0..12).map(|i| format!("s{i:02}")).collect();
+    let mut many: Vec<(&str, u64)> = names.iter().map(|n| (n.as_str(), 500)).collect();
+    let long = format!("<b>{}", "x".repeat(100));
+    many.insert(0, (&long, 1_000));
+    let bounded = panel(&pending_with(&many));
+    assert_eq!(bounded.discovery.waiting_for.len(), 10);
+    assert_eq!(bounded.discovery.waiting_more, 3);
+    assert_eq!(bounded.discovery.waiting_for[0].name.chars().count(), 40);
+    let html = render_fragment(&bounded);
+    assert!(
+        !html.contains("<b>") && html.contains("<code>&lt;b&gt;xxx"),
+        "{html}"
+    );
+    assert!(html.contains(", and 3 more.</span>"));
+
+    // Complete: nobody is waited for.
+    let done = panel(&binding(
+        "r1",
+        Some(("r1", DiscoveryPhase::Complete, resources())),
+    ));
+    assert!(done.discovery.waiting_for.is_empty());
+    assert!(!render_fragment(&done).contains("Waiting for"));
 }

@@ -95,20 +95,44 @@ fn mixed_servers() -> Vec<ServerItem> {
             tools: vec![
                 ToolItem {
                     name: "read".into(),
+                    title: Some("Read File".into()),
                     description: "Read a file".into(),
+                    hints: vec![ToolHint::ReadOnly],
                 },
                 ToolItem {
                     name: "write".into(),
+                    title: None,
                     description: "Write a file".into(),
+                    hints: vec![ToolHint::Destructive, ToolHint::OpenWorld],
                 },
             ],
             diagnostic: None,
+            protocol_version: Some("2026-07-28".into()),
+            implementation: Some("fs-mcp 0.9.1".into()),
+            timings: Some(Timings {
+                start_ms: Some(120),
+                handshake_ms: 35,
+                tools_ms: 4,
+            }),
+            connection: ServerItem::connection_line(
+                Some("2026-07-28"),
+                Some("fs-mcp 0.9.1"),
+                Some(Timings {
+                    start_ms: Some(120),
+                    handshake_ms: 35,
+                    tools_ms: 4,
+                }),
+            ),
         },
         ServerItem {
             name: "empty".into(),
             state: ServerState::NoTools,
             tools: vec![],
             diagnostic: None,
+            protocol_version: Some("2025-11-25".into()),
+            implementation: None,
+            timings: None,
+            connection: ServerItem::connection_line(Some("2025-11-25"), None, None),
         },
         ServerItem {
             name: "broken".into(),
@@ -117,12 +141,20 @@ fn mixed_servers() -> Vec<ServerItem> {
             diagnostic: Some(
                 "command not found: mcp-broken (check that it is installed and on PATH)".into(),
             ),
+            protocol_version: None,
+            implementation: None,
+            timings: None,
+            connection: None,
         },
     ]
 }
 
 fn states() -> Vec<(&'static str, Panel)> {
-    let pending = base(DiscoveryState::Pending);
+    let mut pending = base(DiscoveryState::Pending);
+    pending.discovery = Banner::new(DiscoveryState::Pending).waiting([
+        WaitingServer::new("github", 4_000),
+        WaitingServer::new("jira", 12_400),
+    ]);
 
     let mut complete = base(DiscoveryState::Complete);
     complete.mcp.servers = Some(mixed_servers());
@@ -236,8 +268,14 @@ fn hostile_text_is_escaped_everywhere() {
     servers[0].name = hostile.into();
     servers[0].tools[0].name = hostile.into();
     servers[0].tools[0].description = hostile.into();
+    servers[0].tools[0].title = Some(hostile.into());
+    servers[0].connection = Some(hostile.into());
     panel.issues[0].text = hostile.into();
     panel.skills[0].description = hostile.into();
+    panel.discovery = panel
+        .discovery
+        .clone()
+        .waiting([WaitingServer::new(hostile, 1_000)]);
     let page = render_page(&panel);
     assert!(
         !page.contains("<script>alert"),
