@@ -55,9 +55,21 @@ fn panel_of(chat: ChatId, loaded: &LoadedChat) -> ctxsync_context_ui::Panel {
     build_panel(&chat.to_string(), &loaded.context)
 }
 
-/// The projection's phase and freshness, in the words every surface uses.
+/// The projection's phase and freshness, in the words every surface uses; while pending,
+/// also `pending_servers`: the servers still connecting, by name, each with how long it
+/// has been at it (`elapsed_ms`, and whole seconds as `elapsed_s`). The key is left out
+/// when nobody is named, so earlier answers keep their exact shape.
 fn discovery_words(view: &ctxsync_chat_projection::View) -> Value {
-    json!({ "phase": view.phase().as_str(), "stale": view.is_stale() })
+    let mut words = json!({ "phase": view.phase().as_str(), "stale": view.is_stale() });
+    let pending: Vec<Value> = view
+        .pending_servers()
+        .iter()
+        .map(|s| json!({ "name": s.name, "elapsed_ms": s.elapsed_ms, "elapsed_s": s.elapsed_ms / 1000 }))
+        .collect();
+    if !pending.is_empty() {
+        words["pending_servers"] = Value::Array(pending);
+    }
+    words
 }
 
 fn chat_json(chat: ChatId, loaded: &LoadedChat) -> Value {
@@ -139,6 +151,11 @@ pub async fn agent_context(State(state): State<AppState>, Path(raw): Path<String
             "aggregate_hash": s.aggregate_hash,
             "snapshot_error": s.snapshot_error,
             "received_at": s.received_at.to_rfc3339(),
+            // As the agent reported them, undated: `mcp_discovery` adds the time since.
+            "pending_servers": s.pending_servers.iter().map(|p| json!({
+                "name": p.server_name,
+                "elapsed_ms": p.elapsed_ms,
+            })).collect::<Vec<_>>(),
         })
     });
     let resources: Vec<Value> = context
@@ -235,11 +252,9 @@ pub async fn turn(
     }
     let started = std::time::Instant::now();
     let context = state.gate.prepare_turn(chat, mode).await;
-    let tools: Vec<Value> = context
-        .tools
-        .iter()
-        .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.input_schema }))
-        .collect();
+    // The projection's model-facing shape: name, description and input schema, plus the
+    // title, output schema and `annotations_untrusted` when the server gave them.
+    let tools: Vec<Value> = context.tools.iter().map(|t| t.model_definition()).collect();
     let tool_count = tools.len();
     let outcome = json!({
         "note": context.note,
