@@ -72,7 +72,9 @@ pub fn render_fragment(panel: &Panel) -> String {
 }
 
 /// ` Waiting for: github (4 s), jira (12 s), and 3 more.` inside the banner, when it
-/// names servers; each name is an element of its own, for tests and styling.
+/// names servers; each name is an element of its own, for tests and styling. Whole
+/// seconds only: the event stream re-sends a panel only when its HTML changes, so a
+/// waiting panel updates once per second at most, not on every re-read.
 fn waiting_list(h: &mut String, banner: &Banner) {
     if banner.waiting_for.is_empty() {
         return;
@@ -84,8 +86,7 @@ fn waiting_list(h: &mut String, banner: &Banner) {
         }
         let _ = write!(
             h,
-            r#"<span class="waiting-server" data-elapsed-ms="{}"><code>{}</code> ({})</span>"#,
-            server.elapsed_ms,
+            r#"<span class="waiting-server"><code>{}</code> ({})</span>"#,
             escape(&server.name),
             escape(&server.elapsed)
         );

@@ -448,7 +448,8 @@ pub async fn refresh_context(State(state): State<AppState>, Path(raw): Path<Stri
 /// Server-sent `panel` events: the current panel at once, then a new one whenever the
 /// chat's view changes (a push through any replica reaches it via the store's
 /// notifications, and a slow re-check covers a lost one). Unchanged panels are not
-/// re-sent.
+/// re-sent; while the banner names servers still connecting, their whole seconds move
+/// on, so a re-check then re-sends the panel with the new waits.
 pub async fn context_events(
     State(state): State<AppState>,
     Path(raw): Path<String>,
