@@ -3,17 +3,18 @@
 
 use std::sync::Arc;
 
-use ctxsync_agent_diagnostics::{Engine, Phase, Report};
-use ctxsync_protocol::McpTool;
+use ctxsync_agent_diagnostics::{Engine, Phase, Report, ToolInfo};
+use ctxsync_protocol::{McpConnectTimings, McpIcon, McpServerInfo, McpTool, McpToolAnnotations};
 use tokio::sync::watch;
 
 use crate::report::{
-    ChangedFuture, ConfigOutcome, DiscoveryReport, ReportPhase, ReportSource, ServerOutcome,
-    SourceClosed,
+    ChangedFuture, ConfigOutcome, DiscoveryReport, PendingOutcome, ReportPhase, ReportSource,
+    ServerDetails, ServerOutcome, SourceClosed,
 };
 
 /// The engine's report in the publisher's terms: phase, every server with a result (with
-/// its tools, error or warning) and every config file's outcome, in the engine's order.
+/// its tools, error or warning, and what it said about itself), every config file's
+/// outcome, and the servers still connecting, in the engine's order.
 pub fn discovery_report(report: &Report) -> DiscoveryReport {
     DiscoveryReport {
         phase: match report.phase {
@@ -26,18 +27,10 @@ pub fn discovery_report(report: &Report) -> DiscoveryReport {
             .map(|server| ServerOutcome {
                 name: server.name.clone(),
                 connected: server.connected,
-                tools: server
-                    .tools
-                    .iter()
-                    .map(|tool| McpTool {
-                        name: tool.name.clone(),
-                        description: tool.description.clone(),
-                        input_schema: tool.input_schema.clone(),
-                        ..Default::default()
-                    })
-                    .collect(),
+                tools: server.tools.iter().map(tool).collect(),
                 error: server.error.clone(),
                 warning: server.warning.clone(),
+                details: server.details.as_ref().map(details),
             })
             .collect(),
         config_outcomes: report
@@ -49,6 +42,60 @@ pub fn discovery_report(report: &Report) -> DiscoveryReport {
                 warning: outcome.warning.clone(),
             })
             .collect(),
+        pending: report
+            .pending
+            .iter()
+            .map(|pending| PendingOutcome {
+                name: pending.name.clone(),
+                since: pending.since,
+            })
+            .collect(),
+    }
+}
+
+fn tool(tool: &ToolInfo) -> McpTool {
+    McpTool {
+        name: tool.name.clone(),
+        description: tool.description.clone(),
+        input_schema: tool.input_schema.clone(),
+        title: tool.title.clone(),
+        annotations: tool.annotations.as_ref().map(|a| McpToolAnnotations {
+            title: a.title.clone(),
+            read_only_hint: a.read_only_hint,
+            destructive_hint: a.destructive_hint,
+            idempotent_hint: a.idempotent_hint,
+            open_world_hint: a.open_world_hint,
+        }),
+        output_schema: tool.output_schema.clone(),
+        icons: tool
+            .icons
+            .iter()
+            .map(|icon| McpIcon {
+                src: icon.src.clone(),
+                mime_type: icon.mime_type.clone(),
+                sizes: icon.sizes.clone(),
+                theme: icon.theme.clone(),
+            })
+            .collect(),
+        meta: tool.meta.clone(),
+    }
+}
+
+fn details(details: &ctxsync_agent_diagnostics::ServerDetails) -> ServerDetails {
+    ServerDetails {
+        protocol_version: details.protocol_version.clone(),
+        server_info: McpServerInfo {
+            name: details.name.clone(),
+            version: details.version.clone(),
+            title: details.title.clone().unwrap_or_default(),
+            description: details.description.clone().unwrap_or_default(),
+        },
+        instructions: details.instructions.clone().unwrap_or_default(),
+        timings: McpConnectTimings {
+            start_ms: details.timings.start_ms,
+            handshake_ms: details.timings.handshake_ms,
+            tools_ms: details.timings.tools_ms,
+        },
     }
 }
 
@@ -121,6 +168,7 @@ mod tests {
                             name: "read".into(),
                             description: "Reads".into(),
                             input_schema: schema.clone(),
+                            ..Default::default()
                         }],
                         error: None,
                         warning: Some("kept old tools".into()),
@@ -140,6 +188,7 @@ mod tests {
                     error: Some("entry `bad`: both command and url".into()),
                     warning: Some("duplicate".into()),
                 }],
+                pending: Vec::new(),
             },
             DiscoveryReport {
                 phase: ReportPhase::Complete,
@@ -155,6 +204,7 @@ mod tests {
                         }],
                         error: None,
                         warning: Some("kept old tools".into()),
+                        ..Default::default()
                     },
                     ServerOutcome {
                         name: "gone".into(),
@@ -162,6 +212,7 @@ mod tests {
                         tools: vec![],
                         error: Some("command not found: gone".into()),
                         warning: None,
+                        ..Default::default()
                     },
                 ],
                 config_outcomes: vec![ConfigOutcome {
@@ -169,6 +220,7 @@ mod tests {
                     error: Some("entry `bad`: both command and url".into()),
                     warning: Some("duplicate".into()),
                 }],
+                ..Default::default()
             },
         );
     }
@@ -180,6 +232,7 @@ mod tests {
                 phase: Phase::Pending,
                 servers: vec![],
                 config_outcomes: vec![],
+                pending: Vec::new(),
             },
             DiscoveryReport::default(),
         );
@@ -191,6 +244,7 @@ mod tests {
             phase: Phase::Pending,
             servers: vec![],
             config_outcomes: vec![],
+            pending: Vec::new(),
         };
         let (tx, rx) = watch::channel(Arc::new(empty.clone()));
         let mut source = EngineReports::from_receiver(rx);

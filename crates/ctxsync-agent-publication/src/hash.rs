@@ -88,6 +88,18 @@ pub(crate) fn server_hash(name: &str, tools: &[McpTool]) -> (String, u64) {
         schema.clear();
         canonical_json(&tool.input_schema, &mut schema);
         canonical.field(schema.as_bytes());
+        canonical.field(tool.title.as_bytes());
+        // The optional parts, each as canonical JSON (`null` or `[]` when absent).
+        for part in [
+            serde_json::to_value(&tool.annotations),
+            serde_json::to_value(&tool.output_schema),
+            serde_json::to_value(&tool.icons),
+            serde_json::to_value(&tool.meta),
+        ] {
+            schema.clear();
+            canonical_json(&part.expect("tool parts are JSON"), &mut schema);
+            canonical.field(schema.as_bytes());
+        }
     }
     canonical.finish()
 }

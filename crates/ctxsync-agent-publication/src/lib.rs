@@ -57,8 +57,8 @@ pub use publisher::{
     DEFAULT_REQUEST_TIMEOUT, Publisher, PublisherConfig, PublisherStatus, Timing,
 };
 pub use report::{
-    ChangedFuture, ConfigOutcome, DiscoveryReport, ReportPhase, ReportSource, ServerOutcome,
-    SourceClosed,
+    ChangedFuture, ConfigOutcome, DiscoveryReport, PendingOutcome, ReportPhase, ReportSource,
+    ServerDetails, ServerOutcome, SourceClosed,
 };
 pub use resolve::{
     DEFAULT_SERVER_ERROR, MAX_CONTEXT_BYTES, MAX_CONTEXT_RESOURCES, MAX_FILE_BYTES, Resolution,

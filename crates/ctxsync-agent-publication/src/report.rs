@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use ctxsync_protocol::McpTool;
+use ctxsync_protocol::{McpConnectTimings, McpServerInfo, McpTool};
 use tokio::sync::watch;
 
 /// How far the engine's initial reload has got. There is no "unspecified" here: a process
@@ -28,6 +28,16 @@ pub struct DiscoveryReport {
     pub phase: ReportPhase,
     pub servers: Vec<ServerOutcome>,
     pub config_outcomes: Vec<ConfigOutcome>,
+    /// While pending: the servers the initial discovery still waits for, by name.
+    pub pending: Vec<PendingOutcome>,
+}
+
+/// A server of the initial discovery with no result yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingOutcome {
+    pub name: String,
+    /// When its connect started; the snapshot says how long ago that was when it is sent.
+    pub since: std::time::SystemTime,
 }
 
 /// One declared MCP server as the engine sees it now.
@@ -42,6 +52,18 @@ pub struct ServerOutcome {
     pub error: Option<String>,
     /// A note on a connected server (e.g. tools from a retained previous connection).
     pub warning: Option<String>,
+    /// What the connected server said about itself and how connecting went (the server's
+    /// text, already bounded and redacted by the engine).
+    pub details: Option<ServerDetails>,
+}
+
+/// A connected server's revision, self-description and connect timings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerDetails {
+    pub protocol_version: String,
+    pub server_info: McpServerInfo,
+    pub instructions: String,
+    pub timings: McpConnectTimings,
 }
 
 /// A config file's structural or semantic diagnostics.

@@ -11,17 +11,19 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use ctxsync_protocol::limits::{
-    MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_RESOURCES, MAX_SOURCE_BYTES, MAX_TOTAL_BODY_BYTES,
-    truncate_to_boundary,
+    MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_ICON_FIELD_BYTES, MAX_ICON_SIZES, MAX_ICON_SRC_BYTES,
+    MAX_ICONS_PER_TOOL, MAX_INSTRUCTIONS_BYTES, MAX_PENDING_SERVERS, MAX_PROTOCOL_VERSION_BYTES,
+    MAX_RESOURCES, MAX_SERVER_DESCRIPTION_BYTES, MAX_SERVER_INFO_BYTES, MAX_SOURCE_BYTES,
+    MAX_TOOL_META_BYTES, MAX_TOOL_TITLE_BYTES, MAX_TOTAL_BODY_BYTES, truncate_to_boundary,
 };
 use ctxsync_protocol::{
-    DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody,
-    ResourceStatus, SkillBody, Snapshot, body_len, v1,
+    DiscoveryPhase, InstructionFileBody, McpServerBody, McpServerInfo, McpTool, PendingServer,
+    Resource, ResourceBody, ResourceStatus, SkillBody, Snapshot, body_len, v1,
 };
 
 use crate::front_matter::parse_front_matter;
 use crate::hash::{Canonical, aggregate_hash, server_hash};
-use crate::report::{DiscoveryReport, ReportPhase, ServerOutcome};
+use crate::report::{DiscoveryReport, PendingOutcome, ReportPhase, ServerOutcome};
 use crate::scan::{self, Candidate, FileRead, Kind, WatchSet};
 
 /// Largest context file whose content is sent; larger files are `OVERSIZE` (still hashed).
@@ -61,11 +63,27 @@ pub struct Resolution {
     /// Sorted by source; unique sources; every limit of the wire already met.
     pub resources: Vec<Resource>,
     pub snapshot_error: Option<String>,
+    /// While pending: the servers still connecting (names within the wire's limits, at
+    /// most [`MAX_PENDING_SERVERS`]), with when each started.
+    pub pending: Vec<PendingOutcome>,
 }
 
 impl Resolution {
-    /// The snapshot to push: this resolution stamped with a version and the run id.
+    /// The snapshot to push: this resolution stamped with a version and the run id. How
+    /// long each pending server has been connecting is measured now, at sending time.
     pub fn to_snapshot(&self, version: u64, agent_run_id: Option<&str>, initial: bool) -> Snapshot {
+        let now = std::time::SystemTime::now();
+        let pending_servers = self
+            .pending
+            .iter()
+            .map(|pending| PendingServer {
+                server_name: pending.name.clone(),
+                elapsed_ms: now
+                    .duration_since(pending.since)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                    .min(ctxsync_protocol::limits::MAX_COUNTER),
+            })
+            .collect();
         Snapshot {
             version,
             aggregate_hash: self.aggregate_hash.clone(),
@@ -74,9 +92,29 @@ impl Resolution {
             snapshot_error: self.snapshot_error.clone(),
             agent_run_id: agent_run_id.map(str::to_owned),
             phase: self.phase,
-            ..Default::default()
+            pending_servers,
         }
     }
+}
+
+/// The report's pending servers as the wire allows them: only while pending, names
+/// non-empty and within the source limit, each once, at most [`MAX_PENDING_SERVERS`].
+fn pending_servers(report: Option<&DiscoveryReport>) -> Vec<PendingOutcome> {
+    let Some(report) = report.filter(|r| r.phase == ReportPhase::Pending) else {
+        return Vec::new();
+    };
+    let mut seen = HashSet::new();
+    report
+        .pending
+        .iter()
+        .filter(|p| !p.name.is_empty())
+        .map(|p| PendingOutcome {
+            name: truncate_to_boundary(&p.name, MAX_SOURCE_BYTES).to_owned(),
+            since: p.since,
+        })
+        .filter(|p| seen.insert(p.name.clone()))
+        .take(MAX_PENDING_SERVERS)
+        .collect()
 }
 
 /// Resolves the context of `scan` against one sampled `report` (`None` without MCP
@@ -204,6 +242,7 @@ pub(crate) fn resolve_with_watch(
         aggregate_hash: aggregate_hash(&rows),
         resources: rows,
         snapshot_error,
+        pending: pending_servers(report),
     };
     (resolution, resolver.watch)
 }
@@ -582,6 +621,7 @@ fn server_row(
         let ResourceBody::McpServer(body) = &mut row.body else {
             unreachable!("built above as a server body")
         };
+        notes.extend(add_details(body, server, tool_budget));
         notes.extend(fit_tools(body, &server.tools, tool_budget));
     } else {
         row.status = ResourceStatus::Unreadable;
@@ -599,39 +639,171 @@ fn server_row(
     row
 }
 
+/// Sets the server's revision, self-description and timings, within the wire's limits and
+/// what the snapshot can still spend; long instructions go first when it cannot.
+fn add_details(
+    body: &mut McpServerBody,
+    server: &ServerOutcome,
+    budget: &mut usize,
+) -> Option<String> {
+    let details = server.details.as_ref()?;
+    let bound = |text: &str, max: usize| truncate_to_boundary(text, max).to_owned();
+    let info = &details.server_info;
+    let bare = server_body_len(body);
+    body.protocol_version = bound(&details.protocol_version, MAX_PROTOCOL_VERSION_BYTES);
+    body.server_info = Some(McpServerInfo {
+        name: bound(&info.name, MAX_SERVER_INFO_BYTES),
+        version: bound(&info.version, MAX_SERVER_INFO_BYTES),
+        title: bound(&info.title, MAX_SERVER_INFO_BYTES),
+        description: bound(&info.description, MAX_SERVER_DESCRIPTION_BYTES),
+    });
+    body.timings = Some(details.timings);
+    body.instructions = bound(&details.instructions, MAX_INSTRUCTIONS_BYTES);
+    let mut note = None;
+    if server_body_len(body) - bare > *budget && !body.instructions.is_empty() {
+        body.instructions.clear();
+        note = Some("the server's instructions left out: the snapshot's size limits".to_owned());
+    }
+    let cost = server_body_len(body) - bare;
+    if cost > *budget {
+        *body = McpServerBody {
+            server_name: std::mem::take(&mut body.server_name),
+            ..Default::default()
+        };
+        return Some("the server's details left out: the snapshot's size limits".into());
+    }
+    *budget -= cost;
+    note
+}
+
+/// A tool within the wire's per-field limits: long titles cut, icons and `_meta` that do not
+/// fit left out (counted in `dropped`), a non-object input schema replaced.
+fn bounded_tool(tool: &McpTool, dropped: &mut Dropped) -> McpTool {
+    let mut tool = tool.clone();
+    if !tool.input_schema.is_object() {
+        dropped.schemas += 1;
+        tool.input_schema = serde_json::json!({ "type": "object" });
+    }
+    tool.title = truncate_to_boundary(&tool.title, MAX_TOOL_TITLE_BYTES).to_owned();
+    if let Some(annotations) = &mut tool.annotations {
+        annotations.title =
+            truncate_to_boundary(&annotations.title, MAX_TOOL_TITLE_BYTES).to_owned();
+    }
+    if tool.output_schema.as_ref().is_some_and(|s| !s.is_object()) {
+        tool.output_schema = None;
+        dropped.output_schemas += 1;
+    }
+    let offered = tool.icons.len();
+    tool.icons.retain(|icon| {
+        !icon.src.is_empty()
+            && icon.src.len() <= MAX_ICON_SRC_BYTES
+            && icon.mime_type.len() <= MAX_ICON_FIELD_BYTES
+            && icon.theme.len() <= MAX_ICON_FIELD_BYTES
+    });
+    tool.icons.truncate(MAX_ICONS_PER_TOOL);
+    for icon in &mut tool.icons {
+        icon.sizes.retain(|size| size.len() <= MAX_ICON_FIELD_BYTES);
+        icon.sizes.truncate(MAX_ICON_SIZES);
+    }
+    dropped.icons += offered - tool.icons.len();
+    let meta_fits = |meta: &serde_json::Value| {
+        meta.is_object() && meta.to_string().len() <= MAX_TOOL_META_BYTES
+    };
+    if tool.meta.as_ref().is_some_and(|meta| !meta_fits(meta)) {
+        tool.meta = None;
+        dropped.metas += 1;
+    }
+    tool
+}
+
+/// What [`bounded_tool`] left out, for one warning.
+#[derive(Default)]
+struct Dropped {
+    schemas: usize,
+    output_schemas: usize,
+    icons: usize,
+    metas: usize,
+}
+
+/// What a shedding step removes, and the removal (true when the tool had any).
+type Shed = (&'static str, fn(&mut McpTool) -> bool);
+
+/// Ways to make a server's tool definitions smaller, in the order they are used when the
+/// definitions do not fit: what a model needs least goes first.
+const SHEDDING: [Shed; 3] = [
+    ("icons", |tool| !std::mem::take(&mut tool.icons).is_empty()),
+    ("_meta", |tool| tool.meta.take().is_some()),
+    ("output schemas", |tool| tool.output_schema.take().is_some()),
+];
+
 /// Adds as many of `tools` (in the server's order) as fit both this body's limit and the
-/// snapshot's remaining budget; returns warnings for what was changed or left out.
+/// snapshot's remaining budget: when all do not, it sheds icons, then `_meta`, then output
+/// schemas, and only then leaves whole tools out. Returns warnings for what was changed.
 fn fit_tools(body: &mut McpServerBody, tools: &[McpTool], tool_budget: &mut usize) -> Vec<String> {
     let mut notes = Vec::new();
     let base = server_body_len(body);
     let room = MAX_BODY_BYTES.saturating_sub(base).min(*tool_budget);
+    let mut dropped = Dropped::default();
+    let mut fitted: Vec<McpTool> = tools
+        .iter()
+        .map(|t| bounded_tool(t, &mut dropped))
+        .collect();
+    let mut costs: Vec<usize> = fitted.iter().map(tool_len).collect();
+    let mut shed = Vec::new();
+    for (what, strip) in SHEDDING {
+        if costs.iter().sum::<usize>() <= room {
+            break;
+        }
+        let mut any = false;
+        for (tool, cost) in fitted.iter_mut().zip(&mut costs) {
+            if strip(tool) {
+                any = true;
+                *cost = tool_len(tool);
+            }
+        }
+        if any {
+            shed.push(what);
+        }
+    }
     let mut used = 0usize;
     let mut left_out = 0usize;
-    let mut not_objects = 0usize;
-    let object_schema = serde_json::json!({ "type": "object" });
-    for tool in tools {
-        let schema_ok = tool.input_schema.is_object();
-        let schema = if schema_ok {
-            &tool.input_schema
-        } else {
-            not_objects += 1;
-            &object_schema
-        };
-        let cost = tool_len(tool, &schema.to_string());
+    for (tool, cost) in fitted.into_iter().zip(costs) {
         if used + cost <= room {
             used += cost;
-            body.tools.push(McpTool {
-                input_schema: schema.clone(),
-                ..tool.clone()
-            });
+            body.tools.push(tool);
         } else {
             left_out += 1;
         }
     }
     *tool_budget -= used;
-    if not_objects > 0 {
+    if dropped.schemas > 0 {
         notes.push(format!(
-            "{not_objects} tools had an input schema that is not a JSON object; sent with an empty object schema"
+            "{} tools had an input schema that is not a JSON object; sent with an empty object schema",
+            dropped.schemas
+        ));
+    }
+    let over_limits: Vec<String> = [
+        (dropped.icons, "icons"),
+        (dropped.metas, "_meta objects"),
+        (
+            dropped.output_schemas,
+            "output schemas that are not objects",
+        ),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    if !over_limits.is_empty() {
+        notes.push(format!(
+            "left out as over the wire's limits: {}",
+            over_limits.join(", ")
+        ));
+    }
+    if !shed.is_empty() {
+        notes.push(format!(
+            "{} left out: the tool definitions exceed the snapshot's size limits",
+            join_words(&shed)
         ));
     }
     if left_out > 0 {
@@ -643,29 +815,29 @@ fn fit_tools(body: &mut McpServerBody, tools: &[McpTool], tool_budget: &mut usiz
     notes
 }
 
-/// The wire size one tool adds to a server body: its field key, length and message, the
-/// message being its three string fields (`schema` is the JSON text the wire carries).
-/// Computed without building the message; the self-bounding property test checks it
-/// against the protocol's own measure.
-fn tool_len(tool: &McpTool, schema: &str) -> usize {
+/// "a", "a and b", "a, b and c".
+fn join_words(words: &[&str]) -> String {
+    match words {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// The wire size one tool adds to a server body: its field key, length and message, as the
+/// protocol measures it.
+fn tool_len(tool: &McpTool) -> usize {
+    use prost::Message;
     use prost::encoding::{encoded_len_varint, key_len};
-    let field = |tag: u32, text: &str| {
-        if text.is_empty() {
-            0
-        } else {
-            key_len(tag) + encoded_len_varint(text.len() as u64) + text.len()
-        }
-    };
-    let message = field(1, &tool.name) + field(2, &tool.description) + field(3, schema);
+    let message = v1::McpTool::from(tool.clone()).encoded_len();
     key_len(3) + encoded_len_varint(message as u64) + message
 }
 
+/// A server body's size without its tools.
 fn server_body_len(body: &McpServerBody) -> usize {
     wire_body_len(&ResourceBody::McpServer(McpServerBody {
-        server_name: body.server_name.clone(),
-        description: body.description.clone(),
         tools: Vec::new(),
-        ..Default::default()
+        ..body.clone()
     }))
 }
 
@@ -805,6 +977,7 @@ pub(crate) fn merge_snapshot_errors(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ctxsync_protocol::McpIcon;
 
     #[test]
     fn snapshot_errors_merge_within_the_limit() {
@@ -850,6 +1023,149 @@ mod tests {
         }
     }
 
+    /// Tools whose icons, `_meta`, output schemas and titles each weigh about `icon`,
+    /// `meta`, `output` and `title` bytes, fitted into a fresh server body with the whole snapshot's budget.
+    fn fit(
+        count: usize,
+        icon: usize,
+        meta: usize,
+        output: usize,
+        title: usize,
+    ) -> (McpServerBody, Vec<String>) {
+        let tools: Vec<McpTool> = (0..count)
+            .map(|i| McpTool {
+                name: format!("tool_{i:03}"),
+                input_schema: serde_json::json!({"type": "object"}),
+                title: format!("Tool {i} {}", "t".repeat(title)),
+                icons: vec![McpIcon {
+                    src: format!("data:image/png;base64,{}", "A".repeat(icon)),
+                    ..Default::default()
+                }],
+                meta: Some(serde_json::json!({"ui": "m".repeat(meta)})),
+                output_schema: Some(serde_json::json!({"description": "o".repeat(output)})),
+                ..Default::default()
+            })
+            .collect();
+        let mut body = McpServerBody {
+            server_name: "big".into(),
+            ..Default::default()
+        };
+        let mut budget = MAX_TOTAL_BODY_BYTES;
+        let notes = fit_tools(&mut body, &tools, &mut budget);
+        assert!(
+            server_body_len(&body) + body.tools.iter().map(tool_len).sum::<usize>()
+                <= MAX_BODY_BYTES
+        );
+        (body, notes)
+    }
+
+    #[test]
+    fn definitions_shed_icons_then_meta_then_output_schemas_then_tools() {
+        // 60 tools × ~3 KB each: fits as it is.
+        let (body, notes) = fit(60, 1000, 1000, 1000, 0);
+        assert_eq!(body.tools.len(), 60);
+        assert!(
+            body.tools
+                .iter()
+                .all(|t| !t.icons.is_empty() && t.meta.is_some())
+        );
+        assert!(notes.is_empty(), "{notes:?}");
+
+        // Icons of 14 KiB each break the limit; without them the rest fits.
+        let (body, notes) = fit(60, 14_000, 1000, 1000, 0);
+        assert_eq!(body.tools.len(), 60);
+        assert!(
+            body.tools
+                .iter()
+                .all(|t| t.icons.is_empty() && t.meta.is_some())
+        );
+        assert!(body.tools.iter().all(|t| t.output_schema.is_some()));
+        assert_eq!(
+            notes,
+            ["icons left out: the tool definitions exceed the snapshot's size limits"]
+        );
+
+        // Then _meta.
+        let (body, notes) = fit(60, 14_000, 4000, 1000, 0);
+        assert!(
+            body.tools
+                .iter()
+                .all(|t| t.meta.is_none() && t.output_schema.is_some())
+        );
+        assert_eq!(
+            notes,
+            ["icons and _meta left out: the tool definitions exceed the snapshot's size limits"]
+        );
+
+        // Then output schemas; titles and every tool stay.
+        let (body, notes) = fit(60, 14_000, 4000, 5000, 0);
+        assert_eq!(body.tools.len(), 60);
+        assert!(
+            body.tools
+                .iter()
+                .all(|t| t.output_schema.is_none() && !t.title.is_empty())
+        );
+        assert_eq!(
+            notes,
+            [
+                "icons, _meta and output schemas left out: the tool definitions exceed the snapshot's size limits"
+            ]
+        );
+
+        // Only then whole tools: 1000 tools whose bare definitions do not fit.
+        let (body, notes) = fit(1000, 0, 0, 300, 300);
+        assert!(
+            body.tools.len() < 1000 && body.tools.len() > 500,
+            "{}",
+            body.tools.len()
+        );
+        assert!(body.tools.iter().all(|t| t.output_schema.is_none()));
+        assert!(
+            notes
+                .last()
+                .unwrap()
+                .ends_with("tools left out: the tool list exceeds the snapshot's size limits")
+        );
+    }
+
+    #[test]
+    fn definitions_over_the_field_limits_are_cut_to_them() {
+        let mut dropped = Dropped::default();
+        let tool = bounded_tool(
+            &McpTool {
+                name: "t".into(),
+                input_schema: serde_json::json!("not an object"),
+                title: "é".repeat(MAX_TOOL_TITLE_BYTES),
+                icons: vec![
+                    McpIcon {
+                        src: "s".into(),
+                        sizes: vec!["16x16".into(); MAX_ICON_SIZES + 2],
+                        ..Default::default()
+                    };
+                    MAX_ICONS_PER_TOOL + 1
+                ],
+                meta: Some(serde_json::json!({"k": "m".repeat(MAX_TOOL_META_BYTES)})),
+                output_schema: Some(serde_json::json!([1])),
+                ..Default::default()
+            },
+            &mut dropped,
+        );
+        assert!(tool.title.len() <= MAX_TOOL_TITLE_BYTES);
+        assert_eq!(tool.icons.len(), MAX_ICONS_PER_TOOL);
+        assert_eq!(tool.icons[0].sizes.len(), MAX_ICON_SIZES);
+        assert_eq!((tool.meta, tool.output_schema), (None, None));
+        assert_eq!(tool.input_schema, serde_json::json!({"type": "object"}));
+        assert_eq!(
+            (
+                dropped.schemas,
+                dropped.icons,
+                dropped.metas,
+                dropped.output_schemas
+            ),
+            (1, 1, 1, 1)
+        );
+    }
+
     #[test]
     fn tool_len_matches_prost() {
         let check = |name: &str, description: &str, schema: serde_json::Value| {
@@ -866,7 +1182,7 @@ mod tests {
                 ..Default::default()
             };
             let expect = prost::encoding::message::encoded_len(3, &wire);
-            assert_eq!(tool_len(&tool, &schema.to_string()), expect, "{name}");
+            assert_eq!(tool_len(&tool), expect, "{name}");
         };
         check("", "", serde_json::json!({}));
         check(

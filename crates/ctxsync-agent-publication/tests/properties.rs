@@ -7,10 +7,10 @@ mod support;
 use std::path::PathBuf;
 
 use ctxsync_agent_publication::{
-    ConfigOutcome, DiscoveryReport, ReportPhase, Resolution, ScanConfig, ServerOutcome,
-    parse_front_matter, resolve,
+    ConfigOutcome, DiscoveryReport, PendingOutcome, ReportPhase, Resolution, ScanConfig,
+    ServerDetails, ServerOutcome, parse_front_matter, resolve,
 };
-use ctxsync_protocol::{McpTool, ResourceStatus, Snapshot, v1};
+use ctxsync_protocol::{McpIcon, McpTool, ResourceStatus, Snapshot, v1};
 use proptest::prelude::*;
 use serde_json::json;
 use support::Workspace;
@@ -113,6 +113,7 @@ fn to_outcome(spec: &ServerSpec) -> ServerOutcome {
                 ..Default::default()
             })
             .collect(),
+        details: None,
         error: spec.error.clone(),
         warning: spec.warning.clone(),
     }
@@ -163,6 +164,7 @@ proptest! {
         files.push(("conf/extra.json".into(), "{}".into()));
         let report = DiscoveryReport {
             phase: if complete { ReportPhase::Complete } else { ReportPhase::Pending },
+            pending: Vec::new(),
             servers: servers.iter().map(to_outcome).collect(),
             config_outcomes: outcomes
                 .iter()
@@ -339,13 +341,27 @@ proptest! {
                     .map(|t| McpTool {
                         name: format!("tool-{t}"),
                         description: text(case.tool_description_bytes, case.multibyte, t),
-                        input_schema: if t % 7 == 3 { json!("not an object") } else { json!({"type": "object"}) }, ..Default::default() })
+                        input_schema: if t % 7 == 3 { json!("not an object") } else { json!({"type": "object"}) },
+                        // Full definitions on some tools, some of them past the field limits.
+                        title: text(case.tool_description_bytes / 4, case.multibyte, t),
+                        output_schema: (t % 2 == 0).then(|| json!({"type": "object", "description": text(case.tool_description_bytes, case.multibyte, t)})),
+                        icons: vec![McpIcon { src: format!("data:image/png;base64,{}", "A".repeat(case.tool_description_bytes)), ..Default::default() }; t % 10],
+                        meta: (t % 3 == 0).then(|| json!({"ui": text(case.tool_description_bytes * 2, case.multibyte, t)})),
+                        ..Default::default() })
                     .collect(),
                 error: (i % 2 == 0).then(|| text(case.error_bytes, case.multibyte, i)),
                 warning: (i % 5 == 0).then(|| text(case.error_bytes, !case.multibyte, i)),
+                details: (i % 2 == 1).then(|| ServerDetails {
+                    protocol_version: text(case.error_bytes / 8, case.multibyte, i),
+                    instructions: text(case.error_bytes * 3, case.multibyte, i),
+                    ..Default::default()
+                }),
             })
             .collect();
         let report = DiscoveryReport {
+            pending: (0..case.servers)
+                .map(|i| PendingOutcome { name: text(case.server_name_bytes, case.multibyte, i), since: std::time::SystemTime::now() })
+                .collect(),
             phase: ReportPhase::Pending,
             servers,
             config_outcomes: vec![ConfigOutcome {

@@ -41,6 +41,7 @@ fn report(phase: ReportPhase, servers: &[&str]) -> Arc<DiscoveryReport> {
             })
             .collect(),
         config_outcomes: Vec::new(),
+        ..Default::default()
     })
 }
 

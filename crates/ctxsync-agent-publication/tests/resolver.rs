@@ -92,6 +92,7 @@ fn report(phase: ReportPhase, servers: Vec<ServerOutcome>) -> DiscoveryReport {
         phase,
         servers,
         config_outcomes: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -530,6 +531,7 @@ fn config_outcomes_apply_to_config_rows() {
                 warning: Some("second note".into()),
             },
         ],
+        ..Default::default()
     };
     let resolution = resolve(&scan, Some(&report));
 

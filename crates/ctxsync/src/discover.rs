@@ -298,6 +298,7 @@ mod tests {
                     name: format!("t{i}"),
                     description: String::new(),
                     input_schema: serde_json::json!({}),
+                    ..Default::default()
                 })
                 .collect(),
             error: error.map(Into::into),
@@ -333,6 +334,7 @@ mod tests {
                     error: Some("\"bad\": both command and url".into()),
                     warning: Some("duplicate \"fs\" ignored".into()),
                 }],
+                pending: Vec::new(),
             },
             "SERVER  STATUS  TOOLS  MCP         TIME  ERROR OR WARNING\n\
              fs      ok      3      2026-07-28  1.2s\n\
@@ -363,6 +365,7 @@ mod tests {
                     error: Some("not a regular file (a FIFO)\x1bc".into()),
                     warning: None,
                 }],
+                pending: Vec::new(),
             },
             "SERVER  STATUS  TOOLS  MCP         TIME  ERROR OR WARNING\n\
              evil    ok      1      2026-07-28  1.2s\n\
@@ -389,6 +392,7 @@ mod tests {
                 phase: Phase::Complete,
                 servers: vec![],
                 config_outcomes: vec![],
+                pending: Vec::new(),
             },
             "No MCP servers.\n\nNo problems in the MCP config files.\n",
         );
