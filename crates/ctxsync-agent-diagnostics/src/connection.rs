@@ -880,10 +880,7 @@ mod tests {
         assert_eq!(refresh_delay(None), None);
         assert_eq!(refresh_delay(Some(0)), None, "0 promises nothing");
         assert_eq!(refresh_delay(Some(1)), Some(MIN_TOOLS_TTL));
-        assert_eq!(
-            refresh_delay(Some(60_000)),
-            Some(Duration::from_secs(60))
-        );
+        assert_eq!(refresh_delay(Some(60_000)), Some(Duration::from_secs(60)));
         assert!(refresh_delay(Some(u64::MAX)).is_some());
     }
 

@@ -122,7 +122,6 @@ fn sample(phase: DiscoveryPhase, run: Option<&str>) -> Snapshot {
                 ResourceBody::InstructionFile(InstructionFileBody::default()),
             ),
         ],
-        ..Default::default()
     }
 }
 
