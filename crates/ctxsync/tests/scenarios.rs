@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use ctxsync_mcp_fixture::{FixtureConfig, ToolSpec};
+use ctxsync_mcp_fixture::{FixtureConfig, FixtureLifecycle, ToolSpec};
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::*;
@@ -215,6 +215,7 @@ scenarios!(
     plan_mode_never_waits,
     a_restarted_agent_never_offers_the_old_process_tools,
     a_broken_edit_keeps_the_previous_tools_with_a_warning,
+    full_tool_definitions_and_pending_servers_reach_the_chat_api,
 );
 
 async fn no_mcp_servers_is_complete_at_once(s: Scenario) {
@@ -433,4 +434,76 @@ async fn a_broken_edit_keeps_the_previous_tools_with_a_warning(s: Scenario) {
             .any(|i| i["kind"] == "mcp_server" && i["severity"] == "warning"),
         "{issues:?}"
     );
+}
+
+/// Issue 18's path end to end: a real agent negotiates the current revision with a server
+/// whose tool has every optional part, while another server never answers; the chat API
+/// names the one still connecting, a turn's tools carry title, output schema and untrusted
+/// annotations, the panel shows title, badge, revision and timings, and the stored body
+/// keeps icons, `_meta` and the server's instructions.
+async fn full_tool_definitions_and_pending_servers_reach_the_chat_api(s: Scenario) {
+    let rich = FixtureConfig::new()
+        .lifecycle(FixtureLifecycle::Modern)
+        .rich_tools()
+        .instructions("Search before you answer.")
+        .tool(ToolSpec::new("search", "Search the docs"));
+    write_mcp_json(
+        s.workspace.path(),
+        json!({ "docs": fixture(rich), "stuck": fixture(FixtureConfig::new().hang()) }),
+    );
+    let _agent = s.start_agent(Duration::from_secs(60));
+    let chat = s
+        .wait_for_chat("docs discovered while stuck connects", |c| {
+            c["mcp_discovery"]["phase"] == "pending" && c.to_string().contains("Title of search")
+        })
+        .await;
+    let pending = &chat["mcp_discovery"]["pending_servers"];
+    assert_eq!(pending[0]["name"], "stuck", "{chat}");
+    assert_eq!(pending.as_array().unwrap().len(), 1, "{chat}");
+    assert!(pending[0]["elapsed_ms"].as_u64().is_some(), "{chat}");
+    let panel = chat["context"].to_string();
+    assert!(panel.contains("MCP 2026-07-28"), "{panel}");
+    assert!(
+        panel.contains("read_only"),
+        "the read-only hint badge: {panel}"
+    );
+
+    let plan = s.turn("plan").await;
+    let note = plan["note"].as_str().expect("pending is noted");
+    assert!(note.contains("Waiting for: stuck ("), "{note}");
+    let tool = &plan["tools"][0];
+    assert_eq!(tool["name"], "docs__search", "{plan}");
+    assert_eq!(tool["title"], "Title of search");
+    assert_eq!(
+        tool["output_schema"]["properties"]["result"]["type"],
+        "string"
+    );
+    assert_eq!(
+        tool["annotations_untrusted"]["read_only_hint"], true,
+        "{tool}"
+    );
+
+    let (status, context) =
+        s.h.call(
+            Method::GET,
+            &format!("/api/agents/{}/context", s.agent),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let body = context["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["source"] == "mcp:docs")
+        .map(|r| &r["body"])
+        .expect("the docs row");
+    assert_eq!(body["protocol_version"], "2026-07-28", "{body}");
+    assert_eq!(body["instructions"], "Search before you answer.");
+    assert!(body["timings"]["handshake_ms"].as_u64().is_some(), "{body}");
+    assert_eq!(body["server_info"]["name"], "ctxsync-mcp-fixture");
+    let stored = &body["tools"][0];
+    assert_eq!(stored["icons"][0]["mime_type"], "image/png", "{stored}");
+    assert_eq!(stored["meta"]["ui"]["resourceUri"], "ui://fixture/search");
+    assert_eq!(stored["annotations"]["title"], "Hint title of search");
 }
