@@ -126,6 +126,23 @@ fn assert_python_server(report: &Report, name: &str) {
         details.instructions.as_deref(),
         Some("Call lookup with a key.")
     );
+    // Every optional part of a tool definition, as the SDK sends it.
+    let lookup = &server.tools[1];
+    assert_eq!(lookup.title, "Look up a key", "{lookup:#?}");
+    let hints = lookup.annotations.as_ref().expect("annotations");
+    assert_eq!(
+        (hints.read_only_hint, hints.open_world_hint),
+        (Some(true), Some(false))
+    );
+    let output = lookup.output_schema.as_ref().expect("an output schema");
+    assert!(output["properties"]["value"].is_object(), "{output}");
+    assert_eq!(lookup.icons.len(), 1);
+    assert_eq!(lookup.icons[0].mime_type, "image/png");
+    assert_eq!(lookup.icons[0].sizes, ["16x16"]);
+    assert_eq!(
+        lookup.meta.as_ref().map(|m| &m["ui"]["resourceUri"]),
+        Some(&json!("ui://interop/lookup"))
+    );
 }
 
 #[tokio::test]
