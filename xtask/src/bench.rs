@@ -4,7 +4,7 @@
 //! Benchmarks live beside the code they measure as examples; each compares against a
 //! reference measured in the same run, so noisy machines still give honest ratios.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -79,26 +79,88 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
+/// The helper binaries benchmarks start: (package, binary, the variable naming its path).
+/// They are built with the examples so that nothing is built twice (see [`build`]).
+const HELPERS: &[(&str, &str, &str)] = &[
+    ("ctxsync", "ctxsync", "CTXSYNC_BENCH_BINARY"),
+    (
+        "ctxsync-mcp-fixture",
+        "ctxsync-mcp-fixture",
+        "CTXSYNC_MCP_FIXTURE_BIN",
+    ),
+];
+
+/// Builds every benchmark program and helper binary in one release build, and returns
+/// their executables by target name. One invocation means one feature resolution: built
+/// one by one, each package's examples (and a binary built alone) unify their
+/// dependencies' features differently, and each rebuild took minutes on CI.
+fn build(root: &Path, cargo: &Path) -> Result<std::collections::HashMap<String, PathBuf>> {
+    let mut args: Vec<&str> = vec![
+        "build",
+        "--release",
+        "--message-format=json-render-diagnostics",
+    ];
+    let mut packages: Vec<&str> = PROGRAMS.iter().map(|(package, _)| *package).collect();
+    packages.extend(HELPERS.iter().map(|(package, _, _)| *package));
+    packages.sort_unstable();
+    packages.dedup();
+    for package in packages {
+        args.extend(["-p", package]);
+    }
+    for (_, example) in PROGRAMS {
+        args.extend(["--example", example]);
+    }
+    for (_, binary, _) in HELPERS {
+        args.extend(["--bin", binary]);
+    }
+    eprintln!("bench: $ cargo {}", args.join(" "));
+    let output = Command::new(cargo)
+        .args(&args)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo build")?;
+    if !output.status.success() {
+        bail!("building the benchmarks failed with {}", output.status);
+    }
+    let mut executables = std::collections::HashMap::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" {
+            continue;
+        }
+        if let (Some(name), Some(path)) = (
+            message["target"]["name"].as_str(),
+            message["executable"].as_str(),
+        ) {
+            executables.insert(name.to_owned(), PathBuf::from(path));
+        }
+    }
+    Ok(executables)
+}
+
 pub fn run(root: &Path, cargo: &Path, quick: bool, json: Option<&Path>) -> Result<()> {
     let started = std::time::Instant::now();
+    let executables = build(root, cargo)?;
+    let path_of = |name: &str| {
+        executables
+            .get(name)
+            .with_context(|| format!("cargo reported no executable for {name}"))
+    };
     let mut rows = Vec::new();
     for (package, example) in PROGRAMS {
-        let mut args = vec![
-            "run",
-            "--quiet",
-            "--release",
-            "-p",
-            package,
-            "--example",
-            example,
-            "--",
-        ];
-        if quick {
-            args.push("--quick");
-        }
         eprintln!("bench: {package} {example}");
-        let output = Command::new(cargo)
-            .args(&args)
+        let mut command = Command::new(path_of(example)?);
+        if quick {
+            command.arg("--quick");
+        }
+        for (_, binary, variable) in HELPERS {
+            command.env(variable, path_of(binary)?);
+        }
+        let output = command
             .current_dir(root)
             .stderr(Stdio::inherit())
             .output()

@@ -71,6 +71,14 @@ pub fn percentile_ms(samples: &[Duration], p: f64) -> f64 {
 /// compiled with dev-dependencies (the binary alone would unify them differently and
 /// rebuild the world): only the binary is linked.
 pub fn ctxsync_binary(example: &str) -> Result<PathBuf> {
+    // `cargo xtask bench` builds it with every benchmark in one build and says where.
+    if let Some(path) = std::env::var_os("CTXSYNC_BENCH_BINARY") {
+        let path = PathBuf::from(path);
+        if !path.is_file() {
+            bail!("CTXSYNC_BENCH_BINARY={} is not a file", path.display());
+        }
+        return Ok(path);
+    }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
     let mut command = std::process::Command::new(cargo);
