@@ -39,6 +39,7 @@ pub use find::{
 };
 pub use input::{AgentState, Binding, SnapshotState};
 pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ToolCatalog};
+pub use note::elapsed_in_seconds;
 pub use pin::{ChatContext, PinnedContext};
 pub use view::{
     AgentPresence, ConfigOutcome, ConnectingServer, Counts, Phase, ServerOutcome, View, classify,

@@ -38,7 +38,7 @@ impl View {
                 format!(
                     "{} ({})",
                     clean(&s.name, MAX_PENDING_NAME_BYTES),
-                    seconds(s.elapsed_ms)
+                    elapsed_in_seconds(s.elapsed_ms)
                 )
             }),
         );
@@ -138,8 +138,9 @@ fn state_sentence(view: &View) -> &'static str {
     }
 }
 
-/// An elapsed time in whole seconds, as people read a wait: `<1 s`, `4 s`, `75 s`.
-pub(crate) fn seconds(elapsed_ms: u64) -> String {
+/// An elapsed time in whole seconds, as people read a wait: `<1 s`, `4 s`, `75 s`. The
+/// note and the panel's waiting list both use it, so they read alike.
+pub fn elapsed_in_seconds(elapsed_ms: u64) -> String {
     match elapsed_ms / 1000 {
         0 => "<1 s".to_owned(),
         s => format!("{s} s"),
@@ -276,7 +277,7 @@ mod tests {
     #[test]
     fn waits_read_in_whole_seconds() {
         for (ms, expect) in [(0, "<1 s"), (999, "<1 s"), (1000, "1 s"), (12_499, "12 s")] {
-            assert_eq!(seconds(ms), expect, "{ms} ms");
+            assert_eq!(elapsed_in_seconds(ms), expect, "{ms} ms");
         }
     }
 }

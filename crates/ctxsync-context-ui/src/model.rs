@@ -98,10 +98,7 @@ impl WaitingServer {
         Self {
             name: shorten(name, MAX_WAITING_NAME_CHARS),
             elapsed_ms,
-            elapsed: match elapsed_ms / 1000 {
-                0 => "<1 s".into(),
-                s => format!("{s} s"),
-            },
+            elapsed: ctxsync_chat_projection::elapsed_in_seconds(elapsed_ms),
         }
     }
 }
