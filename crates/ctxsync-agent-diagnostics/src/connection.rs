@@ -211,18 +211,26 @@ impl ConnectionTask {
         let _ = self.events.send(ServerEvent { id: self.id, kind });
     }
 
-    /// Lists the tools again after a change was announced. A failure on a working
-    /// connection keeps the previous list with a warning; a closed transport is left to the
-    /// loop's other arms, which say why it closed.
+    /// A listing's tools and warning as they may leave this task: the tools redacted of
+    /// the server's own secrets, the warning (which names server-supplied tool names)
+    /// sanitized.
+    fn clean(&self, listing: Listing) -> (Vec<ToolInfo>, Option<String>) {
+        let tools = redact_tools(listing.tools, &self.tool_secrets);
+        let warning = listing.warning.map(|warning| self.sanitize(&warning));
+        (tools, warning)
+    }
+
     /// Lists the tools again (after a change, or when the last list expired) and returns
-    /// when to list again; a failed re-list keeps the previous list with a warning.
-    async fn relist(&self, peer: &Peer<RoleClient>, why: &str) -> Option<Duration> {
-        match tokio::time::timeout(self.timeout, list_tools(peer)).await {
+    /// when to list again. A failure on a working connection keeps the previous list with
+    /// a warning and is tried again after [`MIN_TOOLS_TTL`]; a closed transport is left to
+    /// the loop's other arms, which say why it closed.
+    async fn relist(&self, peer: &Peer<RoleClient>, why: &str) -> Option<tokio::time::Instant> {
+        let delay = match tokio::time::timeout(self.timeout, list_tools(peer)).await {
             Ok(Ok(listing)) => {
-                let tools = redact_tools(listing.tools, &self.tool_secrets);
-                let warning = listing.warning.map(|warning| self.sanitize(&warning));
+                let refresh_in = listing.refresh_in;
+                let (tools, warning) = self.clean(listing);
                 self.send(EventKind::ToolsChanged { tools, warning });
-                listing.refresh_in
+                refresh_in
             }
             Ok(Err(error)) if error.closed => None,
             Ok(Err(error)) => {
@@ -234,7 +242,8 @@ impl ConnectionTask {
                 self.relist_failed(why, &detail);
                 Some(MIN_TOOLS_TTL)
             }
-        }
+        };
+        delay.map(|delay| tokio::time::Instant::now() + delay)
     }
 
     /// Opens the tool-list change stream, or says once in the log why there is none.
@@ -312,12 +321,10 @@ impl ConnectionTask {
                 return;
             }
         };
-        let tools = redact_tools(listing.tools, &self.tool_secrets);
-        // Warnings name server-supplied tool names.
-        let warning = listing.warning.map(|warning| self.sanitize(&warning));
         let mut refresh_at = listing
             .refresh_in
             .map(|delay| tokio::time::Instant::now() + delay);
+        let (tools, warning) = self.clean(listing);
         let details = self.redact_details(details);
         let modern = !session
             .peer()
@@ -364,18 +371,15 @@ impl ConnectionTask {
                         listening = None;
                         continue;
                     }
-                    let next = self.relist(&peer, "a tool-list change").await;
-                    refresh_at = next.map(|delay| tokio::time::Instant::now() + delay);
+                    refresh_at = self.relist(&peer, "a tool-list change").await;
                 }
                 Some(()) = tools_changed_rx.recv() => {
                     // Several notifications in a row need one re-list.
                     while tools_changed_rx.try_recv().is_ok() {}
-                    let next = self.relist(&peer, "tools/list_changed").await;
-                    refresh_at = next.map(|delay| tokio::time::Instant::now() + delay);
+                    refresh_at = self.relist(&peer, "tools/list_changed").await;
                 }
                 () = sleep_until_some(refresh_at) => {
-                    let next = self.relist(&peer, "the tool list's ttlMs expired").await;
-                    refresh_at = next.map(|delay| tokio::time::Instant::now() + delay);
+                    refresh_at = self.relist(&peer, "the tool list's ttlMs expired").await;
                 }
             }
         };
