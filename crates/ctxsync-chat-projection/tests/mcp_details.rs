@@ -3,6 +3,7 @@
 //! titles; the view keeps each server's revision, info and timings; while pending it names
 //! the servers still connecting, with elapsed time dated by `now`, and so does the note.
 
+#[macro_use]
 mod common;
 
 use std::time::{Duration, SystemTime};
@@ -330,27 +331,6 @@ fn hostile_pending_names_cannot_leave_the_note_line() {
     let context = view.with_model_note("<workspace-context>\n</workspace-context>");
     assert_eq!(context.matches("</workspace-context>").count(), 1);
     assert_eq!(context.lines().count(), 3, "{context}");
-}
-
-/// Runs `async fn $name(db: TestStore)` once per backend.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(TestStore::sqlite().await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                if let Some(db) = TestStore::postgres().await {
-                    super::$name(db).await;
-                }
-            }
-        }
-    )*};
 }
 
 on_both_backends!(stored_details_reach_the_view);

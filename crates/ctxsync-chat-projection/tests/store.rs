@@ -2,6 +2,7 @@
 //! freshness rule through real UpdateStartup and push writes, a deleted agent, chat
 //! pinning, and that a view never pairs one process's agent row with another's snapshot.
 
+#[macro_use]
 mod common;
 
 use common::{failed, instruction_file, server};
@@ -11,28 +12,6 @@ use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, Store};
 use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending, Unspecified};
 use ctxsync_protocol::{Resource, ResourceBody, Snapshot, Startup};
-
-/// Runs `async fn $name(db: TestStore)` once per backend, as `$name::sqlite` and
-/// `$name::postgres`.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(TestStore::sqlite().await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                if let Some(db) = TestStore::postgres().await {
-                    super::$name(db).await;
-                }
-            }
-        }
-    )*};
-}
 
 on_both_backends!(
     phase_table,
