@@ -15,7 +15,8 @@ use ctxsync_protocol::v1::agent_server::{Agent, AgentServer};
 use ctxsync_protocol::v1::{
     PushContextStateRequest, PushContextStateResponse, UpdateStartupRequest,
 };
-use ctxsync_protocol::{Snapshot, Startup, v1};
+use ctxsync_protocol::{BODY_DIGEST_BYTES, DELTA_DIGEST_SCHEME};
+use ctxsync_protocol::{Push, Startup, v1};
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
@@ -28,7 +29,8 @@ use crate::store::Store;
 /// Largest request the server decodes: every wire limit at its maximum fits, so an
 /// oversized field is refused by validation (naming the field), not by the transport.
 pub const MAX_REQUEST_BYTES: usize = MAX_TOTAL_BODY_BYTES
-    + MAX_RESOURCES * (2 * MAX_SOURCE_BYTES + MAX_HASH_BYTES + MAX_ERROR_BYTES + 64)
+    + MAX_RESOURCES
+        * (2 * MAX_SOURCE_BYTES + MAX_HASH_BYTES + MAX_ERROR_BYTES + BODY_DIGEST_BYTES + 64)
     + 64 * 1024;
 
 /// The message an UpdateStartup from a superseded process receives.
@@ -43,6 +45,8 @@ pub struct AgentApiMetrics {
     pushes_accepted: AtomicU64,
     pushes_dropped_stale_run: AtomicU64,
     pushes_dropped_stale_version: AtomicU64,
+    pushes_delta: AtomicU64,
+    pushes_delta_base_missing: AtomicU64,
     requests_invalid: AtomicU64,
     requests_unauthenticated: AtomicU64,
     requests_unavailable: AtomicU64,
@@ -57,6 +61,10 @@ pub struct AgentApiCounters {
     pub pushes_accepted: u64,
     pub pushes_dropped_stale_run: u64,
     pub pushes_dropped_stale_version: u64,
+    /// Delta pushes received (counted in the results above, or as base-missing).
+    pub pushes_delta: u64,
+    /// Delta pushes refused because their base was not stored.
+    pub pushes_delta_base_missing: u64,
     /// Refused for its content: `InvalidArgument` (wire validation, the codec's counting
     /// limits) or `ResourceExhausted` (the codec's decoded-size bound).
     pub requests_invalid: u64,
@@ -76,6 +84,8 @@ impl AgentApiMetrics {
             pushes_accepted: get(&self.pushes_accepted),
             pushes_dropped_stale_run: get(&self.pushes_dropped_stale_run),
             pushes_dropped_stale_version: get(&self.pushes_dropped_stale_version),
+            pushes_delta: get(&self.pushes_delta),
+            pushes_delta_base_missing: get(&self.pushes_delta_base_missing),
             requests_invalid: get(&self.requests_invalid),
             requests_unauthenticated: get(&self.requests_unauthenticated),
             requests_unavailable: get(&self.requests_unavailable),
@@ -94,6 +104,8 @@ fn bump(counter: &AtomicU64) {
 pub struct AgentApi {
     store: Store,
     metrics: Arc<AgentApiMetrics>,
+    /// Whether `UpdateStartup` answers offer delta pushes (on unless turned off).
+    offer_deltas: bool,
 }
 
 /// The agent a request's bearer token belongs to, put in the request's extensions by
@@ -106,7 +118,16 @@ impl AgentApi {
         Self {
             store,
             metrics: Arc::default(),
+            offer_deltas: true,
         }
+    }
+
+    /// Whether `UpdateStartup` answers offer delta pushes. Off, the server answers as one
+    /// that predates them, and agents send only full pushes; a delta sent anyway is still
+    /// applied or refused by its base, never read as a full push.
+    pub fn offer_deltas(mut self, offer: bool) -> Self {
+        self.offer_deltas = offer;
+        self
     }
 
     pub fn metrics(&self) -> Arc<AgentApiMetrics> {
@@ -287,6 +308,11 @@ impl Agent for AgentApi {
             version: outcome.startup_version,
             expanded_directory: outcome.expanded_directory,
             agent_run_id: outcome.agent_run_id,
+            delta_digest_scheme: if self.offer_deltas {
+                DELTA_DIGEST_SCHEME
+            } else {
+                0
+            },
         }))
     }
 
@@ -295,12 +321,16 @@ impl Agent for AgentApi {
         request: Request<PushContextStateRequest>,
     ) -> Result<Response<PushContextStateResponse>, Status> {
         let agent = self.agent(&request)?;
-        let snapshot = Snapshot::try_from(request.into_inner()).map_err(Status::from)?;
+        let push = Push::try_from(request.into_inner()).map_err(Status::from)?;
+        if push.delta {
+            bump(&self.metrics.pushes_delta);
+        }
         let outcome = self
             .store
-            .push_context_state(agent, snapshot)
+            .push_context_state(agent, push)
             .await
             .map_err(|e| self.status(e))?;
+        let mut delta_base_missing = false;
         let accepted = match outcome {
             PushOutcome::Accepted(_) => {
                 bump(&self.metrics.pushes_accepted);
@@ -314,7 +344,15 @@ impl Agent for AgentApi {
                 bump(&self.metrics.pushes_dropped_stale_version);
                 false
             }
+            PushOutcome::DeltaBaseMissing => {
+                bump(&self.metrics.pushes_delta_base_missing);
+                delta_base_missing = true;
+                false
+            }
         };
-        Ok(Response::new(PushContextStateResponse { accepted }))
+        Ok(Response::new(PushContextStateResponse {
+            accepted,
+            delta_base_missing,
+        }))
     }
 }

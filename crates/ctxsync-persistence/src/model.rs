@@ -103,6 +103,10 @@ pub enum PushOutcome {
     /// push is dropped only when it is of the stored snapshot's (non-empty) run and below
     /// its version.
     DroppedStaleVersion { stored_version: u64 },
+    /// A delta whose base the server does not hold: the stored snapshot is another
+    /// run's, or a body it left out is not stored with the digest it named. Nothing
+    /// written, nobody notified; the agent sends a full push.
+    DeltaBaseMissing,
 }
 
 impl PushOutcome {

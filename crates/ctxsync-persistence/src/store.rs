@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use chrono::Utc;
-use ctxsync_protocol::{Snapshot, Startup};
+use ctxsync_protocol::{Push, Startup};
 
 use crate::db::{Backend, DatabaseConfig, Pool, PooledConn, StoreOptions};
 use crate::error::StoreError;
@@ -222,15 +222,20 @@ impl Store {
 
     /// SPEC §5.4, in one transaction: the run gate, the version gate, the snapshot and
     /// resource upserts, chat dirty-marking; commit; then notify when anything changed.
+    ///
+    /// Takes a [`ctxsync_protocol::Snapshot`] (a full push) or a [`Push`] as decoded from the wire, which may
+    /// be a delta: applied under the same rules, or refused with
+    /// [`PushOutcome::DeltaBaseMissing`] when its base is not stored.
     pub async fn push_context_state(
         &self,
         agent: AgentId,
-        snapshot: Snapshot,
+        push: impl Into<Push>,
     ) -> Result<PushOutcome, StoreError> {
-        let version = snapshot.version;
+        let push = push.into();
+        let version = push.snapshot.version;
         let outcome = self
             .with_conn(move |conn, origin| {
-                let prepared = ops::prepare_push(snapshot)?;
+                let prepared = ops::prepare_push(push)?;
                 conn.write(|tx| ops::push(tx, agent, &prepared, DbTime(Utc::now()), origin))
             })
             .await?;

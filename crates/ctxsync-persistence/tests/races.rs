@@ -162,6 +162,7 @@ async fn process(
             PushOutcome::DroppedStaleVersion { .. } => {
                 counts.lock().unwrap().dropped_stale_version += 1
             }
+            PushOutcome::DeltaBaseMissing => panic!("a full push was refused for a delta base"),
         }
     }
 }

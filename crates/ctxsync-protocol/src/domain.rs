@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::digest::BodyDigest;
 use crate::v1;
 use crate::v1::context_resource::{Body as WireBody, Status as WireStatus};
 use crate::v1::push_context_state_request::McpDiscovery;
@@ -367,6 +368,70 @@ impl TryFrom<v1::UpdateStartupRequest> for Startup {
 impl TryFrom<v1::PushContextStateRequest> for Snapshot {
     type Error = WireError;
 
+    /// A full push's snapshot; a delta that omits a body is refused, since only the
+    /// server holding its base can complete it (see [`Push`]).
+    fn try_from(wire: v1::PushContextStateRequest) -> Result<Self, WireError> {
+        let push = Push::try_from(wire)?;
+        if let Some(kept) = push.kept.first() {
+            return Err(WireError::new(
+                format!("resources[{}].body", kept.index),
+                Problem::Missing,
+            ));
+        }
+        Ok(push.snapshot)
+    }
+}
+
+/// A push as a server applies it: the snapshot with the bodies it carries and their
+/// digests, and, for a delta, the resources whose bodies it left out.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Push {
+    /// Every resource that carries its body; for a full push, all of them.
+    pub snapshot: Snapshot,
+    /// The digest of each `snapshot.resources[i]`'s body as sent.
+    pub digests: Vec<BodyDigest>,
+    /// The resources of a delta whose bodies were left out; empty for a full push.
+    pub kept: Vec<KeptResource>,
+    /// Sent as a delta (the server checks its base even when `kept` is empty).
+    pub delta: bool,
+}
+
+/// A resource of a delta push whose body the server must already hold with
+/// `body_digest`; every other field is as sent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeptResource {
+    /// The resource's position in the request, for error messages.
+    pub index: usize,
+    pub source: String,
+    pub source_path: Option<String>,
+    pub content_hash: String,
+    pub size_bytes: u64,
+    pub status: ResourceStatus,
+    pub error: Option<String>,
+    pub body_digest: BodyDigest,
+}
+
+impl From<Snapshot> for Push {
+    /// A full push of `snapshot`, its digests computed from the wire form it would be
+    /// sent in.
+    fn from(snapshot: Snapshot) -> Self {
+        let digests = snapshot
+            .resources
+            .iter()
+            .map(|r| BodyDigest::of(&r.body))
+            .collect();
+        Self {
+            snapshot,
+            digests,
+            kept: Vec::new(),
+            delta: false,
+        }
+    }
+}
+
+impl TryFrom<v1::PushContextStateRequest> for Push {
+    type Error = WireError;
+
     fn try_from(wire: v1::PushContextStateRequest) -> Result<Self, WireError> {
         validate::push(&wire)?;
         let (phase, pending_servers) = match wire.mcp_discovery {
@@ -382,21 +447,41 @@ impl TryFrom<v1::PushContextStateRequest> for Snapshot {
                     .collect(),
             ),
         };
-        let resources = wire
-            .resources
-            .into_iter()
-            .enumerate()
-            .map(|(i, r)| resource_from_wire(i, r))
-            .collect::<Result<_, _>>()?;
+        let mut resources = Vec::with_capacity(wire.resources.len());
+        let mut digests = Vec::with_capacity(wire.resources.len());
+        let mut kept = Vec::new();
+        for (index, r) in wire.resources.into_iter().enumerate() {
+            match &r.body {
+                Some(body) => {
+                    digests.push(BodyDigest::of_wire(body));
+                    resources.push(resource_from_wire(index, r)?);
+                }
+                None => kept.push(KeptResource {
+                    index,
+                    body_digest: BodyDigest::from_slice(&r.body_digest).expect("validated digest"),
+                    source: r.source,
+                    source_path: r.source_path,
+                    content_hash: r.content_hash,
+                    size_bytes: r.size_bytes,
+                    status: status_from_wire(r.status).expect("validated status"),
+                    error: non_empty(r.error),
+                }),
+            }
+        }
         Ok(Self {
-            version: wire.version,
-            aggregate_hash: wire.aggregate_hash,
-            resources,
-            initial: wire.initial,
-            snapshot_error: non_empty(wire.snapshot_error),
-            agent_run_id: non_empty(wire.agent_run_id),
-            phase,
-            pending_servers,
+            snapshot: Snapshot {
+                version: wire.version,
+                aggregate_hash: wire.aggregate_hash,
+                resources,
+                initial: wire.initial,
+                snapshot_error: non_empty(wire.snapshot_error),
+                agent_run_id: non_empty(wire.agent_run_id),
+                phase,
+                pending_servers,
+            },
+            digests,
+            kept,
+            delta: wire.delta,
         })
     }
 }
@@ -539,6 +624,7 @@ impl From<Startup> for v1::Startup {
             version: startup.version,
             expanded_directory: startup.expanded_directory,
             agent_run_id: startup.agent_run_id.unwrap_or_default(),
+            delta_digest_scheme: 0,
         }
     }
 }
@@ -595,6 +681,7 @@ impl From<Snapshot> for v1::PushContextStateRequest {
             snapshot_error: snapshot.snapshot_error.unwrap_or_default(),
             agent_run_id: snapshot.agent_run_id.unwrap_or_default(),
             mcp_discovery,
+            delta: false,
         }
     }
 }
@@ -637,6 +724,7 @@ impl From<Resource> for v1::ContextResource {
             size_bytes: resource.size_bytes,
             status: WireStatus::from(resource.status) as i32,
             error: resource.error.unwrap_or_default(),
+            body_digest: Vec::new(),
             body: Some(body),
         }
     }

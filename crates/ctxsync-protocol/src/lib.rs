@@ -2,21 +2,24 @@
 //!
 //! Owns: the generated tonic/prost code for `proto/ctxsync/agent/v1/agent.proto`
 //! ([`v1`]), the wire limits of SPEC §4 ([`limits`]), their validation ([`WireError`]),
-//! and conversions between wire messages and plain domain types ([`domain`]), so that
-//! higher layers never touch prost structs.
+//! conversions between wire messages and plain domain types ([`domain`]), so that
+//! higher layers never touch prost structs, and the body digest of delta pushes
+//! ([`BodyDigest`], [`DeltaBase`]), so agents and servers compute it one way.
 //!
 //! Must never: touch a database, a file system or the MCP engine; hold state. Validation
 //! is pure and runs before any I/O in the layers above.
 
 pub mod codec;
+mod digest;
 pub mod domain;
 pub mod limits;
 mod validate;
 
+pub use digest::{BODY_DIGEST_BYTES, BodyDigest, DELTA_DIGEST_SCHEME, DeltaBase};
 pub use domain::{
-    BodyKind, DiscoveryPhase, InstructionFileBody, McpConnectTimings, McpIcon, McpServerBody,
-    McpServerInfo, McpTool, McpToolAnnotations, PendingServer, Resource, ResourceBody,
-    ResourceStatus, SkillBody, Snapshot, Startup,
+    BodyKind, DiscoveryPhase, InstructionFileBody, KeptResource, McpConnectTimings, McpIcon,
+    McpServerBody, McpServerInfo, McpTool, McpToolAnnotations, PendingServer, Push, Resource,
+    ResourceBody, ResourceStatus, SkillBody, Snapshot, Startup,
 };
 pub use validate::{Problem, WireError, body_len};
 

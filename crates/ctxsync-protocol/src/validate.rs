@@ -6,6 +6,7 @@ use std::fmt;
 
 use prost::Message;
 
+use crate::digest::BODY_DIGEST_BYTES;
 use crate::domain::{phase_from_wire, status_from_wire};
 use crate::limits::*;
 use crate::v1;
@@ -181,8 +182,30 @@ pub(crate) fn push(push: &v1::PushContextStateRequest) -> Result<(), WireError> 
             ));
         }
         let Some(body) = &resource.body else {
-            return Err(WireError::new(field("body"), Problem::Missing));
+            // A delta may leave a body out, naming the digest the server must hold.
+            if !push.delta {
+                return Err(WireError::new(field("body"), Problem::Missing));
+            }
+            if resource.body_digest.is_empty() {
+                return Err(WireError::new(
+                    field("body"),
+                    Problem::Invalid("must be set, or left out with its body_digest set"),
+                ));
+            }
+            if resource.body_digest.len() != BODY_DIGEST_BYTES {
+                return Err(WireError::new(
+                    field("body_digest"),
+                    Problem::Invalid("must be 32 bytes (a SHA-256 digest)"),
+                ));
+            }
+            continue;
         };
+        if !resource.body_digest.is_empty() {
+            return Err(WireError::new(
+                field("body_digest"),
+                Problem::Invalid("only allowed in a delta push, for a resource without its body"),
+            ));
+        }
         let body_bytes = body_len(body);
         if body_bytes > MAX_BODY_BYTES {
             return Err(WireError::new(

@@ -136,6 +136,7 @@ fn resource() -> impl Strategy<Value = v1::ContextResource> {
                     size_bytes,
                     status,
                     error,
+                    body_digest: Vec::new(),
                     body,
                 }
             },
@@ -198,6 +199,7 @@ fn request() -> impl Strategy<Value = v1::PushContextStateRequest> {
                     snapshot_error,
                     agent_run_id,
                     mcp_discovery,
+                    delta: false,
                 }
             },
         )
@@ -309,6 +311,7 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
             phase: Phase::Complete as i32,
             ..Default::default()
         }),
+        delta: false,
     };
     let resource = |source: &str, body: Body| v1::ContextResource {
         source: source.to_owned(),
@@ -317,6 +320,7 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
         size_bytes: 12,
         status: Status::Ok as i32,
         error: String::new(),
+        body_digest: Vec::new(),
         body: Some(body),
     };
     let every_kind = vec![

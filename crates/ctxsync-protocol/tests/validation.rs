@@ -15,6 +15,7 @@ fn resource(source: &str) -> ContextResource {
         size_bytes: 1,
         status: Status::Ok as i32,
         error: String::new(),
+        body_digest: Vec::new(),
         body: Some(Body::InstructionFile(v1::InstructionFile {
             content: "x".into(),
         })),
@@ -33,6 +34,7 @@ fn push(resources: Vec<ContextResource>) -> PushContextStateRequest {
             phase: 1,
             ..Default::default()
         }),
+        delta: false,
     }
 }
 

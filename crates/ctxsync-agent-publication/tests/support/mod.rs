@@ -193,7 +193,10 @@ impl Agent for Service {
                 true
             }
         };
-        Ok(Response::new(v1::PushContextStateResponse { accepted }))
+        Ok(Response::new(v1::PushContextStateResponse {
+            accepted,
+            delta_base_missing: false,
+        }))
     }
 }
 

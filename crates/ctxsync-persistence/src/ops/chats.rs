@@ -1,11 +1,10 @@
 //! Chats and their pins: creating, binding, refreshing and clearing a chat, each pinning
 //! (a copy of) the bound agent's current instruction files and skills.
 
-use ctxsync_protocol::Resource;
 use diesel::prelude::*;
 
 use super::reads::load_resources;
-use super::shared::{ROWS_PER_STATEMENT, body_json, notify_in_tx};
+use super::shared::{ROWS_PER_STATEMENT, notify_in_tx};
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId};
@@ -27,20 +26,7 @@ pub(super) struct PinnedCopy {
 }
 
 impl PinnedCopy {
-    pub(super) fn from_resource(r: &Resource) -> Result<Self, StoreError> {
-        Ok(Self {
-            source: r.source.clone(),
-            source_path: r.source_path.clone(),
-            body_kind: DbBodyKind(r.body.kind()),
-            body: body_json(&r.body),
-            content_hash: r.content_hash.clone(),
-            size_bytes: to_i64("size_bytes", r.size_bytes)?,
-            status: DbStatus(r.status),
-            error: r.error.clone(),
-        })
-    }
-
-    fn from_stored(r: StoredResource) -> Self {
+    pub(super) fn from_stored(r: StoredResource) -> Self {
         Self {
             source: r.source,
             source_path: r.source_path,

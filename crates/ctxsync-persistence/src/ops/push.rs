@@ -4,16 +4,13 @@
 
 use std::collections::HashMap;
 
-use ctxsync_protocol::{
-    InstructionFileBody, McpServerBody, McpTool, PendingServer, Resource, ResourceBody, SkillBody,
-    Snapshot,
-};
+use ctxsync_protocol::{KeptResource, PendingServer, Push, Resource};
 use diesel::prelude::*;
 use diesel::upsert::excluded;
-use sha2::{Digest, Sha256};
 
 use super::agents::{RowLock, lock_agent};
 use super::chats::{PinSource, PinnedCopy, write_pin};
+use super::reads::load_resources;
 use super::shared::{ROWS_PER_STATEMENT, agent_event, body_json, check_run_id, notify_in_tx};
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
@@ -22,114 +19,48 @@ use crate::model::*;
 use crate::schema::*;
 use crate::sql_types::{DbBodyKind, DbPhase, DbStatus, DbTime, JsonText};
 
-/// A push checked and fingerprinted before the transaction starts, so hashing happens
-/// once, outside any retry and outside the write lock.
+/// A push checked before the transaction starts, so nothing is converted inside a
+/// retry or under the write lock. Body digests come with the push: the protocol layer
+/// computed them from the bodies as sent (scheme 1), and a delta names the digests of the
+/// bodies it left out.
 pub(crate) struct PreparedPush {
     run_id: String,
     version: i64,
-    snapshot: Snapshot,
-    /// Per resource: the server-computed digest of its stored body, and its size.
-    digests: Vec<Vec<u8>>,
+    push: Push,
+    /// Per `push.snapshot.resources[i]` and per `push.kept[i]`: its size as stored.
     sizes: Vec<i64>,
+    kept_sizes: Vec<i64>,
 }
 
-pub(crate) fn prepare_push(snapshot: Snapshot) -> Result<PreparedPush, StoreError> {
+pub(crate) fn prepare_push(push: Push) -> Result<PreparedPush, StoreError> {
+    let snapshot = &push.snapshot;
     let run_id = snapshot.agent_run_id.clone().unwrap_or_default();
     check_run_id(&run_id)?;
     let version = to_i64("version", snapshot.version)?;
+    if push.digests.len() != snapshot.resources.len() {
+        return Err(StoreError::InvalidInput(format!(
+            "a push with {} resources carries {} body digests",
+            snapshot.resources.len(),
+            push.digests.len()
+        )));
+    }
     let sizes = snapshot
         .resources
         .iter()
         .map(|r| to_i64("size_bytes", r.size_bytes))
         .collect::<Result<_, _>>()?;
-    let digests = snapshot
-        .resources
+    let kept_sizes = push
+        .kept
         .iter()
-        .map(|r| body_digest(&r.body))
-        .collect();
+        .map(|r| to_i64("size_bytes", r.size_bytes))
+        .collect::<Result<_, _>>()?;
     Ok(PreparedPush {
         run_id,
         version,
-        snapshot,
-        digests,
+        push,
         sizes,
+        kept_sizes,
     })
-}
-
-/// sha256 of a canonical encoding of the body: a kind tag, then every field as its
-/// length and bytes. Hashing the fields directly (not the JSON form) skips JSON escaping,
-/// which was the largest cost of a push whose bodies did not change. The destructuring
-/// is exhaustive, so a new body field cannot be left out of the digest unnoticed.
-/// Digests are only compared with digests this function stored.
-fn body_digest(body: &ResourceBody) -> Vec<u8> {
-    struct Fields(Sha256);
-    impl Fields {
-        fn field(&mut self, bytes: &[u8]) {
-            self.0.update((bytes.len() as u64).to_le_bytes());
-            self.0.update(bytes);
-        }
-        /// The optional parts, as their JSON text (`null`, `[]` when absent or empty).
-        fn json(&mut self, value: &impl serde::Serialize) {
-            let text = serde_json::to_vec(value).expect("body parts serialize to JSON");
-            self.field(&text);
-        }
-    }
-    let mut h = Fields(Sha256::new());
-    h.0.update(body.kind().as_str().as_bytes());
-    match body {
-        ResourceBody::InstructionFile(InstructionFileBody { content }) => {
-            h.field(content.as_bytes())
-        }
-        ResourceBody::Skill(SkillBody {
-            meta,
-            name,
-            description,
-        }) => {
-            h.field(meta.as_bytes());
-            h.field(name.as_bytes());
-            h.field(description.as_bytes());
-        }
-        ResourceBody::McpConfig => {}
-        ResourceBody::McpServer(McpServerBody {
-            server_name,
-            description,
-            tools,
-            protocol_version,
-            server_info,
-            instructions,
-            timings,
-        }) => {
-            h.field(server_name.as_bytes());
-            h.field(description.as_bytes());
-            h.field(protocol_version.as_bytes());
-            h.json(server_info);
-            h.field(instructions.as_bytes());
-            h.json(timings);
-            h.0.update((tools.len() as u64).to_le_bytes());
-            for McpTool {
-                name,
-                description,
-                input_schema,
-                title,
-                annotations,
-                output_schema,
-                icons,
-                meta,
-            } in tools
-            {
-                h.field(name.as_bytes());
-                h.field(description.as_bytes());
-                // Schemas are small; their JSON text is what is stored and compared.
-                h.field(input_schema.to_string().as_bytes());
-                h.field(title.as_bytes());
-                h.json(annotations);
-                h.json(output_schema);
-                h.json(icons);
-                h.json(meta);
-            }
-        }
-    }
-    h.0.finalize().to_vec()
 }
 
 /// SPEC §5.4 steps 1–4; the caller commits and then notifies in-process.
@@ -164,8 +95,15 @@ pub(crate) fn push(
         });
     }
 
-    // 3. Snapshot header and resources.
-    let snapshot = &push.snapshot;
+    // 3. A delta's base: the stored snapshot is this run's and holds every body the delta
+    // left out, with the digest it names. Checked before anything is written.
+    let stored = load_fingerprints(tx, agent_id)?;
+    if push.push.delta && !has_base(push, previous.as_ref(), &stored) {
+        return Ok(PushOutcome::DeltaBaseMissing);
+    }
+
+    // 4. Snapshot header and resources.
+    let snapshot = &push.push.snapshot;
     let mut changes = PushChanges {
         snapshot_created: previous.is_none(),
         phase_changed: previous
@@ -212,9 +150,9 @@ pub(crate) fn push(
             workspace_agent_context_snapshots::pending_servers.eq(&header.pending_servers),
         ));
     on_backend!(tx, |c| upsert.execute(c))?;
-    changes.resources = write_resources(tx, agent_id, push, now)?;
+    changes.resources = write_resources(tx, agent_id, push, &stored, now)?;
 
-    // 4. Chats: adopt a first pin, then mark or clear dirty against the new hash.
+    // 5. Chats: adopt a first pin, then mark or clear dirty against the new hash.
     adopt_first_pin(tx, agent_id, snapshot, now)?;
     if changes.aggregate_hash_changed {
         changes.chats_marked_dirty = mark_chats_dirty(tx, agent_id, &snapshot.aggregate_hash, now)?;
@@ -246,35 +184,66 @@ fn same_names(stored: &JsonText, pending: &[PendingServer]) -> bool {
 /// accepted and changes nothing. Legacy agents (empty run id) cannot tell a reconnect
 /// from a restart, so their `initial` pushes bypass the gate.
 fn is_stale_version(push: &PreparedPush, stored: &SnapshotRow) -> bool {
-    if !push.snapshot.initial {
+    if !push.push.snapshot.initial {
         return push.version <= stored.version;
     }
     let same_run = !push.run_id.is_empty() && push.run_id == stored.agent_run_id;
     same_run && push.version < stored.version
 }
 
-/// Upserts changed and new rows, leaves unchanged rows alone, deletes absent sources.
+fn load_fingerprints(
+    tx: &mut Tx<'_>,
+    agent_id: AgentId,
+) -> Result<Vec<ResourceFingerprint>, StoreError> {
+    Ok(on_backend!(tx, |c| {
+        workspace_agent_context_resources::table
+            .filter(workspace_agent_context_resources::agent_id.eq(agent_id))
+            .select(ResourceFingerprint::as_select())
+            .load(c)
+    })?)
+}
+
+/// Whether the server holds the base a delta relies on: the stored snapshot belongs to
+/// the pushing run (a run id is required: without one, reconnects and restarts look
+/// alike), and every omitted body is stored for its source with the digest sent.
+fn has_base(
+    push: &PreparedPush,
+    previous: Option<&SnapshotRow>,
+    stored: &[ResourceFingerprint],
+) -> bool {
+    let same_run =
+        previous.is_some_and(|p| !push.run_id.is_empty() && p.agent_run_id == push.run_id);
+    if !same_run {
+        return false;
+    }
+    let digests: HashMap<&str, &[u8]> = stored
+        .iter()
+        .map(|r| (r.source.as_str(), r.body_digest.as_slice()))
+        .collect();
+    push.push
+        .kept
+        .iter()
+        .all(|k| digests.get(k.source.as_str()) == Some(&k.body_digest.as_bytes().as_slice()))
+}
+
+/// Upserts changed and new rows, updates the other columns of kept rows whose body
+/// stays, leaves unchanged rows alone, deletes absent sources.
 fn write_resources(
     tx: &mut Tx<'_>,
     agent_id: AgentId,
     push: &PreparedPush,
+    stored: &[ResourceFingerprint],
     now: DbTime,
 ) -> Result<ResourceChanges, StoreError> {
-    let stored: Vec<ResourceFingerprint> = {
-        on_backend!(tx, |c| workspace_agent_context_resources::table
-            .filter(workspace_agent_context_resources::agent_id.eq(agent_id))
-            .select(ResourceFingerprint::as_select())
-            .load(c))?
-    };
     let mut stored: HashMap<&str, &ResourceFingerprint> =
         stored.iter().map(|r| (r.source.as_str(), r)).collect();
     let mut changes = ResourceChanges::default();
     let mut to_write = Vec::new();
-    let resources = push.snapshot.resources.iter();
-    for ((resource, digest), size) in resources.zip(&push.digests).zip(&push.sizes) {
+    let resources = push.push.snapshot.resources.iter();
+    for ((resource, digest), size) in resources.zip(&push.push.digests).zip(&push.sizes) {
         let candidate = ResourceCandidate {
             resource,
-            body_digest: digest,
+            body_digest: digest.as_bytes(),
             size_bytes: *size,
         };
         match stored.remove(resource.source.as_str()) {
@@ -286,6 +255,17 @@ fn write_resources(
             Some(_) => changes.updated += 1,
         }
         to_write.push(candidate.into_row(agent_id, now));
+    }
+    let mut kept_changed = Vec::new();
+    for (kept, size) in push.push.kept.iter().zip(&push.kept_sizes) {
+        // `has_base` found every kept source stored with its digest.
+        let old = stored.remove(kept.source.as_str());
+        if old.is_some_and(|old| kept_matches(kept, *size, old)) {
+            changes.unchanged += 1;
+        } else {
+            changes.updated += 1;
+            kept_changed.push((kept, *size));
+        }
     }
     for chunk in to_write.chunks(ROWS_PER_STATEMENT) {
         use workspace_agent_context_resources::dsl as r;
@@ -306,6 +286,25 @@ fn write_resources(
             ));
         on_backend!(tx, |c| upsert.execute(c))?;
     }
+    // A kept row changes only when its status, warning, hashes or size do: rare enough
+    // (a file turned unreadable, a retained connection's warning) for one statement each.
+    for (kept, size) in kept_changed {
+        use workspace_agent_context_resources::dsl as r;
+        let update = diesel::update(
+            r::workspace_agent_context_resources
+                .filter(r::agent_id.eq(agent_id))
+                .filter(r::source.eq(&kept.source)),
+        )
+        .set((
+            r::source_path.eq(&kept.source_path),
+            r::content_hash.eq(&kept.content_hash),
+            r::size_bytes.eq(size),
+            r::status.eq(DbStatus(kept.status)),
+            r::error.eq(&kept.error),
+            r::updated_at.eq(now),
+        ));
+        on_backend!(tx, |c| update.execute(c))?;
+    }
     let absent: Vec<&str> = stored.into_keys().collect();
     changes.deleted = absent.len();
     for chunk in absent.chunks(ROWS_PER_STATEMENT) {
@@ -318,6 +317,15 @@ fn write_resources(
         on_backend!(tx, |c| delete.execute(c))?;
     }
     Ok(changes)
+}
+
+/// True when a kept resource's columns other than its body equal the stored row's.
+fn kept_matches(kept: &KeptResource, size_bytes: i64, stored: &ResourceFingerprint) -> bool {
+    kept.source_path == stored.source_path
+        && kept.content_hash == stored.content_hash
+        && size_bytes == stored.size_bytes
+        && kept.status == stored.status.0
+        && kept.error == stored.error
 }
 
 /// A pushed resource with its server-computed body digest.
@@ -360,11 +368,12 @@ impl ResourceCandidate<'_> {
 }
 
 /// Chats bound to this agent that have never pinned anything pin this snapshot: the
-/// snapshot a chat "first sees" (SPEC §7).
+/// snapshot a chat "first sees" (SPEC §7). Its rows are read back as just written, since
+/// a delta does not carry the bodies it kept.
 fn adopt_first_pin(
     tx: &mut Tx<'_>,
     agent_id: AgentId,
-    snapshot: &Snapshot,
+    snapshot: &ctxsync_protocol::Snapshot,
     now: DbTime,
 ) -> Result<(), StoreError> {
     let unpinned: Vec<ChatId> = {
@@ -377,12 +386,11 @@ fn adopt_first_pin(
     if unpinned.is_empty() {
         return Ok(());
     }
-    let pinnable: Vec<PinnedCopy> = snapshot
-        .resources
-        .iter()
-        .filter(|r| is_pinned_kind(DbBodyKind(r.body.kind())))
-        .map(PinnedCopy::from_resource)
-        .collect::<Result<_, _>>()?;
+    let pinnable: Vec<PinnedCopy> = load_resources(tx, agent_id)?
+        .into_iter()
+        .filter(|r| is_pinned_kind(r.body_kind))
+        .map(PinnedCopy::from_stored)
+        .collect();
     for chat_id in unpinned {
         write_pin(
             tx,
@@ -426,93 +434,4 @@ fn mark_chats_dirty(
     ));
     on_backend!(tx, |c| clear.execute(c))?;
     Ok(marked)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn server(name: &str, tools: &[(&str, &str, serde_json::Value)]) -> ResourceBody {
-        ResourceBody::McpServer(McpServerBody {
-            server_name: name.into(),
-            description: String::new(),
-            tools: tools
-                .iter()
-                .map(|(name, description, schema)| McpTool {
-                    name: (*name).into(),
-                    description: (*description).into(),
-                    input_schema: schema.clone(),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        })
-    }
-
-    /// A server with one tool `read` changed by `edit`, or the server itself changed.
-    fn edited(edit: impl FnOnce(&mut McpServerBody)) -> ResourceBody {
-        let ResourceBody::McpServer(mut body) =
-            server("fs", &[("read", "", serde_json::json!({"type": "object"}))])
-        else {
-            unreachable!()
-        };
-        edit(&mut body);
-        ResourceBody::McpServer(body)
-    }
-
-    fn skill(meta: &str, name: &str, description: &str) -> ResourceBody {
-        ResourceBody::Skill(SkillBody {
-            meta: meta.into(),
-            name: name.into(),
-            description: description.into(),
-        })
-    }
-
-    #[test]
-    fn a_change_in_any_body_field_changes_the_digest() {
-        let object = serde_json::json!({"type": "object"});
-        let string = serde_json::json!({"type": "string"});
-        let bodies = [
-            ResourceBody::McpConfig,
-            ResourceBody::InstructionFile(InstructionFileBody::default()),
-            ResourceBody::InstructionFile(InstructionFileBody {
-                content: "a".into(),
-            }),
-            skill("", "", ""),
-            skill("m", "", ""),
-            skill("", "m", ""),
-            skill("", "", "m"),
-            // Field boundaries are part of the digest.
-            skill("ab", "c", ""),
-            skill("a", "bc", ""),
-            server("", &[]),
-            server("fs", &[]),
-            server("fs", &[("read", "", object.clone())]),
-            server("fs", &[("read", "d", object.clone())]),
-            server("fs", &[("read", "", string.clone())]),
-            server("fs", &[("read", "", object.clone()), ("write", "", object)]),
-            edited(|b| b.protocol_version = "2026-07-28".into()),
-            edited(|b| b.instructions = "i".into()),
-            edited(|b| b.server_info = Some(Default::default())),
-            edited(|b| b.timings = Some(Default::default())),
-            edited(|b| b.tools[0].title = "Read".into()),
-            edited(|b| b.tools[0].annotations = Some(Default::default())),
-            edited(|b| {
-                b.tools[0].annotations = Some(ctxsync_protocol::McpToolAnnotations {
-                    read_only_hint: Some(true),
-                    ..Default::default()
-                })
-            }),
-            edited(|b| b.tools[0].output_schema = Some(serde_json::json!({}))),
-            edited(|b| b.tools[0].icons = vec![Default::default()]),
-            edited(|b| b.tools[0].meta = Some(serde_json::json!({}))),
-        ];
-        let digests: Vec<Vec<u8>> = bodies.iter().map(body_digest).collect();
-        for (i, a) in digests.iter().enumerate() {
-            assert_eq!(a, &body_digest(&bodies[i].clone()), "{:?}", bodies[i]);
-            for (j, b) in digests.iter().enumerate().skip(i + 1) {
-                assert_ne!(a, b, "{:?} and {:?}", bodies[i], bodies[j]);
-            }
-        }
-    }
 }

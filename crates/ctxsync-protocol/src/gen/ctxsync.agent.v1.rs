@@ -13,6 +13,11 @@ pub struct Startup {
     /// after a restart. Empty for legacy agents (no freshness guarantee).
     #[prost(string, tag = "3")]
     pub agent_run_id: ::prost::alloc::string::String,
+    /// Set only by the server, in its UpdateStartup answer: the body digest scheme
+    /// (see ContextResource.body_digest) under which it accepts delta pushes on this
+    /// connection. 0, as older servers answer, means full pushes only; agents send 0.
+    #[prost(uint32, tag = "4")]
+    pub delta_digest_scheme: u32,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct UpdateStartupRequest {
@@ -41,6 +46,12 @@ pub struct PushContextStateRequest {
     /// Unset for legacy agents, which read as PHASE_UNSPECIFIED.
     #[prost(message, optional, tag = "7")]
     pub mcp_discovery: ::core::option::Option<push_context_state_request::McpDiscovery>,
+    /// A delta push: resources may omit their body (see ContextResource.body_digest).
+    /// Send it only to a server whose UpdateStartup answer set delta_digest_scheme, and
+    /// with that scheme's digests; an older server would read it as a full push with rows
+    /// missing. Every other field of every resource is sent as in a full push.
+    #[prost(bool, tag = "8")]
+    pub delta: bool,
 }
 /// Nested message and enum types in `PushContextStateRequest`.
 pub mod push_context_state_request {
@@ -110,9 +121,15 @@ pub mod push_context_state_request {
 }
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct PushContextStateResponse {
-    /// False when the push was dropped (a previous process's run, or a replayed version).
+    /// False when the push was dropped (a previous process's run, or a replayed version)
+    /// or, for a delta, refused for its base.
     #[prost(bool, tag = "1")]
     pub accepted: bool,
+    /// A delta push refused because the server does not hold, for this agent run, every
+    /// omitted body with the digest sent (another run's snapshot, rows changed since, a
+    /// restored database). Nothing was written; the agent sends a full push.
+    #[prost(bool, tag = "2")]
+    pub delta_base_missing: bool,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ContextResource {
@@ -130,7 +147,26 @@ pub struct ContextResource {
     /// A sanitized diagnostic: the failure for a non-OK row, a warning on an OK row.
     #[prost(string, tag = "6")]
     pub error: ::prost::alloc::string::String,
-    /// Always set, even when the status is not OK, so the kind is always known.
+    /// Only in a delta push, and only when `body` is unset: the digest of the body this
+    /// resource keeps, which the server must already hold for this source and run.
+    ///
+    /// Body digest scheme 1: SHA-256 over the body's canonical encoding, 32 bytes. The
+    /// encoding is the body's oneof field name as a string (e.g. "mcp_server"), then each
+    /// field of the body message in field-number order, recursively, encoded as:
+    ///    string, bytes: length as 8-byte little-endian unsigned, then the bytes as sent
+    ///      (JSON-valued strings are hashed as their text, not re-serialized);
+    ///    uint64: 8 bytes little-endian;  bool: 1 byte, 0 or 1;
+    ///    optional scalar and message fields: 1 byte, 0 when unset; else 1, then the value
+    ///      (a message as its fields);
+    ///    repeated fields: their count as 8-byte little-endian, then each element (a
+    ///      message element as its fields, with no presence byte).
+    /// A field added to a body message later is not covered by scheme 1: adding one
+    /// means a new scheme number, so an agent and a server never compare digests that
+    /// cover different fields.
+    #[prost(bytes = "vec", tag = "7")]
+    pub body_digest: ::prost::alloc::vec::Vec<u8>,
+    /// Always set in a full push, even when the status is not OK, so the kind is always
+    /// known. In a delta push it may be unset, with `body_digest` set instead.
     #[prost(oneof = "context_resource::Body", tags = "10, 11, 12, 13")]
     pub body: ::core::option::Option<context_resource::Body>,
 }
@@ -184,7 +220,8 @@ pub mod context_resource {
             }
         }
     }
-    /// Always set, even when the status is not OK, so the kind is always known.
+    /// Always set in a full push, even when the status is not OK, so the kind is always
+    /// known. In a delta push it may be unset, with `body_digest` set instead.
     #[derive(Clone, PartialEq, ::prost::Oneof)]
     pub enum Body {
         #[prost(message, tag = "10")]

@@ -539,7 +539,11 @@ pub async fn metrics(State(state): State<AppState>) -> ApiResult {
     let counter = |out: &mut String, name: &str, help: &str, rows: &[(&str, u64)]| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
         for (labels, value) in rows {
-            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+            if labels.is_empty() {
+                let _ = writeln!(out, "{name} {value}");
+            } else {
+                let _ = writeln!(out, "{name}{{{labels}}} {value}");
+            }
         }
     };
     counter(
@@ -553,7 +557,17 @@ pub async fn metrics(State(state): State<AppState>) -> ApiResult {
                 "result=\"dropped_stale_version\"",
                 api.pushes_dropped_stale_version,
             ),
+            (
+                "result=\"delta_base_missing\"",
+                api.pushes_delta_base_missing,
+            ),
         ],
+    );
+    counter(
+        &mut out,
+        "ctxsync_agent_delta_pushes_total",
+        "Context pushes sent as deltas (bodies the server holds left out), any result.",
+        &[("", api.pushes_delta)],
     );
     counter(
         &mut out,

@@ -1,0 +1,254 @@
+//! Body digests (scheme 1, defined in the proto at `ContextResource.body_digest`) and the
+//! agent's side of a delta push: which bodies a push may leave out.
+//!
+//! The digest is computed over the wire message as sent, so an agent in any language can
+//! compute it from what it encodes, and the server from what it decoded, without either
+//! re-serializing JSON.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+use crate::v1;
+use crate::v1::context_resource::Body;
+
+/// The body digest scheme this crate computes; servers announce it in their
+/// `UpdateStartup` answer when they accept delta pushes.
+pub const DELTA_DIGEST_SCHEME: u32 = 1;
+
+/// Length of a body digest on the wire.
+pub const BODY_DIGEST_BYTES: usize = 32;
+
+/// The scheme-1 digest of one resource body.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BodyDigest([u8; BODY_DIGEST_BYTES]);
+
+impl BodyDigest {
+    /// The digest of a wire body, as sent.
+    pub fn of_wire(body: &Body) -> Self {
+        let mut h = Canonical(Sha256::new());
+        match body {
+            Body::InstructionFile(v1::InstructionFile { content }) => {
+                h.text("instruction_file");
+                h.text(content);
+            }
+            Body::Skill(v1::Skill {
+                meta,
+                name,
+                description,
+            }) => {
+                h.text("skill");
+                h.text(meta);
+                h.text(name);
+                h.text(description);
+            }
+            Body::McpConfig(v1::McpConfig {}) => h.text("mcp_config"),
+            Body::McpServer(server) => {
+                h.text("mcp_server");
+                h.server(server);
+            }
+        }
+        Self(h.0.finalize().into())
+    }
+
+    /// The digest of a domain body: that of its wire form.
+    pub fn of(body: &crate::ResourceBody) -> Self {
+        let wire = v1::ContextResource::from(crate::Resource {
+            source: String::new(),
+            source_path: None,
+            content_hash: String::new(),
+            size_bytes: 0,
+            status: crate::ResourceStatus::Ok,
+            error: None,
+            body: body.clone(),
+        });
+        Self::of_wire(wire.body.as_ref().expect("a converted resource has a body"))
+    }
+
+    /// Reads a digest sent on the wire; `None` unless it is exactly 32 bytes.
+    pub fn from_slice(bytes: &[u8]) -> Option<Self> {
+        bytes.try_into().ok().map(Self)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; BODY_DIGEST_BYTES] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for BodyDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Eight bytes tell digests apart in a test failure; all 32 only add noise.
+        write!(f, "BodyDigest(")?;
+        for byte in &self.0[..8] {
+            write!(f, "{byte:02x}")?;
+        }
+        write!(f, "…)")
+    }
+}
+
+/// The canonical encoding of scheme 1, fed straight into the hash. Every destructuring
+/// below is exhaustive, so a field added to the proto fails to compile here until a new
+/// scheme decides whether it is covered.
+struct Canonical(Sha256);
+
+impl Canonical {
+    fn len(&mut self, n: usize) {
+        self.0.update((n as u64).to_le_bytes());
+    }
+
+    fn text(&mut self, text: &str) {
+        self.len(text.len());
+        self.0.update(text.as_bytes());
+    }
+
+    fn number(&mut self, n: u64) {
+        self.0.update(n.to_le_bytes());
+    }
+
+    /// The presence byte of an optional field; true when the value follows.
+    fn present<T>(&mut self, value: Option<T>) -> Option<T> {
+        self.0.update([u8::from(value.is_some())]);
+        value
+    }
+
+    fn flag(&mut self, value: Option<bool>) {
+        if let Some(value) = self.present(value) {
+            self.0.update([u8::from(value)]);
+        }
+    }
+
+    fn server(&mut self, server: &v1::McpServer) {
+        let v1::McpServer {
+            server_name,
+            description,
+            tools,
+            protocol_version,
+            server_info,
+            instructions,
+            timings,
+        } = server;
+        self.text(server_name);
+        self.text(description);
+        self.len(tools.len());
+        for tool in tools {
+            self.tool(tool);
+        }
+        self.text(protocol_version);
+        if let Some(info) = self.present(server_info.as_ref()) {
+            let v1::McpServerInfo {
+                name,
+                version,
+                title,
+                description,
+            } = info;
+            self.text(name);
+            self.text(version);
+            self.text(title);
+            self.text(description);
+        }
+        self.text(instructions);
+        if let Some(timings) = self.present(timings.as_ref()) {
+            let v1::McpConnectTimings {
+                start_ms,
+                handshake_ms,
+                tools_ms,
+            } = timings;
+            if let Some(start) = self.present(*start_ms) {
+                self.number(start);
+            }
+            self.number(*handshake_ms);
+            self.number(*tools_ms);
+        }
+    }
+
+    fn tool(&mut self, tool: &v1::McpTool) {
+        let v1::McpTool {
+            name,
+            description,
+            input_schema,
+            title,
+            annotations,
+            output_schema,
+            icons,
+            meta,
+        } = tool;
+        self.text(name);
+        self.text(description);
+        self.text(input_schema);
+        self.text(title);
+        if let Some(annotations) = self.present(annotations.as_ref()) {
+            let v1::McpToolAnnotations {
+                title,
+                read_only_hint,
+                destructive_hint,
+                idempotent_hint,
+                open_world_hint,
+            } = annotations;
+            self.text(title);
+            self.flag(*read_only_hint);
+            self.flag(*destructive_hint);
+            self.flag(*idempotent_hint);
+            self.flag(*open_world_hint);
+        }
+        self.text(output_schema);
+        self.len(icons.len());
+        for v1::McpIcon {
+            src,
+            mime_type,
+            sizes,
+            theme,
+        } in icons
+        {
+            self.text(src);
+            self.text(mime_type);
+            self.len(sizes.len());
+            for size in sizes {
+                self.text(size);
+            }
+            self.text(theme);
+        }
+        self.text(meta);
+    }
+}
+
+/// The bodies the server holds for this agent run, as the agent last saw a push
+/// accepted: source → digest. An agent keeps one per run and replaces it with
+/// [`DeltaBase::into_delta`]'s result when the server accepts that push.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeltaBase(HashMap<String, BodyDigest>);
+
+impl DeltaBase {
+    /// The base a full push leaves once accepted: the digest of every body it carries.
+    pub fn of_full(request: &v1::PushContextStateRequest) -> Self {
+        Self(
+            request
+                .resources
+                .iter()
+                .filter_map(|r| Some((r.source.clone(), BodyDigest::of_wire(r.body.as_ref()?))))
+                .collect(),
+        )
+    }
+
+    /// Turns a full `request` into a delta: every body this base holds with the same
+    /// digest is left out, its digest sent instead; everything else is untouched.
+    /// Returns the base the server holds once it accepts the delta.
+    pub fn into_delta(&self, request: &mut v1::PushContextStateRequest) -> Self {
+        request.delta = true;
+        let mut next = HashMap::with_capacity(request.resources.len());
+        for resource in &mut request.resources {
+            let Some(body) = &resource.body else { continue };
+            let digest = BodyDigest::of_wire(body);
+            if self.0.get(&resource.source) == Some(&digest) {
+                resource.body = None;
+                resource.body_digest = digest.as_bytes().to_vec();
+            }
+            next.insert(resource.source.clone(), digest);
+        }
+        Self(next)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
