@@ -9,7 +9,10 @@ use std::time::Duration;
 use ctxsync_protocol::limits::{
     MAX_AGENT_VERSION_BYTES, MAX_DIRECTORY_BYTES, truncate_to_boundary,
 };
-use ctxsync_protocol::{DiscoveryPhase, Resource, ResourceBody, ResourceStatus, Startup, v1};
+use ctxsync_protocol::{
+    DELTA_DIGEST_SCHEME, DeltaBase, DiscoveryPhase, Resource, ResourceBody, ResourceStatus,
+    Startup, v1,
+};
 use tokio::sync::watch;
 use tokio::time::sleep;
 use tonic::Code;
@@ -278,6 +281,7 @@ impl Publisher {
             backoff: Backoff::new(timing.backoff, run_id.as_u64_pair().0),
             status,
             token_refused: false,
+            base: None,
         }
         .run(published_rx);
         tokio::select! {
@@ -471,7 +475,16 @@ struct Deliver {
     status: watch::Sender<PublisherStatus>,
     /// From the server's first refusal of the token until it accepts it again.
     token_refused: bool,
+    /// The bodies the server holds for this run, as of the last accepted push; `None`
+    /// until one is accepted, and after any push whose outcome is unknown. It outlives a
+    /// connection: the server keeps the rows, and a refused delta costs one round trip.
+    base: Option<DeltaBase>,
 }
+
+/// Refused deltas in a row after which a connection sends only full pushes: a server
+/// whose digests never match ours (a bug on either side) costs one extra round trip per
+/// push at most this many times.
+const MAX_DELTA_REFUSALS: u32 = 3;
 
 /// How a session whose connection closed ended.
 enum SessionEnd {
@@ -541,20 +554,23 @@ impl Deliver {
         published: &mut watch::Receiver<Option<Arc<Published>>>,
     ) -> Result<SessionEnd, Failure> {
         let request = v1::UpdateStartupRequest::from(self.startup.clone());
-        if let Err(status) = connection.client.update_startup(request).await {
-            return Err(match status.code() {
-                Code::FailedPrecondition => Failure::Fatal(PublishError::Superseded {
-                    run_id: self.startup.agent_run_id.clone().unwrap_or_default(),
-                    message: status.message().to_owned(),
-                }),
-                Code::Unauthenticated | Code::PermissionDenied => Failure::TokenRefused(status),
-                _ => {
-                    self.wait_to_retry(&format!("UpdateStartup failed: {}", describe(&status)))
-                        .await;
-                    Failure::Transient
-                }
-            });
-        }
+        let answer = match connection.client.update_startup(request).await {
+            Ok(answer) => answer.into_inner(),
+            Err(status) => {
+                return Err(match status.code() {
+                    Code::FailedPrecondition => Failure::Fatal(PublishError::Superseded {
+                        run_id: self.startup.agent_run_id.clone().unwrap_or_default(),
+                        message: status.message().to_owned(),
+                    }),
+                    Code::Unauthenticated | Code::PermissionDenied => Failure::TokenRefused(status),
+                    _ => {
+                        self.wait_to_retry(&format!("UpdateStartup failed: {}", describe(&status)))
+                            .await;
+                        Failure::Transient
+                    }
+                });
+            }
+        };
         if std::mem::take(&mut self.token_refused) {
             info!("the server accepts the agent token again; publishing resumes");
         }
@@ -564,6 +580,11 @@ impl Deliver {
             "registered with the server"
         );
         self.set_connection(ConnectionState::Ready);
+        // Deltas need a run id: without one the server cannot tell this process's rows
+        // from a predecessor's, and refuses every delta.
+        let mut deltas = answer.delta_digest_scheme == DELTA_DIGEST_SCHEME
+            && self.startup.agent_run_id.is_some();
+        let mut delta_refusals = 0u32;
 
         let mut initial = true;
         let mut attempted = 0u64;
@@ -579,15 +600,54 @@ impl Deliver {
             };
             let version = snapshot.version;
             let run_id = self.startup.agent_run_id.as_deref();
-            let request = v1::PushContextStateRequest::from(
+            let mut request = v1::PushContextStateRequest::from(
                 snapshot.resolution.to_snapshot(version, run_id, initial),
             );
+            let (next_base, omitted) = match self.base.as_ref().filter(|_| deltas) {
+                Some(base) => {
+                    let next = base.into_delta(&mut request);
+                    let omitted = request.resources.iter().filter(|r| r.body.is_none());
+                    (next, omitted.count())
+                }
+                None => (DeltaBase::of_full(&request), 0),
+            };
+            let delta = request.delta;
+            // Unknown until answered: a push that fails may or may not have been stored.
+            self.base = None;
             match connection.client.push_context_state(request).await {
                 Ok(response) => {
                     // A full round trip: the connection works, so backoff starts over.
                     self.backoff.reset();
                     answered = true;
-                    let accepted = response.into_inner().accepted;
+                    let response = response.into_inner();
+                    if response.delta_base_missing {
+                        delta_refusals += 1;
+                        if delta_refusals >= MAX_DELTA_REFUSALS {
+                            warn!(
+                                refusals = delta_refusals,
+                                "the server keeps refusing delta pushes for their base; sending full pushes on this connection"
+                            );
+                            deltas = false;
+                        } else {
+                            info!(
+                                version,
+                                "the server does not hold the bodies a delta left out (another run's rows, or a restored database); sending the full snapshot"
+                            );
+                        }
+                        // `attempted` stays below `version`: the same snapshot goes again, whole.
+                        continue;
+                    }
+                    let accepted = response.accepted;
+                    if accepted {
+                        self.base = Some(next_base);
+                        if delta {
+                            delta_refusals = 0;
+                            debug!(
+                                version,
+                                omitted, "the delta left out bodies the server holds"
+                            );
+                        }
+                    }
                     attempted = version;
                     initial = false;
                     self.status

@@ -683,3 +683,168 @@ fn bad_configuration_is_refused_at_start() {
         "the token never appears in Debug output"
     );
 }
+
+/// The body a push carries for `source`, or `None` when a delta left it out.
+fn body_of<'a>(
+    request: &'a ctxsync_protocol::v1::PushContextStateRequest,
+    source: &str,
+) -> Option<&'a ctxsync_protocol::v1::context_resource::Body> {
+    let resource = request.resources.iter().find(|r| r.source == source);
+    resource
+        .unwrap_or_else(|| panic!("no resource {source} in {request:#?}"))
+        .body
+        .as_ref()
+}
+
+#[tokio::test]
+async fn a_server_that_does_not_offer_deltas_gets_only_full_pushes() {
+    let server = FakeServer::start(Recorder::new()).await;
+    let ws = Workspace::new();
+    ws.write("AGENTS.md", "one");
+    ws.skill("skills", "pdf");
+    let (tx, _status, running) =
+        start_with_reports(&server.url(), &ws, report(ReportPhase::Pending, &["fs"]));
+    server.recorder.wait_for_pushes(1).await;
+    tx.send_replace(report(ReportPhase::Complete, &["fs"]));
+    ws.replace("AGENTS.md", "one, edited");
+    server
+        .recorder
+        .wait_for_push("the edit", |p| {
+            p.resources.iter().any(|r| {
+                r.source == "AGENTS.md"
+                    && matches!(&r.body, Some(ctxsync_protocol::v1::context_resource::Body::InstructionFile(f)) if f.content == "one, edited")
+            })
+        })
+        .await;
+    let pushes = server.recorder.pushes();
+    assert!(pushes.len() >= 2, "{pushes:#?}");
+    for push in &pushes {
+        assert!(
+            !push.delta,
+            "a delta went to a server that did not offer them"
+        );
+        assert!(
+            push.resources
+                .iter()
+                .all(|r| r.body.is_some() && r.body_digest.is_empty()),
+            "{push:#?}"
+        );
+    }
+    running.abort();
+}
+
+#[tokio::test]
+async fn a_server_offering_deltas_gets_only_the_bodies_it_lacks() {
+    let recorder = Recorder::new();
+    recorder.offer_deltas();
+    let server = FakeServer::start(recorder).await;
+    let ws = Workspace::new();
+    ws.write("AGENTS.md", "one");
+    ws.skill("skills", "pdf");
+    let (tx, mut status, running) =
+        start_with_reports(&server.url(), &ws, report(ReportPhase::Pending, &["fs"]));
+    let first = server.recorder.wait_for_pushes(1).await.remove(0);
+    assert!(!first.delta, "the first push of a run is full: {first:#?}");
+    wait_status(&mut status, "the first answer", |s| {
+        s.last_push == Some((1, true))
+    })
+    .await;
+
+    // Phase only: every body is left out, every other field still sent.
+    tx.send_replace(report(ReportPhase::Complete, &["fs"]));
+    let settled = server
+        .recorder
+        .wait_for_push("the complete phase", |p| phase(p) == Some(Phase::Complete))
+        .await;
+    assert!(settled.delta, "{settled:#?}");
+    assert_eq!(settled.resources.len(), first.resources.len());
+    for (sent, before) in settled.resources.iter().zip(&first.resources) {
+        assert_eq!(sent.source, before.source);
+        assert!(sent.body.is_none(), "{} kept its body", sent.source);
+        let digest = ctxsync_protocol::BodyDigest::of_wire(before.body.as_ref().unwrap());
+        assert_eq!(
+            sent.body_digest,
+            digest.as_bytes().to_vec(),
+            "{}",
+            sent.source
+        );
+        assert_eq!(
+            (
+                &sent.source_path,
+                &sent.content_hash,
+                sent.size_bytes,
+                sent.status,
+                &sent.error
+            ),
+            (
+                &before.source_path,
+                &before.content_hash,
+                before.size_bytes,
+                before.status,
+                &before.error
+            )
+        );
+    }
+    let settled_version = settled.version;
+    wait_status(&mut status, "the delta's answer", |s| {
+        s.last_push == Some((settled_version, true))
+    })
+    .await;
+
+    // One edit: only that body travels.
+    ws.replace("AGENTS.md", "one, edited");
+    let edited = server
+        .recorder
+        .wait_for_push("the edit", |p| body_of(p, "AGENTS.md").is_some() && p.delta)
+        .await;
+    assert!(
+        body_of(&edited, "skills/pdf/SKILL.md").is_none(),
+        "{edited:#?}"
+    );
+    assert!(body_of(&edited, "mcp:fs").is_none(), "{edited:#?}");
+    running.abort();
+}
+
+#[tokio::test]
+async fn a_refused_delta_is_followed_by_the_full_snapshot() {
+    let recorder = Recorder::new();
+    recorder.offer_deltas();
+    recorder.script_push([Reply::Accept, Reply::DeltaBaseMissing]);
+    let server = FakeServer::start(recorder).await;
+    let ws = Workspace::new();
+    ws.write("AGENTS.md", "one");
+    let (tx, mut status, running) =
+        start_with_reports(&server.url(), &ws, report(ReportPhase::Pending, &["fs"]));
+    server.recorder.wait_for_pushes(1).await;
+    wait_status(&mut status, "the first answer", |s| {
+        s.last_push == Some((1, true))
+    })
+    .await;
+    tx.send_replace(report(ReportPhase::Complete, &["fs"]));
+    let pushes = server.recorder.wait_for_pushes(3).await;
+    let (refused, full) = (&pushes[1], &pushes[2]);
+    assert!(refused.delta && refused.resources.iter().all(|r| r.body.is_none()));
+    assert_eq!(
+        full.version, refused.version,
+        "the same snapshot is sent again"
+    );
+    assert!(!full.delta, "{full:#?}");
+    assert!(full.resources.iter().all(|r| r.body.is_some()));
+    let version = full.version;
+    wait_status(&mut status, "the full push's answer", |s| {
+        s.last_push == Some((version, true))
+    })
+    .await;
+
+    // Accepted, the full push is the new base: the next change goes as a delta again.
+    ws.replace("AGENTS.md", "edited");
+    let next = server
+        .recorder
+        .wait_for_push("the edit", |p| p.version > version)
+        .await;
+    assert!(
+        next.delta && body_of(&next, "mcp:fs").is_none(),
+        "{next:#?}"
+    );
+    running.abort();
+}

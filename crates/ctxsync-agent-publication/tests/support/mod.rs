@@ -6,12 +6,13 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ctxsync_agent_publication::{BackoffPolicy, PublisherConfig, ScanConfig, Timing};
 use ctxsync_protocol::v1::agent_server::{Agent, AgentServer};
-use ctxsync_protocol::{Snapshot, Startup, v1};
+use ctxsync_protocol::{DELTA_DIGEST_SCHEME, Push, Startup, v1};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -60,6 +61,8 @@ pub enum Reply {
     Fail(Code),
     /// Waits for the notification, then accepts.
     HoldThenAccept(Arc<Notify>),
+    /// Push answered `accepted=false, delta_base_missing=true`.
+    DeltaBaseMissing,
 }
 
 /// What the server recorded and will answer, shared across restarts.
@@ -68,6 +71,8 @@ pub struct Recorder {
     calls: watch::Sender<Vec<Call>>,
     startup_replies: Mutex<VecDeque<Reply>>,
     push_replies: Mutex<VecDeque<Reply>>,
+    /// Whether UpdateStartup answers offer delta pushes (off: a server predating them).
+    offer_deltas: AtomicBool,
 }
 
 impl Recorder {
@@ -76,7 +81,13 @@ impl Recorder {
             calls: watch::channel(Vec::new()).0,
             startup_replies: Mutex::new(VecDeque::new()),
             push_replies: Mutex::new(VecDeque::new()),
+            offer_deltas: AtomicBool::new(false),
         })
+    }
+
+    /// From now on, UpdateStartup answers offer delta pushes (scheme 1).
+    pub fn offer_deltas(&self) {
+        self.offer_deltas.store(true, Ordering::Relaxed);
     }
 
     /// Answers the next UpdateStartup calls with `replies`, then accepts.
@@ -160,13 +171,17 @@ impl Agent for Service {
             authorization,
         });
         let reply = self.0.startup_replies.lock().unwrap().pop_front();
+        let mut answer = v1::Startup::from(startup);
+        if self.0.offer_deltas.load(Ordering::Relaxed) {
+            answer.delta_digest_scheme = DELTA_DIGEST_SCHEME;
+        }
         match reply.unwrap_or(Reply::Accept) {
             Reply::Fail(code) => Err(Status::new(code, "scripted failure")),
             Reply::HoldThenAccept(notify) => {
                 notify.notified().await;
-                Ok(Response::new(startup.into()))
+                Ok(Response::new(answer))
             }
-            Reply::Accept | Reply::Reject => Ok(Response::new(startup.into())),
+            Reply::Accept | Reply::Reject | Reply::DeltaBaseMissing => Ok(Response::new(answer)),
         }
     }
 
@@ -176,17 +191,23 @@ impl Agent for Service {
     ) -> Result<Response<v1::PushContextStateResponse>, Status> {
         let authorization = authorization(&request);
         let wire = request.into_inner();
-        // Validate exactly as the real server does: a push over any limit is refused whole.
-        let valid = Snapshot::try_from(wire.clone());
+        // Validate exactly as the real server does: a push over any limit is refused whole,
+        // and a delta may leave bodies out.
+        let valid = Push::try_from(wire.clone());
         self.0.record(Call::Push {
             request: wire,
             authorization,
         });
         valid.map_err(Status::from)?;
         let reply = self.0.push_replies.lock().unwrap().pop_front();
+        let mut delta_base_missing = false;
         let accepted = match reply.unwrap_or(Reply::Accept) {
             Reply::Accept => true,
             Reply::Reject => false,
+            Reply::DeltaBaseMissing => {
+                delta_base_missing = true;
+                false
+            }
             Reply::Fail(code) => return Err(Status::new(code, "scripted failure")),
             Reply::HoldThenAccept(notify) => {
                 notify.notified().await;
@@ -195,7 +216,7 @@ impl Agent for Service {
         };
         Ok(Response::new(v1::PushContextStateResponse {
             accepted,
-            delta_base_missing: false,
+            delta_base_missing,
         }))
     }
 }
