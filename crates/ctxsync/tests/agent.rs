@@ -91,7 +91,7 @@ async fn pending_then_complete(backend: Backend) {
     let agent = store.create_agent("e2e").await.unwrap();
     let token = agent.token.expose().to_owned();
     let logs = Logs::new();
-    let server = ServerProcess::start(&store, &logs).await;
+    let server = ServerProcess::start_with(&store, &logs, &["--api-token", API_TOKEN]).await;
     let workspace = Workspace::with_servers(SERVERS);
     let mut process = AgentProcess::start(
         &logs,
@@ -123,6 +123,16 @@ async fn pending_then_complete(backend: Backend) {
         complete.agent.expanded_directory,
         workspace.path().to_string_lossy()
     );
+    // The server offers deltas: the pushes after the first left out the bodies it held
+    // (at least the switch to complete), and none was refused for its base.
+    let metrics = metrics(&server).await;
+    let deltas = counter(&metrics, "ctxsync_agent_delta_pushes_total");
+    assert!(deltas >= 1.0, "no delta push:\n{metrics}");
+    let refused = counter(
+        &metrics,
+        "ctxsync_agent_pushes_total{result=\"delta_base_missing\"}",
+    );
+    assert_eq!(refused, 0.0, "{metrics}");
 
     // SIGTERM: a clean exit that takes every MCP server with it.
     let pids = workspace.fixture_pids();
@@ -134,6 +144,29 @@ async fn pending_then_complete(backend: Backend) {
     assert!(!log.contains(&token), "the token must never be logged");
     assert!(log.contains("published context snapshot"), "{log}");
     assert!(log.contains("phase=\"complete\""), "{log}");
+}
+
+/// The server's HTTP API token where a test reads `/metrics`.
+const API_TOKEN: &str = "agent-e2e-api-token-0123456789";
+
+async fn metrics(server: &ServerProcess) -> String {
+    let response = reqwest::Client::new()
+        .get(format!("{}/metrics", server.http_url()))
+        .bearer_auth(API_TOKEN)
+        .send()
+        .await
+        .expect("GET /metrics");
+    assert!(response.status().is_success(), "{response:?}");
+    response.text().await.expect("metrics text")
+}
+
+/// The value of the sample named exactly `name` (labels included).
+fn counter(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sample {name} in:\n{metrics}"))
 }
 
 #[tokio::test]
@@ -270,6 +303,88 @@ async fn a_server_restart_loses_nothing() {
     assert!(after.snapshot.unwrap().version > before.snapshot.unwrap().version);
     assert!(process.is_running(), "{}", logs.read("agent"));
     assert!(process.terminate().await.success());
+}
+
+/// Rows change behind the agent's back (a database restored from an older copy, written
+/// here straight into the store): the agent's next delta names bodies the server no longer
+/// holds, is refused, and the full snapshot that follows puts the rows right.
+async fn a_delta_on_changed_rows_is_refused_then_sent_whole(backend: Backend) {
+    let Some(store) = database(backend).await else {
+        return;
+    };
+    let agent = store.create_agent("e2e").await.unwrap();
+    let token = agent.token.expose().to_owned();
+    let logs = Logs::new();
+    let server = ServerProcess::start_with(&store, &logs, &["--api-token", API_TOKEN]).await;
+    let workspace = Workspace::with_servers(&[("tools", &["--tools", "3"])]);
+    workspace.write("AGENTS.md", "# The real instructions\n");
+    let mut process = AgentProcess::start(
+        &logs,
+        "agent",
+        &server.url(),
+        &workspace.path(),
+        &token,
+        &[],
+    );
+    let complete = wait_for_context(&store, agent.id, &logs, "a complete snapshot", |c| {
+        phase(c) == Some(DiscoveryPhase::Complete)
+    })
+    .await;
+    let stored = complete.snapshot.clone().unwrap();
+
+    // Same run and version, sent as a reconnect's repeat, so the version gate lets it in.
+    let mut resources = complete.resources.clone();
+    let file = resources
+        .iter_mut()
+        .find(|r| r.source == "AGENTS.md")
+        .unwrap();
+    file.body = ResourceBody::InstructionFile(ctxsync_protocol::InstructionFileBody {
+        content: "# An older copy\n".into(),
+    });
+    let tampered = ctxsync_protocol::Snapshot {
+        version: stored.version,
+        aggregate_hash: stored.aggregate_hash.clone(),
+        resources,
+        initial: true,
+        snapshot_error: stored.snapshot_error.clone(),
+        agent_run_id: Some(stored.agent_run_id.clone()),
+        phase: stored.phase,
+        pending_servers: Vec::new(),
+    };
+    let outcome = store.push_context_state(agent.id, tampered).await.unwrap();
+    assert!(outcome.accepted(), "{outcome:?}");
+
+    // Another file changes: the delta leaves AGENTS.md out, with the digest of the body
+    // the agent last had accepted, which the server no longer holds.
+    workspace.write("CLAUDE.md", "# Added\n");
+    let healed = wait_for_context(&store, agent.id, &logs, "the rows put right", |c| {
+        c.resources.iter().any(|r| r.source == "CLAUDE.md")
+            && row(c, "AGENTS.md").body
+                == ResourceBody::InstructionFile(ctxsync_protocol::InstructionFileBody {
+                    content: "# The real instructions\n".into(),
+                })
+    })
+    .await;
+    assert_eq!(snapshot_run_id(&healed), stored.agent_run_id);
+    let metrics = metrics(&server).await;
+    let refused = counter(
+        &metrics,
+        "ctxsync_agent_pushes_total{result=\"delta_base_missing\"}",
+    );
+    assert_eq!(refused, 1.0, "{metrics}");
+    let log = logs.read("agent");
+    assert!(log.contains("sending the full snapshot"), "{log}");
+    assert!(process.terminate().await.success());
+}
+
+#[tokio::test]
+async fn a_delta_on_changed_rows_is_refused_then_sent_whole_on_sqlite() {
+    a_delta_on_changed_rows_is_refused_then_sent_whole(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_delta_on_changed_rows_is_refused_then_sent_whole_on_postgres() {
+    a_delta_on_changed_rows_is_refused_then_sent_whole(Backend::Postgres).await;
 }
 
 /// An old server: `UpdateStartup` only; `PushContextState` is unimplemented.
