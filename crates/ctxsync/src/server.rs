@@ -99,6 +99,12 @@ pub struct ServerArgs {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub db_operation_timeout_ms: u64,
+    /// Answer agents as a server that predates delta pushes, so they send every body on
+    /// every push. For rolling upgrades behind a balancer that spreads one connection's
+    /// calls over replicas (gRPC-aware, per request): an older replica would read a
+    /// delta as a full push with rows missing.
+    #[arg(long, env = "CTXSYNC_NO_DELTA_PUSHES")]
+    pub no_delta_pushes: bool,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -129,6 +135,8 @@ pub struct ServerConfig {
     pub store: StoreOptions,
     /// What one caller can cost: connections, streams, time; and the shutdown grace.
     pub limits: Limits,
+    /// Whether `UpdateStartup` answers offer delta pushes.
+    pub delta_pushes: bool,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -143,6 +151,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("discovery_budget", &self.discovery_budget)
             .field("snapshot_grace", &self.snapshot_grace)
             .field("limits", &self.limits)
+            .field("delta_pushes", &self.delta_pushes)
             .finish_non_exhaustive()
     }
 }
@@ -165,6 +174,7 @@ impl ServerConfig {
             event_recheck: crate::http::bounds::DEFAULT_EVENT_RECHECK,
             store: StoreOptions::default(),
             limits: Limits::default(),
+            delta_pushes: true,
         }
     }
 
@@ -194,6 +204,7 @@ impl ServerConfig {
                 ..StoreOptions::default()
             },
             limits: args.limits.into(),
+            delta_pushes: !args.no_delta_pushes,
         })
     }
 }
@@ -300,7 +311,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         .await
         .with_context(|| format!("binding the agent API to {}", config.grpc_addr))?;
     let grpc_addr = grpc_listener.local_addr()?;
-    let api = AgentApi::new(store.clone());
+    let api = AgentApi::new(store.clone()).offer_deltas(config.delta_pushes);
     let metrics = api.metrics();
     let grpc = tonic::transport::Server::builder()
         .initial_stream_window_size(GRPC_STREAM_WINDOW_BYTES)

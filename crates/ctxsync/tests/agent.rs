@@ -387,6 +387,45 @@ async fn a_delta_on_changed_rows_is_refused_then_sent_whole_on_postgres() {
     a_delta_on_changed_rows_is_refused_then_sent_whole(Backend::Postgres).await;
 }
 
+/// A server that does not offer deltas (`--no-delta-pushes`, answering as one that
+/// predates them) gets full pushes only, and the agent reaches the same rows.
+#[tokio::test]
+async fn a_server_without_deltas_gets_full_pushes_only() {
+    let store = database(Backend::Sqlite).await.unwrap();
+    let agent = store.create_agent("e2e").await.unwrap();
+    let token = agent.token.expose().to_owned();
+    let logs = Logs::new();
+    let server = ServerProcess::start_with(
+        &store,
+        &logs,
+        &["--api-token", API_TOKEN, "--no-delta-pushes"],
+    )
+    .await;
+    let workspace = Workspace::with_servers(SERVERS);
+    let mut process = AgentProcess::start(
+        &logs,
+        "agent",
+        &server.url(),
+        &workspace.path(),
+        &token,
+        &[],
+    );
+    let complete = wait_for_context(&store, agent.id, &logs, "a complete snapshot", |c| {
+        phase(c) == Some(DiscoveryPhase::Complete)
+    })
+    .await;
+    assert_complete_rows(&complete);
+    let metrics = metrics(&server).await;
+    let accepted = counter(&metrics, "ctxsync_agent_pushes_total{result=\"accepted\"}");
+    assert!(accepted >= 2.0, "pending, then complete:\n{metrics}");
+    assert_eq!(
+        counter(&metrics, "ctxsync_agent_delta_pushes_total"),
+        0.0,
+        "{metrics}"
+    );
+    assert!(process.terminate().await.success());
+}
+
 /// An old server: `UpdateStartup` only; `PushContextState` is unimplemented.
 #[derive(Debug, Default)]
 struct OldServer {
