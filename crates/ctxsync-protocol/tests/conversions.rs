@@ -246,3 +246,56 @@ fn enum_names_round_trip() {
     }
     assert_eq!(DiscoveryPhase::parse("done"), None);
 }
+
+#[test]
+fn a_push_built_from_a_snapshot_is_the_one_read_from_its_wire_form() {
+    for phase in [DiscoveryPhase::Pending, DiscoveryPhase::Complete] {
+        let snapshot = sample(phase, Some("run-1"));
+        let built = Push::from(snapshot.clone());
+        let read = Push::try_from(PushContextStateRequest::from(snapshot.clone())).unwrap();
+        assert_eq!(built, read, "{phase:?}");
+        assert_eq!(built.snapshot, snapshot);
+        assert!(!built.delta && built.kept.is_empty());
+        let expected: Vec<_> = snapshot
+            .resources
+            .iter()
+            .map(|r| BodyDigest::of(&r.body))
+            .collect();
+        assert_eq!(built.digests, expected);
+    }
+}
+
+#[test]
+fn a_delta_survives_encoding_and_decoding() {
+    let full = PushContextStateRequest::from(sample(DiscoveryPhase::Complete, Some("run-1")));
+    let mut delta = full.clone();
+    let next = DeltaBase::of_full(&full).into_delta(&mut delta);
+    assert_eq!(next, DeltaBase::of_full(&full));
+    let decoded = PushContextStateRequest::decode(delta.encode_to_vec().as_slice()).unwrap();
+    assert_eq!(decoded, delta);
+    assert!(decoded.delta);
+    assert!(decoded.resources.iter().all(|r| r.body.is_none()));
+    let push = Push::try_from(decoded).unwrap();
+    assert!(push.snapshot.resources.is_empty());
+    let kept: Vec<_> = push.kept.iter().map(|k| k.body_digest).collect();
+    assert_eq!(kept, Push::try_from(full).unwrap().digests);
+}
+
+#[test]
+fn startup_sends_no_delta_scheme() {
+    let wire = v1::Startup::from(Startup {
+        version: "1".into(),
+        expanded_directory: "/ws".into(),
+        agent_run_id: Some("r".into()),
+    });
+    assert_eq!(wire.delta_digest_scheme, 0);
+    // A server's answer naming the scheme still reads as a startup.
+    let answer = v1::Startup {
+        delta_digest_scheme: DELTA_DIGEST_SCHEME,
+        ..wire
+    };
+    assert_eq!(
+        Startup::try_from(answer).unwrap().agent_run_id.as_deref(),
+        Some("r")
+    );
+}

@@ -1,8 +1,10 @@
 //! Fuzz-style property tests of wire validation (proptest; the libFuzzer twin is
 //! `fuzz/fuzz_targets/wire_push.rs`, whose seed corpus a test here writes): arbitrary
-//! bytes, and structured requests with sizes at and around every limit, optionally with
-//! one byte mutated, go through `prost::Message::decode` and `Snapshot::try_from`.
-//! Nothing panics, and every accepted request satisfies every limit of SPEC §4.
+//! bytes, and structured requests with sizes at and around every limit, some of them
+//! deltas leaving bodies out (with right, wrong and misplaced digests), optionally with
+//! one byte mutated, go through `prost::Message::decode`, `Push::try_from` and
+//! `Snapshot::try_from`. Nothing panics, every accepted request satisfies every limit of
+//! SPEC §4, and a snapshot is accepted exactly when the push is and leaves nothing out.
 //! `PROPTEST_CASES` raises the budget (`cargo xtask fuzz`).
 
 use std::collections::HashSet;
@@ -10,7 +12,7 @@ use std::collections::HashSet;
 use ctxsync_protocol::limits::*;
 use ctxsync_protocol::v1::context_resource::Body;
 use ctxsync_protocol::v1::push_context_state_request::McpDiscovery;
-use ctxsync_protocol::{Snapshot, body_len, v1};
+use ctxsync_protocol::{BODY_DIGEST_BYTES, BodyDigest, DeltaBase, Push, Snapshot, body_len, v1};
 use proptest::prelude::*;
 use prost::Message;
 
@@ -143,7 +145,81 @@ fn resource() -> impl Strategy<Value = v1::ContextResource> {
         )
 }
 
+/// What a request does with one resource's body.
+#[derive(Clone, Debug)]
+enum Omission {
+    Keep,
+    /// Left out, its right digest sent instead (as `DeltaBase::into_delta` does).
+    Digest,
+    /// Left out with these digest bytes: empty, random 32, or the wrong length.
+    Bytes(Vec<u8>),
+    /// Sent with these digest bytes beside it.
+    BesideBody(Vec<u8>),
+}
+
+fn omission() -> impl Strategy<Value = Omission> {
+    prop_oneof![
+        10 => Just(Omission::Keep),
+        5 => Just(Omission::Digest),
+        1 => prop::collection::vec(any::<u8>(), BODY_DIGEST_BYTES).prop_map(Omission::Bytes),
+        1 => prop::collection::vec(any::<u8>(), 0..=40).prop_map(Omission::Bytes),
+        1 => prop::collection::vec(any::<u8>(), BODY_DIGEST_BYTES).prop_map(Omission::BesideBody),
+    ]
+}
+
+fn omit(resource: &mut v1::ContextResource, omission: Omission) {
+    match omission {
+        Omission::Keep => {}
+        Omission::Digest => {
+            if let Some(body) = resource.body.take() {
+                resource.body_digest = BodyDigest::of_wire(&body).as_bytes().to_vec();
+            }
+        }
+        Omission::Bytes(bytes) => {
+            resource.body = None;
+            resource.body_digest = bytes;
+        }
+        Omission::BesideBody(bytes) => resource.body_digest = bytes,
+    }
+}
+
+/// A push: one with every field around its limits, or a delta of a push that is valid
+/// outside its bodies (most arbitrary ones break some other limit). About half of the
+/// first kind are deltas too; both kinds may leave bodies out, which only a delta with
+/// 32-byte digests may do.
 fn request() -> impl Strategy<Value = v1::PushContextStateRequest> {
+    prop_oneof![2 => any_request(), 1 => delta_request()]
+}
+
+fn delta_request() -> impl Strategy<Value = v1::PushContextStateRequest> {
+    (
+        prop::collection::vec((body(), omission()), 0..6),
+        prop::bool::weighted(0.9),
+    )
+        .prop_map(|(bodies, delta)| v1::PushContextStateRequest {
+            version: 2,
+            aggregate_hash: "agg".to_owned(),
+            resources: bodies
+                .into_iter()
+                .enumerate()
+                .map(|(i, (body, omission))| {
+                    let mut resource = v1::ContextResource {
+                        source: format!("d{i}"),
+                        status: v1::context_resource::Status::Ok as i32,
+                        body,
+                        ..Default::default()
+                    };
+                    omit(&mut resource, omission);
+                    resource
+                })
+                .collect(),
+            agent_run_id: "run".to_owned(),
+            delta,
+            ..Default::default()
+        })
+}
+
+fn any_request() -> impl Strategy<Value = v1::PushContextStateRequest> {
     (
         counter(),
         sized(MAX_HASH_BYTES),
@@ -180,6 +256,10 @@ fn request() -> impl Strategy<Value = v1::PushContextStateRequest> {
                 elapsed_ms: 4000,
             }],
         })),
+        (
+            prop::bool::weighted(0.5),
+            prop::collection::vec(omission(), 0..20),
+        ),
     )
         .prop_map(
             |(
@@ -190,7 +270,12 @@ fn request() -> impl Strategy<Value = v1::PushContextStateRequest> {
                 snapshot_error,
                 agent_run_id,
                 mcp_discovery,
+                (delta, omissions),
             )| {
+                let mut resources: Vec<v1::ContextResource> = resources;
+                for (resource, omission) in resources.iter_mut().zip(omissions) {
+                    omit(resource, omission);
+                }
                 v1::PushContextStateRequest {
                     version,
                     aggregate_hash,
@@ -199,30 +284,53 @@ fn request() -> impl Strategy<Value = v1::PushContextStateRequest> {
                     snapshot_error,
                     agent_run_id,
                     mcp_discovery,
-                    delta: false,
+                    delta,
                 }
             },
         )
 }
 
-/// Decodes and validates; for an accepted request checks every limit on the wire message
-/// and the domain value, and that the domain value survives a round trip.
+/// Decodes and validates as a push; for an accepted one checks every limit on the wire
+/// message and the domain values, that each body sent has its digest and each one left
+/// out is kept as sent, that `Snapshot::try_from` agrees (accepting exactly the pushes
+/// that leave nothing out), that the snapshot survives a round trip, and that
+/// `DeltaBase` turns a push with every body into a delta that is accepted too.
 fn check(bytes: &[u8]) -> Result<bool, TestCaseError> {
     let Ok(wire) = v1::PushContextStateRequest::decode(bytes) else {
         return Ok(false);
     };
-    let Ok(snapshot) = Snapshot::try_from(wire.clone()) else {
+    let whole = Snapshot::try_from(wire.clone());
+    let Ok(push) = Push::try_from(wire.clone()) else {
+        prop_assert!(
+            whole.is_err(),
+            "a snapshot accepted where its push is refused"
+        );
         return Ok(false);
     };
+    match (&whole, push.kept.first()) {
+        (Ok(snapshot), None) => prop_assert_eq!(snapshot, &push.snapshot),
+        (Err(e), Some(kept)) => {
+            prop_assert_eq!(&e.field, &format!("resources[{}].body", kept.index))
+        }
+        (Ok(_), Some(_)) => prop_assert!(false, "a snapshot accepted with a body left out"),
+        (Err(e), None) => prop_assert!(false, "push accepted, snapshot refused: {}", e),
+    }
     prop_assert!(wire.version <= MAX_COUNTER);
     prop_assert!(wire.agent_run_id.len() <= MAX_RUN_ID_BYTES);
     prop_assert!(wire.aggregate_hash.len() <= MAX_HASH_BYTES);
     prop_assert!(wire.snapshot_error.len() <= MAX_ERROR_BYTES);
     prop_assert!(wire.resources.len() <= MAX_RESOURCES);
-    prop_assert_eq!(snapshot.resources.len(), wire.resources.len());
+    prop_assert_eq!(push.delta, wire.delta);
+    prop_assert_eq!(
+        push.snapshot.resources.len() + push.kept.len(),
+        wire.resources.len()
+    );
+    prop_assert_eq!(push.digests.len(), push.snapshot.resources.len());
+    let mut sent = push.snapshot.resources.iter().zip(&push.digests);
+    let mut kept = push.kept.iter();
     let mut sources = HashSet::new();
     let mut total = 0;
-    for resource in &wire.resources {
+    for (i, resource) in wire.resources.iter().enumerate() {
         prop_assert!(!resource.source.is_empty());
         prop_assert!(resource.source.len() <= MAX_SOURCE_BYTES);
         prop_assert!(sources.insert(resource.source.clone()), "duplicate source");
@@ -235,16 +343,52 @@ fn check(bytes: &[u8]) -> Result<bool, TestCaseError> {
         prop_assert!(resource.content_hash.len() <= MAX_HASH_BYTES);
         prop_assert!(resource.error.len() <= MAX_ERROR_BYTES);
         prop_assert!(resource.size_bytes <= MAX_COUNTER);
-        let body = resource.body.as_ref();
-        prop_assert!(body.is_some(), "accepted a resource without a body");
-        let len = body.map_or(0, body_len);
-        prop_assert!(len <= MAX_BODY_BYTES, "{} body bytes", len);
-        total += len;
+        match &resource.body {
+            Some(body) => {
+                prop_assert!(resource.body_digest.is_empty(), "a digest beside a body");
+                let len = body_len(body);
+                prop_assert!(len <= MAX_BODY_BYTES, "{} body bytes", len);
+                total += len;
+                let Some((domain, digest)) = sent.next() else {
+                    return Err(TestCaseError::fail("a body sent is missing from the push"));
+                };
+                prop_assert_eq!(&domain.source, &resource.source);
+                prop_assert_eq!(*digest, BodyDigest::of_wire(body));
+            }
+            None => {
+                prop_assert!(wire.delta, "a full push accepted without a body");
+                let Some(kept) = kept.next() else {
+                    return Err(TestCaseError::fail("a body left out is not kept"));
+                };
+                prop_assert_eq!(kept.index, i);
+                prop_assert_eq!(&kept.source, &resource.source);
+                prop_assert_eq!(&kept.source_path, &resource.source_path);
+                prop_assert_eq!(&kept.content_hash, &resource.content_hash);
+                prop_assert_eq!(kept.size_bytes, resource.size_bytes);
+                prop_assert_eq!(kept.error.as_deref().unwrap_or(""), resource.error.as_str());
+                prop_assert_eq!(
+                    kept.body_digest.as_bytes().as_slice(),
+                    resource.body_digest.as_slice()
+                );
+            }
+        }
     }
     prop_assert!(total <= MAX_TOTAL_BODY_BYTES, "{} total body bytes", total);
-    let again = Snapshot::try_from(v1::PushContextStateRequest::from(snapshot.clone()));
+    let again = Snapshot::try_from(v1::PushContextStateRequest::from(push.snapshot.clone()));
     if let Ok(again) = again {
-        prop_assert_eq!(again, snapshot);
+        prop_assert_eq!(&again, &push.snapshot);
+    }
+    if push.kept.is_empty() {
+        // Against the base it leaves, the same push leaves every body out, and is valid.
+        let base = DeltaBase::of_full(&wire);
+        let mut delta = wire.clone();
+        prop_assert_eq!(base.into_delta(&mut delta), base.clone());
+        let Ok(delta) = Push::try_from(delta) else {
+            return Err(TestCaseError::fail("into_delta made an invalid push"));
+        };
+        prop_assert!(delta.delta && delta.snapshot.resources.is_empty());
+        let digests: Vec<_> = delta.kept.iter().map(|k| k.body_digest).collect();
+        prop_assert_eq!(digests, push.digests.clone());
     }
     Ok(true)
 }
@@ -281,11 +425,19 @@ fn structured_requests_are_both_accepted_and_refused() {
     use proptest::test_runner::TestRunner;
     let mut runner = TestRunner::deterministic();
     let (mut accepted, mut refused) = (0, 0);
+    let (mut deltas_leaving_out, mut deltas_refused) = (0, 0);
     for _ in 0..200 {
         let request = request().new_tree(&mut runner).expect("tree").current();
+        let leaves_out = request.resources.iter().any(|r| r.body.is_none());
         match check(&request.encode_to_vec()) {
-            Ok(true) => accepted += 1,
-            Ok(false) => refused += 1,
+            Ok(true) => {
+                accepted += 1;
+                deltas_leaving_out += usize::from(request.delta && leaves_out);
+            }
+            Ok(false) => {
+                refused += 1;
+                deltas_refused += usize::from(request.delta);
+            }
             Err(e) => panic!("{e}"),
         }
     }
@@ -293,10 +445,14 @@ fn structured_requests_are_both_accepted_and_refused() {
         accepted > 10 && refused > 10,
         "{accepted} accepted, {refused} refused"
     );
+    assert!(
+        deltas_leaving_out > 10 && deltas_refused > 10,
+        "{deltas_leaving_out} deltas leaving bodies out accepted, {deltas_refused} deltas refused, {accepted} accepted, {refused} refused"
+    );
 }
 
 /// The `wire_push` libFuzzer target's seed corpus (`fuzz/corpus/wire_push/`): encoded
-/// requests, accepted and refused, named for what they show.
+/// requests, accepted (as a [`Push`]) and refused, named for what they show.
 fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
     use v1::context_resource::Status;
     use v1::push_context_state_request::mcp_discovery::Phase;
@@ -388,6 +544,20 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
         body: Some(Body::McpConfig(v1::McpConfig {})),
         ..Default::default()
     };
+    // Every body kind, the first edited since the base: it alone is sent.
+    let full = v1::PushContextStateRequest {
+        resources: every_kind.clone(),
+        ..base.clone()
+    };
+    let mut delta = full.clone();
+    delta.resources[0].body = Some(Body::InstructionFile(v1::InstructionFile {
+        content: "be kinder".to_owned(),
+    }));
+    DeltaBase::of_full(&full).into_delta(&mut delta);
+    assert_eq!(
+        delta.resources.iter().filter(|r| r.body.is_none()).count(),
+        3
+    );
     vec![
         ("empty_snapshot", base.clone(), true),
         (
@@ -467,6 +637,30 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
             "too_many_resources",
             v1::PushContextStateRequest {
                 resources: (0..=MAX_RESOURCES).map(config).collect(),
+                ..base.clone()
+            },
+            false,
+        ),
+        ("delta_leaving_bodies_out", delta.clone(), true),
+        (
+            "delta_digest_wrong_length",
+            v1::PushContextStateRequest {
+                resources: {
+                    let mut resources = delta.resources.clone();
+                    resources[1].body_digest.pop();
+                    resources
+                },
+                ..delta.clone()
+            },
+            false,
+        ),
+        (
+            "digest_beside_body",
+            v1::PushContextStateRequest {
+                resources: vec![v1::ContextResource {
+                    body_digest: vec![0; BODY_DIGEST_BYTES],
+                    ..config(0)
+                }],
                 ..base
             },
             false,
@@ -482,7 +676,7 @@ fn wire_push_seed_corpus_is_current() {
     let write = std::env::var_os("CTXSYNC_WRITE_FUZZ_SEEDS").is_some();
     for (name, request, accepted) in wire_seeds() {
         let bytes = request.encode_to_vec();
-        let validated = Snapshot::try_from(request.clone()).map(drop);
+        let validated = Push::try_from(request.clone()).map(drop);
         assert_eq!(validated.is_ok(), accepted, "{name}: {validated:?}");
         assert_eq!(check(&bytes).expect("properties hold"), accepted, "{name}");
         let path = dir.join(format!("{name}.pb"));

@@ -5,7 +5,7 @@ use ctxsync_protocol::limits::*;
 use ctxsync_protocol::v1::context_resource::{Body, Status};
 use ctxsync_protocol::v1::push_context_state_request::McpDiscovery;
 use ctxsync_protocol::v1::{self, ContextResource, PushContextStateRequest};
-use ctxsync_protocol::{Problem, Snapshot, Startup, WireError};
+use ctxsync_protocol::{BODY_DIGEST_BYTES, Problem, Push, Snapshot, Startup, WireError};
 
 fn resource(source: &str) -> ContextResource {
     ContextResource {
@@ -68,6 +68,27 @@ fn check(name: &str, request: PushContextStateRequest, expect: Option<&str>) {
         (Ok(_), Some(expected)) => panic!("{name}: accepted, expected rejection of {expected}"),
         (Err(e), None) => panic!("{name}: rejected with {e}, expected acceptance"),
     }
+}
+
+/// [`check`] for a push as a server applies it ([`Push`]), where a delta may omit bodies.
+fn check_push(name: &str, request: PushContextStateRequest, expect: Option<&str>) {
+    match (Push::try_from(request), expect) {
+        (Ok(_), None) => {}
+        (Err(WireError { field, problem }), Some(expected)) => {
+            assert_eq!(field, expected, "{name}: wrong field ({problem})")
+        }
+        (Ok(_), Some(expected)) => panic!("{name}: accepted, expected rejection of {expected}"),
+        (Err(e), None) => panic!("{name}: rejected with {e}, expected acceptance"),
+    }
+}
+
+/// A delta whose resource `i` omits its body, sending `digest` instead.
+fn delta_omitting(i: usize, digest: Vec<u8>) -> PushContextStateRequest {
+    with(push(many(3)), |r| {
+        r.delta = true;
+        r.resources[i].body = None;
+        r.resources[i].body_digest = digest;
+    })
 }
 
 fn with(
@@ -536,4 +557,145 @@ fn pending_servers_are_bounded_named_once_and_only_while_pending() {
         err.to_string(),
         "invalid mcp_discovery.pending_servers: only allowed while the phase is PHASE_PENDING"
     );
+}
+
+#[test]
+fn a_full_push_needs_every_body() {
+    let missing = with(push(many(3)), |r| r.resources[1].body = None);
+    check("missing body", missing.clone(), Some("resources[1].body"));
+    check_push("missing body", missing.clone(), Some("resources[1].body"));
+    assert_eq!(
+        Push::try_from(missing).unwrap_err().problem,
+        Problem::Missing
+    );
+    // A digest does not stand in for the body outside a delta.
+    let with_digest = with(push(many(3)), |r| {
+        r.resources[1].body = None;
+        r.resources[1].body_digest = vec![7; BODY_DIGEST_BYTES];
+    });
+    check_push(
+        "digest in a full push",
+        with_digest,
+        Some("resources[1].body"),
+    );
+}
+
+#[test]
+fn a_delta_omits_a_body_only_with_a_32_byte_digest() {
+    check_push(
+        "no digest",
+        delta_omitting(1, vec![]),
+        Some("resources[1].body"),
+    );
+    let err = Push::try_from(delta_omitting(1, vec![])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid resources[1].body: must be set, or left out with its body_digest set"
+    );
+    for len in [1, BODY_DIGEST_BYTES - 1, BODY_DIGEST_BYTES + 1, 64] {
+        check_push(
+            &format!("{len}-byte digest"),
+            delta_omitting(1, vec![7; len]),
+            Some("resources[1].body_digest"),
+        );
+    }
+    check_push(
+        "32-byte digest",
+        delta_omitting(1, vec![7; BODY_DIGEST_BYTES]),
+        None,
+    );
+    let push = Push::try_from(delta_omitting(2, vec![9; BODY_DIGEST_BYTES])).unwrap();
+    assert_eq!(push.kept.len(), 1);
+    assert_eq!(push.kept[0].index, 2);
+    assert_eq!(push.kept[0].body_digest.as_bytes(), &[9; BODY_DIGEST_BYTES]);
+    assert_eq!(push.snapshot.resources.len(), 2);
+    // Accepted as a push, but not as a whole snapshot: the body is elsewhere.
+    check(
+        "omitted body as a snapshot",
+        delta_omitting(1, vec![7; BODY_DIGEST_BYTES]),
+        Some("resources[1].body"),
+    );
+}
+
+#[test]
+fn a_digest_beside_its_body_is_refused() {
+    for delta in [false, true] {
+        let request = with(push(many(3)), |r| {
+            r.delta = delta;
+            r.resources[2].body_digest = vec![7; BODY_DIGEST_BYTES];
+        });
+        check_push(
+            &format!("digest with body, delta {delta}"),
+            request.clone(),
+            Some("resources[2].body_digest"),
+        );
+        check(
+            &format!("digest with body, delta {delta}"),
+            request,
+            Some("resources[2].body_digest"),
+        );
+    }
+}
+
+#[test]
+fn an_omitted_body_keeps_every_other_check() {
+    let omitted = |edit: fn(&mut ContextResource)| {
+        with(delta_omitting(1, vec![7; BODY_DIGEST_BYTES]), |r| {
+            edit(&mut r.resources[1])
+        })
+    };
+    check_push(
+        "duplicate source",
+        omitted(|r| r.source = "file-0".into()),
+        Some("resources[1].source"),
+    );
+    check_push(
+        "empty source",
+        omitted(|r| r.source.clear()),
+        Some("resources[1].source"),
+    );
+    check_push(
+        "unknown status",
+        omitted(|r| r.status = 0),
+        Some("resources[1].status"),
+    );
+    check_push(
+        "long error",
+        omitted(|r| r.error = "e".repeat(MAX_ERROR_BYTES + 1)),
+        Some("resources[1].error"),
+    );
+    check_push(
+        "size over",
+        omitted(|r| r.size_bytes = u64::MAX),
+        Some("resources[1].size_bytes"),
+    );
+}
+
+#[test]
+fn omitted_bodies_do_not_count_toward_the_total() {
+    // 16 bodies of 256 KiB are exactly 4 MiB; omitted ones, however large they were
+    // (`size_bytes`), add nothing.
+    let mut resources: Vec<ContextResource> = (0..16)
+        .map(|i| ContextResource {
+            body: Some(body_of_encoded_len(MAX_BODY_BYTES)),
+            ..resource(&format!("f{i}"))
+        })
+        .collect();
+    resources.extend((0..4).map(|i| ContextResource {
+        body: None,
+        body_digest: vec![i; BODY_DIGEST_BYTES],
+        size_bytes: MAX_BODY_BYTES as u64,
+        ..resource(&format!("kept{i}"))
+    }));
+    let delta = with(push(resources), |r| r.delta = true);
+    check_push("total at limit plus omitted", delta.clone(), None);
+    assert_eq!(Push::try_from(delta.clone()).unwrap().kept.len(), 4);
+    // One more byte in a body that is sent is still over.
+    let over = with(delta, |r| {
+        r.resources.push(ContextResource {
+            body: Some(body_of_encoded_len(3)),
+            ..resource("extra")
+        })
+    });
+    check_push("total over limit", over, Some("resources[*].body (total)"));
 }
