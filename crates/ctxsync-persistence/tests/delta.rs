@@ -40,6 +40,7 @@ both_backends!(
     status_and_warning_changes_arrive_through_a_delta,
     a_delta_without_its_base_is_refused_and_the_full_push_follows,
     a_delta_of_another_run_or_a_changed_row_is_refused,
+    random_edits_store_the_same_through_deltas_and_full_pushes,
 );
 
 const RUN: &str = "0b5c1a52-6a43-4c39-9b59-0b8b1d0e0a19";
@@ -326,4 +327,75 @@ async fn a_delta_of_another_run_or_a_changed_row_is_refused(h: Harness) {
         context.snapshot.map(|s| s.agent_run_id),
         Some(OTHER_RUN.to_owned())
     );
+}
+
+/// One random change to a workspace: an edit, a status or warning change, a row added
+/// or removed, or the phase; `seed` picks it (a fixed sequence, so failures reproduce).
+fn mutate(resources: &mut Vec<Resource>, step: u64, seed: &mut u64) {
+    *seed = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let pick = (*seed >> 33) as usize;
+    let index = pick % resources.len().max(1);
+    match pick % 6 {
+        0 => resources.push(instruction(&format!("docs/{step}/AGENTS.md"), "New.")),
+        1 if resources.len() > 2 => {
+            resources.remove(index);
+        }
+        2 => {
+            let r = &mut resources[index];
+            r.status = ResourceStatus::Unreadable;
+            r.error = Some(format!("unreadable at step {step}"));
+        }
+        3 => resources[index].error = Some(format!("warning {step}")),
+        4 => {
+            let source = resources[index].source.clone();
+            if source.starts_with("mcp:") {
+                resources[index] = mcp_server(&source[4..], &["read", &format!("tool{step}")]);
+            } else {
+                resources[index] = instruction(&source, &format!("edited at {step}"));
+            }
+        }
+        _ => {
+            let r = &mut resources[index];
+            r.status = ResourceStatus::Ok;
+            r.error = None;
+        }
+    }
+}
+
+async fn random_edits_store_the_same_through_deltas_and_full_pushes(h: Harness) {
+    let (full_agent, full_token) = h.agent("full").await;
+    let (delta_agent, delta_token) = h.agent("delta").await;
+    for token in [&full_token, &delta_token] {
+        h.startup(token, RUN).await.unwrap();
+    }
+    let mut previous = snapshot(1, Some(RUN), Pending, workspace());
+    for token in [&full_token, &delta_token] {
+        assert_eq!(send(&h, token, previous.clone().into()).await, ACCEPTED);
+    }
+    let mut seed = 19;
+    let mut resources = previous.resources.clone();
+    for step in 2..=24u64 {
+        mutate(&mut resources, step, &mut seed);
+        let phase = if step > 12 { Complete } else { Pending };
+        let mut next = snapshot(step, Some(RUN), phase, resources.clone());
+        next.initial = false;
+        let mut request = v1::PushContextStateRequest::from(next.clone());
+        DeltaBase::of_full(&previous.clone().into()).into_delta(&mut request);
+        assert_eq!(send(&h, &full_token, next.clone().into()).await, ACCEPTED);
+        assert_eq!(
+            send(&h, &delta_token, request).await,
+            ACCEPTED,
+            "step {step}"
+        );
+        assert_eq!(
+            stored(&h, delta_agent).await,
+            stored(&h, full_agent).await,
+            "step {step}"
+        );
+        previous = next;
+    }
+    assert_eq!(h.context(delta_agent).await.resources, sorted(resources));
+    assert_eq!(h.api.metrics().pushes_delta, 23);
 }
