@@ -114,6 +114,7 @@ fuzz_target!(|input: Input| {
             aggregate_hash: "agg-1".to_owned(),
             snapshot_error: None,
             resources: input.servers.iter().map(server_row).collect(),
+            ..SnapshotState::default()
         }),
     });
     let view = project(&binding);

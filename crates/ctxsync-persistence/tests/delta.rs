@@ -350,8 +350,8 @@ fn mutate(resources: &mut Vec<Resource>, step: u64, seed: &mut u64) {
         3 => resources[index].error = Some(format!("warning {step}")),
         4 => {
             let source = resources[index].source.clone();
-            if source.starts_with("mcp:") {
-                resources[index] = mcp_server(&source[4..], &["read", &format!("tool{step}")]);
+            if let Some(name) = source.strip_prefix("mcp:") {
+                resources[index] = mcp_server(name, &["read", &format!("tool{step}")]);
             } else {
                 resources[index] = instruction(&source, &format!("edited at {step}"));
             }
