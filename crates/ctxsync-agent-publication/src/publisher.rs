@@ -609,7 +609,9 @@ impl Deliver {
                     let omitted = request.resources.iter().filter(|r| r.body.is_none());
                     (next, omitted.count())
                 }
-                None => (DeltaBase::of_full(&request), 0),
+                // Digests only matter to a server that takes deltas.
+                None if deltas => (DeltaBase::of_full(&request), 0),
+                None => (DeltaBase::default(), 0),
             };
             let delta = request.delta;
             // Unknown until answered: a push that fails may or may not have been stored.
@@ -638,7 +640,7 @@ impl Deliver {
                         continue;
                     }
                     let accepted = response.accepted;
-                    if accepted {
+                    if accepted && deltas {
                         self.base = Some(next_base);
                         if delta {
                             delta_refusals = 0;
