@@ -54,6 +54,89 @@ pub fn status_kib(pid: u32, key: &str) -> Result<f64> {
         .with_context(|| format!("no {key} in /proc/{pid}/status"))
 }
 
+/// CPU time (user + system) `pid` has used so far, in seconds: `/proc/<pid>/stat` fields
+/// 14 and 15 over the clock tick rate. All its threads; not its children.
+pub fn process_cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesized command name, which may contain spaces; `rest`
+    // starts at field 3 (state), so field n is at index n - 3.
+    let rest = stat.rsplit_once(')').context("malformed stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11).context("no utime")?.parse()?;
+    let stime: u64 = fields.get(12).context("no stime")?.parse()?;
+    Ok((utime + stime) as f64 / clock_ticks_hz())
+}
+
+/// `getconf CLK_TCK` (asked once), else Linux's usual 100.
+pub fn clock_ticks_hz() -> f64 {
+    static HZ: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *HZ.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8(out.stdout).ok()?.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// The whole machine's CPU time from `/proc/stat`'s `cpu` line, in clock ticks summed
+/// over all cores: (busy, total), where idle and iowait are not busy.
+pub fn machine_cpu_ticks() -> Result<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no cpu line in /proc/stat")?;
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let total: u64 = ticks.iter().sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    Ok((total - idle, total))
+}
+
+/// This process's (soft, hard) limits on open files from `/proc/self/limits`;
+/// `unlimited` reads as `u64::MAX`.
+pub fn open_files_limits() -> Option<(u64, u64)> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let mut values = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))?
+        .split_whitespace()
+        .map(|v| match v {
+            "unlimited" => Some(u64::MAX),
+            v => v.parse().ok(),
+        });
+    Some((values.next()??, values.next()??))
+}
+
+/// Raises this process's soft limit on open files to its hard limit (children, such as a
+/// server started afterwards, inherit it), with util-linux's `prlimit` since no `libc`
+/// binding is at hand; best effort. Returns the soft limit in force afterwards.
+pub fn raise_open_files_limit() -> Option<u64> {
+    let (soft, hard) = open_files_limits()?;
+    if soft < hard {
+        let hard = if hard == u64::MAX {
+            "unlimited".to_owned()
+        } else {
+            hard.to_string()
+        };
+        let _ = std::process::Command::new("prlimit")
+            .arg(format!("--pid={}", std::process::id()))
+            .arg(format!("--nofile={hard}:{hard}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    Some(open_files_limits()?.0)
+}
+
 /// The `p`-th percentile (0–100, nearest rank) in milliseconds; NaN without samples.
 pub fn percentile_ms(samples: &[Duration], p: f64) -> f64 {
     if samples.is_empty() {
