@@ -1,12 +1,16 @@
 //! Benchmark (not a test): PushContextState through the real gRPC service on loopback
-//! with 500 resources, on SQLite and PostgreSQL: pushes per second when (a) every
-//! resource changed and (b) only the discovery phase changed, and (b)/(a), which
-//! should be at least 5 because unchanged rows are not rewritten.
+//! with 500 resources, on SQLite and PostgreSQL. The benchmark registers as an agent does
+//! (UpdateStartup) and, when the answer offers delta pushes, sends its unchanged bodies
+//! as digests (`DeltaBase`, the base kept from the pushes the server accepted). Rows, in
+//! pushes per second and in bytes on the wire per push (the request's encoded length):
+//! (a) every body changed, as full pushes; (b) only the discovery phase changed, as
+//! deltas; (c) one body changed per push, as deltas. Targets: (b)/(a) ≥ 20 and
+//! (c)/(a) ≥ 10, because an unchanged body is neither sent nor decoded nor rewritten.
 //!
 //! Reference on PostgreSQL: `pgbench` (one client, on the same freshly migrated database)
 //! running the minimal equivalent SQL transaction — one snapshot upsert and one
 //! 500-row resource upsert with bodies of the same size — and our all-changed rate ÷
-//! its transactions per second (target ≥ 0.5). Without `pgbench` the row says so.
+//! its transactions per second (target ≥ 0.7). Without `pgbench` the row says so.
 //! Every rate is the median of repeated trials.
 //!
 //! `cargo run --release -p ctxsync-persistence --example bench_push -- [--quick]`
@@ -20,17 +24,20 @@ use std::{
 
 use ctxsync_persistence::test_support::{TestStore, serve_agent_api, with_bearer};
 use ctxsync_protocol::{
-    DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody,
-    ResourceStatus, SkillBody, Snapshot, Startup, v1,
+    DELTA_DIGEST_SCHEME, DeltaBase, DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool,
+    Resource, ResourceBody, ResourceStatus, SkillBody, Snapshot, Startup, v1,
 };
+use prost::Message;
 use serde_json::json;
 
 const RESOURCES: usize = 500;
 const RUN_ID: &str = "bench-run";
-/// Required speed-up of phase-only pushes over all-changed pushes.
-const TARGET_RATIO: f64 = 5.0;
+/// Required speed-up of phase-only delta pushes over all-changed pushes.
+const PHASE_ONLY_TARGET: f64 = 20.0;
+/// Required speed-up of one-edit delta pushes over all-changed pushes.
+const ONE_EDIT_TARGET: f64 = 10.0;
 /// Required all-changed rate as a fraction of pgbench's transactions per second.
-const PGBENCH_TARGET: f64 = 0.5;
+const PGBENCH_TARGET: f64 = 0.7;
 
 struct Rounds {
     warmup: usize,
@@ -38,8 +45,8 @@ struct Rounds {
     trials: usize,
     /// Pushes per all-changed trial.
     all_changed: usize,
-    /// Pushes per phase-only trial.
-    phase_only: usize,
+    /// Pushes per phase-only and per one-edit trial.
+    delta_pushes: usize,
     /// Seconds per pgbench trial.
     pgbench_seconds: u32,
 }
@@ -89,36 +96,97 @@ fn resources(generation: usize) -> Vec<Resource> {
         .collect()
 }
 
-fn request(version: u64, generation: usize, phase: DiscoveryPhase) -> v1::PushContextStateRequest {
+/// One planned push: the request as sent, and whether it is a delta.
+struct Planned {
+    request: v1::PushContextStateRequest,
+    delta: bool,
+}
+
+/// Plans pushes the way an agent sends them: full pushes, or (once the server offered
+/// deltas) deltas against the base the last accepted push left. Requests are built and
+/// turned into deltas before any is timed, so the figures are the server's cost (decode,
+/// validation, transaction) and the wire, not the client's digests; every answer is
+/// checked to be an acceptance, so the base each delta was built on is the one the
+/// server holds.
+struct Planner {
+    version: u64,
+    /// The base the server holds once every planned push is accepted.
+    base: DeltaBase,
+    offers_deltas: bool,
+}
+
+impl Planner {
+    fn full(&mut self, snapshot: Snapshot) -> Planned {
+        let request = self.request(snapshot);
+        self.base = DeltaBase::of_full(&request);
+        Planned {
+            request,
+            delta: false,
+        }
+    }
+
+    fn delta(&mut self, snapshot: Snapshot) -> Planned {
+        assert!(self.offers_deltas, "the server did not offer delta pushes");
+        let mut request = self.request(snapshot);
+        self.base = self.base.into_delta(&mut request);
+        Planned {
+            request,
+            delta: true,
+        }
+    }
+
+    fn request(&mut self, mut snapshot: Snapshot) -> v1::PushContextStateRequest {
+        self.version += 1;
+        snapshot.version = self.version;
+        snapshot.initial = self.version == 1;
+        snapshot.into()
+    }
+}
+
+fn snapshot(aggregate_hash: String, resources: Vec<Resource>, phase: DiscoveryPhase) -> Snapshot {
     Snapshot {
-        version,
-        aggregate_hash: format!("{generation:064x}"),
-        resources: resources(generation),
-        initial: version == 1,
-        snapshot_error: None,
+        aggregate_hash,
+        resources,
         agent_run_id: Some(RUN_ID.into()),
         phase,
         ..Default::default()
     }
-    .into()
 }
 
-/// Times `requests` pushed one after another; returns pushes per second.
+/// Changes one resource's body (and its content hash, as an agent's would).
+fn edit(resource: &mut Resource, edit: usize) {
+    let mark = format!(" (edit {edit})");
+    match &mut resource.body {
+        ResourceBody::InstructionFile(b) => b.content.push_str(&mark),
+        ResourceBody::Skill(b) => b.description.push_str(&mark),
+        ResourceBody::McpServer(b) => b.description.push_str(&mark),
+        ResourceBody::McpConfig => unreachable!("the benchmark has no MCP config rows"),
+    }
+    resource.content_hash = format!("{edit:016x}{}", &resource.content_hash[16..]);
+}
+
+/// Pushes `planned` one after another; returns pushes per second.
 async fn measure(
     client: &mut v1::agent_client::AgentClient<tonic::transport::Channel>,
     token: &str,
-    requests: Vec<v1::PushContextStateRequest>,
+    planned: Vec<Planned>,
 ) -> f64 {
-    let count = requests.len();
+    let count = planned.len();
     let started = Instant::now();
-    for request in requests {
-        let accepted = client
+    for Planned { request, delta } in planned {
+        let answer = client
             .push_context_state(with_bearer(request, token))
             .await
             .expect("push failed")
-            .into_inner()
-            .accepted;
-        assert!(accepted, "a benchmark push was dropped");
+            .into_inner();
+        assert!(
+            !answer.delta_base_missing,
+            "a benchmark delta was refused for its base"
+        );
+        assert!(
+            answer.accepted,
+            "a benchmark push (delta: {delta}) was dropped"
+        );
     }
     count as f64 / started.elapsed().max(Duration::from_nanos(1)).as_secs_f64()
 }
@@ -244,19 +312,49 @@ fn pgbench_tps(url: &str, rounds: &Rounds) -> Result<f64, String> {
     Ok(median(rates))
 }
 
-fn emit(name: &str, value: f64, unit: &str, reference: Option<f64>, target: Option<String>) {
+/// A row's target: the least `value / reference` that passes (none: the reference is
+/// shown for comparison only), and its wording.
+struct Target {
+    least: Option<f64>,
+    text: String,
+}
+
+fn emit(name: &str, value: f64, unit: &str, reference: Option<f64>, target: Option<Target>) {
     let ratio = reference.map(|r| value / r);
-    let pass = ratio.map(|r| r >= TARGET_RATIO);
+    let least = target.as_ref().and_then(|t| t.least);
+    let pass = ratio.zip(least).map(|(r, least)| r >= least);
     let line = json!({
         "name": name,
         "value": value,
         "unit": unit,
         "reference": reference,
         "ratio": ratio,
-        "target": target,
+        "target": target.map(|t| t.text),
         "pass": pass,
     });
     println!("{line}");
+}
+
+/// Runs `trials` trials of `pushes` pushes each, planned by `plan`; returns the median
+/// rate and the median encoded request size.
+async fn trials(
+    client: &mut v1::agent_client::AgentClient<tonic::transport::Channel>,
+    token: &str,
+    label: &str,
+    rounds: &Rounds,
+    pushes: usize,
+    mut plan: impl FnMut() -> Planned,
+) -> (f64, f64) {
+    let mut rates = Vec::with_capacity(rounds.trials);
+    let mut sizes = Vec::new();
+    for trial in 0..rounds.trials {
+        let planned: Vec<Planned> = (0..pushes).map(|_| plan()).collect();
+        sizes.extend(planned.iter().map(|p| p.request.encoded_len() as f64));
+        let rate = measure(client, token, planned).await;
+        eprintln!("{label}: trial {}, {pushes} pushes: {rate:.1}/s", trial + 1);
+        rates.push(rate);
+    }
+    (median(rates), median(sizes))
 }
 
 /// Returns the median all-changed rate.
@@ -265,7 +363,9 @@ async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> f64 {
     let mut client = api.client().await;
     let created = db.create_agent("bench").await.expect("create agent");
     let token = created.token.into_string();
-    client
+    // Registered as an agent does before its first push; the answer says whether this
+    // connection may send deltas.
+    let answer = client
         .update_startup(with_bearer(
             v1::UpdateStartupRequest::from(Startup {
                 agent_run_id: Some(RUN_ID.into()),
@@ -274,79 +374,154 @@ async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> f64 {
             &token,
         ))
         .await
-        .expect("startup");
-
-    let mut version = 0u64;
-    let mut next = |generation: usize, phase| {
-        version += 1;
-        request(version, generation, phase)
+        .expect("startup")
+        .into_inner();
+    let mut planner = Planner {
+        version: 0,
+        base: DeltaBase::default(),
+        offers_deltas: answer.delta_digest_scheme == DELTA_DIGEST_SCHEME,
     };
-    // Warm up: first insert of all rows, then a few of each kind.
+    eprintln!(
+        "{backend}: the server offers delta pushes: {}",
+        planner.offers_deltas
+    );
+
+    // Warm up with full pushes: the first inserts every row, the rest rewrite them.
     let warmup: Vec<_> = (0..rounds.warmup)
-        .map(|g| next(g, DiscoveryPhase::Pending))
+        .map(|g| {
+            planner.full(snapshot(
+                format!("{g:064x}"),
+                resources(g),
+                DiscoveryPhase::Pending,
+            ))
+        })
         .collect();
     measure(&mut client, &token, warmup).await;
 
+    // Every body changed: full pushes. A delta would carry every body too (the same
+    // bytes but for its flag) and cost the server the same writes plus its base check.
     let mut generation = rounds.warmup;
-    let mut all_rates = Vec::with_capacity(rounds.trials);
-    for trial in 0..rounds.trials {
-        let all_changed: Vec<_> = (0..rounds.all_changed)
-            .map(|_| {
-                generation += 1;
-                next(generation, DiscoveryPhase::Pending)
-            })
-            .collect();
-        let rate = measure(&mut client, &token, all_changed).await;
-        eprintln!(
-            "{backend}: trial {}, {} pushes, every resource changed: {rate:.1}/s",
-            trial + 1,
-            rounds.all_changed
-        );
-        all_rates.push(rate);
-    }
-    let all_rate = median(all_rates);
+    let (all_rate, all_bytes) = trials(
+        &mut client,
+        &token,
+        &format!("{backend}, every resource changed (full)"),
+        rounds,
+        rounds.all_changed,
+        || {
+            generation += 1;
+            planner.full(snapshot(
+                format!("{generation:064x}"),
+                resources(generation),
+                DiscoveryPhase::Pending,
+            ))
+        },
+    )
+    .await;
 
-    let mut phase_rates = Vec::with_capacity(rounds.trials);
-    for trial in 0..rounds.trials {
-        let phase_only: Vec<_> = (0..rounds.phase_only)
-            .map(|i| {
-                let phase = if i % 2 == 0 {
-                    DiscoveryPhase::Complete
-                } else {
-                    DiscoveryPhase::Pending
-                };
-                next(generation, phase)
-            })
-            .collect();
-        let rate = measure(&mut client, &token, phase_only).await;
-        eprintln!(
-            "{backend}: trial {}, {} pushes, only the phase changed: {rate:.1}/s",
-            trial + 1,
-            rounds.phase_only
-        );
-        phase_rates.push(rate);
-    }
-    let phase_rate = median(phase_rates);
+    // Only the phase changed: every body is left out.
+    let current = resources(generation);
+    let mut phase_pushes = 0usize;
+    let (phase_rate, phase_bytes) = trials(
+        &mut client,
+        &token,
+        &format!("{backend}, only the phase changed (delta)"),
+        rounds,
+        rounds.delta_pushes,
+        || {
+            phase_pushes += 1;
+            let phase = if phase_pushes % 2 == 1 {
+                DiscoveryPhase::Complete
+            } else {
+                DiscoveryPhase::Pending
+            };
+            planner.delta(snapshot(
+                format!("{generation:064x}"),
+                current.clone(),
+                phase,
+            ))
+        },
+    )
+    .await;
 
+    // One resource's body changed per push, a different one each time; the others are
+    // left out.
+    let mut current = current;
+    let mut edits = 0usize;
+    let (edit_rate, edit_bytes) = trials(
+        &mut client,
+        &token,
+        &format!("{backend}, one resource changed (delta)"),
+        rounds,
+        rounds.delta_pushes,
+        || {
+            edits += 1;
+            edit(&mut current[(edits * 7) % RESOURCES], edits);
+            planner.delta(snapshot(
+                format!("{generation:032x}{edits:032x}"),
+                current.clone(),
+                DiscoveryPhase::Complete,
+            ))
+        },
+    )
+    .await;
+
+    let counters = api.metrics();
+    let deltas = (2 * rounds.trials * rounds.delta_pushes) as u64;
+    assert_eq!(counters.pushes_delta, deltas, "{counters:?}");
+    assert_eq!(counters.pushes_delta_base_missing, 0, "{counters:?}");
+
+    let row = |kind: &str| format!("persistence.push_500.{backend}.{kind}");
+    emit(&row("all_changed"), all_rate, "pushes/s", None, None);
     emit(
-        &format!("persistence.push_500.{backend}.all_changed"),
-        all_rate,
-        "pushes/s",
-        None,
-        None,
-    );
-    emit(
-        &format!("persistence.push_500.{backend}.phase_only"),
+        &row("phase_only"),
         phase_rate,
         "pushes/s",
         Some(all_rate),
-        Some(format!(
-            "phase_only / all_changed >= {TARGET_RATIO} (reference: all_changed)"
-        )),
+        Some(Target {
+            least: Some(PHASE_ONLY_TARGET),
+            text: format!(
+                "phase_only (delta) / all_changed >= {PHASE_ONLY_TARGET} (reference: all_changed)"
+            ),
+        }),
+    );
+    emit(
+        &row("one_edit"),
+        edit_rate,
+        "pushes/s",
+        Some(all_rate),
+        Some(Target {
+            least: Some(ONE_EDIT_TARGET),
+            text: format!(
+                "one_edit (delta) / all_changed >= {ONE_EDIT_TARGET} (reference: all_changed)"
+            ),
+        }),
+    );
+    let bytes_target = || {
+        Some(Target {
+            least: None,
+            text: "reference: all_changed bytes per push".into(),
+        })
+    };
+    emit(&row("all_changed.bytes"), all_bytes, "bytes", None, None);
+    emit(
+        &row("phase_only.bytes"),
+        phase_bytes,
+        "bytes",
+        Some(all_bytes),
+        bytes_target(),
+    );
+    emit(
+        &row("one_edit.bytes"),
+        edit_bytes,
+        "bytes",
+        Some(all_bytes),
+        bytes_target(),
     );
     eprintln!(
-        "{backend}: all changed {all_rate:.1}/s, phase only {phase_rate:.1}/s, ratio {:.1}",
-        phase_rate / all_rate
+        "{backend}: all changed {all_rate:.1}/s ({all_bytes} B), phase only {phase_rate:.1}/s \
+         ({phase_bytes} B, ratio {:.1}), one edit {edit_rate:.1}/s ({edit_bytes} B, ratio {:.1})",
+        phase_rate / all_rate,
+        edit_rate / all_rate
     );
     all_rate
 }
@@ -359,7 +534,7 @@ async fn main() {
             warmup: 2,
             trials: 3,
             all_changed: 4,
-            phase_only: 15,
+            delta_pushes: 15,
             pgbench_seconds: 2,
         }
     } else {
@@ -367,7 +542,7 @@ async fn main() {
             warmup: 5,
             trials: 5,
             all_changed: 10,
-            phase_only: 40,
+            delta_pushes: 100,
             pgbench_seconds: 5,
         }
     };
