@@ -493,6 +493,19 @@ impl PooledConn {
         }
     }
 
+    /// Runs `f`, which must issue exactly one statement, outside an explicit
+    /// transaction: one statement is atomic and reads one snapshot on both backends, and
+    /// it saves the `BEGIN` and `COMMIT` round trips of [`Self::read`].
+    pub(crate) fn single_statement<T>(
+        &mut self,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match self {
+            Self::Postgres(conn) => f(&mut Tx::Postgres(conn)),
+            Self::Sqlite(conn) => f(&mut Tx::Sqlite(conn)),
+        }
+    }
+
     /// Runs `f` in one read-only, snapshot-consistent transaction.
     pub(crate) fn read<T>(
         &mut self,

@@ -140,7 +140,7 @@ impl Store {
     pub async fn authenticate(&self, token: &str) -> Result<AgentId, StoreError> {
         let claimed = token::claimed_agent(token)?;
         let stored = self
-            .with_conn(move |conn, _| conn.read(|tx| ops::token_hash(tx, claimed)))
+            .with_conn(move |conn, _| conn.single_statement(|tx| ops::token_hash(tx, claimed)))
             .await?;
         match stored {
             Some(stored) if token::verify(token, &stored) => Ok(claimed),
