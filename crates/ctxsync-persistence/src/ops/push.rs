@@ -152,10 +152,30 @@ pub(crate) fn push(
     on_backend!(tx, |c| upsert.execute(c))?;
     changes.resources = write_resources(tx, agent_id, push, &stored, now)?;
 
-    // 5. Chats: adopt a first pin, then mark or clear dirty against the new hash.
-    adopt_first_pin(tx, agent_id, snapshot, now)?;
-    if changes.aggregate_hash_changed {
-        changes.chats_marked_dirty = mark_chats_dirty(tx, agent_id, &snapshot.aggregate_hash, now)?;
+    // 5. Chats: adopt a first pin, then mark or clear dirty against the new hash. One
+    // read finds what needs writing; most pushes (no chat bound, or none to change) stop
+    // there.
+    let bound: Vec<(ChatId, Option<String>, Option<DbTime>)> = {
+        let query = chats::table.filter(chats::agent_id.eq(agent_id)).select((
+            chats::id,
+            chats::pinned_aggregate_hash,
+            chats::dirty_since,
+        ));
+        on_backend!(tx, |c| query.load(c))?
+    };
+    let unpinned: Vec<ChatId> = bound
+        .iter()
+        .filter(|(_, pin, _)| pin.is_none())
+        .map(|(id, _, _)| *id)
+        .collect();
+    adopt_first_pin(tx, agent_id, snapshot, &unpinned, now)?;
+    let hash = &snapshot.aggregate_hash;
+    let dirt_moves = bound.iter().any(|(_, pin, dirty)| match pin {
+        None => false,
+        Some(pin) => (pin != hash && dirty.is_none()) || (pin == hash && dirty.is_some()),
+    });
+    if changes.aggregate_hash_changed && dirt_moves {
+        changes.chats_marked_dirty = mark_chats_dirty(tx, agent_id, hash, now)?;
     }
 
     if changes.is_change() {
@@ -446,15 +466,9 @@ fn adopt_first_pin(
     tx: &mut Tx<'_>,
     agent_id: AgentId,
     snapshot: &ctxsync_protocol::Snapshot,
+    unpinned: &[ChatId],
     now: DbTime,
 ) -> Result<(), StoreError> {
-    let unpinned: Vec<ChatId> = {
-        let query = chats::table
-            .filter(chats::agent_id.eq(agent_id))
-            .filter(chats::pinned_aggregate_hash.is_null())
-            .select(chats::id);
-        on_backend!(tx, |c| query.load(c))?
-    };
     if unpinned.is_empty() {
         return Ok(());
     }
@@ -463,7 +477,7 @@ fn adopt_first_pin(
         .filter(|r| is_pinned_kind(r.body_kind))
         .map(PinnedCopy::from_stored)
         .collect();
-    for chat_id in unpinned {
+    for &chat_id in unpinned {
         write_pin(
             tx,
             chat_id,
