@@ -2,8 +2,10 @@
 //!
 //! Owns: the diesel schema and migrations for PostgreSQL and embedded SQLite
 //! ([`db::migrations`]), the [`Store`] (agents and tokens, UpdateStartup,
-//! PushContextState, consistent reads, chats and their pinned context, chat turns and
-//! their find_tools activations), change
+//! PushContextState, full or delta — a delta is applied only on the base it names, this
+//! run's rows with those body digests, else refused with nothing written —, consistent
+//! reads, chats and their pinned context, chat turns and their find_tools activations),
+//! change
 //! notifications ([`ChangeEvent`]; in-process for SQLite, LISTEN/NOTIFY across
 //! processes for PostgreSQL), and the gRPC agent API service ([`agent_api`]) that
 //! authenticates, validates with `ctxsync-protocol`, and persists.
