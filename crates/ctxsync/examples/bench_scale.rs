@@ -641,6 +641,34 @@ fn postgres_backends(database: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Brings the database to the state a long-running one is in before the window: the
+/// first pushes just inserted every row (500,000 for 10,000 agents), and without this the
+/// window's first seconds would measure the statistics and checkpoint that bulk load
+/// sets off rather than the steady load. Without `psql` the window starts unsettled, and
+/// stderr says so.
+fn settle(stem: &str, url: &str) {
+    let started = Instant::now();
+    let output = std::process::Command::new("psql")
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", url, "-c"])
+        .arg("VACUUM (ANALYZE) workspace_agent_context_resources")
+        .args(["-c", "CHECKPOINT"])
+        .stdin(std::process::Stdio::null())
+        .output();
+    match output {
+        Ok(out) if out.status.success() => eprintln!(
+            "bench_scale: {stem}: VACUUM (ANALYZE) and CHECKPOINT after the first pushes in {:.1?}",
+            started.elapsed()
+        ),
+        Ok(out) => eprintln!(
+            "bench_scale: {stem}: the database was not settled before the window: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => eprintln!(
+            "bench_scale: {stem}: the database was not settled before the window (psql: {e})"
+        ),
+    }
+}
+
 /// One pass: a server, `load.agents` agents, the measured window; prints the rows under
 /// `pass.stem` and returns the accepted rate (`None` when the pass was skipped).
 async fn run(
@@ -765,6 +793,7 @@ async fn run(
         warming.elapsed()
     );
 
+    settle(stem, &url);
     eprintln!(
         "bench_scale: {stem}: {n} agents pushing every {:?} for {:?}",
         load.interval, load.duration

@@ -1,0 +1,1 @@
+ALTER TABLE workspace_agent_context_resources RESET (fillfactor);

@@ -1,0 +1,2 @@
+-- PostgreSQL's page fill factor has no SQLite equivalent; this keeps both trees alike.
+SELECT 1;
