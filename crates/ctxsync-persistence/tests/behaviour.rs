@@ -2,6 +2,7 @@
 //! backends: every test exists as `sqlite::<name>` and `postgres::<name>`. Behaviour
 //! visible on the wire goes through the real gRPC service on loopback.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -12,30 +13,6 @@ use ctxsync_protocol::DiscoveryPhase::{Complete, Pending, Unspecified};
 use ctxsync_protocol::v1;
 use ctxsync_protocol::v1::context_resource::Body;
 use tonic::Code;
-
-/// Generates `sqlite::$name` and `postgres::$name` for each `async fn $name(Harness)`.
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::$name(crate::common::Harness::sqlite().await).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    if let Some(harness) = crate::common::Harness::postgres().await {
-                        super::$name(harness).await;
-                    }
-                }
-            )*
-        }
-    };
-}
 
 both_backends!(
     phase_and_run_id_round_trip,

@@ -3,6 +3,7 @@
 //! changes of rows whose body stays, and is refused, writing nothing, when the server
 //! lacks its base; the full push that follows is stored.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -10,29 +11,6 @@ use ctxsync_persistence::test_support::with_bearer;
 use ctxsync_persistence::{AgentId, ChangeEvent};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
 use ctxsync_protocol::{DELTA_DIGEST_SCHEME, DeltaBase, Resource, ResourceStatus, Snapshot, v1};
-
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::$name(crate::common::Harness::sqlite().await).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    if let Some(harness) = crate::common::Harness::postgres().await {
-                        super::$name(harness).await;
-                    }
-                }
-            )*
-        }
-    };
-}
 
 both_backends!(
     the_server_offers_deltas_and_a_legacy_full_push_still_works,

@@ -3,6 +3,31 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+/// Generates `sqlite::$name` and `postgres::$name` for each `async fn $name(Harness)`.
+#[allow(unused_macros)] // not every test binary runs on both backends
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(crate::common::Harness::sqlite().await).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    if let Some(harness) = crate::common::Harness::postgres().await {
+                        super::$name(harness).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
 use std::time::Duration;
 
 use ctxsync_persistence::test_support::{TestAgentApi, TestStore, serve_agent_api, with_bearer};
