@@ -4,16 +4,39 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use ctxsync_chat_projection::{ChatContext, EligibleTool, Phase};
+use ctxsync_chat_projection::{AgentPresence, Binding, ChatContext, EligibleTool, Phase};
 use ctxsync_protocol::{McpServerInfo, Resource, ResourceStatus};
 
 use crate::model::*;
 
 /// Builds the panel of `chat_id` from its context: the pin for files and skills, the
 /// projection's view for everything MCP (phase and staleness included, taken as the
-/// view states them).
+/// view states them). The header names the agent's current run; without the stored
+/// snapshot (see [`build_chat_panel`]) it cannot say when the last one arrived.
 pub fn build_panel(chat_id: &str, context: &ChatContext) -> Panel {
+    build(chat_id, context, None, SystemTime::now())
+}
+
+/// [`build_panel`] with the header completed from `live`, the binding the context was
+/// loaded from (`LoadedChat::binding`): which run published the stored snapshot, and
+/// when it arrived.
+pub fn build_chat_panel(chat_id: &str, context: &ChatContext, live: &Binding) -> Panel {
+    build_chat_panel_at(chat_id, context, live, SystemTime::now())
+}
+
+/// [`build_chat_panel`] as of `now` (which only dates the snapshot's age).
+pub fn build_chat_panel_at(
+    chat_id: &str,
+    context: &ChatContext,
+    live: &Binding,
+    now: SystemTime,
+) -> Panel {
+    build(chat_id, context, Some(live), now)
+}
+
+fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: SystemTime) -> Panel {
     let view = context.mcp();
     let state = if view.is_stale() {
         DiscoveryState::Stale
@@ -113,7 +136,7 @@ pub fn build_panel(chat_id: &str, context: &ChatContext) -> Panel {
                     text: diagnostic.clone(),
                 });
             }
-            let tools = tools
+            let tools: Vec<ToolItem> = tools
                 .iter()
                 .filter(|t| t.server == server.name)
                 .map(tool_item)
@@ -130,7 +153,9 @@ pub fn build_panel(chat_id: &str, context: &ChatContext) -> Panel {
             ServerItem {
                 name: server.name.clone(),
                 state,
+                tool_count: tools.len(),
                 tools,
+                total_ms: timings.map(Timings::total_ms),
                 diagnostic: server.diagnostic.clone(),
                 connection: ServerItem::connection_line(
                     protocol_version.as_deref(),
@@ -151,6 +176,25 @@ pub fn build_panel(chat_id: &str, context: &ChatContext) -> Panel {
         DiscoveryState::Pending | DiscoveryState::Unknown if servers.is_empty() => None,
         DiscoveryState::Pending | DiscoveryState::Unknown => Some(servers),
     };
+    let summary = servers.as_deref().map(McpSummary::of);
+    let header = header(view.agent(), view.current_run(), live, now);
+    let mut banner = Banner::new(state).waiting(
+        view.pending_servers()
+            .iter()
+            .map(|s| WaitingServer::new(&s.name, s.elapsed_ms)),
+    );
+    if state == DiscoveryState::Stale {
+        banner = match view.agent() {
+            AgentPresence::Missing | AgentPresence::Unbound => banner.explained(
+                Some(MISSING_AGENT_REASON.into()),
+                Some(MISSING_AGENT_ADVICE.into()),
+            ),
+            AgentPresence::NoSnapshot | AgentPresence::Reported => {
+                let reason = stale_reason(&header);
+                banner.explained(Some(reason), Some(STALE_ADVICE.into()))
+            }
+        };
+    }
 
     let dirty = context.is_dirty().then(|| DirtyNotice {
         text: "The workspace context changed since this chat pinned it.".into(),
@@ -168,20 +212,135 @@ pub fn build_panel(chat_id: &str, context: &ChatContext) -> Panel {
             phase: view.phase(),
             stale: view.is_stale(),
         },
-        discovery: Banner::new(state).waiting(
-            view.pending_servers()
-                .iter()
-                .map(|s| WaitingServer::new(&s.name, s.elapsed_ms)),
-        ),
+        discovery: banner,
         dirty,
         snapshot_error: view.snapshot_error().map(str::to_owned),
         files,
         skills,
-        mcp: McpSection { configs, servers },
+        mcp: McpSection {
+            configs,
+            servers,
+            summary,
+        },
         issues,
+        header,
     };
     panel.tone = panel.compute_tone();
     panel
+}
+
+/// The header from the projection's word on the agent and, when given, the stored
+/// snapshot the context was loaded with.
+fn header(
+    agent: AgentPresence,
+    current_run: Option<&str>,
+    live: Option<&Binding>,
+    now: SystemTime,
+) -> PanelHeader {
+    let agent = match agent {
+        AgentPresence::Unbound => AgentStatus::Unbound,
+        AgentPresence::Missing => AgentStatus::Missing,
+        AgentPresence::NoSnapshot => AgentStatus::NoSnapshot,
+        AgentPresence::Reported => AgentStatus::Reported,
+    };
+    let snapshot = match live {
+        Some(Binding::Agent(state)) if agent == AgentStatus::Reported => state.snapshot.as_ref(),
+        _ => None,
+    };
+    let run_id = current_run.map(str::to_owned);
+    let snapshot_run_id = snapshot
+        .map(|s| s.agent_run_id.clone())
+        .filter(|r| !r.is_empty());
+    let received = snapshot.and_then(|s| s.received_at);
+    let last_snapshot_at = received.map(rfc3339);
+    let last_snapshot_age_s =
+        received.map(|at| now.duration_since(at).map_or(0, |age| age.as_secs()));
+    let mut text = match agent {
+        AgentStatus::Unbound => "No agent is bound to this chat.".to_owned(),
+        AgentStatus::Missing => "The agent bound to this chat no longer exists.".to_owned(),
+        AgentStatus::NoSnapshot | AgentStatus::Reported => match &run_id {
+            Some(run) => format!("Agent run {}", short_run_id(run)),
+            None => "Agent (reports no run id)".to_owned(),
+        },
+    };
+    match (agent, &last_snapshot_at, last_snapshot_age_s) {
+        (AgentStatus::NoSnapshot, _, _) => text.push_str(" · no snapshot yet"),
+        (AgentStatus::Reported, Some(at), Some(age)) => {
+            text.push_str(&format!(
+                " · last snapshot {} ({})",
+                human_time(at),
+                age_text(age)
+            ));
+        }
+        _ => {}
+    }
+    PanelHeader {
+        agent,
+        run_id_short: run_id.as_deref().map(short_run_id),
+        run_id,
+        snapshot_run_id_short: snapshot_run_id.as_deref().map(short_run_id),
+        snapshot_run_id,
+        last_snapshot_at,
+        last_snapshot_age_s,
+        text,
+    }
+}
+
+/// Why a stale panel withholds tools, naming the runs when they are known.
+fn stale_reason(header: &PanelHeader) -> String {
+    match (&header.snapshot_run_id_short, &header.run_id_short) {
+        (Some(old), Some(new)) => format!(
+            "The tools on record were published by an earlier agent process (run {old}). \
+             The agent has restarted since as run {new}, which has not published its own tools yet."
+        ),
+        (None, Some(new)) => format!(
+            "The tools on record were published by an earlier agent process. \
+             The agent has restarted since as run {new}, which has not published its own tools yet."
+        ),
+        _ => STALE_REASON.to_owned(),
+    }
+}
+
+/// `12 s ago`, `3 min ago`, `2 h ago`, `4 d ago`; `just now` under a second.
+pub(crate) fn age_text(seconds: u64) -> String {
+    match seconds {
+        0 => "just now".to_owned(),
+        s if s < 60 => format!("{s} s ago"),
+        s if s < 3600 => format!("{} min ago", s / 60),
+        s if s < 86_400 => format!("{} h ago", s / 3600),
+        s => format!("{} d ago", s / 86_400),
+    }
+}
+
+/// `2026-12-03T11:00:00Z` → `2026-12-03 11:00:00 UTC`.
+pub(crate) fn human_time(rfc3339: &str) -> String {
+    match rfc3339.strip_suffix('Z') {
+        Some(rest) => format!("{} UTC", rest.replacen('T', " ", 1)),
+        None => rfc3339.to_owned(),
+    }
+}
+
+/// A time as RFC 3339 in UTC, whole seconds (`2026-12-03T11:00:00Z`); times before 1970
+/// are given as the epoch.
+pub(crate) fn rfc3339(at: SystemTime) -> String {
+    let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, of_day) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (proleptic Gregorian), by 400-year eras.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
 }
 
 /// A tool as the panel lists it: name, title when set, and the explicit hints its server

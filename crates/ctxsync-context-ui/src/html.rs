@@ -28,7 +28,10 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// The panel alone: `<section id="context-panel">…</section>`.
+/// The panel alone: `<section id="context-panel">…</section>`. It carries no clock of its
+/// own: the snapshot's time is absolute (`<time datetime>`) and a pending server's wait is
+/// in whole seconds (`data-elapsed-s`); the page's script counts both on, so an unchanged
+/// panel renders the same HTML and the event stream does not re-send it.
 pub fn render_fragment(panel: &Panel) -> String {
     let mut h = String::new();
     let tone = panel.tone.as_str();
@@ -37,14 +40,8 @@ pub fn render_fragment(panel: &Panel) -> String {
         r#"<section id="context-panel" class="panel tone-{tone}" data-tone="{tone}" data-discovery="{state}" aria-label="Chat context">"#,
         state = discovery_state_name(panel.discovery.state),
     );
-    let _ = write!(
-        h,
-        r#"<div class="banner banner-{}" role="status" aria-live="polite">{}"#,
-        discovery_state_name(panel.discovery.state),
-        escape(&panel.discovery.text)
-    );
-    waiting_list(&mut h, &panel.discovery);
-    h.push_str("</div>");
+    header_facts(&mut h, panel);
+    banner(&mut h, &panel.discovery);
     if let Some(dirty) = &panel.dirty {
         let _ = write!(
             h,
@@ -71,10 +68,102 @@ pub fn render_fragment(panel: &Panel) -> String {
     h
 }
 
+/// The header's facts: the agent's run (short), the snapshot's run when it is an earlier
+/// one, when the last snapshot arrived, and the tool counts.
+fn header_facts(h: &mut String, panel: &Panel) {
+    let header = &panel.header;
+    h.push_str(r#"<dl class="facts">"#);
+    let run = match (header.agent, &header.run_id, &header.run_id_short) {
+        (AgentStatus::Unbound, _, _) => "none: no agent is bound to this chat".to_owned(),
+        (AgentStatus::Missing, _, _) => "none: the agent no longer exists".to_owned(),
+        (_, Some(full), Some(short)) => format!(
+            r#"<code class="run-id" title="{}">{}</code>"#,
+            escape(full),
+            escape(short)
+        ),
+        _ => "not reported (an older agent)".to_owned(),
+    };
+    fact(h, "fact-run", "Agent run", &run);
+    if panel.discovery.state == DiscoveryState::Stale
+        && let (Some(full), Some(short)) = (&header.snapshot_run_id, &header.snapshot_run_id_short)
+        && header.snapshot_run_id != header.run_id
+    {
+        fact(
+            h,
+            "fact-snapshot-run",
+            "Snapshot from run",
+            &format!(
+                r#"<code class="run-id" title="{}">{}</code> <span class="badge badge-stale">earlier process</span>"#,
+                escape(full),
+                escape(short)
+            ),
+        );
+    }
+    let when = match (&header.last_snapshot_at, header.agent) {
+        (Some(at), _) => Some(format!(
+            r#"<time class="relative" datetime="{}" title="{}">{}</time>"#,
+            escape(at),
+            escape(&crate::builder::human_time(at)),
+            escape(&crate::builder::human_time(at))
+        )),
+        (None, AgentStatus::NoSnapshot) => Some("none yet".to_owned()),
+        (None, AgentStatus::Unbound | AgentStatus::Missing) => Some("none".to_owned()),
+        (None, AgentStatus::Reported) => None,
+    };
+    if let Some(when) = when {
+        fact(h, "fact-snapshot", "Last snapshot", &when);
+    }
+    let tools = match (&panel.mcp.summary, panel.discovery.state) {
+        (Some(summary), _) => escape(&summary.text),
+        (None, DiscoveryState::Stale) => "withheld".to_owned(),
+        (None, _) => "not known yet".to_owned(),
+    };
+    fact(h, "fact-tools", "MCP tools", &tools);
+    h.push_str("</dl>");
+}
+
+/// One `<dt>`/`<dd>` pair; `html` is already escaped.
+fn fact(h: &mut String, class: &str, label: &str, html: &str) {
+    let _ = write!(
+        h,
+        r#"<div class="fact {class}"><dt>{}</dt><dd>{html}</dd></div>"#,
+        escape(label)
+    );
+}
+
+/// The discovery banner, a polite live region: its sentence with the servers it waits
+/// for, then why and what to do when it says so.
+fn banner(h: &mut String, banner: &Banner) {
+    let _ = write!(
+        h,
+        r#"<div class="banner banner-{}" role="status" aria-live="polite"><p class="banner-text">{}"#,
+        discovery_state_name(banner.state),
+        escape(&banner.text)
+    );
+    waiting_list(h, banner);
+    h.push_str("</p>");
+    if let Some(reason) = &banner.reason {
+        let _ = write!(
+            h,
+            r#"<p class="banner-reason"><strong>Why:</strong> {}</p>"#,
+            escape(reason)
+        );
+    }
+    if let Some(advice) = &banner.advice {
+        let _ = write!(
+            h,
+            r#"<p class="banner-advice"><strong>What to do:</strong> {}</p>"#,
+            escape(advice)
+        );
+    }
+    h.push_str("</div>");
+}
+
 /// ` Waiting for: github (4 s), jira (12 s), and 3 more.` inside the banner, when it
 /// names servers; each name is an element of its own, for tests and styling. Whole
 /// seconds only: the event stream re-sends a panel only when its HTML changes, so a
-/// waiting panel updates once per second at most, not on every re-read.
+/// waiting panel updates once per second at most, not on every re-read. The page's
+/// script counts each wait on from `data-elapsed-s` between updates.
 fn waiting_list(h: &mut String, banner: &Banner) {
     if banner.waiting_for.is_empty() {
         return;
@@ -86,8 +175,9 @@ fn waiting_list(h: &mut String, banner: &Banner) {
         }
         let _ = write!(
             h,
-            r#"<span class="waiting-server"><code>{}</code> ({})</span>"#,
+            r#"<span class="waiting-server"><code>{}</code> (<span class="elapsed" data-elapsed-s="{}">{}</span>)</span>"#,
             escape(&server.name),
+            server.elapsed_ms / 1000,
             escape(&server.elapsed)
         );
     }
@@ -222,7 +312,10 @@ fn mcp_section(h: &mut String, panel: &Panel) {
             h.push_str(r#"<p class="empty">No MCP servers are declared.</p>"#);
         }
         Some(servers) => {
-            h.push_str(r#"<ul aria-label="MCP servers">"#);
+            h.push_str(
+                r#"<div class="tool-filter" role="search" aria-label="Tools"><label for="tool-filter">Filter tools</label> <input id="tool-filter" type="search" autocomplete="off" spellcheck="false" placeholder="name or description" aria-describedby="tool-filter-count"> <span id="tool-filter-count" class="filter-count" aria-live="polite"></span></div>"#,
+            );
+            h.push_str(r#"<ul class="servers" aria-label="MCP servers">"#);
             for server in servers {
                 let (class, badge) = match server.state {
                     ServerState::Tools => ("tools", plural(server.tools.len(), "tool", "tools")),
@@ -231,15 +324,16 @@ fn mcp_section(h: &mut String, panel: &Panel) {
                 };
                 let _ = write!(
                     h,
-                    r#"<li class="server server-{class}"><strong>{}</strong> <span class="badge badge-{class}">{badge}</span>"#,
+                    r#"<li class="server server-{class}"><strong class="server-name">{}</strong> <span class="badge badge-{class}">{badge}</span>"#,
                     escape(&server.name)
                 );
+                if let Some(total) = server.total_ms {
+                    let _ = write!(h, r#" <span class="timing">ready in {total} ms</span>"#);
+                }
                 if let Some(connection) = &server.connection {
                     let _ = write!(
                         h,
-                        r#" <span class="connection" aria-label="Connection of {}: {}">{}</span>"#,
-                        escape(&server.name),
-                        escape(connection),
+                        r#" <span class="connection">{}</span>"#,
                         escape(connection)
                     );
                 }
@@ -264,6 +358,7 @@ fn mcp_section(h: &mut String, panel: &Panel) {
                 h.push_str("</li>");
             }
             h.push_str("</ul>");
+            h.push_str(r#"<p class="no-match" hidden>No tool matches the filter.</p>"#);
         }
     }
     h.push_str("</details>");
@@ -272,7 +367,11 @@ fn mcp_section(h: &mut String, panel: &Panel) {
 /// One tool: its name, its title when set, its hint badges (each saying it is the
 /// server's unverified hint), its description.
 fn tool_entry(h: &mut String, tool: &ToolItem) {
-    let _ = write!(h, r#"<li class="tool"><code>{}</code>"#, escape(&tool.name));
+    let _ = write!(
+        h,
+        r#"<li class="tool"><code class="tool-name">{}</code>"#,
+        escape(&tool.name)
+    );
     if let Some(title) = &tool.title {
         let _ = write!(
             h,
@@ -328,36 +427,72 @@ pub const PAGE_STYLE_PATH: &str = "/static/page.css";
 /// Where the server serves [`PAGE_SCRIPT`] (`text/javascript`).
 pub const PAGE_SCRIPT_PATH: &str = "/static/page.js";
 
-/// The page's stylesheet.
+/// The page's stylesheet. Text colours keep a contrast of at least 4.5:1 on their
+/// backgrounds (WCAG AA).
 pub const PAGE_STYLE: &str = r#"
-body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 56rem; padding: 1rem; color: #1d1d1f; }
-.panel { border: 2px solid #8a8a8a; border-radius: 8px; padding: 0.75rem 1rem; }
+* { box-sizing: border-box; }
+[hidden] { display: none !important; }
+body { font-family: system-ui, sans-serif; line-height: 1.45; margin: 0 auto; max-width: 60rem; padding: 1rem; color: #1d1d1f; background: #fff; }
+.page-header { display: flex; flex-wrap: wrap; align-items: baseline; gap: 0.25rem 1rem; margin-bottom: 0.75rem; }
+.page-header h1 { font-size: 1.5rem; margin: 0; }
+.page-sub { margin: 0; color: #444; }
+.agent-name { color: #1d1d1f; font-size: 1.1rem; }
+.panel { border: 2px solid #767676; border-radius: 8px; padding: 0.75rem 1rem; }
 .panel.tone-ok { border-color: #2f8f46; } .panel.tone-warning { border-color: #b7791f; } .panel.tone-error { border-color: #c53030; }
-.banner { font-weight: 600; padding: 0.5rem; border-radius: 4px; background: #f1f1f1; }
-.banner-pending, .banner-stale, .banner-unknown { background: #fff4d6; } .banner-complete, .banner-complete-no-servers { background: #e3f5e8; }
+.facts { display: flex; flex-wrap: wrap; gap: 0.25rem 2rem; margin: 0 0 0.75rem; }
+.fact dt { font-size: 0.75rem; text-transform: uppercase; letter-spacing: 0.04em; color: #555; }
+.fact dd { margin: 0; font-weight: 600; }
+.banner { padding: 0.5rem 0.75rem; border-radius: 4px; background: #f1f1f1; border-left: 6px solid #767676; }
+.banner p { margin: 0.15rem 0; }
+.banner-text { font-weight: 600; }
+.banner-pending, .banner-unknown { background: #fff4d6; border-left-color: #b7791f; }
+.banner-stale { background: #ffe8d6; border-left-color: #c05621; }
+.banner-complete, .banner-complete-no-servers { background: #e3f5e8; border-left-color: #2f8f46; }
 .dirty, .snapshot-error { margin-top: 0.5rem; padding: 0.5rem; background: #fde8e8; border-radius: 4px; }
 summary h2 { display: inline; font-size: 1.1rem; }
 .section { margin-top: 0.75rem; }
-.badge { font-size: 0.8rem; padding: 0 0.4rem; border-radius: 999px; background: #e2e2e2; }
+.section h3 { font-size: 1rem; margin: 0.5rem 0 0.25rem; }
+.badge { font-size: 0.8rem; padding: 0 0.4rem; border-radius: 999px; background: #e2e2e2; white-space: nowrap; }
 .badge-failed, .badge-invalid, .badge-unreadable { background: #fbd5d5; } .badge-no-tools { background: #e8eefc; }
-.issue-error .kind { color: #c53030; font-weight: 600; } .issue-warning .kind { color: #b7791f; font-weight: 600; }
+.badge-tools { background: #e3f5e8; } .badge-stale { background: #ffe8d6; font-weight: normal; }
+.issue-error .kind { color: #b42318; font-weight: 600; } .issue-warning .kind { color: #8a4b00; font-weight: 600; }
 .wrap { white-space: pre-wrap; overflow-wrap: anywhere; word-break: break-word; }
 code { overflow-wrap: anywhere; }
 .link-form button { font: inherit; padding: 0.5rem 1rem; }
 .reconnecting { padding: 0.5rem; background: #fff4d6; border-radius: 4px; }
 .waiting { font-weight: normal; }
-.connection { font-size: 0.8rem; color: #555; } .tool-title { font-style: italic; }
-.badge-hint { border: 1px dashed #8a8a8a; margin-left: 0.2rem; } .hint-read-only { background: #e3f5e8; }
+.servers { list-style: none; padding: 0; margin: 0; }
+.server { border-top: 1px solid #ddd; padding: 0.5rem 0; }
+.server-name { font-size: 1.05rem; }
+.connection, .timing { font-size: 0.8rem; color: #555; }
+.connection, .server .diagnostic { display: block; }
+.server-failed .diagnostic { color: #9b1c1c; }
+.tools { margin: 0.35rem 0 0; padding-left: 1.25rem; }
+.tool { margin: 0.2rem 0; }
+.tool-name { font-weight: 600; }
+.tool-title { font-style: italic; } .description { color: #444; }
+.badge-hint { border: 1px dashed #767676; margin-left: 0.2rem; } .hint-read-only { background: #e3f5e8; }
 .hint-destructive { background: #fbd5d5; } .hint-open-world { background: #e8eefc; }
+.tool-filter { display: flex; flex-wrap: wrap; align-items: center; gap: 0.5rem; margin: 0.25rem 0 0.5rem; }
+.tool-filter label { font-weight: 600; }
+.tool-filter input { font: inherit; padding: 0.25rem 0.5rem; border: 1px solid #767676; border-radius: 4px; min-width: 16rem; }
+.tool-filter input::placeholder { color: #595959; }
+.filter-count { color: #555; font-size: 0.9rem; }
+.no-match { color: #444; font-style: italic; }
 "#;
 
-/// The page's script: follows the chat's server-sent events and runs the refresh action.
+/// The page's script: follows the chat's server-sent events, runs the refresh action,
+/// counts the snapshot's age and the pending servers' waits on every second, and filters
+/// the tool list by what the person types.
 ///
 /// When the event stream fails — its replica went away, or a reconnect was answered with
 /// an HTTP error, after which an `EventSource` gives up for good — the script closes it,
 /// shows a "reconnecting" notice and opens a new one after a backoff (0.5 s doubling to
 /// 10 s, back to 0.5 s once a stream opens). A new stream starts with the current panel,
 /// so nothing that changed while disconnected is missed.
+///
+/// A new panel replaces the old one in place: open sections stay open, and the filter
+/// keeps its text (and focus) and is applied to the new tool list at once.
 pub const PAGE_SCRIPT: &str = r#"
 (function () {
   const root = document.getElementById('panel-root');
@@ -365,13 +500,88 @@ pub const PAGE_SCRIPT: &str = r#"
   const chat = root.dataset.chat;
   const FIRST_RETRY_MS = 500;
   const MAX_RETRY_MS = 10000;
+  // When the panel on show arrived: the pending servers' waits count on from here.
+  let shownAt = Date.now();
+  // What the person typed into the tool filter; outlives every panel swap.
+  let filterText = '';
   function openSections() {
     return new Set(Array.from(root.querySelectorAll('details[open]')).map(d => d.id));
   }
   function swap(html, open) {
+    const old = root.querySelector('#tool-filter');
+    const focused = old !== null && document.activeElement === old;
+    const start = focused ? old.selectionStart : null;
+    const end = focused ? old.selectionEnd : null;
     root.innerHTML = html;
+    shownAt = Date.now();
     root.querySelectorAll('details').forEach(d => { d.open = open.has(d.id); });
+    const input = root.querySelector('#tool-filter');
+    if (input) {
+      input.value = filterText;
+      if (focused) {
+        input.focus();
+        try { input.setSelectionRange(start, end); } catch (e) { /* not a text field */ }
+      }
+    }
+    applyFilter();
+    tick();
   }
+  function text(element, selector) {
+    const found = element.querySelector(selector);
+    return found ? found.textContent : '';
+  }
+  // Shows the tools whose name, title or description holds the filter text (any case),
+  // and the servers with at least one of them; everything when the filter is empty.
+  function applyFilter() {
+    const query = filterText.trim().toLowerCase();
+    let shown = 0;
+    let total = 0;
+    root.querySelectorAll('li.server').forEach(server => {
+      let matches = 0;
+      server.querySelectorAll('li.tool').forEach(tool => {
+        total += 1;
+        const haystack = [text(tool, '.tool-name'), text(tool, '.tool-title'), text(tool, '.description')]
+          .join(' ').toLowerCase();
+        const hit = query === '' || haystack.includes(query);
+        tool.hidden = !hit;
+        if (hit) { matches += 1; shown += 1; }
+      });
+      server.hidden = query !== '' && matches === 0;
+    });
+    const count = root.querySelector('#tool-filter-count');
+    if (count) {
+      count.textContent = query === '' ? '' :
+        shown + ' of ' + total + (total === 1 ? ' tool matches' : ' tools match');
+    }
+    const none = root.querySelector('.no-match');
+    if (none) none.hidden = query === '' || shown > 0;
+  }
+  function ago(seconds) {
+    if (seconds < 1) return 'just now';
+    if (seconds < 60) return seconds + ' s ago';
+    if (seconds < 3600) return Math.floor(seconds / 60) + ' min ago';
+    if (seconds < 86400) return Math.floor(seconds / 3600) + ' h ago';
+    return Math.floor(seconds / 86400) + ' d ago';
+  }
+  // Every second: the snapshot's age from its absolute time, and each pending server's
+  // wait from the whole seconds the panel carried when it arrived.
+  function tick() {
+    const now = Date.now();
+    root.querySelectorAll('time.relative[datetime]').forEach(time => {
+      const at = Date.parse(time.getAttribute('datetime'));
+      if (!isNaN(at)) time.textContent = ago(Math.floor((now - at) / 1000));
+    });
+    const since = Math.max(0, Math.floor((now - shownAt) / 1000));
+    root.querySelectorAll('.elapsed[data-elapsed-s]').forEach(span => {
+      const seconds = Number(span.dataset.elapsedS) + since;
+      span.textContent = seconds < 1 ? '<1 s' : seconds + ' s';
+    });
+  }
+  root.addEventListener('input', function (event) {
+    if (event.target.id !== 'tool-filter') return;
+    filterText = event.target.value;
+    applyFilter();
+  });
   root.addEventListener('click', function (event) {
     const button = event.target.closest('button.refresh');
     if (!button) return;
@@ -413,32 +623,57 @@ pub const PAGE_SCRIPT: &str = r#"
       retryMs = Math.min(retryMs * 2, MAX_RETRY_MS);
     });
   }
+  tick();
+  setInterval(tick, 1000);
   connect();
 })();
 "#;
 
-/// The whole page for a person's browser. Its script ([`PAGE_SCRIPT`]) keeps the panel
-/// current from the chat's server-sent events, keeping open sections open.
+/// The whole page for a person's browser ([`render_page_for`] without an agent name).
 pub fn render_page(panel: &Panel) -> String {
+    render_page_for(panel, None)
+}
+
+/// The whole page for a person's browser: a header naming the chat's agent (when the
+/// caller knows its name), then the panel. Its script ([`PAGE_SCRIPT`]) keeps the panel
+/// current from the chat's server-sent events, keeping open sections open and the tool
+/// filter applied.
+pub fn render_page_for(panel: &Panel, agent_name: Option<&str>) -> String {
+    let chat = escape(&panel.chat_id);
+    let (title, sub) = match agent_name {
+        Some(name) => (
+            format!("{} · chat context · ctxsync", escape(name)),
+            format!(
+                r#"Agent <strong class="agent-name">{}</strong> · chat <code>{chat}</code>"#,
+                escape(name)
+            ),
+        ),
+        None => (
+            format!("chat {chat} · ctxsync"),
+            format!("Chat <code>{chat}</code>"),
+        ),
+    };
     format!(
         r#"<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>ctxsync · chat {chat}</title>
+<title>{title}</title>
 <link rel="stylesheet" href="{PAGE_STYLE_PATH}">
 <script src="{PAGE_SCRIPT_PATH}" defer></script>
 </head>
 <body>
-<main>
+<header class="page-header">
 <h1>Chat context</h1>
+<p class="page-sub">{sub}</p>
+</header>
+<main>
 <div id="panel-root" data-chat="{chat}">{fragment}</div>
 </main>
 </body>
 </html>
 "#,
-        chat = escape(&panel.chat_id),
         fragment = render_fragment(panel),
     )
 }

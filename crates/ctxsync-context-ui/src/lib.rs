@@ -17,10 +17,10 @@ mod html;
 mod model;
 mod text;
 
-pub use builder::build_panel;
+pub use builder::{build_chat_panel, build_chat_panel_at, build_panel};
 pub use html::{
     PAGE_SCRIPT, PAGE_SCRIPT_PATH, PAGE_STYLE, PAGE_STYLE_PATH, escape, render_fragment,
-    render_page,
+    render_page, render_page_for,
 };
 pub use model::*;
 pub use text::render_text;

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 /// Everything the context panel shows for one chat.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Panel {
     pub chat_id: String,
     /// The overall tone: the worst of the issues, the banner and the snapshot error.
@@ -20,9 +21,65 @@ pub struct Panel {
     pub skills: Vec<SkillItem>,
     pub mcp: McpSection,
     pub issues: Vec<IssueItem>,
+    /// Who reports this context and how recent it is: the header line.
+    pub header: PanelHeader,
+}
+
+/// Characters of a run id the panel shows (the whole id is in [`PanelHeader::run_id`]).
+pub const SHORT_RUN_ID_CHARS: usize = 8;
+
+/// A run id as the panel shows it: its first [`SHORT_RUN_ID_CHARS`] characters.
+pub fn short_run_id(run_id: &str) -> String {
+    run_id.chars().take(SHORT_RUN_ID_CHARS).collect()
+}
+
+/// The panel's header: which agent process reports the chat's context and when its last
+/// snapshot arrived. The page shows the snapshot's age counting on in the browser from
+/// [`Self::last_snapshot_at`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PanelHeader {
+    /// Whether the chat has an agent and whether it has published.
+    pub agent: AgentStatus,
+    /// The run id of the agent process running now; `None` without an agent and for a
+    /// legacy agent (which reports no run id).
+    pub run_id: Option<String>,
+    /// [`Self::run_id`] shortened to [`SHORT_RUN_ID_CHARS`] characters, for display.
+    pub run_id_short: Option<String>,
+    /// The run id of the agent process that published the stored snapshot; differs from
+    /// [`Self::run_id`] when the snapshot is stale. `None` before the first snapshot, for
+    /// a legacy process, and when the caller did not give the stored snapshot.
+    pub snapshot_run_id: Option<String>,
+    /// [`Self::snapshot_run_id`] shortened like [`Self::run_id_short`].
+    pub snapshot_run_id_short: Option<String>,
+    /// When the server stored the last snapshot (RFC 3339, UTC, whole seconds); `None`
+    /// before the first snapshot and when the caller did not give it.
+    pub last_snapshot_at: Option<String>,
+    /// The snapshot's age in whole seconds when this panel was built.
+    pub last_snapshot_age_s: Option<u64>,
+    /// The header on one line, e.g. `Agent run 1a2b3c4d · last snapshot
+    /// 2026-12-03 11:00:00 UTC (12 s ago)`.
+    pub text: String,
+}
+
+/// Whether a chat has an agent and whether that agent has published a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum AgentStatus {
+    /// The chat is bound to no agent.
+    Unbound,
+    /// The chat's agent no longer exists.
+    Missing,
+    /// The agent exists but has not published a snapshot yet.
+    NoSnapshot,
+    /// The agent has a stored snapshot (of its current process or, when stale, of an
+    /// earlier one).
+    Reported,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Tone {
     Ok,
@@ -42,6 +99,7 @@ impl Tone {
 
 /// The chat projection's phase and `stale` verdict, as it decided them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DiscoveryWords {
     pub phase: Phase,
     pub stale: bool,
@@ -50,6 +108,7 @@ pub struct DiscoveryWords {
 /// Where discovery stands, as the person should read it: the banner's choice among the
 /// projection's phase and `stale` verdict (never decided here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum DiscoveryState {
     /// Discovery is still initializing (also before the agent's first snapshot).
@@ -65,6 +124,7 @@ pub enum DiscoveryState {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Banner {
     pub state: DiscoveryState,
     pub text: String,
@@ -75,7 +135,25 @@ pub struct Banner {
     pub waiting_for: Vec<WaitingServer>,
     /// Servers still connecting beyond those listed.
     pub waiting_more: usize,
+    /// Why the banner says what it says, in plain words (set when stale: whose tools are
+    /// withheld and why); `None` when the text says it all.
+    pub reason: Option<String>,
+    /// What the person can do about it (set when stale); `None` when nothing is needed.
+    pub advice: Option<String>,
 }
+
+/// Why a stale panel withholds tools, when the run ids are not known.
+pub const STALE_REASON: &str = "The tools on record were published by an earlier agent process. \
+The agent has restarted since, and its new process has not published its own tools yet.";
+/// What to do about a stale panel.
+pub const STALE_ADVICE: &str = "Wait a few seconds for the agent to publish its tools. If nothing \
+changes, check that the agent is running and can reach the server, or restart it.";
+/// Why a panel whose agent is gone withholds tools.
+pub const MISSING_AGENT_REASON: &str =
+    "The agent this chat is bound to no longer exists, so none of its tools can be offered.";
+/// What to do when the chat's agent is gone.
+pub const MISSING_AGENT_ADVICE: &str =
+    "Bind this chat to a running agent, or start a new chat with one.";
 
 /// Servers named in the banner's waiting list before "and N more".
 pub const MAX_WAITING_LISTED: usize = 10;
@@ -84,6 +162,7 @@ pub const MAX_WAITING_NAME_CHARS: usize = 40;
 
 /// A server the banner says discovery is waiting for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WaitingServer {
     /// The server's name, shortened to [`MAX_WAITING_NAME_CHARS`].
     pub name: String,
@@ -134,13 +213,26 @@ impl Banner {
                 Tone::Warning,
             ),
         };
+        let (reason, advice) = match state {
+            DiscoveryState::Stale => (Some(STALE_REASON.into()), Some(STALE_ADVICE.into())),
+            _ => (None, None),
+        };
         Self {
             state,
             text: text.into(),
             tone,
             waiting_for: Vec::new(),
             waiting_more: 0,
+            reason,
+            advice,
         }
+    }
+
+    /// The banner with its [`Self::reason`] and [`Self::advice`] replaced.
+    pub fn explained(mut self, reason: Option<String>, advice: Option<String>) -> Self {
+        self.reason = reason;
+        self.advice = advice;
+        self
     }
 
     /// The banner naming the servers discovery is waiting for (bounded as
@@ -178,6 +270,7 @@ impl Banner {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DirtyNotice {
     pub text: String,
     /// The request that re-pins the chat's context.
@@ -185,6 +278,7 @@ pub struct DirtyNotice {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Action {
     pub label: String,
     pub method: String,
@@ -193,6 +287,7 @@ pub struct Action {
 
 /// Context files of one directory, in source order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FileGroup {
     /// The directory relative to the workspace ("." for the top level).
     pub directory: String,
@@ -200,6 +295,7 @@ pub struct FileGroup {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FileItem {
     pub name: String,
     pub source: String,
@@ -208,6 +304,7 @@ pub struct FileItem {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SkillItem {
     pub name: String,
     pub description: String,
@@ -216,14 +313,81 @@ pub struct SkillItem {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct McpSection {
     pub configs: Vec<ConfigItem>,
     /// `None` while the server list is not known yet (pending with nothing found, or
     /// withheld): the panel then shows the banner, never an empty list.
     pub servers: Option<Vec<ServerItem>>,
+    /// Tool and server counts of [`Self::servers`]; `None` exactly when it is `None`.
+    pub summary: Option<McpSummary>,
+}
+
+/// How many tools and servers the panel lists, by outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct McpSummary {
+    /// Tools of every listed server.
+    pub tools: usize,
+    pub servers: usize,
+    /// Servers discovered with at least one tool.
+    pub servers_with_tools: usize,
+    /// Servers discovered with zero tools (not a failure).
+    pub servers_without_tools: usize,
+    pub servers_failed: usize,
+    /// The counts as people read them: `3 tools from 2 servers (1 failed)`.
+    pub text: String,
+}
+
+impl McpSummary {
+    /// The counts of `servers`.
+    pub fn of(servers: &[ServerItem]) -> Self {
+        let count = |state: ServerState| servers.iter().filter(|s| s.state == state).count();
+        let tools = servers.iter().map(|s| s.tools.len()).sum();
+        let (with_tools, without_tools, failed) = (
+            count(ServerState::Tools),
+            count(ServerState::NoTools),
+            count(ServerState::Failed),
+        );
+        let text = if servers.is_empty() {
+            "No MCP servers are declared.".to_owned()
+        } else {
+            let mut notes = Vec::new();
+            if failed > 0 {
+                notes.push(format!("{failed} failed"));
+            }
+            if without_tools > 0 {
+                notes.push(format!("{without_tools} with no tools"));
+            }
+            let notes = if notes.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", notes.join(", "))
+            };
+            format!(
+                "{} from {}{notes}",
+                counted(tools, "tool", "tools"),
+                counted(servers.len(), "server", "servers")
+            )
+        };
+        Self {
+            tools,
+            servers: servers.len(),
+            servers_with_tools: with_tools,
+            servers_without_tools: without_tools,
+            servers_failed: failed,
+            text,
+        }
+    }
+}
+
+/// `1 tool`, `3 tools`.
+pub(crate) fn counted(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ConfigItem {
     pub path: String,
     pub ok: bool,
@@ -231,10 +395,13 @@ pub struct ConfigItem {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ServerItem {
     pub name: String,
     pub state: ServerState,
     pub tools: Vec<ToolItem>,
+    /// How many tools it lists (0 when it failed or has none).
+    pub tool_count: usize,
     /// The failure of a failed server, or a warning on a working one.
     pub diagnostic: Option<String>,
     /// The MCP revision the agent negotiated with the server, when known.
@@ -248,15 +415,29 @@ pub struct ServerItem {
     /// `MCP 2026-07-28 · jira-mcp 1.4.2 · start 120 ms · handshake 35 ms · tools 4 ms`;
     /// `None` when none is known.
     pub connection: Option<String>,
+    /// The whole connect (start, handshake and tool listing) in milliseconds, when the
+    /// agent measured it.
+    pub total_ms: Option<u64>,
 }
 
 /// Milliseconds of each step of a server's connect, as the agent measured them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Timings {
     /// Starting the process; `None` for a server reached over HTTP.
     pub start_ms: Option<u64>,
     pub handshake_ms: u64,
     pub tools_ms: u64,
+}
+
+impl Timings {
+    /// Every step together.
+    pub fn total_ms(self) -> u64 {
+        self.start_ms
+            .unwrap_or(0)
+            .saturating_add(self.handshake_ms)
+            .saturating_add(self.tools_ms)
+    }
 }
 
 /// Characters kept of a server's implementation name and version.
@@ -288,6 +469,7 @@ impl ServerItem {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ServerState {
     /// Discovered with at least one tool.
@@ -298,6 +480,7 @@ pub enum ServerState {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolItem {
     /// The tool's name on its server (always shown).
     pub name: String,
@@ -312,6 +495,7 @@ pub struct ToolItem {
 /// A behaviour the server claims for a tool (its MCP annotations). Only explicit claims
 /// are shown; nothing here is verified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolHint {
     /// `readOnlyHint: true`.
@@ -349,6 +533,7 @@ impl ToolHint {
 
 /// One entry of the Issues list: a non-OK row or a warning on an OK row.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IssueItem {
     pub kind: IssueKind,
     pub source: String,
@@ -357,6 +542,7 @@ pub struct IssueItem {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum IssueKind {
     File,

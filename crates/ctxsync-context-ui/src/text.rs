@@ -48,9 +48,25 @@ pub fn render_text(panel: &Panel) -> String {
         panel.chat_id,
         panel.tone.as_str()
     );
+    wrapped(&mut t, 0, &panel.header.text);
+    if panel.discovery.state == DiscoveryState::Stale
+        && let Some(old) = &panel.header.snapshot_run_id_short
+        && panel.header.snapshot_run_id != panel.header.run_id
+    {
+        let _ = writeln!(t, "Snapshot from run {old} (an earlier process)");
+    }
+    if let Some(summary) = &panel.mcp.summary {
+        wrapped(&mut t, 0, &format!("MCP tools: {}", summary.text));
+    }
     wrapped(&mut t, 0, &panel.discovery.text);
     if let Some(waiting) = panel.discovery.waiting_text() {
         wrapped(&mut t, 2, &waiting);
+    }
+    if let Some(reason) = &panel.discovery.reason {
+        wrapped(&mut t, 2, &format!("Why: {reason}"));
+    }
+    if let Some(advice) = &panel.discovery.advice {
+        wrapped(&mut t, 2, &format!("What to do: {advice}"));
     }
     if let Some(dirty) = &panel.dirty {
         wrapped(&mut t, 0, &format!("! {}", dirty.text));

@@ -324,14 +324,12 @@ fn tools_show_title_and_hint_badges_and_servers_their_connection() {
 
     let html = render_fragment(&panel);
     assert!(
-        html.contains(&format!(
-            r#"<span class="connection" aria-label="Connection of jira: {line}">{line}</span>"#
-        )),
+        html.contains(&format!(r#"<span class="connection">{line}</span>"#)),
         "{html}"
     );
     assert!(
         html.contains(
-            r#"<code>create_issue</code> <span class="tool-title wrap">Create Issue</span>"#
+            r#"<code class="tool-name">create_issue</code> <span class="tool-title wrap">Create Issue</span>"#
         ),
         "{html}"
     );
@@ -409,7 +407,7 @@ fn the_pending_banner_names_the_servers_it_waits_for() {
         ])
     );
     let html = render_fragment(&two);
-    assert!(html.contains(r#"role="status" aria-live="polite">MCP discovery is still initializing; more servers may appear. <span class="waiting">Waiting for: <span class="waiting-server"><code>github</code> (4 s)</span>, <span class="waiting-server"><code>jira</code> (12 s)</span>.</span></div>"#), "{html}");
+    assert!(html.contains(r#"role="status" aria-live="polite"><p class="banner-text">MCP discovery is still initializing; more servers may appear. <span class="waiting">Waiting for: <span class="waiting-server"><code>github</code> (<span class="elapsed" data-elapsed-s="4">4 s</span>)</span>, <span class="waiting-server"><code>jira</code> (<span class="elapsed" data-elapsed-s="12">12 s</span>)</span>.</span></p></div>"#), "{html}");
     assert!(render_text(&two).contains("\n  Waiting for: github (4 s), jira (12 s).\n"));
 
     // Bounded: ten names, the rest counted; long and hostile names shortened and escaped.
@@ -435,4 +433,183 @@ fn the_pending_banner_names_the_servers_it_waits_for() {
     ));
     assert!(done.discovery.waiting_for.is_empty());
     assert!(!render_fragment(&done).contains("Waiting for"));
+}
+
+fn at(unix_s: u64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_s)
+}
+
+/// `binding` with the snapshot stored at `received` (Unix seconds).
+fn stored_at(row_run: &str, run: &str, phase: DiscoveryPhase, received: u64) -> Binding {
+    let mut live = binding(row_run, Some((run, phase, resources())));
+    if let Binding::Agent(agent) = &mut live {
+        agent.snapshot.as_mut().unwrap().received_at = Some(at(received));
+    }
+    live
+}
+
+#[test]
+fn the_header_names_the_run_and_dates_the_last_snapshot() {
+    let run = "7f3c9a1e-5b2d-4e8f-9a6c-1d2e3f4a5b6c";
+    let live = stored_at(run, run, DiscoveryPhase::Complete, 1_796_295_600);
+    let context = ChatContext::new(None, &live);
+    let panel = build_chat_panel_at("c1", &context, &live, at(1_796_295_612));
+    let header = &panel.header;
+    assert_eq!(header.agent, AgentStatus::Reported);
+    assert_eq!(header.run_id.as_deref(), Some(run));
+    assert_eq!(header.run_id_short.as_deref(), Some("7f3c9a1e"));
+    assert_eq!(header.snapshot_run_id_short.as_deref(), Some("7f3c9a1e"));
+    assert_eq!(
+        header.last_snapshot_at.as_deref(),
+        Some("2026-12-03T11:00:00Z")
+    );
+    assert_eq!(header.last_snapshot_age_s, Some(12));
+    assert_eq!(
+        header.text,
+        "Agent run 7f3c9a1e · last snapshot 2026-12-03 11:00:00 UTC (12 s ago)"
+    );
+    let html = render_fragment(&panel);
+    assert!(
+        html.contains(
+            r#"<code class="run-id" title="7f3c9a1e-5b2d-4e8f-9a6c-1d2e3f4a5b6c">7f3c9a1e</code>"#
+        ),
+        "{html}"
+    );
+    assert!(html.contains(r#"<time class="relative" datetime="2026-12-03T11:00:00Z" title="2026-12-03 11:00:00 UTC">"#), "{html}");
+    assert!(
+        !html.contains("12 s ago"),
+        "the fragment carries no age of its own (the page counts it), so an unchanged panel renders the same"
+    );
+    assert!(
+        render_text(&panel)
+            .contains("\nAgent run 7f3c9a1e · last snapshot 2026-12-03 11:00:00 UTC (12 s ago)\n")
+    );
+
+    // Counts: two tools from three servers, one failed and one empty.
+    let summary = panel.mcp.summary.as_ref().expect("servers are listed");
+    assert_eq!(
+        (
+            summary.tools,
+            summary.servers,
+            summary.servers_with_tools,
+            summary.servers_without_tools,
+            summary.servers_failed
+        ),
+        (2, 3, 1, 1, 1)
+    );
+    assert_eq!(
+        summary.text,
+        "2 tools from 3 servers (1 failed, 1 with no tools)"
+    );
+    let servers = panel.mcp.servers.as_ref().unwrap();
+    let fs = servers.iter().find(|s| s.name == "fs").unwrap();
+    assert_eq!((fs.name.as_str(), fs.tool_count), ("fs", 2));
+
+    // The plain builder knows the run but not the stored snapshot.
+    let plain = build_panel("c1", &context);
+    assert_eq!(plain.header.run_id_short.as_deref(), Some("7f3c9a1e"));
+    assert_eq!(plain.header.last_snapshot_at, None);
+    assert_eq!(
+        render_json(&plain)["header"]["last_snapshot_at"],
+        json!(null)
+    );
+
+    // Before the first snapshot, and with no agent at all.
+    let waiting = binding(run, None);
+    let first = build_chat_panel("c1", &ChatContext::new(None, &waiting), &waiting);
+    assert_eq!(first.header.agent, AgentStatus::NoSnapshot);
+    assert_eq!(first.header.text, "Agent run 7f3c9a1e · no snapshot yet");
+    let unbound = build_chat_panel(
+        "c1",
+        &ChatContext::new(None, &Binding::NoAgent),
+        &Binding::NoAgent,
+    );
+    assert_eq!(unbound.header.text, "No agent is bound to this chat.");
+    assert_eq!(unbound.header.run_id, None);
+}
+
+#[test]
+fn a_stale_banner_says_why_tools_are_withheld_and_what_to_do() {
+    let old = "7f3c9a1e-5b2d-4e8f-9a6c-1d2e3f4a5b6c";
+    let new = "2b8d4f60-0c1a-4b7e-8d3f-5e6a7b8c9d0e";
+    let live = stored_at(new, old, DiscoveryPhase::Complete, 1_796_295_600);
+    let panel = build_chat_panel("c1", &ChatContext::new(None, &live), &live);
+    assert_eq!(panel.discovery.state, DiscoveryState::Stale);
+    assert_eq!(
+        panel.discovery.reason.as_deref(),
+        Some(
+            "The tools on record were published by an earlier agent process (run 7f3c9a1e). \
+             The agent has restarted since as run 2b8d4f60, which has not published its own tools yet."
+        )
+    );
+    assert_eq!(panel.discovery.advice.as_deref(), Some(STALE_ADVICE));
+    assert_eq!(
+        panel.header.snapshot_run_id_short.as_deref(),
+        Some("7f3c9a1e")
+    );
+    let html = render_fragment(&panel);
+    assert!(
+        html.contains(r#"<p class="banner-reason"><strong>Why:</strong> The tools on record"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(
+            r#"<p class="banner-advice"><strong>What to do:</strong> Wait a few seconds"#
+        ),
+        "{html}"
+    );
+    assert!(html.contains(r#"<dt>Snapshot from run</dt><dd><code class="run-id" title="7f3c9a1e-5b2d-4e8f-9a6c-1d2e3f4a5b6c">7f3c9a1e</code>"#), "{html}");
+    assert!(
+        !html.contains("tool-filter"),
+        "no filter over withheld tools"
+    );
+    let text = render_text(&panel);
+    assert!(
+        text.contains("Snapshot from run 7f3c9a1e (an earlier process)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  Why: The tools on record were published by an earlier agent process (run 7f3c9a1e)."
+        ),
+        "{text}"
+    );
+
+    // The fresh run's snapshot clears it: no reason, no advice, tools listed.
+    let fresh = stored_at(new, new, DiscoveryPhase::Complete, 1_796_295_700);
+    let panel = build_chat_panel("c1", &ChatContext::new(None, &fresh), &fresh);
+    assert_eq!(panel.discovery.state, DiscoveryState::Complete);
+    assert_eq!(
+        (
+            panel.discovery.reason.as_ref(),
+            panel.discovery.advice.as_ref()
+        ),
+        (None, None)
+    );
+    assert!(render_fragment(&panel).contains(r#"<input id="tool-filter" type="search""#));
+
+    // A deleted agent: withheld too, with its own reason.
+    let gone = build_chat_panel(
+        "c1",
+        &ChatContext::new(None, &Binding::MissingAgent),
+        &Binding::MissingAgent,
+    );
+    assert_eq!(gone.discovery.state, DiscoveryState::Stale);
+    assert_eq!(gone.discovery.reason.as_deref(), Some(MISSING_AGENT_REASON));
+    assert_eq!(gone.header.agent, AgentStatus::Missing);
+}
+
+#[test]
+fn snapshot_times_are_rfc3339_utc() {
+    for (unix, expect) in [
+        (0, "1970-01-01T00:00:00Z"),
+        (951_782_400, "2000-02-29T00:00:00Z"),
+        (1_796_295_600, "2026-12-03T11:00:00Z"),
+        (4_107_542_399, "2100-02-28T23:59:59Z"),
+    ] {
+        let live = stored_at("r1", "r1", DiscoveryPhase::Complete, unix);
+        let panel = build_chat_panel_at("c1", &ChatContext::new(None, &live), &live, at(unix));
+        assert_eq!(panel.header.last_snapshot_at.as_deref(), Some(expect));
+        assert_eq!(panel.header.last_snapshot_age_s, Some(0));
+    }
 }

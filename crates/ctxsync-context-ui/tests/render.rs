@@ -75,6 +75,7 @@ fn base(state: DiscoveryState) -> Panel {
                 diagnostic: None,
             }],
             servers: None,
+            summary: None,
         },
         issues: vec![IssueItem {
             kind: IssueKind::File,
@@ -82,6 +83,16 @@ fn base(state: DiscoveryState) -> Panel {
             severity: Tone::Warning,
             text: "file is 70000 bytes, over the 65536-byte limit".into(),
         }],
+        header: PanelHeader {
+            agent: AgentStatus::Reported,
+            run_id: Some("7f3c9a1e-5b2d-4e8f-9a6c-1d2e3f4a5b6c".into()),
+            run_id_short: Some("7f3c9a1e".into()),
+            snapshot_run_id: Some("7f3c9a1e-5b2d-4e8f-9a6c-1d2e3f4a5b6c".into()),
+            snapshot_run_id_short: Some("7f3c9a1e".into()),
+            last_snapshot_at: Some("2026-12-03T11:00:00Z".into()),
+            last_snapshot_age_s: Some(12),
+            text: "Agent run 7f3c9a1e · last snapshot 2026-12-03 11:00:00 UTC (12 s ago)".into(),
+        },
     };
     panel.tone = panel.compute_tone();
     panel
@@ -106,6 +117,8 @@ fn mixed_servers() -> Vec<ServerItem> {
                     hints: vec![ToolHint::Destructive, ToolHint::OpenWorld],
                 },
             ],
+            tool_count: 2,
+            total_ms: Some(159),
             diagnostic: None,
             protocol_version: Some("2026-07-28".into()),
             implementation: Some("fs-mcp 0.9.1".into()),
@@ -128,6 +141,8 @@ fn mixed_servers() -> Vec<ServerItem> {
             name: "empty".into(),
             state: ServerState::NoTools,
             tools: vec![],
+            tool_count: 0,
+            total_ms: None,
             diagnostic: None,
             protocol_version: Some("2025-11-25".into()),
             implementation: None,
@@ -138,6 +153,8 @@ fn mixed_servers() -> Vec<ServerItem> {
             name: "broken".into(),
             state: ServerState::Failed,
             tools: vec![],
+            tool_count: 0,
+            total_ms: None,
             diagnostic: Some(
                 "command not found: mcp-broken (check that it is installed and on PATH)".into(),
             ),
@@ -158,6 +175,7 @@ fn states() -> Vec<(&'static str, Panel)> {
 
     let mut complete = base(DiscoveryState::Complete);
     complete.mcp.servers = Some(mixed_servers());
+    complete.mcp.summary = Some(McpSummary::of(&mixed_servers()));
     complete.mcp.configs.push(ConfigItem {
         path: "tools/.mcp.json".into(),
         ok: false,
@@ -188,9 +206,15 @@ fn states() -> Vec<(&'static str, Panel)> {
     let mut none = base(DiscoveryState::CompleteNoServers);
     none.mcp.configs.clear();
     none.mcp.servers = Some(vec![]);
+    none.mcp.summary = Some(McpSummary::of(&[]));
     none.tone = none.compute_tone();
 
-    let stale = base(DiscoveryState::Stale);
+    // A new process (run 2b8d…) runs; the snapshot on record is the old one's.
+    let mut stale = base(DiscoveryState::Stale);
+    stale.header.run_id = Some("2b8d4f60-0c1a-4b7e-8d3f-5e6a7b8c9d0e".into());
+    stale.header.run_id_short = Some("2b8d4f60".into());
+    stale.header.text =
+        "Agent run 2b8d4f60 · last snapshot 2026-12-03 11:00:00 UTC (12 s ago)".into();
 
     let mut unknown = base(DiscoveryState::Unknown);
     unknown.snapshot_error = Some("500 resources reached; 12 files excluded".into());
