@@ -7,6 +7,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use ctxsync_protocol::limits::{
     MAX_ERROR_BYTES, MAX_HASH_BYTES, MAX_RESOURCES, MAX_SOURCE_BYTES, MAX_TOTAL_BODY_BYTES,
@@ -16,7 +17,7 @@ use ctxsync_protocol::v1::{
     PushContextStateRequest, PushContextStateResponse, UpdateStartupRequest,
 };
 use ctxsync_protocol::{BODY_DIGEST_BYTES, DELTA_DIGEST_SCHEME};
-use ctxsync_protocol::{Push, Startup, v1};
+use ctxsync_protocol::{McpConnectTimings, Push, Startup, v1};
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
@@ -36,9 +37,136 @@ pub const MAX_REQUEST_BYTES: usize = MAX_TOTAL_BODY_BYTES
 /// The message an UpdateStartup from a superseded process receives.
 pub const SUPERSEDED_MESSAGE: &str = "superseded by a newer agent process";
 
-/// Counters a `/metrics` endpoint can read. Monotonic; relaxed ordering is enough for
-/// independent counters.
-#[derive(Debug, Default)]
+/// Upper bounds (seconds) of the push-duration histogram: a push is milliseconds of
+/// database work; seconds mean a struggling database.
+pub const PUSH_SECONDS_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// Upper bounds (seconds) of the MCP server connect histograms: a local process answers
+/// in milliseconds, a remote server may take until the agent's connect timeout.
+pub const CONNECT_SECONDS_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Largest single observation added to a histogram's sum: agents report their own
+/// timings, and one absurd value must not wrap the sum (it still lands in `+Inf`).
+const MAX_OBSERVED: Duration = Duration::from_secs(24 * 3600);
+
+/// A fixed-bucket histogram on atomics: an observation is one bucket increment and one
+/// sum add, no lock, since every push of every agent records one.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Per bucket, not cumulative; the last slot counts what is above every bound.
+    /// The count is their total, so `+Inf` and `_count` always agree with the buckets.
+    counts: Box<[AtomicU64]>,
+    sum_micros: AtomicU64,
+}
+
+/// A point-in-time copy of a [`Histogram`], in Prometheus' terms.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistogramSnapshot {
+    /// Cumulative `(upper bound in seconds, count)` pairs, `+Inf` left out.
+    pub buckets: Vec<(f64, u64)>,
+    /// Every observation: the `+Inf` bucket.
+    pub count: u64,
+    /// The observations' sum in seconds.
+    pub sum: f64,
+}
+
+impl Histogram {
+    /// `bounds` are upper bounds in seconds, increasing.
+    pub fn new(bounds: &'static [f64]) -> Self {
+        debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]), "increasing bounds");
+        Self {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, value: Duration) {
+        let seconds = value.as_secs_f64();
+        let slot = self
+            .bounds
+            .iter()
+            .position(|le| seconds <= *le)
+            .unwrap_or(self.bounds.len());
+        self.counts[slot].fetch_add(1, Ordering::Relaxed);
+        let micros = value.min(MAX_OBSERVED).as_micros() as u64;
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut cumulative = 0;
+        let buckets = self
+            .bounds
+            .iter()
+            .zip(self.counts.iter())
+            .map(|(le, count)| {
+                cumulative += count.load(Ordering::Relaxed);
+                (*le, cumulative)
+            })
+            .collect();
+        let above = self.counts[self.bounds.len()].load(Ordering::Relaxed);
+        HistogramSnapshot {
+            buckets,
+            count: cumulative + above,
+            sum: Duration::from_micros(self.sum_micros.load(Ordering::Relaxed)).as_secs_f64(),
+        }
+    }
+}
+
+/// How a PushContextState call ended, as the push-duration histogram labels it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PushResult {
+    Accepted,
+    DroppedStaleRun,
+    DroppedStaleVersion,
+    DeltaBaseMissing,
+    /// Answered with an error after authentication (invalid, unavailable, failed).
+    Error,
+}
+
+impl PushResult {
+    const ALL: [Self; 5] = [
+        Self::Accepted,
+        Self::DroppedStaleRun,
+        Self::DroppedStaleVersion,
+        Self::DeltaBaseMissing,
+        Self::Error,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::DroppedStaleRun => "dropped_stale_run",
+            Self::DroppedStaleVersion => "dropped_stale_version",
+            Self::DeltaBaseMissing => "delta_base_missing",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// The steps of an MCP server's connect an agent times (disjoint: they add up).
+const CONNECT_PHASES: [&str; 3] = ["start", "handshake", "tools"];
+
+/// The histograms of [`AgentApiMetrics`], copied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentApiHistograms {
+    /// Time from receiving a PushContextState call to its answer (token lookup included),
+    /// by result label.
+    pub push_seconds: Vec<(&'static str, HistogramSnapshot)>,
+    /// Each MCP server's whole connect as its agent reported it, once per connect.
+    pub server_connect_seconds: HistogramSnapshot,
+    /// The same connects by step label (`start` only for stdio servers).
+    pub server_connect_phase_seconds: Vec<(&'static str, HistogramSnapshot)>,
+}
+
+/// Counters and histograms a `/metrics` endpoint can read. Monotonic; relaxed ordering
+/// is enough for independent counters.
+#[derive(Debug)]
 pub struct AgentApiMetrics {
     startups_accepted: AtomicU64,
     startups_superseded: AtomicU64,
@@ -51,6 +179,35 @@ pub struct AgentApiMetrics {
     requests_unauthenticated: AtomicU64,
     requests_unavailable: AtomicU64,
     requests_failed: AtomicU64,
+    /// Indexed like [`PushResult::ALL`].
+    push_seconds: [Histogram; 5],
+    server_connect_seconds: Histogram,
+    /// Indexed like [`CONNECT_PHASES`].
+    server_connect_phase_seconds: [Histogram; 3],
+}
+
+impl Default for AgentApiMetrics {
+    fn default() -> Self {
+        let zero = AtomicU64::default;
+        Self {
+            startups_accepted: zero(),
+            startups_superseded: zero(),
+            pushes_accepted: zero(),
+            pushes_dropped_stale_run: zero(),
+            pushes_dropped_stale_version: zero(),
+            pushes_delta: zero(),
+            pushes_delta_base_missing: zero(),
+            requests_invalid: zero(),
+            requests_unauthenticated: zero(),
+            requests_unavailable: zero(),
+            requests_failed: zero(),
+            push_seconds: std::array::from_fn(|_| Histogram::new(&PUSH_SECONDS_BUCKETS)),
+            server_connect_seconds: Histogram::new(&CONNECT_SECONDS_BUCKETS),
+            server_connect_phase_seconds: std::array::from_fn(|_| {
+                Histogram::new(&CONNECT_SECONDS_BUCKETS)
+            }),
+        }
+    }
 }
 
 /// A point-in-time copy of [`AgentApiMetrics`].
@@ -92,6 +249,44 @@ impl AgentApiMetrics {
             requests_failed: get(&self.requests_failed),
         }
     }
+
+    pub fn histograms(&self) -> AgentApiHistograms {
+        AgentApiHistograms {
+            push_seconds: PushResult::ALL
+                .iter()
+                .zip(&self.push_seconds)
+                .map(|(result, h)| (result.as_str(), h.snapshot()))
+                .collect(),
+            server_connect_seconds: self.server_connect_seconds.snapshot(),
+            server_connect_phase_seconds: CONNECT_PHASES
+                .iter()
+                .zip(&self.server_connect_phase_seconds)
+                .map(|(phase, h)| (*phase, h.snapshot()))
+                .collect(),
+        }
+    }
+
+    fn push_finished(&self, result: PushResult, received: Instant) {
+        let slot = PushResult::ALL.iter().position(|r| *r == result);
+        self.push_seconds[slot.expect("a listed result")].observe(received.elapsed());
+    }
+
+    /// One MCP server's connect as its agent reported it.
+    fn server_connected(&self, timings: &McpConnectTimings) {
+        let ms = Duration::from_millis;
+        let [start, handshake, tools] = &self.server_connect_phase_seconds;
+        if let Some(start_ms) = timings.start_ms {
+            start.observe(ms(start_ms));
+        }
+        handshake.observe(ms(timings.handshake_ms));
+        tools.observe(ms(timings.tools_ms));
+        let total = timings
+            .start_ms
+            .unwrap_or(0)
+            .saturating_add(timings.handshake_ms)
+            .saturating_add(timings.tools_ms);
+        self.server_connect_seconds.observe(ms(total));
+    }
 }
 
 fn bump(counter: &AtomicU64) {
@@ -111,7 +306,11 @@ pub struct AgentApi {
 /// The agent a request's bearer token belongs to, put in the request's extensions by
 /// [`Authenticated`] before the body is read.
 #[derive(Clone, Copy, Debug)]
-struct AuthenticatedAgent(AgentId);
+struct AuthenticatedAgent {
+    agent: AgentId,
+    /// When the call arrived, before the token lookup: where push durations start.
+    received: Instant,
+}
 
 impl AgentApi {
     pub fn new(store: Store) -> Self {
@@ -150,7 +349,7 @@ impl AgentApi {
     /// The agent [`Authenticated`] found for this request.
     fn agent<T>(&self, request: &Request<T>) -> Result<AgentId, Status> {
         match request.extensions().get::<AuthenticatedAgent>() {
-            Some(AuthenticatedAgent(agent)) => Ok(*agent),
+            Some(authenticated) => Ok(authenticated.agent),
             // Only reachable when the service is served without `into_server`.
             None => Err(unauthenticated(&self.metrics, MISSING_TOKEN)),
         }
@@ -158,6 +357,14 @@ impl AgentApi {
 
     fn status(&self, error: StoreError) -> Status {
         status(&self.metrics, error)
+    }
+
+    /// When [`Authenticated`] received the call (now, served without it).
+    fn received<T>(&self, request: &Request<T>) -> Instant {
+        request
+            .extensions()
+            .get::<AuthenticatedAgent>()
+            .map_or_else(Instant::now, |authenticated| authenticated.received)
     }
 }
 
@@ -266,6 +473,7 @@ where
         if OPEN_SERVICES.iter().any(|open| path.starts_with(open)) {
             return Box::pin(inner.call(request));
         }
+        let received = Instant::now();
         let token = bearer(request.headers()).map(str::to_owned);
         let store = self.store.clone();
         let metrics = Arc::clone(&self.metrics);
@@ -275,7 +483,9 @@ where
             };
             match store.authenticate(&token).await {
                 Ok(agent) => {
-                    request.extensions_mut().insert(AuthenticatedAgent(agent));
+                    request
+                        .extensions_mut()
+                        .insert(AuthenticatedAgent { agent, received });
                     let response = inner.call(request).await?;
                     // Counted here, not in the handlers: the codec refuses over-limit
                     // requests before a handler runs (a trailers-only answer).
@@ -287,6 +497,51 @@ where
                 Err(error) => Ok(status(&metrics, error).into_http()),
             }
         })
+    }
+}
+
+impl AgentApi {
+    async fn push(
+        &self,
+        request: Request<PushContextStateRequest>,
+    ) -> Result<(PushResult, PushContextStateResponse), Status> {
+        let agent = self.agent(&request)?;
+        let push = Push::try_from(request.into_inner()).map_err(Status::from)?;
+        if push.delta {
+            bump(&self.metrics.pushes_delta);
+        }
+        let outcome = self
+            .store
+            .push_context_state(agent, push)
+            .await
+            .map_err(|e| self.status(e))?;
+        let result = match outcome {
+            PushOutcome::Accepted(changes) => {
+                bump(&self.metrics.pushes_accepted);
+                // Committed: the store reports each server's connect once (see its push).
+                for timings in &changes.server_timings {
+                    self.metrics.server_connected(timings);
+                }
+                PushResult::Accepted
+            }
+            PushOutcome::DroppedStaleRun => {
+                bump(&self.metrics.pushes_dropped_stale_run);
+                PushResult::DroppedStaleRun
+            }
+            PushOutcome::DroppedStaleVersion { .. } => {
+                bump(&self.metrics.pushes_dropped_stale_version);
+                PushResult::DroppedStaleVersion
+            }
+            PushOutcome::DeltaBaseMissing => {
+                bump(&self.metrics.pushes_delta_base_missing);
+                PushResult::DeltaBaseMissing
+            }
+        };
+        let response = PushContextStateResponse {
+            accepted: result == PushResult::Accepted,
+            delta_base_missing: result == PushResult::DeltaBaseMissing,
+        };
+        Ok((result, response))
     }
 }
 
@@ -320,39 +575,110 @@ impl Agent for AgentApi {
         &self,
         request: Request<PushContextStateRequest>,
     ) -> Result<Response<PushContextStateResponse>, Status> {
-        let agent = self.agent(&request)?;
-        let push = Push::try_from(request.into_inner()).map_err(Status::from)?;
-        if push.delta {
-            bump(&self.metrics.pushes_delta);
-        }
-        let outcome = self
-            .store
-            .push_context_state(agent, push)
-            .await
-            .map_err(|e| self.status(e))?;
-        let mut delta_base_missing = false;
-        let accepted = match outcome {
-            PushOutcome::Accepted(_) => {
-                bump(&self.metrics.pushes_accepted);
-                true
-            }
-            PushOutcome::DroppedStaleRun => {
-                bump(&self.metrics.pushes_dropped_stale_run);
-                false
-            }
-            PushOutcome::DroppedStaleVersion { .. } => {
-                bump(&self.metrics.pushes_dropped_stale_version);
-                false
-            }
-            PushOutcome::DeltaBaseMissing => {
-                bump(&self.metrics.pushes_delta_base_missing);
-                delta_base_missing = true;
-                false
-            }
+        let received = self.received(&request);
+        let answer = self.push(request).await;
+        let result = match &answer {
+            Ok((result, _)) => *result,
+            Err(_) => PushResult::Error,
         };
-        Ok(Response::new(PushContextStateResponse {
-            accepted,
-            delta_base_missing,
-        }))
+        self.metrics.push_finished(result, received);
+        answer.map(|(_, response)| Response::new(response))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_inf_is_the_count() {
+        let h = Histogram::new(&PUSH_SECONDS_BUCKETS);
+        for ms in [0, 1, 3, 40, 700, 9_000] {
+            h.observe(Duration::from_millis(ms));
+        }
+        let s = h.snapshot();
+        assert_eq!(s.count, 6);
+        assert!((s.sum - 9.744).abs() < 1e-9, "{}", s.sum);
+        let at = |le: f64| s.buckets.iter().find(|b| b.0 == le).unwrap().1;
+        assert_eq!(at(0.001), 2, "a bound is inclusive");
+        assert_eq!(at(0.005), 3);
+        assert_eq!(at(0.05), 4);
+        assert_eq!(at(1.0), 5);
+        assert_eq!(at(5.0), 5, "9 s is above every bound: only in +Inf");
+        assert!(s.buckets.windows(2).all(|w| w[0].1 <= w[1].1));
+    }
+
+    #[test]
+    fn an_absurd_reported_timing_cannot_wrap_the_sum() {
+        let metrics = AgentApiMetrics::default();
+        let huge = McpConnectTimings {
+            start_ms: Some(u64::MAX),
+            handshake_ms: u64::MAX,
+            tools_ms: 5,
+        };
+        metrics.server_connected(&huge);
+        metrics.server_connected(&huge);
+        let h = metrics.histograms();
+        assert_eq!(h.server_connect_seconds.count, 2);
+        assert_eq!(
+            h.server_connect_seconds.sum,
+            2.0 * MAX_OBSERVED.as_secs_f64()
+        );
+        let tools = &h.server_connect_phase_seconds[2];
+        assert_eq!(tools.0, "tools");
+        assert_eq!(
+            tools.1.buckets[0],
+            (0.005, 2),
+            "5 ms is within the first bound"
+        );
+    }
+
+    #[test]
+    fn a_stdio_connect_times_its_start_and_an_http_one_does_not() {
+        let metrics = AgentApiMetrics::default();
+        let stdio = McpConnectTimings {
+            start_ms: Some(20),
+            handshake_ms: 30,
+            tools_ms: 10,
+        };
+        let http = McpConnectTimings {
+            start_ms: None,
+            ..stdio
+        };
+        metrics.server_connected(&stdio);
+        metrics.server_connected(&http);
+        let h = metrics.histograms();
+        assert_eq!(h.server_connect_seconds.count, 2);
+        assert!((h.server_connect_seconds.sum - 0.1).abs() < 1e-9);
+        let counts: Vec<(&str, u64)> = h
+            .server_connect_phase_seconds
+            .iter()
+            .map(|(phase, s)| (*phase, s.count))
+            .collect();
+        assert_eq!(counts, [("start", 1), ("handshake", 2), ("tools", 2)]);
+    }
+
+    #[test]
+    fn push_durations_are_kept_by_result() {
+        let metrics = AgentApiMetrics::default();
+        metrics.push_finished(PushResult::Accepted, Instant::now());
+        metrics.push_finished(PushResult::Error, Instant::now());
+        metrics.push_finished(PushResult::Error, Instant::now());
+        let counts: Vec<(&str, u64)> = metrics
+            .histograms()
+            .push_seconds
+            .iter()
+            .map(|(result, s)| (*result, s.count))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                ("accepted", 1),
+                ("dropped_stale_run", 0),
+                ("dropped_stale_version", 0),
+                ("delta_base_missing", 0),
+                ("error", 2),
+            ]
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! are read from and written as.
 
 use chrono::{DateTime, Utc};
-use ctxsync_protocol::{BodyKind, DiscoveryPhase, PendingServer, Resource, ResourceBody};
+use ctxsync_protocol::{
+    BodyKind, DiscoveryPhase, McpConnectTimings, PendingServer, Resource, ResourceBody,
+};
 use diesel::prelude::*;
 
 use crate::error::StoreError;
@@ -116,7 +118,7 @@ impl PushOutcome {
 }
 
 /// What an accepted push changed. Any change notifies subscribers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PushChanges {
     /// There was no snapshot before this push.
     pub snapshot_created: bool,
@@ -129,6 +131,9 @@ pub struct PushChanges {
     pub resources: ResourceChanges,
     /// Chats newly marked dirty because they pin another aggregate hash.
     pub chats_marked_dirty: usize,
+    /// Connect timings of the MCP servers this push reports for the first time in its
+    /// run, for `/metrics` (each server once per connect, not once per push).
+    pub server_timings: Vec<McpConnectTimings>,
 }
 
 impl PushChanges {

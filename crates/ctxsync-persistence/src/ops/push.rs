@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use ctxsync_protocol::{KeptResource, PendingServer, Push, Resource};
+use ctxsync_protocol::{
+    KeptResource, McpConnectTimings, McpServerBody, PendingServer, Push, Resource, ResourceBody,
+};
 use diesel::prelude::*;
 use diesel::upsert::excluded;
 
@@ -150,7 +152,8 @@ pub(crate) fn push(
             workspace_agent_context_snapshots::pending_servers.eq(&header.pending_servers),
         ));
     on_backend!(tx, |c| upsert.execute(c))?;
-    changes.resources = write_resources(tx, agent_id, push, &stored, now)?;
+    (changes.resources, changes.server_timings) =
+        write_resources(tx, agent_id, push, &stored, now, changes.run_id_changed)?;
 
     // 5. Chats: adopt a first pin, then mark or clear dirty against the new hash. One
     // read finds what needs writing; most pushes (no chat bound, or none to change) stop
@@ -247,18 +250,26 @@ fn has_base(
 }
 
 /// Upserts changed and new rows, updates the other columns of kept rows whose body
-/// stays, leaves unchanged rows alone, deletes absent sources.
+/// stays, leaves unchanged rows alone, deletes absent sources. Also returns the connect
+/// timings this push reports for the first time in its run (see [`changed_timings`]).
 fn write_resources(
     tx: &mut Tx<'_>,
     agent_id: AgentId,
     push: &PreparedPush,
     stored: &[ResourceFingerprint],
     now: DbTime,
-) -> Result<ResourceChanges, StoreError> {
+    run_changed: bool,
+) -> Result<(ResourceChanges, Vec<McpConnectTimings>), StoreError> {
     let mut stored: HashMap<&str, &ResourceFingerprint> =
         stored.iter().map(|r| (r.source.as_str(), r)).collect();
     let mut changes = ResourceChanges::default();
     let mut to_write = Vec::new();
+    // A server's timings count once per connect: on a new row or a new run at once; on a
+    // row rewritten within the run only if the stored timings differ (a reconnect, not a
+    // tool list or status change). Unchanged and kept rows of the same run hold the same
+    // timings. Nothing is read for this on a push that rewrites no server row.
+    let mut timings = Vec::new();
+    let mut rewritten = Vec::new();
     let resources = push.push.snapshot.resources.iter();
     for ((resource, digest), size) in resources.zip(&push.push.digests).zip(&push.sizes) {
         let candidate = ResourceCandidate {
@@ -266,16 +277,29 @@ fn write_resources(
             body_digest: digest.as_bytes(),
             size_bytes: *size,
         };
+        let reported = server_timings(resource);
         match stored.remove(resource.source.as_str()) {
-            None => changes.inserted += 1,
+            None => {
+                changes.inserted += 1;
+                timings.extend(reported);
+            }
             Some(old) if candidate.matches(old) => {
                 changes.unchanged += 1;
+                timings.extend(reported.filter(|_| run_changed));
                 continue;
             }
-            Some(_) => changes.updated += 1,
+            Some(_) => {
+                changes.updated += 1;
+                match reported {
+                    Some(t) if run_changed => timings.push(t),
+                    Some(t) => rewritten.push((resource.source.as_str(), t)),
+                    None => {}
+                }
+            }
         }
         to_write.push(candidate.into_row(agent_id, now));
     }
+    timings.extend(changed_timings(tx, agent_id, &rewritten)?);
     let mut kept_changed = Vec::new();
     for (kept, size) in push.push.kept.iter().zip(&push.kept_sizes) {
         // `has_base` found every kept source stored with its digest.
@@ -318,7 +342,48 @@ fn write_resources(
         );
         on_backend!(tx, |c| delete.execute(c))?;
     }
-    Ok(changes)
+    Ok((changes, timings))
+}
+
+/// The connect timings an MCP server row reports, if any.
+fn server_timings(resource: &Resource) -> Option<McpConnectTimings> {
+    match &resource.body {
+        ResourceBody::McpServer(body) => body.timings,
+        _ => None,
+    }
+}
+
+/// Of `rewritten` (server rows of this run about to be overwritten, with their new
+/// timings), the timings that differ from the stored row's. Reads the old bodies of
+/// those rows only, before they are overwritten; rare (a reconnect, a tool list change).
+fn changed_timings(
+    tx: &mut Tx<'_>,
+    agent_id: AgentId,
+    rewritten: &[(&str, McpConnectTimings)],
+) -> Result<Vec<McpConnectTimings>, StoreError> {
+    if rewritten.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut before: HashMap<String, Option<McpConnectTimings>> = HashMap::new();
+    let sources: Vec<&str> = rewritten.iter().map(|(source, _)| *source).collect();
+    for chunk in sources.chunks(ROWS_PER_STATEMENT) {
+        use workspace_agent_context_resources::dsl as r;
+        let query = r::workspace_agent_context_resources
+            .filter(r::agent_id.eq(agent_id))
+            .filter(r::source.eq_any(chunk))
+            .select((r::source, r::body));
+        let rows: Vec<(String, JsonText)> = on_backend!(tx, |c| query.load(c))?;
+        // A body that no longer parses as a server's counts as other timings.
+        before.extend(rows.into_iter().map(|(source, body)| {
+            let old = serde_json::from_str::<McpServerBody>(&body.0).ok();
+            (source, old.and_then(|b| b.timings))
+        }));
+    }
+    Ok(rewritten
+        .iter()
+        .filter(|(source, new)| before.get(*source) != Some(&Some(*new)))
+        .map(|(_, new)| *new)
+        .collect())
 }
 
 /// Inserts or overwrites `rows`. PostgreSQL: one statement of fixed text whatever the
