@@ -34,7 +34,10 @@ pub(crate) struct Recorder {
     failed_open: AtomicU64,
     cancelled: AtomicU64,
     wait_micros_sum: AtomicU64,
-    wait_buckets: [AtomicU64; WAIT_SECONDS_BUCKETS.len()],
+    /// Per bucket, not cumulative; the last slot counts waits above every bound. The
+    /// histogram's count is their total, so `+Inf` and `_count` agree with the buckets
+    /// in any scrape (counted from the result counters, they could disagree mid-update).
+    wait_buckets: [AtomicU64; WAIT_SECONDS_BUCKETS.len() + 1],
     attempts_started: AtomicU64,
     notification_wakeups: AtomicU64,
     recheck_reads: AtomicU64,
@@ -53,9 +56,11 @@ impl Recorder {
         let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
         self.wait_micros_sum.fetch_add(micros, Ordering::Relaxed);
         let seconds = waited.as_secs_f64();
-        if let Some(i) = WAIT_SECONDS_BUCKETS.iter().position(|le| seconds <= *le) {
-            self.wait_buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
+        let slot = WAIT_SECONDS_BUCKETS
+            .iter()
+            .position(|le| seconds <= *le)
+            .unwrap_or(WAIT_SECONDS_BUCKETS.len());
+        self.wait_buckets[slot].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A caller's future was dropped before it returned (its attempt goes on).
@@ -95,11 +100,7 @@ impl Recorder {
             waits_failed_open,
             waits_cancelled: load(&self.cancelled),
             wait_seconds_sum: Duration::from_micros(load(&self.wait_micros_sum)).as_secs_f64(),
-            wait_seconds_count: waits_immediate
-                + waits_released
-                + waits_timed_out
-                + waits_reused_timeout
-                + waits_failed_open,
+            wait_seconds_count: cumulative + load(&self.wait_buckets[WAIT_SECONDS_BUCKETS.len()]),
             wait_seconds_buckets,
             attempts_started: load(&self.attempts_started),
             attempts_waiting,
@@ -237,7 +238,9 @@ mod tests {
             "gate_waits_total{result=\"released\"} 1",
             "gate_waits_total{result=\"cancelled\"} 1",
             "gate_wait_seconds_bucket{le=\"0.5\"} 2",
+            "gate_wait_seconds_bucket{le=\"15\"} 3",
             "gate_wait_seconds_bucket{le=\"+Inf\"} 4",
+            "gate_wait_seconds_sum 35.3",
             "gate_wait_seconds_count 4",
             "gate_attempts_waiting 1",
             "gate_attempts_retained 2",
@@ -247,5 +250,32 @@ mod tests {
                 "missing `{line}` in\n{text}"
             );
         }
+        // Every sample belongs to a family declared with HELP and TYPE before it.
+        let mut declared = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                declared.push(rest.split(' ').next().unwrap().to_owned());
+            } else if !line.starts_with('#') {
+                let name = line.split(['{', ' ']).next().unwrap();
+                let family = declared.last().expect("a TYPE line first");
+                assert!(name.starts_with(family.as_str()), "{line} after {family}");
+                assert!(text.contains(&format!("# HELP {family} ")), "{family}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_count_is_the_buckets_total_whatever_the_result() {
+        let recorder = Recorder::default();
+        recorder.wait_finished(WaitResult::ReusedTimeout, Duration::from_secs(60));
+        recorder.wait_finished(WaitResult::Released, Duration::from_millis(5));
+        let metrics = recorder.snapshot(0, 0);
+        assert_eq!(metrics.wait_seconds_count, 2);
+        assert_eq!(metrics.wait_seconds_buckets[0], (0.005, 1));
+        assert_eq!(
+            metrics.wait_seconds_buckets[6],
+            (15.0, 1),
+            "60 s is only in +Inf"
+        );
     }
 }
