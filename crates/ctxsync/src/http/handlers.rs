@@ -2,7 +2,6 @@
 //! a turn) and answers JSON; errors are `{"error": …}` naming the problem.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::str::FromStr;
 
 use axum::Json;
@@ -529,83 +528,4 @@ pub async fn page_link(State(state): State<AppState>, Path(raw): Path<String>) -
     }
     let url = super::page_path(chat, &state.auth.mint_link_token(chat).await?);
     Ok(Json(json!({ "url": url })).into_response())
-}
-
-/// Prometheus text: agent API pushes by result, gate waits and durations, and how many
-/// agents are in each discovery phase.
-pub async fn metrics(State(state): State<AppState>) -> ApiResult {
-    let api = state.agent_api.snapshot();
-    let mut out = String::new();
-    let counter = |out: &mut String, name: &str, help: &str, rows: &[(&str, u64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        for (labels, value) in rows {
-            if labels.is_empty() {
-                let _ = writeln!(out, "{name} {value}");
-            } else {
-                let _ = writeln!(out, "{name}{{{labels}}} {value}");
-            }
-        }
-    };
-    counter(
-        &mut out,
-        "ctxsync_agent_pushes_total",
-        "Context pushes by result.",
-        &[
-            ("result=\"accepted\"", api.pushes_accepted),
-            ("result=\"dropped_stale_run\"", api.pushes_dropped_stale_run),
-            (
-                "result=\"dropped_stale_version\"",
-                api.pushes_dropped_stale_version,
-            ),
-            (
-                "result=\"delta_base_missing\"",
-                api.pushes_delta_base_missing,
-            ),
-        ],
-    );
-    counter(
-        &mut out,
-        "ctxsync_agent_delta_pushes_total",
-        "Context pushes sent as deltas (bodies the server holds left out), any result.",
-        &[("", api.pushes_delta)],
-    );
-    counter(
-        &mut out,
-        "ctxsync_agent_startups_total",
-        "UpdateStartup calls by result.",
-        &[
-            ("result=\"accepted\"", api.startups_accepted),
-            ("result=\"superseded\"", api.startups_superseded),
-        ],
-    );
-    counter(
-        &mut out,
-        "ctxsync_agent_requests_rejected_total",
-        "Agent API requests refused before or during storage, by reason.",
-        &[
-            ("reason=\"invalid\"", api.requests_invalid),
-            ("reason=\"unauthenticated\"", api.requests_unauthenticated),
-            ("reason=\"unavailable\"", api.requests_unavailable),
-            ("reason=\"failed\"", api.requests_failed),
-        ],
-    );
-    state
-        .gate
-        .metrics()
-        .write_prometheus("ctxsync_gate", &mut out);
-
-    // One aggregate query, however many agents: a scrape never reads a context.
-    let phases = ctxsync_chat_projection::store::agent_phase_counts(&state.store).await?;
-    let _ = writeln!(
-        out,
-        "# HELP ctxsync_agents Agents by MCP discovery phase and freshness.\n# TYPE ctxsync_agents gauge"
-    );
-    for (phase, stale, count) in phases {
-        let _ = writeln!(
-            out,
-            "ctxsync_agents{{phase=\"{}\",stale=\"{stale}\"}} {count}",
-            phase.as_str()
-        );
-    }
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }

@@ -5,6 +5,7 @@ pub mod api_token;
 mod auth;
 pub mod bounds;
 mod handlers;
+mod metrics;
 mod page;
 
 use std::sync::Arc;
@@ -71,7 +72,7 @@ pub fn router(state: AppState) -> Router {
             get(handlers::context_events),
         )
         .route("/api/chats/{id}/link", post(handlers::page_link))
-        .route("/metrics", get(handlers::metrics))
+        .route("/metrics", get(metrics::metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_auth,
