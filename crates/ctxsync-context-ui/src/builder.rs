@@ -176,13 +176,33 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
         DiscoveryState::Pending | DiscoveryState::Unknown if servers.is_empty() => None,
         DiscoveryState::Pending | DiscoveryState::Unknown => Some(servers),
     };
-    let summary = servers.as_deref().map(McpSummary::of);
+    let mut summary = servers.as_deref().map(McpSummary::of);
+    if let Some(summary) = summary.as_mut()
+        && state == DiscoveryState::Pending
+    {
+        // More servers may appear: the counts are of what was found so far.
+        summary.text.push_str(" so far");
+    }
     let header = header(view.agent(), view.current_run(), live, now);
     let mut banner = Banner::new(state).waiting(
         view.pending_servers()
             .iter()
             .map(|s| WaitingServer::new(&s.name, s.elapsed_ms)),
     );
+    if let Some(summary) = &summary
+        && summary.servers_failed > 0
+    {
+        banner.note = Some(match summary.servers_failed {
+            1 => format!(
+                "1 of {} failed; its error is shown below.",
+                counted(summary.servers, "server", "servers")
+            ),
+            n => format!(
+                "{n} of {} servers failed; their errors are shown below.",
+                summary.servers
+            ),
+        });
+    }
     if state == DiscoveryState::Stale {
         banner = match view.agent() {
             AgentPresence::Missing | AgentPresence::Unbound => banner.explained(

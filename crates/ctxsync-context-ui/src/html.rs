@@ -142,6 +142,9 @@ fn banner(h: &mut String, banner: &Banner) {
     );
     waiting_list(h, banner);
     h.push_str("</p>");
+    if let Some(note) = &banner.note {
+        let _ = write!(h, r#"<p class="banner-note">{}</p>"#, escape(note));
+    }
     if let Some(reason) = &banner.reason {
         let _ = write!(
             h,
@@ -225,8 +228,8 @@ fn files_section(h: &mut String, groups: &[FileGroup]) {
         let _ = write!(
             h,
             r#"<h3 class="directory">{}</h3><ul aria-label="Files in {}">"#,
-            escape(&group.directory),
-            escape(&group.directory)
+            escape(directory_label(&group.directory)),
+            escape(directory_label(&group.directory))
         );
         for file in &group.files {
             let _ = write!(
@@ -242,6 +245,15 @@ fn files_section(h: &mut String, groups: &[FileGroup]) {
         h.push_str("</ul>");
     }
     h.push_str("</details>");
+}
+
+/// A directory as the page names it: `.` is the workspace root.
+fn directory_label(directory: &str) -> &str {
+    if directory == "." {
+        "Workspace root"
+    } else {
+        directory
+    }
 }
 
 fn skills_section(h: &mut String, skills: &[SkillItem]) {
@@ -445,6 +457,7 @@ body { font-family: system-ui, sans-serif; line-height: 1.45; margin: 0 auto; ma
 .banner { padding: 0.5rem 0.75rem; border-radius: 4px; background: #f1f1f1; border-left: 6px solid #767676; }
 .banner p { margin: 0.15rem 0; }
 .banner-text { font-weight: 600; }
+.banner-note { color: #9b1c1c; }
 .banner-pending, .banner-unknown { background: #fff4d6; border-left-color: #b7791f; }
 .banner-stale { background: #ffe8d6; border-left-color: #c05621; }
 .banner-complete, .banner-complete-no-servers { background: #e3f5e8; border-left-color: #2f8f46; }

@@ -140,6 +140,8 @@ pub struct Banner {
     pub reason: Option<String>,
     /// What the person can do about it (set when stale); `None` when nothing is needed.
     pub advice: Option<String>,
+    /// A line beside the text, e.g. how many servers of a complete discovery failed.
+    pub note: Option<String>,
 }
 
 /// Why a stale panel withholds tools, when the run ids are not known.
@@ -225,6 +227,7 @@ impl Banner {
             waiting_more: 0,
             reason,
             advice,
+            note: None,
         }
     }
 

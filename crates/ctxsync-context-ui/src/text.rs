@@ -62,6 +62,9 @@ pub fn render_text(panel: &Panel) -> String {
     if let Some(waiting) = panel.discovery.waiting_text() {
         wrapped(&mut t, 2, &waiting);
     }
+    if let Some(note) = &panel.discovery.note {
+        wrapped(&mut t, 2, note);
+    }
     if let Some(reason) = &panel.discovery.reason {
         wrapped(&mut t, 2, &format!("Why: {reason}"));
     }

@@ -407,7 +407,7 @@ fn the_pending_banner_names_the_servers_it_waits_for() {
         ])
     );
     let html = render_fragment(&two);
-    assert!(html.contains(r#"role="status" aria-live="polite"><p class="banner-text">MCP discovery is still initializing; more servers may appear. <span class="waiting">Waiting for: <span class="waiting-server"><code>github</code> (<span class="elapsed" data-elapsed-s="4">4 s</span>)</span>, <span class="waiting-server"><code>jira</code> (<span class="elapsed" data-elapsed-s="12">12 s</span>)</span>.</span></p></div>"#), "{html}");
+    assert!(html.contains(r#"role="status" aria-live="polite"><p class="banner-text">MCP discovery is still initializing; more servers may appear. <span class="waiting">Waiting for: <span class="waiting-server"><code>github</code> (<span class="elapsed" data-elapsed-s="4">4 s</span>)</span>, <span class="waiting-server"><code>jira</code> (<span class="elapsed" data-elapsed-s="12">12 s</span>)</span>.</span></p><p class="banner-note">1 of 3 servers failed; its error is shown below.</p></div>"#), "{html}");
     assert!(render_text(&two).contains("\n  Waiting for: github (4 s), jira (12 s).\n"));
 
     // Bounded: ten names, the rest counted; long and hostile names shortened and escaped.

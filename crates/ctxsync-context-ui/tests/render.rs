@@ -337,3 +337,27 @@ fn long_errors_wrap_instead_of_scrolling() {
         "the long word is broken, not dropped"
     );
 }
+
+#[test]
+fn the_page_has_one_h1_landmarks_and_the_agent_name_escaped() {
+    let (_, panel) = states().remove(1);
+    let page = render_page_for(&panel, Some("<b>build-box</b>"));
+    assert_eq!(page.matches("<h1>").count(), 1);
+    assert!(page.contains(r#"<header class="page-header">"#) && page.contains("<main>"));
+    assert!(
+        page.contains(r#"Agent <strong class="agent-name">&lt;b&gt;build-box&lt;/b&gt;</strong>"#)
+    );
+    assert!(page.contains("<title>&lt;b&gt;build-box&lt;/b&gt; · chat context · ctxsync</title>"));
+    // The filter is labelled, a search field, and announces its count politely.
+    assert!(page.contains(
+        r#"<label for="tool-filter">Filter tools</label> <input id="tool-filter" type="search""#
+    ));
+    assert!(
+        page.contains(r#"<span id="tool-filter-count" class="filter-count" aria-live="polite">"#)
+    );
+    // The page's script counts the age on from the absolute time, and keeps the filter
+    // across swaps.
+    assert!(PAGE_SCRIPT.contains("time.relative[datetime]"));
+    assert!(PAGE_SCRIPT.contains("input.value = filterText"));
+    assert!(render_page(&panel).contains("Chat <code>chat-1</code>"));
+}
