@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use ctxsync_chat_projection::store::load_chat;
 use ctxsync_context_ui::{
-    PAGE_SCRIPT, PAGE_STYLE, PAGE_STYLE_PATH, build_panel, escape, render_page,
+    PAGE_SCRIPT, PAGE_STYLE, PAGE_STYLE_PATH, build_chat_panel, escape, render_page_for,
 };
 use ctxsync_persistence::ChatId;
 use serde::Deserialize;
@@ -130,15 +130,21 @@ pub async fn page(
             );
         }
     }
-    match load_chat(&state.store, chat).await {
-        Ok(Some(loaded)) => Html(render_page(&build_panel(
-            &chat.to_string(),
-            &loaded.context,
-        )))
-        .into_response(),
-        Ok(None) => message(StatusCode::NOT_FOUND, "No such chat."),
-        Err(e) => ApiError::from(e).into_response(),
-    }
+    let loaded = match load_chat(&state.store, chat).await {
+        Ok(Some(loaded)) => loaded,
+        Ok(None) => return message(StatusCode::NOT_FOUND, "No such chat."),
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    // The header's agent name: read once per page load (the panel below it updates live).
+    let agent_name = match loaded.chat.agent_id {
+        Some(agent) => match state.store.get_agent(agent).await {
+            Ok(record) => record.map(|a| a.name),
+            Err(e) => return ApiError::from(e).into_response(),
+        },
+        None => None,
+    };
+    let panel = build_chat_panel(&chat.to_string(), &loaded.context, &loaded.binding);
+    Html(render_page_for(&panel, agent_name.as_deref())).into_response()
 }
 
 /// `POST /chats/{id}/session` (the link page's form, `token=…`): uses the token up, starts
@@ -217,8 +223,10 @@ fn document(body: &str) -> String {
 <link rel="stylesheet" href="{PAGE_STYLE_PATH}">
 </head>
 <body>
-<main>
+<header class="page-header">
 <h1>Chat context</h1>
+</header>
+<main>
 {body}
 </main>
 </body>
