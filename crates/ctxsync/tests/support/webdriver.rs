@@ -179,9 +179,8 @@ impl Browser {
         }
     }
 
-    /// Clicks the first element matching a CSS selector (a real click: it submits forms
-    /// and runs the page's own handlers).
-    pub async fn click(&self, selector: &str) -> Result<()> {
+    /// The WebDriver id of the first element matching a CSS selector.
+    async fn element(&self, selector: &str) -> Result<String> {
         let element = self
             .command(
                 reqwest::Method::POST,
@@ -189,12 +188,18 @@ impl Browser {
                 Some(json!({ "using": "css selector", "value": selector })),
             )
             .await?;
-        let id = element
+        Ok(element
             .as_object()
             .and_then(|e| e.values().next())
             .and_then(Value::as_str)
             .with_context(|| format!("no element id for {selector} in {element}"))?
-            .to_string();
+            .to_string())
+    }
+
+    /// Clicks the first element matching a CSS selector (a real click: it submits forms
+    /// and runs the page's own handlers).
+    pub async fn click(&self, selector: &str) -> Result<()> {
+        let id = self.element(selector).await?;
         self.command(
             reqwest::Method::POST,
             &format!("/element/{id}/click"),
@@ -202,6 +207,37 @@ impl Browser {
         )
         .await
         .map(drop)
+    }
+
+    /// Types `text` into the first element matching a CSS selector, key by key as a
+    /// person would (the page sees real `input` events).
+    pub async fn type_into(&self, selector: &str, text: &str) -> Result<()> {
+        let id = self.element(selector).await?;
+        self.command(
+            reqwest::Method::POST,
+            &format!("/element/{id}/value"),
+            Some(json!({ "text": text })),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Runs an asynchronous script in the page: it ends by calling its last argument
+    /// with the value to return. Bounded by `timeout`.
+    pub async fn eval_async(&self, script: &str, timeout: Duration) -> Result<Value> {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.command(
+            reqwest::Method::POST,
+            "/timeouts",
+            Some(json!({ "script": ms })),
+        )
+        .await?;
+        self.command(
+            reqwest::Method::POST,
+            "/execute/async",
+            Some(json!({ "script": script, "args": [] })),
+        )
+        .await
     }
 
     /// The browser console's messages since the last call (chromedriver's log endpoint).
@@ -221,6 +257,7 @@ impl Browser {
             .collect())
     }
 
+    /// Saves a PNG of the browser's viewport at `path` (its directory is created).
     pub async fn screenshot(&self, path: &Path) -> Result<()> {
         use base64::Engine as _;
         let data = self
@@ -228,6 +265,9 @@ impl Browser {
             .await?;
         let png = base64::engine::general_purpose::STANDARD
             .decode(data.as_str().context("screenshot data")?)?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
         std::fs::write(path, png)?;
         Ok(())
     }
