@@ -12,7 +12,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use ctxsync_chat_projection::store::{LoadedChat, load_agent_context, load_chat};
 use ctxsync_chat_projection::{ActiveTools, FindToolsRequest};
-use ctxsync_context_ui::{build_panel, render_fragment, render_json, render_text};
+use ctxsync_context_ui::{build_chat_panel, render_fragment, render_json, render_text};
 use ctxsync_first_turn_gate::TurnMode;
 use ctxsync_persistence::{AgentId, ChatId, ChatTurnMode, NewTurn, TurnId, TurnRecord};
 use futures::{Stream, StreamExt};
@@ -51,7 +51,7 @@ async fn loaded_chat(state: &AppState, raw_id: &str) -> ApiResult<(ChatId, Loade
 }
 
 fn panel_of(chat: ChatId, loaded: &LoadedChat) -> ctxsync_context_ui::Panel {
-    build_panel(&chat.to_string(), &loaded.context)
+    build_chat_panel(&chat.to_string(), &loaded.context, &loaded.binding)
 }
 
 /// The projection's phase and freshness, in the words every surface uses; while pending,
