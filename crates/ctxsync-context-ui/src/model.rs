@@ -338,7 +338,8 @@ pub struct McpSummary {
     /// Servers discovered with zero tools (not a failure).
     pub servers_without_tools: usize,
     pub servers_failed: usize,
-    /// The counts as people read them: `3 tools from 2 servers (1 failed)`.
+    /// The counts as people read them: `3 tools from 2 servers (1 failed)`, or `none
+    /// declared` when the workspace declares no MCP server.
     pub text: String,
 }
 
@@ -353,7 +354,7 @@ impl McpSummary {
             count(ServerState::Failed),
         );
         let text = if servers.is_empty() {
-            "No MCP servers are declared.".to_owned()
+            "none declared".to_owned()
         } else {
             let mut notes = Vec::new();
             if failed > 0 {
