@@ -253,6 +253,18 @@ const APT_PACKAGES: &[(&str, &str, &str)] = &[
 const EVERYTHING_PACKAGE: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 /// The official Python MCP SDK those tests' Python server runs on (2026-07-28).
 const PYTHON_MCP_PACKAGE: &str = "mcp==2.3.0";
+/// Clients that are not ctxsync's own, in their own environment (beside the MCP SDK's, so
+/// neither pins the other's dependencies): the official gRPC health and reflection
+/// clients, Prometheus' text parser and schemathesis for the OpenAPI document.
+const PYTHON_ECOSYSTEM_PACKAGES: &[&str] = &[
+    "grpcio==1.85.1",
+    "grpcio-health-checking==1.85.1",
+    "grpcio-reflection==1.85.1",
+    "prometheus-client==0.26.0",
+    "schemathesis==4.32.5",
+];
+/// The accessibility engine the browser test injects into the page.
+const AXE_PACKAGE: &str = "axe-core@4.14.1";
 
 /// Installs test prerequisites a fresh machine lacks; each is skipped when present.
 fn install_test_tools(root: &Path) -> Result<()> {
@@ -302,30 +314,58 @@ fn install_test_tools(root: &Path) -> Result<()> {
         )
         .context("installing @modelcontextprotocol/server-everything (needs npm)")?;
     }
-    let python = root.join("target/tools/py/bin/python");
-    if !python.exists() {
-        let venv = root.join("target/tools/py");
-        let venv = venv.to_str().context("target path is UTF-8")?;
-        run(root, "python3".into(), &["-m", "venv", venv])
-            .context("creating a Python virtual environment (needs python3 with venv)")?;
-        let installed = run(
+    let axe = root.join("target/tools/node_modules/axe-core/axe.min.js");
+    if !axe.exists() {
+        let prefix = root.join("target/tools");
+        let prefix = prefix.to_str().context("target path is UTF-8")?;
+        run(
             root,
-            python.clone(),
+            "npm".into(),
             &[
-                "-m",
-                "pip",
                 "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                PYTHON_MCP_PACKAGE,
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                prefix,
+                AXE_PACKAGE,
             ],
-        );
-        if let Err(error) = installed {
-            // Half a virtual environment would be taken for a whole one next time.
-            let _ = std::fs::remove_dir_all(venv);
-            return Err(error.context("installing the Python MCP SDK (needs pip)"));
-        }
+        )
+        .context("installing axe-core for the page's accessibility check (needs npm)")?;
     }
+    python_env(root, "target/tools/py", &[PYTHON_MCP_PACKAGE])
+        .context("installing the Python MCP SDK (needs python3 with venv and pip)")?;
+    python_env(root, "target/tools/pyeco", PYTHON_ECOSYSTEM_PACKAGES).context(
+        "installing the generic gRPC, Prometheus and OpenAPI clients (needs python3 with venv and pip)",
+    )?;
+    Ok(())
+}
+
+/// A virtual environment at `dir` (under `root`) holding exactly `packages`: made when
+/// missing, or anew when the pinned list changed. The list is written last, so a half
+/// installed environment is never taken for a whole one.
+fn python_env(root: &Path, dir: &str, packages: &[&str]) -> Result<()> {
+    let venv = root.join(dir);
+    let stamp = venv.join("ctxsync-packages.txt");
+    let wanted = packages.join("\n");
+    if std::fs::read_to_string(&stamp).is_ok_and(|had| had == wanted) {
+        return Ok(());
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    let venv_arg = venv.to_str().context("target path is UTF-8")?;
+    run(root, "python3".into(), &["-m", "venv", venv_arg])?;
+    let mut args = vec![
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ];
+    args.extend(packages);
+    if let Err(error) = run(root, venv.join("bin/python"), &args) {
+        let _ = std::fs::remove_dir_all(&venv);
+        return Err(error);
+    }
+    std::fs::write(&stamp, wanted).context("recording the Python packages installed")?;
     Ok(())
 }
 

@@ -43,6 +43,7 @@ pub struct FindToolsRequest {
 
 /// What find_tools returns to the model.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FindToolsResponse {
     /// Exact names first (in request order), then query matches best first; at most
     /// [`MAX_MATCHES`].
@@ -54,6 +55,7 @@ pub struct FindToolsResponse {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolMatch {
     /// The model-facing name.
     pub name: String,

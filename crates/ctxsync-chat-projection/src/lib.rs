@@ -38,7 +38,7 @@ pub use find::{
     MAX_MATCHES, MAX_NAMES, MAX_QUERIES, ToolMatch, find_tools,
 };
 pub use input::{AgentState, Binding, SnapshotState};
-pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ToolCatalog};
+pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ModelTool, ToolCatalog};
 pub use note::elapsed_in_seconds;
 pub use pin::{ChatContext, PinnedContext};
 pub use view::{

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ctxsync_protocol::McpToolAnnotations;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The longest model-facing tool name.
@@ -46,28 +46,36 @@ impl EligibleTool {
     /// name that says they are its unverified claims (`read_only_hint`,
     /// `destructive_hint`, `idempotent_hint`, `open_world_hint`, `title`; absent ones left
     /// out).
-    pub fn model_definition(&self) -> Value {
-        let mut tool = Map::new();
-        tool.insert("name".into(), Value::String(self.name.clone()));
-        tool.insert(
-            "description".into(),
-            Value::String(self.description.clone()),
-        );
-        tool.insert("input_schema".into(), self.input_schema.clone());
-        if !self.title.is_empty() {
-            tool.insert("title".into(), Value::String(self.title.clone()));
+    pub fn model_definition(&self) -> ModelTool {
+        ModelTool {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            input_schema: self.input_schema.clone(),
+            title: (!self.title.is_empty()).then(|| self.title.clone()),
+            output_schema: self.output_schema.clone(),
+            annotations_untrusted: self.annotations_untrusted.clone(),
         }
-        if let Some(schema) = &self.output_schema {
-            tool.insert("output_schema".into(), schema.clone());
-        }
-        if let Some(annotations) = &self.annotations_untrusted {
-            tool.insert(
-                "annotations_untrusted".into(),
-                serde_json::to_value(annotations).expect("annotations serialize"),
-            );
-        }
-        Value::Object(tool)
     }
+}
+
+/// A tool as a turn hands it to the model: see [`EligibleTool::model_definition`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModelTool {
+    pub name: String,
+    pub description: String,
+    /// The tool's input JSON Schema, as its server reported it.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub input_schema: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The JSON Schema of the tool's structured result, as its server reported it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub output_schema: Option<Value>,
+    /// The server's behaviour hints: its unverified claims.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotations_untrusted: Option<McpToolAnnotations>,
 }
 
 /// The eligible tools of a view, ordered by server, then tool name. Empty when stale.

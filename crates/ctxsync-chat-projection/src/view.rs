@@ -14,6 +14,7 @@ use crate::naming::{ToolCatalog, ToolSpec};
 
 /// Discovery completeness as a chat sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// No completeness guarantee: no bound agent, a legacy agent, or MCP discovery off.
@@ -94,6 +95,7 @@ pub struct ConfigOutcome {
 
 /// Server and config outcome counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Counts {
     /// Discovered servers with at least one tool.
     pub servers_ok: usize,

@@ -105,7 +105,11 @@ fn turn_tools_carry_title_output_schema_and_untrusted_annotations() {
         "run-1",
         Some(snapshot("run-1", Complete, vec![rich_server()])),
     ));
-    let defs: Vec<serde_json::Value> = view.tools().iter().map(|t| t.model_definition()).collect();
+    let defs: Vec<serde_json::Value> = view
+        .tools()
+        .iter()
+        .map(|t| serde_json::to_value(t.model_definition()).unwrap())
+        .collect();
     assert_eq!(
         defs,
         [

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 /// Why the gate returned. Never an error for the turn: every reason lets it proceed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OutcomeReason {
     /// The current run's discovery is complete (at once, or after waiting).
@@ -33,6 +34,7 @@ pub enum OutcomeReason {
 
 /// The result of [`FirstTurnGate::wait_for_discovery`](crate::FirstTurnGate::wait_for_discovery).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Outcome {
     /// The projection's phase of the view this outcome describes.
     pub phase: Phase,

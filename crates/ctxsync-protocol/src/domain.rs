@@ -78,6 +78,7 @@ impl Snapshot {
 }
 
 /// The status of one resource row.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResourceStatus {
@@ -129,6 +130,7 @@ pub struct Resource {
 }
 
 /// What kind of resource a row is; set even when its status is not OK.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BodyKind {
@@ -172,11 +174,13 @@ pub enum ResourceBody {
     McpServer(McpServerBody),
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstructionFileBody {
     pub content: String,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SkillBody {
     /// The SKILL.md content, front matter included.
@@ -187,6 +191,7 @@ pub struct SkillBody {
 
 /// An MCP server's row body. Fields added after the first release default when absent,
 /// so rows stored before them still read.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct McpServerBody {
     pub server_name: String,
@@ -208,6 +213,7 @@ pub struct McpServerBody {
 }
 
 /// A server's implementation info; empty strings where it gave none.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct McpServerInfo {
@@ -218,6 +224,7 @@ pub struct McpServerInfo {
 }
 
 /// Milliseconds spent in each step of a server's connect.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpConnectTimings {
     /// Starting the process (stdio); `None` for HTTP.
@@ -231,12 +238,14 @@ pub struct McpConnectTimings {
 
 /// One tool of a server. Everything but the name and input schema is optional, and all of
 /// it is the server's word: annotations in particular are hints, not guarantees.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct McpTool {
     pub name: String,
     #[serde(default)]
     pub description: String,
     /// A JSON Schema document.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub input_schema: serde_json::Value,
     /// A display name; empty when none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -245,16 +254,19 @@ pub struct McpTool {
     pub annotations: Option<McpToolAnnotations>,
     /// The JSON Schema of the structured result, when the server gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub output_schema: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub icons: Vec<McpIcon>,
     /// The tool's `_meta` object (MCP Apps put their `ui` entry here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub meta: Option<serde_json::Value>,
 }
 
 /// A tool's behaviour hints, untrusted unless its server is.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct McpToolAnnotations {
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -270,6 +282,7 @@ pub struct McpToolAnnotations {
 }
 
 /// One icon of a tool: a URL or a bounded `data:` URI.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct McpIcon {

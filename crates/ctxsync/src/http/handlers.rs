@@ -253,7 +253,11 @@ pub async fn turn(
     let context = state.gate.prepare_turn(chat, mode).await;
     // The projection's model-facing shape: name, description and input schema, plus the
     // title, output schema and `annotations_untrusted` when the server gave them.
-    let tools: Vec<Value> = context.tools.iter().map(|t| t.model_definition()).collect();
+    let tools: Vec<Value> = context
+        .tools
+        .iter()
+        .map(|t| serde_json::to_value(t.model_definition()).expect("a tool serializes"))
+        .collect();
     let tool_count = tools.len();
     let outcome = json!({
         "note": context.note,
