@@ -16,23 +16,6 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use support::*;
 
-/// Names a Python interpreter with `prometheus-client`; otherwise the one `cargo xtask
-/// test` installs in `<workspace>/target/tools/pyeco` is used.
-const PYTHON_ENV: &str = "CTXSYNC_PYTHON_ECOSYSTEM";
-
-fn python() -> PathBuf {
-    let default =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/pyeco/bin/python");
-    let path = std::env::var_os(PYTHON_ENV).map_or(default, PathBuf::from);
-    assert!(
-        path.is_file(),
-        "no Python with prometheus-client at {}: run `cargo xtask test` (it installs \
-         target/tools/pyeco) or set {PYTHON_ENV} to a python that has prometheus-client==0.26.0",
-        path.display()
-    );
-    path
-}
-
 /// One parsed family: `prometheus_client`'s name (a counter's without `_total`), type
 /// and samples.
 struct Family {

@@ -14,11 +14,15 @@ use ctxsync_chat_projection::store::{LoadedChat, load_agent_context, load_chat};
 use ctxsync_chat_projection::{ActiveTools, FindToolsRequest};
 use ctxsync_context_ui::{build_chat_panel, render_fragment, render_json, render_text};
 use ctxsync_first_turn_gate::TurnMode;
-use ctxsync_persistence::{AgentId, ChatId, ChatTurnMode, NewTurn, TurnId, TurnRecord};
+use ctxsync_persistence::{AgentId, ChatId, ChatTurnMode, NewTurn, TurnId};
 use futures::{Stream, StreamExt};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::api::{
+    AgentContextBody, AgentList, AgentSummary, AgentWithToken, ChatBody, CreateAgent, CreateChat,
+    DiscoveryWords, ErrorBody, FindToolsBody, FoundTools, Health, HealthStatus, PageLink,
+    RebindChat, StoredOutcome, TurnBody, TurnModeName, TurnRequest,
+};
 use super::{ApiError, AppState};
 
 type ApiResult<T = Response> = Result<T, ApiError>;
@@ -37,7 +41,12 @@ fn body<T>(json: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
         if status == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(status, rejection.body_text())
         } else {
-            ApiError::bad_request(rejection.body_text())
+            // serde's message names the field first; axum's preamble only hides it.
+            let text = rejection.body_text();
+            let named = text
+                .strip_prefix("Failed to deserialize the JSON body into the target type: ")
+                .unwrap_or(&text);
+            ApiError::bad_request(named)
         }
     })
 }
@@ -54,47 +63,48 @@ fn panel_of(chat: ChatId, loaded: &LoadedChat) -> ctxsync_context_ui::Panel {
     build_chat_panel(&chat.to_string(), &loaded.context, &loaded.binding)
 }
 
-/// The projection's phase and freshness, in the words every surface uses; while pending,
-/// also `pending_servers`: the servers still connecting, by name, each with how long it
-/// has been at it (`elapsed_ms`, and whole seconds as `elapsed_s`). The key is left out
-/// when nobody is named, so earlier answers keep their exact shape.
-fn discovery_words(view: &ctxsync_chat_projection::View) -> Value {
-    let mut words = json!({ "phase": view.phase().as_str(), "stale": view.is_stale() });
-    let pending: Vec<Value> = view
-        .pending_servers()
-        .iter()
-        .map(|s| json!({ "name": s.name, "elapsed_ms": s.elapsed_ms, "elapsed_s": s.elapsed_ms / 1000 }))
-        .collect();
-    if !pending.is_empty() {
-        words["pending_servers"] = Value::Array(pending);
+fn chat_json(chat: ChatId, loaded: &LoadedChat) -> ChatBody {
+    ChatBody {
+        id: chat.to_string(),
+        agent_id: loaded.chat.agent_id.map(|a| a.to_string()),
+        mcp_discovery: DiscoveryWords::of(loaded.context.mcp()),
+        context: panel_of(chat, loaded),
     }
-    words
 }
 
-fn chat_json(chat: ChatId, loaded: &LoadedChat) -> Value {
-    let view = loaded.context.mcp();
-    json!({
-        "id": chat.to_string(),
-        "agent_id": loaded.chat.agent_id.map(|a| a.to_string()),
-        "mcp_discovery": discovery_words(view),
-        "context": render_json(&panel_of(chat, loaded)),
-    })
+/// The document describing this API (no token: it holds no data).
+#[utoipa::path(get, path = "/api/openapi.json", tag = "operations",
+    responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json", body = Object)))]
+pub async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        super::api::openapi_document(),
+    )
+        .into_response()
 }
 
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses(
+        (status = 200, description = "The database answers", body = Health),
+        (status = 503, description = "The database is unavailable", body = ErrorBody),
+    ))]
 pub async fn healthz(State(state): State<AppState>) -> Response {
     if state.health.database_ok(&state.store).await {
-        Json(json!({ "status": "ok" })).into_response()
+        Json(Health {
+            status: HealthStatus::Ok,
+        })
+        .into_response()
     } else {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateAgent {
-    name: String,
-}
-
+#[utoipa::path(post, path = "/api/agents", tag = "agents", request_body = CreateAgent,
+    responses(
+        (status = 201, description = "The agent, with its token (shown only here)", body = AgentWithToken),
+        (status = 400, description = "The body is not a valid request (the message names the field)", body = ErrorBody),
+        (status = 413, description = "The body is larger than 64 KiB", body = ErrorBody),
+    ))]
 pub async fn create_agent(
     State(state): State<AppState>,
     json: Result<Json<CreateAgent>, JsonRejection>,
@@ -105,30 +115,52 @@ pub async fn create_agent(
         return Err(ApiError::bad_request("name: must not be empty"));
     }
     let agent = state.store.create_agent(name).await?;
-    let response = json!({ "id": agent.id.to_string(), "token": agent.token.expose() });
+    let response = AgentWithToken {
+        id: agent.id.to_string(),
+        token: agent.token.expose().to_owned(),
+    };
     Ok((StatusCode::CREATED, Json(response)).into_response())
 }
 
 /// Every agent, oldest first; never a token or its digest.
+#[utoipa::path(get, path = "/api/agents", tag = "agents",
+    responses((status = 200, description = "Every agent, oldest first", body = AgentList)))]
 pub async fn list_agents(State(state): State<AppState>) -> ApiResult {
     let agents = state.store.list_agents().await?;
-    let rows: Vec<Value> = agents.iter().map(crate::agents::agent_json).collect();
-    Ok(Json(json!({ "agents": rows })).into_response())
+    let agents = agents.iter().map(AgentSummary::from).collect();
+    Ok(Json(AgentList { agents }).into_response())
 }
 
 /// A new token for the agent, shown in this response only; the old one is refused from
 /// now on, on every replica (authentication reads the store on every call).
+#[utoipa::path(post, path = "/api/agents/{id}/token", tag = "agents",
+    params(("id" = String, Path, format = Uuid, description = "The agent's id")),
+    responses(
+        (status = 200, description = "The agent's new token (shown only here)", body = AgentWithToken),
+        (status = 400, description = "The id is not a UUID", body = ErrorBody),
+        (status = 404, description = "No such agent", body = ErrorBody),
+    ))]
 pub async fn rotate_agent_token(
     State(state): State<AppState>,
     Path(raw): Path<String>,
 ) -> ApiResult {
     let agent: AgentId = parse_id(&raw, "agent")?;
     let rotated = state.store.rotate_agent_token(agent).await?;
-    let response = json!({ "id": rotated.id.to_string(), "token": rotated.token.expose() });
+    let response = AgentWithToken {
+        id: rotated.id.to_string(),
+        token: rotated.token.expose().to_owned(),
+    };
     Ok(Json(response).into_response())
 }
 
 /// Deletes the agent with its snapshot and resources; its token is refused from now on.
+#[utoipa::path(delete, path = "/api/agents/{id}", tag = "agents",
+    params(("id" = String, Path, format = Uuid, description = "The agent's id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "The id is not a UUID", body = ErrorBody),
+        (status = 404, description = "No such agent", body = ErrorBody),
+    ))]
 pub async fn delete_agent(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let agent: AgentId = parse_id(&raw, "agent")?;
     state.store.delete_agent(agent).await?;
@@ -137,65 +169,28 @@ pub async fn delete_agent(State(state): State<AppState>, Path(raw): Path<String>
 
 /// The agent's stored rows beside the projection's view of them (one read): phase and
 /// freshness are the view's, as on every other surface.
+#[utoipa::path(get, path = "/api/agents/{id}/context", tag = "agents",
+    params(("id" = String, Path, format = Uuid, description = "The agent's id")),
+    responses(
+        (status = 200, description = "The agent's stored snapshot and resources with the projection's view", body = AgentContextBody),
+        (status = 400, description = "The id is not a UUID", body = ErrorBody),
+        (status = 404, description = "No such agent", body = ErrorBody),
+    ))]
 pub async fn agent_context(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let agent: AgentId = parse_id(&raw, "agent")?;
     let (context, view) = load_agent_context(&state.store, agent)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("agent {agent} not found")))?;
-    let snapshot = context.snapshot.as_ref().map(|s| {
-        json!({
-            "agent_run_id": s.agent_run_id,
-            "phase": view.phase().as_str(),
-            "version": s.version,
-            "aggregate_hash": s.aggregate_hash,
-            "snapshot_error": s.snapshot_error,
-            "received_at": s.received_at.to_rfc3339(),
-            // As the agent reported them, undated: `mcp_discovery` adds the time since.
-            "pending_servers": s.pending_servers.iter().map(|p| json!({
-                "name": p.server_name,
-                "elapsed_ms": p.elapsed_ms,
-            })).collect::<Vec<_>>(),
-        })
-    });
-    let resources: Vec<Value> = context
-        .resources
-        .iter()
-        .map(|r| {
-            let kind = r.body.kind();
-            let mut row = json!({
-                "source": r.source,
-                "source_path": r.source_path,
-                "kind": kind.as_str(),
-                "status": r.status.as_str(),
-                "error": r.error,
-                "content_hash": r.content_hash,
-                "size_bytes": r.size_bytes,
-            });
-            // A config file's body never leaves the agent; the others are shown as stored.
-            if kind != ctxsync_protocol::BodyKind::McpConfig {
-                row["body"] = r.body.to_json();
-            }
-            row
-        })
-        .collect();
-    Ok(Json(json!({
-        "agent_id": agent.to_string(),
-        "name": context.agent.name,
-        "agent_run_id": context.agent.agent_run_id,
-        "mcp_discovery": discovery_words(&view),
-        "stale": view.is_stale(),
-        "snapshot": snapshot,
-        "resources": resources,
-    }))
-    .into_response())
+    Ok(Json(AgentContextBody::of(context, &view)).into_response())
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateChat {
-    agent_id: String,
-}
-
+#[utoipa::path(post, path = "/api/chats", tag = "chats", request_body = CreateChat,
+    responses(
+        (status = 201, description = "The new chat, bound to the agent", body = ChatBody),
+        (status = 400, description = "The body is not a valid request (the message names the field)", body = ErrorBody),
+        (status = 404, description = "No such agent", body = ErrorBody),
+        (status = 413, description = "The body is larger than 64 KiB", body = ErrorBody),
+    ))]
 pub async fn create_chat(
     State(state): State<AppState>,
     json: Result<Json<CreateChat>, JsonRejection>,
@@ -215,35 +210,39 @@ pub async fn create_chat(
     Ok((StatusCode::CREATED, Json(chat_json(id, &loaded))).into_response())
 }
 
+#[utoipa::path(get, path = "/api/chats/{id}", tag = "chats",
+    params(("id" = String, Path, format = Uuid, description = "The chat's id")),
+    responses(
+        (status = 200, description = "The chat", body = ChatBody),
+        (status = 400, description = "The id is not a UUID", body = ErrorBody),
+        (status = 404, description = "No such chat", body = ErrorBody),
+    ))]
 pub async fn get_chat(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let (chat, loaded) = loaded_chat(&state, &raw).await?;
     Ok(Json(chat_json(chat, &loaded)).into_response())
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TurnRequest {
-    mode: Option<String>,
 }
 
 /// Prepares a turn through the gate (a default turn waits for the bound agent's current
 /// run), stores it with what this answer says, and answers it with its `turn_id`. A new
 /// turn has nothing activated. When the turn cannot be stored the turn still proceeds
 /// (as the gate never fails one): `turn_id` is null and `turn_error` says why.
+#[utoipa::path(post, path = "/api/chats/{id}/turns", tag = "chats", request_body = TurnRequest,
+    params(("id" = String, Path, format = Uuid, description = "The chat's id")),
+    responses(
+        (status = 200, description = "What the turn runs with", body = TurnBody),
+        (status = 400, description = "The id is not a UUID or the body is not a valid request", body = ErrorBody),
+        (status = 404, description = "No such chat", body = ErrorBody),
+        (status = 413, description = "The body is larger than 64 KiB", body = ErrorBody),
+    ))]
 pub async fn turn(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     json: Result<Json<TurnRequest>, JsonRejection>,
 ) -> ApiResult {
     let request = body(json)?;
-    let (mode, stored_mode) = match request.mode.as_deref() {
-        None | Some("default") => (TurnMode::Default, ChatTurnMode::Default),
-        Some("plan") => (TurnMode::Plan, ChatTurnMode::Plan),
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "mode: expected \"default\" or \"plan\", got {other:?}"
-            )));
-        }
+    let (mode, stored_mode) = match request.mode.unwrap_or(TurnModeName::Default) {
+        TurnModeName::Default => (TurnMode::Default, ChatTurnMode::Default),
+        TurnModeName::Plan => (TurnMode::Plan, ChatTurnMode::Plan),
     };
     let chat: ChatId = parse_id(&raw, "chat")?;
     if state.store.get_chat(chat).await?.is_none() {
@@ -253,59 +252,56 @@ pub async fn turn(
     let context = state.gate.prepare_turn(chat, mode).await;
     // The projection's model-facing shape: name, description and input schema, plus the
     // title, output schema and `annotations_untrusted` when the server gave them.
-    let tools: Vec<Value> = context
-        .tools
-        .iter()
-        .map(|t| serde_json::to_value(t.model_definition()).expect("a tool serializes"))
-        .collect();
+    let tools: Vec<_> = context.tools.iter().map(|t| t.model_definition()).collect();
     let tool_count = tools.len();
-    let outcome = json!({
-        "note": context.note,
-        "mcp_discovery": context.outcome,
-        "inventory_error": context.inventory_error,
-    });
+    let outcome = serde_json::to_value(StoredOutcome {
+        note: &context.note,
+        mcp_discovery: &context.outcome,
+        inventory_error: &context.inventory_error,
+    })
+    .expect("an outcome serializes");
     let new_turn = NewTurn {
         mode: stored_mode,
         outcome,
-        tools: Value::Array(tools),
+        tools: serde_json::to_value(&tools).expect("tools serialize"),
     };
     let response = match state.store.record_turn(chat, &new_turn).await {
-        Ok(recorded) => turn_json(&recorded),
+        Ok(recorded) => TurnBody::of(&recorded),
         Err(error) => {
             // The cause goes to the log (by ApiError); the answer names the problem only.
             let refusal = ApiError::from(error);
-            let mut response = new_turn.outcome;
-            response["turn_id"] = Value::Null;
-            response["mode"] = json!(stored_mode.as_str());
-            response["tools"] = new_turn.tools;
-            response["active_tools"] = json!([]);
-            response["turn_error"] = json!(format!(
-                "the turn was not stored ({}): find-tools cannot name it",
-                refusal.message
-            ));
-            response
+            TurnBody {
+                turn_id: None,
+                mode: stored_mode.into(),
+                note: context.note,
+                mcp_discovery: serde_json::to_value(&context.outcome)
+                    .expect("an outcome serializes"),
+                inventory_error: context.inventory_error,
+                tools: new_turn.tools,
+                active_tools: Vec::new(),
+                turn_error: Some(format!(
+                    "the turn was not stored ({}): find-tools cannot name it",
+                    refusal.message
+                )),
+            }
         }
     };
-    tracing::info!(%chat, ?mode, tools = tool_count, waited_ms = started.elapsed().as_millis() as u64, turn = %response["turn_id"], "turn prepared");
+    tracing::info!(%chat, ?mode, tools = tool_count, waited_ms = started.elapsed().as_millis() as u64, turn = ?response.turn_id, "turn prepared");
     Ok(Json(response).into_response())
-}
-
-/// A stored turn as the API shows it: what its POST answered, with its id, mode and the
-/// names find_tools has activated for it so far.
-fn turn_json(turn: &TurnRecord) -> Value {
-    let mut response = match &turn.outcome {
-        Value::Object(outcome) => Value::Object(outcome.clone()),
-        _ => json!({}),
-    };
-    response["turn_id"] = json!(turn.id.to_string());
-    response["mode"] = json!(turn.mode.as_str());
-    response["tools"] = turn.tools.clone();
-    response["active_tools"] = json!(turn.activated);
-    response
 }
 
 /// A turn of this chat as stored, from any replica: 404 for an unknown turn, one of
 /// another chat, or one past the last [`ctxsync_persistence::MAX_TURNS_PER_CHAT`].
+#[utoipa::path(get, path = "/api/chats/{id}/turns/{turn}", tag = "chats",
+    params(
+        ("id" = String, Path, format = Uuid, description = "The chat's id"),
+        ("turn" = String, Path, format = Uuid, description = "The turn's id"),
+    ),
+    responses(
+        (status = 200, description = "The turn as stored", body = TurnBody),
+        (status = 400, description = "An id is not a UUID", body = ErrorBody),
+        (status = 404, description = "No such chat, or no such turn of it", body = ErrorBody),
+    ))]
 pub async fn get_turn(
     State(state): State<AppState>,
     Path((raw_chat, raw_turn)): Path<(String, String)>,
@@ -320,26 +316,24 @@ pub async fn get_turn(
         .get_turn(chat, turn)
         .await?
         .ok_or_else(|| turn_not_found(chat, turn))?;
-    Ok(Json(turn_json(&recorded)).into_response())
+    Ok(Json(TurnBody::of(&recorded)).into_response())
 }
 
 fn turn_not_found(chat: ChatId, turn: TurnId) -> ApiError {
     ApiError::not_found(format!("turn {turn} of chat {chat} not found"))
 }
 
-/// A find_tools call for one turn: `turn_id` names it; without one, the chat's latest
-/// turn (a chat with no turn yet is a 400).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FindToolsBody {
-    turn_id: Option<String>,
-    queries: Option<Vec<String>>,
-    names: Option<Vec<String>>,
-}
-
 /// Searches the chat's live catalog and stores what it activates for the turn, so any
 /// replica continues where another left off. Answers the projection's find_tools shape
 /// plus the `turn_id` it activated for.
+#[utoipa::path(post, path = "/api/chats/{id}/find-tools", tag = "chats", request_body = FindToolsBody,
+    params(("id" = String, Path, format = Uuid, description = "The chat's id")),
+    responses(
+        (status = 200, description = "The matches, and what this call activated", body = FoundTools),
+        (status = 400, description = "An id is not a UUID, the chat has no turn yet, or the search is not valid", body = ErrorBody),
+        (status = 404, description = "No such chat, or no such turn of it", body = ErrorBody),
+        (status = 413, description = "The body is larger than 64 KiB", body = ErrorBody),
+    ))]
 pub async fn find_tools(
     State(state): State<AppState>,
     Path(raw): Path<String>,
@@ -382,20 +376,24 @@ pub async fn find_tools(
         // The turn was deleted meanwhile as one of the chat's oldest.
         return Err(turn_not_found(chat, stored.turn_id));
     }
-    let mut response = json!(found);
-    response["turn_id"] = json!(stored.turn_id.to_string());
-    Ok(Json(response).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RebindChat {
-    agent_id: String,
+    Ok(Json(FoundTools {
+        found,
+        turn_id: stored.turn_id.to_string(),
+    })
+    .into_response())
 }
 
 /// Binds the chat to another agent (pinning that agent's current files and skills). The
 /// chat's next default turn waits on that agent's current run as a first turn does: the
 /// gate keys its wait by (chat, agent, run).
+#[utoipa::path(put, path = "/api/chats/{id}/agent", tag = "chats", request_body = RebindChat,
+    params(("id" = String, Path, format = Uuid, description = "The chat's id")),
+    responses(
+        (status = 200, description = "The chat, bound to the agent", body = ChatBody),
+        (status = 400, description = "An id is not a UUID or the body is not a valid request", body = ErrorBody),
+        (status = 404, description = "No such chat or agent", body = ErrorBody),
+        (status = 413, description = "The body is larger than 64 KiB", body = ErrorBody),
+    ))]
 pub async fn rebind_chat(
     State(state): State<AppState>,
     Path(raw): Path<String>,
@@ -417,6 +415,17 @@ pub async fn rebind_chat(
 }
 
 /// The panel alone: JSON by default, plain text or an HTML fragment by `Accept`.
+#[utoipa::path(get, path = "/api/chats/{id}/context", tag = "chats",
+    params(("id" = String, Path, format = Uuid, description = "The chat's id")),
+    responses(
+        (status = 200, description = "The chat's context panel: JSON by default, plain text or an HTML fragment when `Accept` asks", content(
+            (ctxsync_context_ui::Panel = "application/json"),
+            (String = "text/plain"),
+            (String = "text/html"),
+        )),
+        (status = 400, description = "The id is not a UUID", body = ErrorBody),
+        (status = 404, description = "No such chat", body = ErrorBody),
+    ))]
 pub async fn chat_panel(
     State(state): State<AppState>,
     Path(raw): Path<String>,
@@ -441,6 +450,14 @@ pub async fn chat_panel(
     })
 }
 
+/// Re-pins the chat to its agent's current files and skills.
+#[utoipa::path(put, path = "/api/chats/{id}/context", tag = "chats",
+    params(("id" = String, Path, format = Uuid, description = "The chat's id")),
+    responses(
+        (status = 200, description = "The chat, re-pinned", body = ChatBody),
+        (status = 400, description = "The id is not a UUID", body = ErrorBody),
+        (status = 404, description = "No such chat", body = ErrorBody),
+    ))]
 pub async fn refresh_context(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let chat: ChatId = parse_id(&raw, "chat")?;
     state.store.refresh_chat(chat).await?;
@@ -453,6 +470,14 @@ pub async fn refresh_context(State(state): State<AppState>, Path(raw): Path<Stri
 /// notifications, and a slow re-check covers a lost one). Unchanged panels are not
 /// re-sent; while the banner names servers still connecting, their whole seconds move
 /// on, so a re-check then re-sends the panel with the new waits.
+#[utoipa::path(get, path = "/api/chats/{id}/context/events", tag = "chats",
+    params(("id" = String, Path, format = Uuid, description = "The chat's id")),
+    responses(
+        (status = 200, description = "Server-sent `panel` events, each `{\"html\": fragment, \"panel\": panel JSON}`", content_type = "text/event-stream", body = String),
+        (status = 400, description = "The id is not a UUID", body = ErrorBody),
+        (status = 403, description = "A page session for another chat", body = ErrorBody),
+        (status = 404, description = "No such chat", body = ErrorBody),
+    ))]
 pub async fn context_events(
     State(state): State<AppState>,
     Path(raw): Path<String>,
@@ -525,11 +550,18 @@ pub async fn context_events(
 
 /// A one-time link to the chat's page, bound to that chat (the response carries the token,
 /// so it is never cached: see `page::security_headers`).
+#[utoipa::path(post, path = "/api/chats/{id}/link", tag = "chats",
+    params(("id" = String, Path, format = Uuid, description = "The chat's id")),
+    responses(
+        (status = 200, description = "A one-time link to the chat's page", body = PageLink),
+        (status = 400, description = "The id is not a UUID", body = ErrorBody),
+        (status = 404, description = "No such chat", body = ErrorBody),
+    ))]
 pub async fn page_link(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let chat: ChatId = parse_id(&raw, "chat")?;
     if state.store.get_chat(chat).await?.is_none() {
         return Err(ApiError::not_found(format!("chat {chat} not found")));
     }
     let url = super::page_path(chat, &state.auth.mint_link_token(chat).await?);
-    Ok(Json(json!({ "url": url })).into_response())
+    Ok(Json(PageLink { url }).into_response())
 }

@@ -17,6 +17,8 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Agent API pushes (counts and durations), the MCP server connects agents report, the
 /// gate's waits, open event streams, and how many agents are in each discovery phase.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text exposition (format 0.0.4)", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     // One aggregate query, however many agents: a scrape never reads a context.
     let phases = ctxsync_chat_projection::store::agent_phase_counts(&state.store).await?;

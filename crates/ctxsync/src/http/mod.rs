@@ -1,6 +1,7 @@
 //! The HTTP side of `ctxsync server`: the chat API (JSON, bearer token), server-sent
 //! context events, the chat's web page, `/healthz` and `/metrics`.
 
+pub mod api;
 pub mod api_token;
 mod auth;
 pub mod bounds;
@@ -79,6 +80,7 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .route("/healthz", get(handlers::healthz))
+        .route(api::OPENAPI_PATH, get(handlers::openapi_json))
         // The page authenticates itself: a one-time link token becomes a session cookie.
         .route("/chats/{id}", get(page::page))
         .route("/chats/{id}/session", post(page::exchange))

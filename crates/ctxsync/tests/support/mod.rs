@@ -220,3 +220,23 @@ pub fn artifact_dir() -> PathBuf {
     std::fs::create_dir_all(&dir).expect("artifact dir");
     dir
 }
+
+/// Names a Python interpreter with the generic clients (`prometheus-client`, the gRPC
+/// health and reflection clients, schemathesis); otherwise the one `cargo xtask test`
+/// installs in `<workspace>/target/tools/pyeco` is used.
+const PYTHON_ENV: &str = "CTXSYNC_PYTHON_ECOSYSTEM";
+
+/// That interpreter; a missing one fails the test with what to run, never skips it.
+pub fn python() -> PathBuf {
+    let default =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/pyeco/bin/python");
+    let path = std::env::var_os(PYTHON_ENV).map_or(default, PathBuf::from);
+    assert!(
+        path.is_file(),
+        "no Python with the ecosystem clients at {}: run `cargo xtask test` (it installs \
+         target/tools/pyeco) or set {PYTHON_ENV} to a python that has the packages \
+         xtask's PYTHON_ECOSYSTEM_PACKAGES pins",
+        path.display()
+    );
+    path
+}
