@@ -77,6 +77,7 @@ pub fn run(root: &Path, cargo: &Path, seconds: u64) -> Result<()> {
         }
     };
     let proptest_seconds = if libfuzzer { seconds / 2 } else { seconds };
+    run_schemathesis(root, cargo)?;
     run_property_tests(root, cargo, proptest_seconds)?;
     if !libfuzzer {
         return Ok(());
@@ -94,6 +95,39 @@ pub fn run(root: &Path, cargo: &Path, seconds: u64) -> Result<()> {
     );
     Ok(())
 }
+
+/// The chat API's schemathesis test with a fuzzing budget: at least
+/// [`SCHEMATHESIS_MIN_REQUESTS`] generated requests (CI's run makes at least 200).
+fn run_schemathesis(root: &Path, cargo: &Path) -> Result<()> {
+    let started = Instant::now();
+    let status = Command::new(cargo)
+        .args([
+            "test",
+            "-p",
+            "ctxsync",
+            "--test",
+            "openapi",
+            "schemathesis",
+            "--",
+            "--nocapture",
+        ])
+        .env("CTXSYNC_SCHEMATHESIS_EXAMPLES", "80")
+        .env(
+            "CTXSYNC_SCHEMATHESIS_MIN_REQUESTS",
+            SCHEMATHESIS_MIN_REQUESTS.to_string(),
+        )
+        .current_dir(root)
+        .status()
+        .context("running the schemathesis test")?;
+    anyhow::ensure!(status.success(), "the schemathesis run failed ({status})");
+    println!(
+        "fuzz: schemathesis run passed in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+const SCHEMATHESIS_MIN_REQUESTS: u64 = 1000;
 
 /// Runs every proptest target for its share of `seconds`.
 pub fn run_property_tests(root: &Path, cargo: &Path, seconds: u64) -> Result<Vec<Ran>> {

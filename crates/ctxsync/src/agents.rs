@@ -164,16 +164,8 @@ fn print_token(agent: &NewAgent, json: bool) {
 
 /// An agent as `--json` and `GET /api/agents` show it: never its token or digest.
 pub fn agent_json(agent: &AgentRecord) -> serde_json::Value {
-    serde_json::json!({
-        "id": agent.id.to_string(),
-        "name": agent.name,
-        "agent_run_id": agent.agent_run_id,
-        "agent_version": agent.startup_version,
-        "expanded_directory": agent.expanded_directory,
-        "started_at": agent.started_at.map(|t| t.to_rfc3339()),
-        "created_at": agent.created_at.to_rfc3339(),
-        "updated_at": agent.updated_at.to_rfc3339(),
-    })
+    // The HTTP API's type, so the two never differ.
+    serde_json::to_value(crate::http::api::AgentSummary::from(agent)).expect("an agent serializes")
 }
 
 /// `text` with control characters escaped, so a name cannot drive the terminal.
