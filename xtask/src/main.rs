@@ -144,10 +144,10 @@ fn tidy(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The README's test command: installs what a fresh machine lacks, then runs all tests.
-/// Every crate's tests, each crate alone (`cargo test -p NAME`, bottom layer first): a
-/// crate whose tests pass only with features another member turns on fails here, and
-/// CI runs each test once, as this command.
+/// The README's test command: installs what a fresh machine lacks, then runs every
+/// crate's tests, each crate alone (`cargo test -p NAME`, bottom layer first), so a crate
+/// whose tests pass only with features another member turns on fails here; CI runs each
+/// test once, as this command.
 fn test(root: &Path) -> Result<()> {
     install_test_tools(root)?;
     for member in workspace_members(root)? {
