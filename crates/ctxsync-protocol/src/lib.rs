@@ -33,3 +33,7 @@ pub use validate::{Problem, WireError, body_len};
 pub mod v1 {
     include!("gen/ctxsync.agent.v1.rs");
 }
+
+/// The encoded `FileDescriptorSet` of the agent proto (with its comments), for gRPC
+/// server reflection; generated and checked for staleness with the code in [`v1`].
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("gen/file_descriptor_set.bin");

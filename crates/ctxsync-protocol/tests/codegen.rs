@@ -18,3 +18,26 @@ fn committed_code_matches_the_protos() {
         "stale generated code: {stale:?}; run `cargo xtask codegen` and commit"
     );
 }
+
+#[test]
+fn the_exported_descriptor_set_describes_the_agent_service() {
+    use prost::Message;
+    let set = prost_types::FileDescriptorSet::decode(ctxsync_protocol::FILE_DESCRIPTOR_SET)
+        .expect("the committed descriptor set decodes");
+    let file = set
+        .file
+        .iter()
+        .find(|f| f.package() == "ctxsync.agent.v1")
+        .expect("the agent package is described");
+    let service = file
+        .service
+        .iter()
+        .find(|s| s.name() == "Agent")
+        .expect("the Agent service is described");
+    let methods: Vec<&str> = service.method.iter().map(|m| m.name()).collect();
+    assert!(methods.contains(&"PushContextState"), "{methods:?}");
+    assert!(
+        file.source_code_info.is_some(),
+        "comments travel with the descriptor, for reflection clients"
+    );
+}
