@@ -16,6 +16,7 @@ pub mod limits;
 pub mod listen;
 pub mod logging;
 pub mod paths;
+pub mod probes;
 pub mod secret;
 pub mod server;
 pub mod terminal;

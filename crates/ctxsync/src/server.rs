@@ -105,6 +105,11 @@ pub struct ServerArgs {
     /// delta as a full push with rows missing.
     #[arg(long, env = "CTXSYNC_NO_DELTA_PUSHES")]
     pub no_delta_pushes: bool,
+    /// How often the gRPC health service (`grpc.health.v1.Health`, no token needed) asks
+    /// the database, in milliseconds; it answers NOT_SERVING while the database does not.
+    #[arg(long, env = "CTXSYNC_HEALTH_INTERVAL_MS", default_value_t = millis(crate::probes::DEFAULT_HEALTH_INTERVAL),
+        value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    pub health_interval_ms: u64,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -137,6 +142,8 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// Whether `UpdateStartup` answers offer delta pushes.
     pub delta_pushes: bool,
+    /// How often gRPC health asks the database.
+    pub health_interval: Duration,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -152,6 +159,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("snapshot_grace", &self.snapshot_grace)
             .field("limits", &self.limits)
             .field("delta_pushes", &self.delta_pushes)
+            .field("health_interval", &self.health_interval)
             .finish_non_exhaustive()
     }
 }
@@ -175,6 +183,7 @@ impl ServerConfig {
             store: StoreOptions::default(),
             limits: Limits::default(),
             delta_pushes: true,
+            health_interval: crate::probes::DEFAULT_HEALTH_INTERVAL,
         }
     }
 
@@ -205,6 +214,7 @@ impl ServerConfig {
             },
             limits: args.limits.into(),
             delta_pushes: !args.no_delta_pushes,
+            health_interval: Duration::from_millis(args.health_interval_ms),
         })
     }
 }
@@ -313,6 +323,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
     let grpc_addr = grpc_listener.local_addr()?;
     let api = AgentApi::new(store.clone()).offer_deltas(config.delta_pushes);
     let metrics = api.metrics();
+    let probes =
+        crate::probes::start(store.clone(), config.health_interval, shutdown_rx.clone()).await?;
+    tasks.push(probes.monitor);
     let grpc = tonic::transport::Server::builder()
         .initial_stream_window_size(GRPC_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(GRPC_CONNECTION_WINDOW_BYTES)
@@ -320,6 +333,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         .timeout(limits.grpc_request_timeout)
         .http2_keepalive_interval(Some(limits.grpc_keepalive))
         .http2_keepalive_timeout(Some(limits.grpc_keepalive))
+        .add_routes(probes.routes)
         .add_service(api.into_server());
     let mut grpc_shutdown = shutdown_rx.clone();
     let stopped = async move {

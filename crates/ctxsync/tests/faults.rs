@@ -380,6 +380,8 @@ async fn outage(fault: Path) {
                     // Only a notification can release a waiting turn within the test.
                     "--gate-recheck-ms",
                     "600000",
+                    "--health-interval-ms",
+                    "100",
                 ],
             ),
         )
@@ -419,6 +421,9 @@ async fn outage(fault: Path) {
     let before_version = before.snapshot.as_ref().unwrap().version;
     let run_id = before.agent.agent_run_id.clone();
     assert!(!run_id.is_empty(), "{before:#?}");
+    let grpc_url = server.url();
+    let grpc = grpc_url.as_str();
+    assert_eq!(grpc_health(grpc).await, Some(Serving::Serving));
 
     // 2. Cut: the server loses every connection, LISTEN included (a black hole leaves
     //    them open and silent).
@@ -455,6 +460,12 @@ async fn outage(fault: Path) {
         (503, true),
         "{body}"
     );
+
+    // gRPC health (no token) follows the database, for a balancer to route agents away.
+    test.until("gRPC health answering NOT_SERVING", || async move {
+        (grpc_health(grpc).await == Some(Serving::NotServing)).then_some(())
+    })
+    .await;
 
     // 4. The workspace changes, so the agent must push; its pushes fail with Unavailable
     //    (and so does registering again on a new connection) until the database is back.
@@ -496,6 +507,10 @@ async fn outage(fault: Path) {
         })
         .await;
     let recovery = restored_at.elapsed();
+    test.until("gRPC health answering SERVING again", || async move {
+        (grpc_health(grpc).await == Some(Serving::Serving)).then_some(())
+    })
+    .await;
     let snapshot = after.snapshot.as_ref().unwrap();
     assert_eq!(after.agent.agent_run_id, run_id, "the same agent process");
     assert_eq!(snapshot.agent_run_id, run_id);
@@ -638,4 +653,25 @@ async fn outage(fault: Path) {
         .step("the agent stopping", STEP, process.terminate())
         .await;
     assert!(stopped.success());
+}
+
+use tonic_health::pb::health_check_response::ServingStatus as Serving;
+
+/// The server's `grpc.health.v1` status, asked without a token; `None` when it does not
+/// answer within [`REQUEST`].
+async fn grpc_health(url: &str) -> Option<Serving> {
+    let ask = async {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+            .ok()?
+            .connect()
+            .await
+            .ok()?;
+        let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        };
+        let answer = client.check(request).await.ok()?.into_inner();
+        Serving::try_from(answer.status).ok()
+    };
+    tokio::time::timeout(REQUEST, ask).await.ok().flatten()
 }
