@@ -83,7 +83,9 @@ pub async fn list(args: ListArgs) -> Result<()> {
     let agents = store.list_agents().await.context("listing the agents")?;
     if args.json {
         let rows: Vec<_> = agents.iter().map(agent_json).collect();
-        println!("{}", serde_json::Value::Array(rows));
+        let text = serde_json::Value::Array(rows).to_string();
+        // Agent names are the operator's text: no control sequence reaches the terminal.
+        println!("{}", crate::terminal::json_for_terminal(&text));
         return Ok(());
     }
     if agents.is_empty() {

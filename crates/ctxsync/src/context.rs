@@ -1,5 +1,5 @@
-//! `ctxsync context --chat ID`: prints a chat's context panel as plain text, read from a
-//! running server's HTTP API.
+//! `ctxsync context --chat ID`: prints a chat's context panel as plain text (or, with
+//! `--json`, the chat API's panel JSON), read from a running server's HTTP API.
 
 use std::path::PathBuf;
 
@@ -24,6 +24,10 @@ pub struct ContextArgs {
     /// The local server's data directory, to read its API token from.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Print the panel as JSON, as `GET /api/chats/{id}/context` answers it (the schema
+    /// is in the server's OpenAPI document).
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub async fn run(args: ContextArgs) -> Result<()> {
@@ -56,16 +60,35 @@ pub async fn run(args: ContextArgs) -> Result<()> {
         .tls_certs_merge(trusted)
         .build()
         .context("setting up the HTTP client")?;
-    let panel = fetch_with(&client, &args.server, &args.chat, &token).await?;
+    let format = if args.json {
+        Format::Json
+    } else {
+        Format::Text
+    };
+    let panel = fetch_with(&client, &args.server, &args.chat, &token, format).await?;
     // The panel quotes MCP servers' names, tools and errors: nothing of theirs reaches the
     // terminal as a control sequence.
-    print!("{}", crate::terminal::for_terminal(&panel));
+    match format {
+        Format::Text => print!("{}", crate::terminal::for_terminal(&panel)),
+        Format::Json => {
+            let value: serde_json::Value =
+                serde_json::from_str(&panel).context("the server's panel is not JSON")?;
+            let text = serde_json::to_string_pretty(&value).expect("JSON serializes");
+            println!("{}", crate::terminal::json_for_terminal(&text));
+        }
+    }
     Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Format {
+    Text,
+    Json,
 }
 
 /// The plain-text panel of `chat` from the server at `base`.
 pub async fn fetch_panel_text(base: &str, chat: &str, token: &str) -> Result<String> {
-    fetch_with(&reqwest::Client::new(), base, chat, token).await
+    fetch_with(&reqwest::Client::new(), base, chat, token, Format::Text).await
 }
 
 async fn fetch_with(
@@ -73,12 +96,17 @@ async fn fetch_with(
     base: &str,
     chat: &str,
     token: &str,
+    format: Format,
 ) -> Result<String> {
+    let accept = match format {
+        Format::Text => "text/plain",
+        Format::Json => "application/json",
+    };
     let url = format!("{}/api/chats/{chat}/context", base.trim_end_matches('/'));
     let response = client
         .get(&url)
         .bearer_auth(token)
-        .header(reqwest::header::ACCEPT, "text/plain")
+        .header(reqwest::header::ACCEPT, accept)
         .send()
         .await
         .with_context(|| format!("cannot reach the ctxsync server at {base}"))?;

@@ -16,6 +16,15 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines on stderr are written: `text`, or `json` (one object per line).
+    #[arg(
+        long,
+        global = true,
+        env = "CTXSYNC_LOG_FORMAT",
+        value_enum,
+        default_value_t = ctxsync::logging::LogFormat::Text
+    )]
+    log_format: ctxsync::logging::LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -35,6 +44,12 @@ enum Command {
     Context(ctxsync::context::ContextArgs),
     /// Run the whole system on this machine: server, agent, MCP servers, a chat's first turn.
     Demo(ctxsync::demo::DemoArgs),
+    /// Print a shell completion script, e.g. `ctxsync completions bash > /etc/bash_completion.d/ctxsync`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Serve a scriptable MCP server (used by the demo's workspace).
     #[command(hide = true, disable_help_flag = true)]
     McpFixture {
@@ -57,10 +72,16 @@ enum AgentsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::McpFixture { args } = cli.command {
-        return run_fixture(args);
+    match cli.command {
+        Command::McpFixture { args } => return run_fixture(args),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "ctxsync", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
     }
-    ctxsync::logging::init();
+    ctxsync::logging::init(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -84,7 +105,9 @@ fn main() -> ExitCode {
             Command::Discover(args) => ctxsync::discover::run(args).await,
             Command::Context(args) => ctxsync::context::run(args).await,
             Command::Demo(args) => ctxsync::demo::run(args).await,
-            Command::McpFixture { .. } => unreachable!("handled before the runtime starts"),
+            Command::McpFixture { .. } | Command::Completions { .. } => {
+                unreachable!("handled before the runtime starts")
+            }
         }
     });
     // Child processes and connections are torn down promptly rather than waited for.

@@ -1,6 +1,7 @@
 //! The command line end to end: `ctxsync discover` (JSON and table), `ctxsync agent
 //! --no-mcp`, and the one clear line for a wrong flag, a missing or wrong token; an
-//! unreachable server is retried, not fatal.
+//! unreachable server is retried, not fatal; JSON logs, `context --json` and shell
+//! completions.
 
 mod processes;
 
@@ -238,4 +239,90 @@ async fn an_unreachable_server_is_retried_not_fatal() {
     assert!(log.contains("retry_in"), "{log}");
     assert!(process.is_running(), "{log}");
     assert!(process.terminate().await.success());
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_per_line_and_the_panel_prints_as_json() {
+    let store = database(Backend::Sqlite).await.unwrap();
+    let agent = store.create_agent("json").await.unwrap();
+    let chat = store.create_chat(Some(agent.id)).await.unwrap();
+    let logs = Logs::new();
+    let mut server = ServerProcess::start_with(&store, &logs, &["--log-format", "json"]).await;
+
+    let mut command = ctxsync();
+    command
+        .args(["context", "--json", "--chat", &chat.id.to_string()])
+        .args(["--server", &server.http_url(), "--data-dir"])
+        .arg(store.sqlite_data_dir().unwrap());
+    let out = output(&mut command).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let panel: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(panel["discovery"]["state"], "unknown", "{panel:#}");
+
+    let (status, _) = server.terminate().await;
+    assert!(status.success());
+    let log = logs.read("server");
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
+        .collect();
+    assert!(events.len() >= 3, "{log}");
+    for event in &events {
+        for key in ["timestamp", "level", "target", "message"] {
+            assert!(event[key].is_string(), "{key} in {event}");
+        }
+    }
+    let listening = events
+        .iter()
+        .find(|e| e["message"] == "agent API listening")
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(listening["level"], "INFO");
+    assert_eq!(
+        listening["grpc_addr"],
+        server.addr.to_string(),
+        "fields sit at the top level: {listening}"
+    );
+}
+
+#[tokio::test]
+async fn completion_scripts_complete_subcommands_in_bash_and_cover_other_shells() {
+    let script = output(ctxsync().args(["completions", "bash"])).await;
+    assert!(script.status.success(), "{}", text(&script.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ctxsync.bash");
+    std::fs::write(&path, &script.stdout).unwrap();
+    // What bash does on `ctxsync ag<TAB>`: call the registered function with the words.
+    let probe = format!(
+        "source '{}' && complete -p ctxsync && COMP_WORDS=(ctxsync ag) COMP_CWORD=1 \
+         COMP_LINE='ctxsync ag' COMP_POINT=10 && _ctxsync ctxsync ag ctxsync && \
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        path.display()
+    );
+    let out = output(tokio::process::Command::new("bash").args(["-c", &probe])).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines = lines(&out.stdout);
+    assert!(
+        lines[0].starts_with("complete ") && lines[0].ends_with(" ctxsync"),
+        "{lines:?}"
+    );
+    let mut offered: Vec<&str> = lines[1..].iter().map(|l| l.trim()).collect();
+    offered.sort_unstable();
+    assert_eq!(offered, ["agent", "agents"]);
+
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let out = output(ctxsync().args(["completions", shell])).await;
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        assert!(
+            script.contains("discover") && script.contains("log-format"),
+            "{shell}: {script}"
+        );
+    }
+    let out = output(ctxsync().args(["completions", "tcsh"])).await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("invalid value 'tcsh'"),
+        "{}",
+        text(&out.stderr)
+    );
 }
