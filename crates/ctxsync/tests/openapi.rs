@@ -17,6 +17,8 @@ const BLESS_ENV: &str = "CTXSYNC_BLESS_OPENAPI";
 const EXAMPLES_ENV: &str = "CTXSYNC_SCHEMATHESIS_EXAMPLES";
 /// Requests the run must make at least (the xtask fuzz run raises it).
 const MIN_REQUESTS_ENV: &str = "CTXSYNC_SCHEMATHESIS_MIN_REQUESTS";
+/// The run's counts, under `target/test-artifacts`.
+const SUMMARY_FILE: &str = "schemathesis.txt";
 
 fn committed_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("openapi.json")
@@ -260,15 +262,18 @@ async fn schemathesis_finds_no_server_error_or_schema_violation() {
         let method = entry["request"]["method"].as_str().unwrap_or("?");
         *per_route.entry(format!("{method} {route}")).or_default() += 1;
     }
-    println!(
-        "schemathesis: {} requests, {} with a 5xx answer, {} examples per operation",
+    let mut summary = format!(
+        "schemathesis: {} requests, {} with a 5xx answer, {} examples per operation\n",
         entries.len(),
         server_errors,
         examples
     );
     for (route, count) in &per_route {
-        println!("  {count:>5} {route}");
+        summary.push_str(&format!("  {count:>5} {route}\n"));
     }
+    print!("{summary}");
+    // `cargo xtask test` prints this after the tests, so CI's log shows the counts.
+    std::fs::write(artifact_dir().join(SUMMARY_FILE), &summary).expect("writing the summary");
     assert!(
         output.status.success(),
         "schemathesis failed ({}):\n{stdout}\n{stderr}",
