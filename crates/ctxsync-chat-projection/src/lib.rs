@@ -29,6 +29,7 @@ mod input;
 mod naming;
 mod note;
 mod pin;
+#[cfg(feature = "store")]
 pub mod store;
 mod text;
 mod view;

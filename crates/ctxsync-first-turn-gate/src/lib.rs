@@ -38,6 +38,7 @@ pub mod memory;
 mod metrics;
 mod outcome;
 mod source;
+#[cfg(feature = "store")]
 pub mod store;
 
 pub use attempt_log::{AttemptLog, AttemptRecord, AttemptResult, MemoryAttemptLog, RecordedEnd};
@@ -49,4 +50,5 @@ pub use gate::{DefaultAttemptLog, FirstTurnGate, ReleaseSample, TurnContext, Tur
 pub use metrics::{GateMetrics, WAIT_SECONDS_BUCKETS};
 pub use outcome::{Outcome, OutcomeReason};
 pub use source::{ChangeSubscription, DiscoverySource, SourceError, TurnInventory};
+#[cfg(feature = "store")]
 pub use store::{StoreAttemptLog, StoreGate, StoreSource};
