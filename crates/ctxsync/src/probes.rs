@@ -3,7 +3,7 @@
 //! (`grpc.health.v1.Health`) and server reflection (v1 and v1alpha).
 //!
 //! Health follows the database: a background task asks it every interval (the same
-//! query as `/healthz`, whose own answers are cached for a second) and reports
+//! query as `/healthz`, without `/healthz`'s one-second cache) and reports
 //! `SERVING` or `NOT_SERVING` for the server (`""`) and for [`AGENT_SERVICE`]. When the
 //! server starts to stop, both turn `NOT_SERVING` before requests drain, so a balancer
 //! moves agents away first. Reflection describes only what is public anyway: the agent
@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::http::bounds::HealthCheck;
+use crate::http::bounds::database_answers;
 
 /// The agent service's fully-qualified name, as health checks and reflection name it.
 pub const AGENT_SERVICE: &str = "ctxsync.agent.v1.Agent";
@@ -46,12 +46,6 @@ pub async fn start(
     let health = tonic_health::pb::health_server::HealthServer::new(
         tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
     );
-    let check = HealthCheck::default();
-    let first = database_status(&store, &check).await;
-    report(&reporter, first).await;
-    let monitor = tokio::spawn(follow_database(
-        reporter, first, store, check, interval, stopping,
-    ));
     let routes = tonic::service::Routes::new(health)
         .add_service(
             reflection(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
@@ -63,6 +57,9 @@ pub async fn start(
                 .build_v1alpha()
                 .context("building gRPC reflection (v1alpha)")?,
         );
+    let first = database_status(&store).await;
+    report(&reporter, first).await;
+    let monitor = tokio::spawn(follow_database(reporter, first, store, interval, stopping));
     Ok(Probes { routes, monitor })
 }
 
@@ -75,8 +72,8 @@ fn reflection(other_version: &'static [u8]) -> tonic_reflection::server::Builder
         .register_encoded_file_descriptor_set(other_version)
 }
 
-async fn database_status(store: &Store, check: &HealthCheck) -> ServingStatus {
-    if check.database_ok(store).await {
+async fn database_status(store: &Store) -> ServingStatus {
+    if database_answers(store).await {
         ServingStatus::Serving
     } else {
         ServingStatus::NotServing
@@ -87,7 +84,6 @@ async fn follow_database(
     reporter: HealthReporter,
     mut reported: ServingStatus,
     store: Store,
-    check: HealthCheck,
     interval: Duration,
     mut stopping: watch::Receiver<bool>,
 ) {
@@ -96,7 +92,7 @@ async fn follow_database(
             () = tokio::time::sleep(interval) => {}
             _ = stopping.wait_for(|stop| *stop) => break,
         }
-        let status = database_status(&store, &check).await;
+        let status = database_status(&store).await;
         if status != reported {
             tracing::info!(%status, "gRPC health changed with the database");
             report(&reporter, status).await;

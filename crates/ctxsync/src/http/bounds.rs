@@ -114,11 +114,15 @@ impl HealthCheck {
         {
             return ok;
         }
-        // One indexed read of an id that is never there proves the database answers.
-        let ok = store.get_agent(AgentId::new_random()).await.is_ok();
+        let ok = database_answers(store).await;
         *last = Some((Instant::now(), ok));
         ok
     }
+}
+
+/// One indexed read of an id that is never there: true when the database answers it.
+pub async fn database_answers(store: &Store) -> bool {
+    store.get_agent(AgentId::new_random()).await.is_ok()
 }
 
 #[cfg(test)]
