@@ -86,6 +86,7 @@ impl Histogram {
         }
     }
 
+    /// Counts `value` in its bucket and adds it to the sum (at most 24 h of it).
     pub fn observe(&self, value: Duration) {
         let seconds = value.as_secs_f64();
         let slot = self
@@ -98,6 +99,8 @@ impl Histogram {
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
+    /// A copy of the buckets, count and sum; under concurrent observations the sum may
+    /// be a few observations off the counts.
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut cumulative = 0;
         let buckets = self
@@ -213,10 +216,15 @@ impl Default for AgentApiMetrics {
 /// A point-in-time copy of [`AgentApiMetrics`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AgentApiCounters {
+    /// UpdateStartup calls stored.
     pub startups_accepted: u64,
+    /// UpdateStartup calls refused for a retired run id (`FailedPrecondition`).
     pub startups_superseded: u64,
+    /// PushContextState calls accepted, whether or not they changed anything.
     pub pushes_accepted: u64,
+    /// Pushes dropped as coming from another run than the agent's current one.
     pub pushes_dropped_stale_run: u64,
+    /// Pushes dropped as replayed or out of order.
     pub pushes_dropped_stale_version: u64,
     /// Delta pushes received (counted in the results above, or as base-missing).
     pub pushes_delta: u64,
@@ -225,6 +233,7 @@ pub struct AgentApiCounters {
     /// Refused for its content: `InvalidArgument` (wire validation, the codec's counting
     /// limits) or `ResourceExhausted` (the codec's decoded-size bound).
     pub requests_invalid: u64,
+    /// Answered `Unauthenticated`: a missing, malformed, unknown or wrong bearer token.
     pub requests_unauthenticated: u64,
     /// The database was unavailable or kept conflicting (`Unavailable`/`Aborted`).
     pub requests_unavailable: u64,
@@ -233,6 +242,7 @@ pub struct AgentApiCounters {
 }
 
 impl AgentApiMetrics {
+    /// The counters now, each read on its own.
     pub fn snapshot(&self) -> AgentApiCounters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         AgentApiCounters {
@@ -250,6 +260,7 @@ impl AgentApiMetrics {
         }
     }
 
+    /// The histograms now, copied.
     pub fn histograms(&self) -> AgentApiHistograms {
         AgentApiHistograms {
             push_seconds: PushResult::ALL
@@ -313,6 +324,7 @@ struct AuthenticatedAgent {
 }
 
 impl AgentApi {
+    /// The service on `store`, with fresh metrics and delta pushes offered.
     pub fn new(store: Store) -> Self {
         Self {
             store,
@@ -329,6 +341,8 @@ impl AgentApi {
         self
     }
 
+    /// The metrics this service and its [`Authenticated`] wrapper count into (shared,
+    /// not a copy).
     pub fn metrics(&self) -> Arc<AgentApiMetrics> {
         Arc::clone(&self.metrics)
     }

@@ -5,21 +5,28 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+#[cfg(feature = "sqlite")]
+use diesel::Connection;
+#[cfg(feature = "postgres")]
+use diesel::PgConnection;
+#[cfg(feature = "sqlite")]
+use diesel::SqliteConnection;
 use diesel::connection::SimpleConnection;
-use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool as R2d2Pool, PooledConnection};
-use diesel::{Connection, PgConnection, SqliteConnection};
+use diesel::r2d2::{ConnectionManager, Pool as R2d2Pool, PooledConnection};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use crate::error::StoreError;
 
-/// The migrations of each backend, embedded at build time. Both trees carry the same
-/// migration names.
+/// The migrations of each enabled backend, embedded at build time. Both trees carry the
+/// same migration names.
 pub mod migrations {
     use super::*;
 
     /// `migrations/postgres`.
+    #[cfg(feature = "postgres")]
     pub const POSTGRES: EmbeddedMigrations = embed_migrations!("../../migrations/postgres");
     /// `migrations/sqlite`.
+    #[cfg(feature = "sqlite")]
     pub const SQLITE: EmbeddedMigrations = embed_migrations!("../../migrations/sqlite");
 }
 
@@ -33,9 +40,16 @@ pub enum DatabaseConfig {
     /// (libpq's six, default `prefer`) and `sslrootcert` (a PEM file, or `system`) apply
     /// to the pool and the LISTEN connection alike; other `ssl*` parameters (but
     /// `sslnegotiation`) are refused.
-    Postgres { url: String },
+    Postgres {
+        /// The connection URL, password included (`Debug` masks it).
+        url: String,
+    },
     /// An embedded SQLite database file.
-    Sqlite { path: PathBuf },
+    Sqlite {
+        /// The database file (UTF-8), created with its missing directories on open;
+        /// `:memory:` and `file:` URIs go to SQLite as they are.
+        path: PathBuf,
+    },
 }
 
 impl std::fmt::Debug for DatabaseConfig {
@@ -82,6 +96,7 @@ impl DatabaseConfig {
         }
     }
 
+    /// The backend this configuration names.
     pub fn backend(&self) -> Backend {
         match self {
             Self::Postgres { .. } => Backend::Postgres,
@@ -136,8 +151,45 @@ pub(crate) fn redact_url(url: &str) -> String {
 /// The two supported database backends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
+    /// PostgreSQL (the `postgres` feature).
     Postgres,
+    /// Embedded SQLite (the `sqlite` feature).
     Sqlite,
+}
+
+impl Backend {
+    /// True when this build has the backend's feature; a store on any other backend
+    /// fails to open with [`StoreError::InvalidInput`] naming the feature.
+    pub const fn is_enabled(self) -> bool {
+        match self {
+            Self::Postgres => cfg!(feature = "postgres"),
+            Self::Sqlite => cfg!(feature = "sqlite"),
+        }
+    }
+
+    /// The Cargo feature of ctxsync-persistence that compiles the backend in.
+    pub const fn feature(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgres",
+            Self::Sqlite => "sqlite",
+        }
+    }
+
+    /// An error unless this build has the backend.
+    pub(crate) fn check_enabled(self) -> Result<(), StoreError> {
+        self.refuse_unless(self.is_enabled())
+    }
+
+    fn refuse_unless(self, enabled: bool) -> Result<(), StoreError> {
+        if enabled {
+            return Ok(());
+        }
+        Err(StoreError::InvalidInput(format!(
+            "this build has no {self:?} support: enable the `{}` feature of \
+             ctxsync-persistence",
+            self.feature()
+        )))
+    }
 }
 
 /// Default of [`StoreOptions::connection_timeout`].
@@ -145,12 +197,15 @@ pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of [`StoreOptions::operation_timeout`]: below the agent's 30 s request timeout,
 /// so a stuck database reaches agents as `Unavailable` rather than as their own timeout.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(20);
-/// PostgreSQL TCP keepalive: idle time before the first probe, the gap between probes,
-/// and how many unanswered probes mean the peer is gone. A server that vanished without
-/// closing its sockets (host down, network cut) is noticed within about 25 s, even by a
-/// connection blocked waiting for a query's answer.
+/// PostgreSQL TCP keepalive, for the pool (unless its URL sets its own) and the LISTEN
+/// connection: idle time before the first probe. With [`TCP_KEEPALIVE_INTERVAL`] and
+/// [`TCP_KEEPALIVE_RETRIES`], a server that vanished without closing its sockets (host
+/// down, network cut) is noticed within about 25 s, even by a connection blocked waiting
+/// for a query's answer.
 pub const TCP_KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+/// PostgreSQL TCP keepalive: the gap between probes.
 pub const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// PostgreSQL TCP keepalive: how many unanswered probes mean the peer is gone.
 pub const TCP_KEEPALIVE_RETRIES: u32 = 3;
 
 /// Tuning knobs; the defaults suit a small control plane on a 2-core machine.
@@ -175,6 +230,7 @@ pub struct StoreOptions {
     /// PostgreSQL: the first delay before reconnecting the LISTEN connection; it doubles
     /// up to [`Self::listener_max_backoff`].
     pub listener_initial_backoff: Duration,
+    /// PostgreSQL: the longest delay between LISTEN reconnect attempts.
     pub listener_max_backoff: Duration,
 }
 
@@ -191,22 +247,29 @@ impl Default for StoreOptions {
     }
 }
 
-/// Serialization failures retried per PostgreSQL write transaction (SPEC §5.4).
+/// Attempts, the first included, a PostgreSQL write transaction gets when it keeps
+/// failing on serialization (SPEC §5.4); after the last the caller gets
+/// [`StoreError::Conflict`].
 pub const MAX_WRITE_ATTEMPTS: u32 = 5;
 
+#[cfg(feature = "postgres")]
 /// Key of the session advisory lock that serializes migrations of one PostgreSQL
 /// database across replicas (an arbitrary constant: "ctxsync" in ASCII).
 const MIGRATION_LOCK_KEY: i64 = 0x0063_7478_7379_6e63;
 
 pub(crate) enum Pool {
+    #[cfg(feature = "postgres")]
     Postgres(R2d2Pool<ConnectionManager<PgConnection>>),
+    #[cfg(feature = "sqlite")]
     Sqlite(R2d2Pool<ConnectionManager<SqliteConnection>>),
 }
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (backend, state) = match self {
+            #[cfg(feature = "postgres")]
             Self::Postgres(p) => ("postgres", p.state()),
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(p) => ("sqlite", p.state()),
         };
         f.debug_struct("Pool")
@@ -218,26 +281,32 @@ impl std::fmt::Debug for Pool {
 }
 
 pub(crate) enum PooledConn {
+    #[cfg(feature = "postgres")]
     Postgres(PooledConnection<ConnectionManager<PgConnection>>),
+    #[cfg(feature = "sqlite")]
     Sqlite(PooledConnection<ConnectionManager<SqliteConnection>>),
 }
 
 /// A connection inside a transaction, of either backend. Store operations are written
-/// once against it; [`on_backend!`] expands each query for both connection types.
+/// once against it; [`on_backend!`] expands each query for every enabled backend.
 pub(crate) enum Tx<'a> {
+    #[cfg(feature = "postgres")]
     Postgres(&'a mut PgConnection),
+    #[cfg(feature = "sqlite")]
     Sqlite(&'a mut SqliteConnection),
 }
 
 /// Runs `$body` with `$c` bound to the concrete connection of a `&mut Tx`: the same
-/// query text is type-checked against both backends.
+/// query text is type-checked against each enabled backend.
 macro_rules! on_backend {
     ($tx:expr, |$c:ident| $body:expr) => {
         match $tx {
+            #[cfg(feature = "postgres")]
             $crate::db::Tx::Postgres(conn) => {
                 let $c: &mut ::diesel::PgConnection = &mut **conn;
                 $body
             }
+            #[cfg(feature = "sqlite")]
             $crate::db::Tx::Sqlite(conn) => {
                 let $c: &mut ::diesel::SqliteConnection = &mut **conn;
                 $body
@@ -247,12 +316,14 @@ macro_rules! on_backend {
 }
 pub(crate) use on_backend;
 
+#[cfg(feature = "sqlite")]
 #[derive(Debug)]
 struct SqlitePragmas {
     busy_timeout: Duration,
 }
 
-impl CustomizeConnection<SqliteConnection, diesel::r2d2::Error> for SqlitePragmas {
+#[cfg(feature = "sqlite")]
+impl diesel::r2d2::CustomizeConnection<SqliteConnection, diesel::r2d2::Error> for SqlitePragmas {
     fn on_acquire(&self, conn: &mut SqliteConnection) -> Result<(), diesel::r2d2::Error> {
         // WAL lets readers run beside the one writer; NORMAL sync is durable in WAL mode
         // except for the last transactions on power loss, which agents re-push anyway.
@@ -273,7 +344,9 @@ impl Pool {
         config: &DatabaseConfig,
         options: &StoreOptions,
     ) -> Result<Self, StoreError> {
+        config.backend().check_enabled()?;
         match config {
+            #[cfg(feature = "postgres")]
             DatabaseConfig::Postgres { url } => {
                 let pool = R2d2Pool::builder()
                     .max_size(options.max_connections.max(1))
@@ -286,6 +359,7 @@ impl Pool {
                 migrate_postgres(&mut conn)?;
                 Ok(Self::Postgres(pool))
             }
+            #[cfg(feature = "sqlite")]
             DatabaseConfig::Sqlite { path } => {
                 let on_disk = is_file_path(path);
                 if let Some(dir) = path
@@ -330,24 +404,30 @@ impl Pool {
                 }
                 Ok(Self::Sqlite(pool))
             }
+            #[allow(unreachable_patterns)]
+            _ => unreachable!("check_enabled refused a disabled backend"),
         }
     }
 
     /// Takes a connection from the pool (blocking up to the connection timeout).
     pub(crate) fn get(&self) -> Result<PooledConn, StoreError> {
         Ok(match self {
+            #[cfg(feature = "postgres")]
             Self::Postgres(p) => PooledConn::Postgres(p.get()?),
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(p) => PooledConn::Sqlite(p.get()?),
         })
     }
 }
 
+#[cfg(feature = "sqlite")]
 /// False for SQLite's in-memory database and `file:` URIs, which name no plain file.
 fn is_file_path(path: &Path) -> bool {
     let text = path.to_string_lossy();
     text != ":memory:" && !text.starts_with("file:")
 }
 
+#[cfg(feature = "sqlite")]
 /// Creates the missing directories up to `dir`, each 0700 whatever the umask (the
 /// database is the agents' context and their token hashes). Directories that already
 /// exist, such as one the user chose, are left as they are.
@@ -371,6 +451,7 @@ fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "sqlite")]
 /// The database file (created 0600 if missing) and its `-wal`/`-shm` siblings lose any
 /// group and other permission bits.
 fn make_private(path: &Path) -> Result<(), StoreError> {
@@ -412,6 +493,7 @@ fn make_private(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+#[cfg(feature = "postgres")]
 /// `url` with libpq's connect timeout and TCP keepalive parameters added, unless the URL
 /// sets them itself. Without them libpq waits for a connection, or for a query's answer
 /// from a server that vanished, as long as the kernel lets it (minutes to hours).
@@ -449,6 +531,7 @@ fn libpq_url(url: &str, options: &StoreOptions) -> String {
     format!("{base}?{}", pairs.join("&"))
 }
 
+#[cfg(feature = "postgres")]
 /// Applies pending PostgreSQL migrations under a session advisory lock, so replicas
 /// starting together do not race each other.
 fn migrate_postgres(conn: &mut PgConnection) -> Result<(), StoreError> {
@@ -472,6 +555,7 @@ impl PooledConn {
         mut f: impl FnMut(&mut Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         match self {
+            #[cfg(feature = "postgres")]
             Self::Postgres(conn) => {
                 let mut attempt = 1;
                 loop {
@@ -489,6 +573,7 @@ impl PooledConn {
                     }
                 }
             }
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(conn) => conn.immediate_transaction(|c| f(&mut Tx::Sqlite(c))),
         }
     }
@@ -501,7 +586,9 @@ impl PooledConn {
         f: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         match self {
+            #[cfg(feature = "postgres")]
             Self::Postgres(conn) => f(&mut Tx::Postgres(conn)),
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(conn) => f(&mut Tx::Sqlite(conn)),
         }
     }
@@ -512,6 +599,7 @@ impl PooledConn {
         f: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         match self {
+            #[cfg(feature = "postgres")]
             Self::Postgres(conn) => conn
                 .build_transaction()
                 .repeatable_read()
@@ -519,11 +607,13 @@ impl PooledConn {
                 .run(|c| f(&mut Tx::Postgres(c))),
             // In WAL mode a deferred transaction reads one consistent snapshot from its
             // first read to its end.
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(conn) => conn.transaction(|c| f(&mut Tx::Sqlite(c))),
         }
     }
 }
 
+#[cfg(feature = "postgres")]
 /// A short, growing, jittered pause between retries so two conflicting writers do not
 /// collide again in lockstep.
 fn retry_delay(attempt: u32) -> Duration {
@@ -571,6 +661,19 @@ mod tests {
         );
         let error = DatabaseConfig::from_url("mysql://admin:hunter2@h/db").unwrap_err();
         assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn a_backend_left_out_of_the_build_is_refused_by_name() {
+        for backend in [Backend::Postgres, Backend::Sqlite] {
+            backend
+                .refuse_unless(true)
+                .expect("an enabled backend opens");
+            let error = backend.refuse_unless(false).unwrap_err();
+            assert!(matches!(error, StoreError::InvalidInput(_)), "{error:?}");
+            let feature = format!("the `{}` feature of ctxsync-persistence", backend.feature());
+            assert!(error.to_string().contains(&feature), "{error}");
+        }
     }
 
     /// Set in the child process [`sqlite_files_are_private_whatever_the_umask`] runs

@@ -8,8 +8,10 @@ use crate::ids::{AgentId, ChatId};
 /// [`StoreError::Conflict`] are transient: retrying later may succeed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// No agent has this id (never created, or deleted).
     #[error("agent {0} not found")]
     AgentNotFound(AgentId),
+    /// No chat has this id.
     #[error("chat {0} not found")]
     ChatNotFound(ChatId),
     /// The bearer token is malformed or names no agent.
@@ -17,7 +19,10 @@ pub enum StoreError {
     InvalidToken,
     /// An UpdateStartup carrying a run id this agent already replaced.
     #[error("agent run {run_id:?} was superseded by a newer agent process")]
-    SupersededRun { run_id: String },
+    SupersededRun {
+        /// The refused run id, one of the agent's retired ones.
+        run_id: String,
+    },
     /// The caller passed something the store refuses before touching the database.
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -34,8 +39,10 @@ pub enum StoreError {
     /// Stored data that cannot be read back (a migration or a foreign writer broke it).
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// Opening the store could not apply the embedded migrations.
     #[error("applying migrations failed: {0}")]
     Migration(String),
+    /// Any other diesel error (kept as the source); not transient.
     #[error("database error: {0}")]
     Database(#[source] DieselError),
 }

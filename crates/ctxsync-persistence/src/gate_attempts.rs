@@ -22,6 +22,7 @@ use crate::store::Store;
 /// One gate attempt as stored. Times are the writing replica's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GateAttemptRecord {
+    /// When the attempt started; for an end recorded without a start, when it ended.
     pub started_at: DateTime<Utc>,
     /// The longest the attempt may wait from `started_at`.
     pub wait_limit: Duration,
@@ -33,7 +34,10 @@ pub struct GateAttemptRecord {
 
 #[derive(Queryable, Selectable)]
 #[diesel(table_name = gate_attempts)]
-#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+#[cfg_attr(
+    all(feature = "postgres", feature = "sqlite"),
+    diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
+)]
 struct GateAttemptRow {
     started_at: DbTime,
     wait_limit_ms: i64,

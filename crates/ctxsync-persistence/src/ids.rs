@@ -5,8 +5,10 @@ use std::str::FromStr;
 
 use diesel::deserialize::{self, FromSql, FromSqlRow};
 use diesel::expression::AsExpression;
+#[cfg(feature = "postgres")]
 use diesel::pg::{Pg, PgValue};
 use diesel::serialize::{self, Output, ToSql};
+#[cfg(feature = "sqlite")]
 use diesel::sqlite::{Sqlite, SqliteValue};
 use uuid::Uuid;
 
@@ -25,10 +27,12 @@ macro_rules! uuid_id {
                 Self(Uuid::new_v4())
             }
 
+            /// Wraps an existing UUID (any version).
             pub fn from_uuid(uuid: Uuid) -> Self {
                 Self(uuid)
             }
 
+            /// The underlying UUID.
             pub fn as_uuid(&self) -> Uuid {
                 self.0
             }
@@ -48,18 +52,21 @@ macro_rules! uuid_id {
             }
         }
 
+        #[cfg(feature = "postgres")]
         impl ToSql<UuidSql, Pg> for $name {
             fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Pg>) -> serialize::Result {
                 <Uuid as ToSql<diesel::sql_types::Uuid, Pg>>::to_sql(&self.0, out)
             }
         }
 
+        #[cfg(feature = "postgres")]
         impl FromSql<UuidSql, Pg> for $name {
             fn from_sql(value: PgValue<'_>) -> deserialize::Result<Self> {
                 <Uuid as FromSql<diesel::sql_types::Uuid, Pg>>::from_sql(value).map(Self)
             }
         }
 
+        #[cfg(feature = "sqlite")]
         impl ToSql<UuidSql, Sqlite> for $name {
             fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Sqlite>) -> serialize::Result {
                 out.set_value(self.0.hyphenated().to_string());
@@ -67,6 +74,7 @@ macro_rules! uuid_id {
             }
         }
 
+        #[cfg(feature = "sqlite")]
         impl FromSql<UuidSql, Sqlite> for $name {
             fn from_sql(mut value: SqliteValue<'_, '_, '_>) -> deserialize::Result<Self> {
                 Ok(Self(Uuid::parse_str(value.read_text())?))

@@ -44,6 +44,62 @@
 //! transaction also runs `pg_notify` (delivered at commit), and every store keeps one
 //! event-driven LISTEN connection that forwards other processes' events; when that
 //! connection drops it reconnects with backoff and sends [`ChangeEvent::Resync`].
+//!
+//! ## Features
+//!
+//! - `sqlite` (default): embedded SQLite, compiled in.
+//! - `postgres` (default): PostgreSQL through a compiled-in libpq and OpenSSL, and the
+//!   LISTEN connection (tokio-postgres).
+//!
+//! At least one is needed. A build without one links none of its code; a
+//! [`DatabaseConfig`] naming it fails to open with [`StoreError::InvalidInput`] naming
+//! the feature ([`Backend::is_enabled`] asks in advance).
+//!
+//! ## Example
+//!
+//! Open an embedded SQLite database, create an agent, store the snapshot its process
+//! pushed and read it back:
+//!
+//! ```
+//! use ctxsync_persistence::{DatabaseConfig, PushOutcome, Store};
+//! use ctxsync_protocol::{DiscoveryPhase, Snapshot, Startup};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(DatabaseConfig::sqlite_in(dir.path())).await?;
+//! // The bearer token (`agent.token`) exists only here; the store keeps its hash.
+//! let agent = store.create_agent("laptop").await?;
+//!
+//! let run = "4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01";
+//! let startup = Startup { agent_run_id: Some(run.into()), ..Startup::default() };
+//! store.update_startup(agent.id, startup).await?;
+//! let snapshot = Snapshot {
+//!     version: 1,
+//!     initial: true,
+//!     agent_run_id: Some(run.into()),
+//!     phase: DiscoveryPhase::Complete,
+//!     // sha256 over no resources, as the agent computes it.
+//!     aggregate_hash: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".into(),
+//!     ..Snapshot::default()
+//! };
+//! let outcome = store.push_context_state(agent.id, snapshot).await?;
+//! assert!(matches!(outcome, PushOutcome::Accepted(_)));
+//!
+//! let context = store.read_agent_context(agent.id).await?.expect("the agent exists");
+//! assert_eq!(context.agent.agent_run_id, run);
+//! let stored = context.snapshot.expect("a snapshot is stored");
+//! assert_eq!((stored.version, stored.phase), (1, DiscoveryPhase::Complete));
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+
+#[cfg(not(any(feature = "postgres", feature = "sqlite")))]
+compile_error!(
+    "ctxsync-persistence needs at least one backend: enable `sqlite`, `postgres` or both"
+);
 
 pub mod agent_api;
 mod db;
@@ -54,7 +110,9 @@ mod model;
 mod notify;
 mod ops;
 mod page_sessions;
+#[cfg(feature = "postgres")]
 mod pg_listener;
+#[cfg(feature = "postgres")]
 mod pg_tls;
 mod schema;
 mod sql_types;
@@ -65,10 +123,11 @@ mod token;
 mod turns;
 
 pub use agent_api::{AgentApi, AgentApiCounters, AgentApiMetrics};
+pub use db::migrations;
 pub use db::{
     Backend, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, DatabaseConfig,
     MAX_WRITE_ATTEMPTS, SQLITE_FILE_NAME, StoreOptions, TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_INTERVAL,
-    TCP_KEEPALIVE_RETRIES, migrations,
+    TCP_KEEPALIVE_RETRIES,
 };
 pub use error::StoreError;
 pub use gate_attempts::GateAttemptRecord;

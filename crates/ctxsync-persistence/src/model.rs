@@ -22,14 +22,20 @@ use crate::token::AgentToken;
 /// [`Store::rotate_agent_token`]: crate::Store::rotate_agent_token
 #[derive(Clone, Debug)]
 pub struct NewAgent {
+    /// The agent's id (unchanged by a rotation).
     pub id: AgentId,
+    /// Its new bearer token: the only copy, since the store keeps just its sha256.
     pub token: AgentToken,
 }
 
 /// A `workspace_agents` row, without its token hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentRecord {
+    /// The agent's id, also the part of its token before the `.`.
     pub id: AgentId,
+    /// The name given at creation (1..=[`MAX_AGENT_NAME_BYTES`] bytes).
+    ///
+    /// [`MAX_AGENT_NAME_BYTES`]: crate::MAX_AGENT_NAME_BYTES
     pub name: String,
     /// The run id of the agent process that is running now; empty for a legacy agent
     /// or before the first UpdateStartup.
@@ -42,7 +48,9 @@ pub struct AgentRecord {
     pub retired_agent_run_ids: Vec<String>,
     /// When the last UpdateStartup was stored.
     pub started_at: Option<DateTime<Utc>>,
+    /// When the agent was created.
     pub created_at: DateTime<Utc>,
+    /// When the row last changed: creation, an UpdateStartup or a token rotation.
     pub updated_at: DateTime<Utc>,
 }
 
@@ -54,9 +62,14 @@ pub const MAX_RETIRED_RUN_IDS: usize = 16;
 pub struct SnapshotRecord {
     /// The run id of the process that pushed it; fresh iff equal to the agent row's.
     pub agent_run_id: String,
+    /// How far MCP discovery had got when the agent built the snapshot.
     pub phase: DiscoveryPhase,
+    /// The pushing process's snapshot counter (its first snapshot is 1).
     pub version: u64,
+    /// sha256 (lower-case hex) the agent computed over the non-MCP resources; what
+    /// chats pin.
     pub aggregate_hash: String,
+    /// Why the snapshot is incomplete, when the reason is not one resource's.
     pub snapshot_error: Option<String>,
     /// Server clock; never used for freshness.
     pub received_at: DateTime<Utc>,
@@ -68,7 +81,9 @@ pub struct SnapshotRecord {
 /// An agent's row, snapshot and resources, read in one consistent transaction.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentContext {
+    /// The agent's row.
     pub agent: AgentRecord,
+    /// The stored snapshot header; `None` until a push of the agent is accepted.
     pub snapshot: Option<SnapshotRecord>,
     /// Sorted by source.
     pub resources: Vec<Resource>,
@@ -83,11 +98,15 @@ pub struct StartupOutcome {
     pub agent_run_id: String,
     /// The run id this update retired, if it replaced a non-empty one.
     pub retired_run_id: Option<String>,
+    /// `Startup.version` as stored.
     pub startup_version: String,
+    /// `Startup.expanded_directory` as stored.
     pub expanded_directory: String,
 }
 
 impl StartupOutcome {
+    /// True when the row's run id changed (to or from empty included); only then were
+    /// subscribers notified.
     pub fn run_id_changed(&self) -> bool {
         self.previous_run_id != self.agent_run_id
     }
@@ -104,7 +123,10 @@ pub enum PushOutcome {
     /// A replayed or out-of-order version: nothing written, nobody notified. An `initial`
     /// push is dropped only when it is of the stored snapshot's (non-empty) run and below
     /// its version.
-    DroppedStaleVersion { stored_version: u64 },
+    DroppedStaleVersion {
+        /// The version of the snapshot that stays stored.
+        stored_version: u64,
+    },
     /// A delta whose base the server does not hold: the stored snapshot is another
     /// run's, or a body it left out is not stored with the digest it named. Nothing
     /// written, nobody notified; the agent sends a full push.
@@ -112,6 +134,7 @@ pub enum PushOutcome {
 }
 
 impl PushOutcome {
+    /// True for [`PushOutcome::Accepted`], whether or not the push changed anything.
     pub fn accepted(&self) -> bool {
         matches!(self, Self::Accepted(_))
     }
@@ -120,14 +143,19 @@ impl PushOutcome {
 /// What an accepted push changed. Any change notifies subscribers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PushChanges {
-    /// There was no snapshot before this push.
+    /// There was no snapshot before this push (every `*_changed` flag is then true).
     pub snapshot_created: bool,
+    /// The discovery phase differs from the previous snapshot's.
     pub phase_changed: bool,
+    /// The previous snapshot's run id differs from this push's (an empty one included).
     pub run_id_changed: bool,
+    /// The aggregate hash differs from the previous snapshot's.
     pub aggregate_hash_changed: bool,
+    /// The snapshot error was set, cleared or reworded.
     pub snapshot_error_changed: bool,
     /// Another set of servers is still connecting (their times alone are no change).
     pub pending_changed: bool,
+    /// How the agent's resource rows were written.
     pub resources: ResourceChanges,
     /// Chats newly marked dirty because they pin another aggregate hash.
     pub chats_marked_dirty: usize,
@@ -152,13 +180,18 @@ impl PushChanges {
 /// Resource rows written by a push. Unchanged rows are not rewritten.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ResourceChanges {
+    /// Rows added for sources the agent had no row for.
     pub inserted: usize,
+    /// Rows rewritten because something a reader sees changed (kept delta rows included).
     pub updated: usize,
+    /// Rows removed because the push no longer lists their source.
     pub deleted: usize,
+    /// Rows left as they were, sent in full or kept by a delta.
     pub unchanged: usize,
 }
 
 impl ResourceChanges {
+    /// True when any row was inserted, updated or deleted.
     pub fn any(&self) -> bool {
         self.inserted + self.updated + self.deleted > 0
     }
@@ -167,21 +200,26 @@ impl ResourceChanges {
 /// A `chats` row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChatRecord {
+    /// The chat's id.
     pub id: ChatId,
     /// May name an agent that no longer exists (agents are deleted without their chats).
     pub agent_id: Option<AgentId>,
     /// The aggregate hash of the pinned snapshot; `None` until the chat pins one.
     pub pinned_aggregate_hash: Option<String>,
+    /// When the current pin was written; `None` while nothing is pinned.
     pub pinned_at: Option<DateTime<Utc>>,
     /// Set when the agent's aggregate hash moved away from the pinned one.
     pub dirty_since: Option<DateTime<Utc>>,
     /// The pinned snapshot's error, if it had one.
     pub context_error: Option<String>,
+    /// When the chat was created.
     pub created_at: DateTime<Utc>,
+    /// When the row last changed: binding, pinning or the dirty flag.
     pub updated_at: DateTime<Utc>,
 }
 
 impl ChatRecord {
+    /// True while `dirty_since` is set: the agent's hash moved away from the pin.
     pub fn is_dirty(&self) -> bool {
         self.dirty_since.is_some()
     }
@@ -190,7 +228,9 @@ impl ChatRecord {
 /// A chat and its pinned instruction files and skills (sorted by source).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChatContext {
+    /// The chat's row.
     pub chat: ChatRecord,
+    /// The pinned copies, sorted by source; empty while nothing is pinned.
     pub pinned: Vec<Resource>,
 }
 
@@ -198,7 +238,10 @@ pub struct ChatContext {
 
 #[derive(Queryable, Selectable)]
 #[diesel(table_name = workspace_agents)]
-#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+#[cfg_attr(
+    all(feature = "postgres", feature = "sqlite"),
+    diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
+)]
 pub(crate) struct AgentRow {
     pub id: AgentId,
     pub name: String,
@@ -249,7 +292,10 @@ pub(crate) struct NewAgentRow<'a> {
 
 #[derive(Queryable, Selectable, Insertable)]
 #[diesel(table_name = workspace_agent_context_snapshots)]
-#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+#[cfg_attr(
+    all(feature = "postgres", feature = "sqlite"),
+    diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
+)]
 #[diesel(treat_none_as_default_value = false)]
 pub(crate) struct SnapshotRow {
     pub agent_id: AgentId,
@@ -281,7 +327,10 @@ impl SnapshotRow {
 
 #[derive(Queryable, Selectable)]
 #[diesel(table_name = chats)]
-#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+#[cfg_attr(
+    all(feature = "postgres", feature = "sqlite"),
+    diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
+)]
 pub(crate) struct ChatRow {
     pub id: ChatId,
     pub agent_id: Option<AgentId>,
@@ -311,7 +360,10 @@ impl From<ChatRow> for ChatRecord {
 /// The columns a push compares to decide whether a stored resource changed.
 #[derive(Queryable, Selectable)]
 #[diesel(table_name = workspace_agent_context_resources)]
-#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+#[cfg_attr(
+    all(feature = "postgres", feature = "sqlite"),
+    diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
+)]
 pub(crate) struct ResourceFingerprint {
     pub source: String,
     pub source_path: Option<String>,
@@ -344,7 +396,10 @@ pub(crate) struct ResourceRow {
 /// A resource as stored (agent resources and chat pins share this shape).
 #[derive(Queryable, Selectable)]
 #[diesel(table_name = workspace_agent_context_resources)]
-#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+#[cfg_attr(
+    all(feature = "postgres", feature = "sqlite"),
+    diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
+)]
 pub(crate) struct StoredResource {
     pub source: String,
     pub source_path: Option<String>,
@@ -379,7 +434,10 @@ impl StoredResource {
 
 #[derive(Queryable, Selectable)]
 #[diesel(table_name = chat_context_resources)]
-#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+#[cfg_attr(
+    all(feature = "postgres", feature = "sqlite"),
+    diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
+)]
 pub(crate) struct StoredChatResource {
     pub source: String,
     pub source_path: Option<String>,

@@ -20,13 +20,18 @@ pub enum ChangeEvent {
     /// was deleted. `snapshot_version` is the stored snapshot version after the change,
     /// when the change was a push.
     AgentContextChanged {
+        /// The agent whose context changed.
         agent_id: AgentId,
+        /// The stored snapshot version after a push; `None` for an UpdateStartup or a
+        /// deletion.
         snapshot_version: Option<u64>,
     },
     /// The chat's own row changed: created, bound to another agent, re-pinned, dirty
     /// flag cleared. `agent_id` is its binding after the change.
     ChatChanged {
+        /// The chat whose row changed.
         chat_id: ChatId,
+        /// The agent the chat is bound to after the change; `None` when unbound.
         agent_id: Option<AgentId>,
     },
     /// Events may have been lost (the PostgreSQL listener reconnected, or this
@@ -137,6 +142,7 @@ impl AgentSubscription {
         }
     }
 
+    /// The agent this subscription watches.
     pub fn agent_id(&self) -> AgentId {
         self.agent_id
     }
@@ -176,6 +182,7 @@ impl ChatSubscription {
         self.agent = agent_id.map(|id| (id, self.hub.subscribe(Topic::Agent(id))));
     }
 
+    /// The chat this subscription watches.
     pub fn chat_id(&self) -> ChatId {
         self.chat_id
     }

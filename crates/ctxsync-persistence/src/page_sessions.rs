@@ -209,7 +209,9 @@ fn statement<T>(
     f: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     match conn {
+        #[cfg(feature = "postgres")]
         PooledConn::Postgres(c) => f(&mut Tx::Postgres(c)),
+        #[cfg(feature = "sqlite")]
         PooledConn::Sqlite(c) => f(&mut Tx::Sqlite(c)),
     }
 }

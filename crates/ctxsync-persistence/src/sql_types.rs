@@ -2,16 +2,23 @@
 //! timestamptz, an enum type) and to SQLite's nearest equivalent (CHECK-constrained
 //! text), so one `schema.rs` and one set of queries serve both backends.
 
+#[cfg(feature = "postgres")]
 use std::io::Write;
 
 use chrono::{DateTime, Utc};
 use ctxsync_protocol::{BodyKind, DiscoveryPhase, ResourceStatus};
 use diesel::deserialize::{self, FromSql, FromSqlRow};
 use diesel::expression::AsExpression;
+#[cfg(feature = "postgres")]
 use diesel::pg::{Pg, PgValue};
 use diesel::query_builder::QueryId;
 use diesel::serialize::{self, IsNull, Output, ToSql};
-use diesel::sql_types::{SqlType, Timestamptz, TimestamptzSqlite};
+use diesel::sql_types::SqlType;
+#[cfg(feature = "postgres")]
+use diesel::sql_types::Timestamptz;
+#[cfg(feature = "sqlite")]
+use diesel::sql_types::TimestamptzSqlite;
+#[cfg(feature = "sqlite")]
 use diesel::sqlite::{Sqlite, SqliteValue};
 
 /// PostgreSQL `uuid`; SQLite canonical lower-case text (`CHECK (length(id) = 36)`).
@@ -59,8 +66,10 @@ pub struct DiscoveryPhaseSql;
 pub struct JsonText(pub String);
 
 /// The jsonb binary format version PostgreSQL speaks.
+#[cfg(feature = "postgres")]
 const JSONB_VERSION: u8 = 1;
 
+#[cfg(feature = "postgres")]
 impl ToSql<JsonSql, Pg> for JsonText {
     fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Pg>) -> serialize::Result {
         out.write_all(&[JSONB_VERSION])?;
@@ -69,6 +78,7 @@ impl ToSql<JsonSql, Pg> for JsonText {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl FromSql<JsonSql, Pg> for JsonText {
     fn from_sql(value: PgValue<'_>) -> deserialize::Result<Self> {
         match value.as_bytes().split_first() {
@@ -79,6 +89,7 @@ impl FromSql<JsonSql, Pg> for JsonText {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl ToSql<JsonSql, Sqlite> for JsonText {
     fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Sqlite>) -> serialize::Result {
         out.set_value(self.0.as_str());
@@ -86,6 +97,7 @@ impl ToSql<JsonSql, Sqlite> for JsonText {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl FromSql<JsonSql, Sqlite> for JsonText {
     fn from_sql(mut value: SqliteValue<'_, '_, '_>) -> deserialize::Result<Self> {
         Ok(Self(value.read_text().to_owned()))
@@ -99,24 +111,28 @@ impl FromSql<JsonSql, Sqlite> for JsonText {
 #[diesel(sql_type = TimestampSql)]
 pub struct DbTime(pub DateTime<Utc>);
 
+#[cfg(feature = "postgres")]
 impl ToSql<TimestampSql, Pg> for DbTime {
     fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Pg>) -> serialize::Result {
         <DateTime<Utc> as ToSql<Timestamptz, Pg>>::to_sql(&self.0, out)
     }
 }
 
+#[cfg(feature = "postgres")]
 impl FromSql<TimestampSql, Pg> for DbTime {
     fn from_sql(value: PgValue<'_>) -> deserialize::Result<Self> {
         <DateTime<Utc> as FromSql<Timestamptz, Pg>>::from_sql(value).map(Self)
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl ToSql<TimestampSql, Sqlite> for DbTime {
     fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Sqlite>) -> serialize::Result {
         <DateTime<Utc> as ToSql<TimestamptzSqlite, Sqlite>>::to_sql(&self.0, out)
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl FromSql<TimestampSql, Sqlite> for DbTime {
     fn from_sql(value: SqliteValue<'_, '_, '_>) -> deserialize::Result<Self> {
         <DateTime<Utc> as FromSql<TimestamptzSqlite, Sqlite>>::from_sql(value).map(Self)
@@ -142,6 +158,7 @@ macro_rules! enum_as_label {
             }
         }
 
+        #[cfg(feature = "postgres")]
         impl ToSql<$sql, Pg> for $wrapper {
             fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Pg>) -> serialize::Result {
                 out.write_all(self.0.as_str().as_bytes())?;
@@ -149,12 +166,14 @@ macro_rules! enum_as_label {
             }
         }
 
+        #[cfg(feature = "postgres")]
         impl FromSql<$sql, Pg> for $wrapper {
             fn from_sql(value: PgValue<'_>) -> deserialize::Result<Self> {
                 Self::parse(std::str::from_utf8(value.as_bytes())?)
             }
         }
 
+        #[cfg(feature = "sqlite")]
         impl ToSql<$sql, Sqlite> for $wrapper {
             fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Sqlite>) -> serialize::Result {
                 out.set_value(self.0.as_str());
@@ -162,6 +181,7 @@ macro_rules! enum_as_label {
             }
         }
 
+        #[cfg(feature = "sqlite")]
         impl FromSql<$sql, Sqlite> for $wrapper {
             fn from_sql(mut value: SqliteValue<'_, '_, '_>) -> deserialize::Result<Self> {
                 Self::parse(value.read_text())

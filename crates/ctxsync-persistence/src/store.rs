@@ -12,9 +12,11 @@ use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId};
 use crate::model::*;
 use crate::notify::{AgentSubscription, ChangeEvent, ChatSubscription, Hub};
+use crate::ops;
+#[cfg(feature = "postgres")]
+use crate::pg_listener;
 use crate::sql_types::DbTime;
 use crate::token::{self, AgentToken};
-use crate::{ops, pg_listener};
 
 /// Longest agent name.
 pub const MAX_AGENT_NAME_BYTES: usize = 256;
@@ -34,6 +36,7 @@ struct Inner {
     origin: u64,
     /// [`StoreOptions::operation_timeout`].
     operation_timeout: std::time::Duration,
+    #[cfg(feature = "postgres")]
     _listener: Option<pg_listener::Listener>,
 }
 
@@ -49,8 +52,11 @@ impl Store {
         config: DatabaseConfig,
         options: StoreOptions,
     ) -> Result<Self, StoreError> {
-        // Before anything connects: a bad sslmode or unreadable root certificate is a
-        // configuration error, not an unreachable database.
+        // Before anything connects: a backend this build lacks, a bad sslmode or an
+        // unreadable root certificate is a configuration error, not an unreachable
+        // database.
+        config.backend().check_enabled()?;
+        #[cfg(feature = "postgres")]
         let listen = match &config {
             DatabaseConfig::Postgres { url } => Some(pg_listener::Connector::new(url, &options)?),
             DatabaseConfig::Sqlite { .. } => None,
@@ -68,6 +74,7 @@ impl Store {
         getrandom::fill(&mut origin)
             .map_err(|e| StoreError::Unavailable(format!("no randomness: {e}")))?;
         let origin = u64::from_le_bytes(origin);
+        #[cfg(feature = "postgres")]
         let listener = match listen {
             Some(connector) => {
                 Some(pg_listener::start(connector, Arc::clone(&hub), origin, &options).await?)
@@ -81,11 +88,13 @@ impl Store {
                 backend: config.backend(),
                 origin,
                 operation_timeout: options.operation_timeout,
+                #[cfg(feature = "postgres")]
                 _listener: listener,
             }),
         })
     }
 
+    /// The backend this store was opened on.
     pub fn backend(&self) -> Backend {
         self.inner.backend
     }
@@ -192,6 +201,7 @@ impl Store {
             .await
     }
 
+    /// The agent row; `None` for an unknown agent.
     pub async fn get_agent(&self, id: AgentId) -> Result<Option<AgentRecord>, StoreError> {
         self.with_conn(move |conn, _| conn.read(|tx| ops::get_agent(tx, id)))
             .await
@@ -274,6 +284,7 @@ impl Store {
         Ok(chat)
     }
 
+    /// The chat row, without its pins; `None` for an unknown chat.
     pub async fn get_chat(&self, chat: ChatId) -> Result<Option<ChatRecord>, StoreError> {
         self.with_conn(move |conn, _| conn.read(|tx| ops::get_chat(tx, chat)))
             .await

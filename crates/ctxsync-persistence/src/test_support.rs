@@ -27,8 +27,12 @@ use crate::db::{DatabaseConfig, StoreOptions, migrations};
 use crate::error::StoreError;
 use crate::store::Store;
 
+/// Environment variable with the URL of the PostgreSQL server tests use.
 pub const POSTGRES_URL_ENV: &str = "CTXSYNC_TEST_POSTGRES_URL";
+/// The server tests use when [`POSTGRES_URL_ENV`] is unset.
 pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+/// Environment variable: `1` skips PostgreSQL tests when the server is unreachable
+/// (ignored when `CI` is set).
 pub const SKIP_POSTGRES_ENV: &str = "CTXSYNC_SKIP_POSTGRES";
 
 /// Serializes template creation across test binaries and threads.
@@ -216,14 +220,17 @@ impl TestDatabase {
         })
     }
 
+    /// The database's name on the server.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The URL of this database: the server URL with its database name replaced.
     pub fn url(&self) -> &str {
         &self.url
     }
 
+    /// A PostgreSQL [`DatabaseConfig`] for [`Self::url`].
     pub fn config(&self) -> DatabaseConfig {
         DatabaseConfig::Postgres {
             url: self.url.clone(),
@@ -298,10 +305,12 @@ impl TestStore {
         })
     }
 
+    /// The store (also reached through `Deref`).
     pub fn store(&self) -> &Store {
         &self.store
     }
 
+    /// The configuration the store was opened with.
     pub fn config(&self) -> &DatabaseConfig {
         &self.config
     }
@@ -394,6 +403,7 @@ pub async fn serve_agent_api(store: Store) -> TestAgentApi {
 }
 
 impl TestAgentApi {
+    /// The loopback address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -416,6 +426,7 @@ impl TestAgentApi {
         AgentClient::new(channel).max_decoding_message_size(crate::agent_api::MAX_REQUEST_BYTES)
     }
 
+    /// The server's counters now.
     pub fn metrics(&self) -> AgentApiCounters {
         self.metrics.snapshot()
     }

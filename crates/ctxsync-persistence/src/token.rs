@@ -32,6 +32,7 @@ impl AgentToken {
         &self.0
     }
 
+    /// The token text, consuming the token.
     pub fn into_string(self) -> String {
         self.0
     }

@@ -28,11 +28,15 @@ pub const MAX_TOOL_NAME_BYTES: usize = 64;
 /// What kind of turn was prepared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ChatTurnMode {
+    /// A normal turn: the first-turn gate may wait (bounded) for the bound agent's
+    /// discovery.
     Default,
+    /// A planning turn: never waits for discovery.
     Plan,
 }
 
 impl ChatTurnMode {
+    /// The stored label: `"default"` or `"plan"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Default => "default",
@@ -40,6 +44,7 @@ impl ChatTurnMode {
         }
     }
 
+    /// Parses a [`Self::as_str`] label; `None` for any other text.
     pub fn parse(label: &str) -> Option<Self> {
         match label {
             "default" => Some(Self::Default),
@@ -52,6 +57,7 @@ impl ChatTurnMode {
 /// A turn to record: what the turn's answer said.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewTurn {
+    /// How the turn was prepared.
     pub mode: ChatTurnMode,
     /// A JSON object: the answer's outcome (its note, discovery outcome and so on).
     pub outcome: serde_json::Value,
@@ -62,21 +68,28 @@ pub struct NewTurn {
 /// A stored turn with its activations.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TurnRecord {
+    /// The turn's id, assigned when it was recorded.
     pub id: TurnId,
+    /// The chat the turn belongs to.
     pub chat_id: ChatId,
     /// 1 for the chat's first turn, then one more for each.
     pub number: u64,
+    /// How the turn was prepared.
     pub mode: ChatTurnMode,
+    /// The JSON object recorded as the answer's outcome.
     pub outcome: serde_json::Value,
+    /// The JSON array recorded as the answer's tools, in order.
     pub tools: serde_json::Value,
     /// Tool names find_tools activated for this turn, sorted.
     pub activated: Vec<String>,
+    /// When the turn was recorded (the writing replica's clock).
     pub created_at: DateTime<Utc>,
 }
 
 /// The tools activated for one turn.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TurnActivations {
+    /// The turn they belong to: the one asked for, or the chat's latest.
     pub turn_id: TurnId,
     /// Sorted.
     pub activated: Vec<String>,
@@ -182,7 +195,10 @@ impl Store {
 
 #[derive(Queryable, Selectable)]
 #[diesel(table_name = chat_turns)]
-#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+#[cfg_attr(
+    all(feature = "postgres", feature = "sqlite"),
+    diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
+)]
 struct TurnRow {
     id: TurnId,
     chat_id: ChatId,

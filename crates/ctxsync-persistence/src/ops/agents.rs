@@ -157,16 +157,19 @@ pub(super) fn lock_agent(
 ) -> Result<AgentRow, StoreError> {
     let query = workspace_agents::table.find(id);
     let row = match (tx, lock) {
+        #[cfg(feature = "postgres")]
         (Tx::Postgres(c), RowLock::Update) => query
             .select(AgentRow::as_select())
             .for_update()
             .first(*c)
             .optional()?,
+        #[cfg(feature = "postgres")]
         (Tx::Postgres(c), RowLock::Share) => query
             .select(AgentRow::as_select())
             .for_share()
             .first(*c)
             .optional()?,
+        #[cfg(feature = "sqlite")]
         (Tx::Sqlite(c), _) => query.select(AgentRow::as_select()).first(*c).optional()?,
     };
     row.ok_or(StoreError::AgentNotFound(id))

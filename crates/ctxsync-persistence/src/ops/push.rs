@@ -8,6 +8,7 @@ use ctxsync_protocol::{
     KeptResource, McpConnectTimings, McpServerBody, PendingServer, Push, Resource, ResourceBody,
 };
 use diesel::prelude::*;
+#[cfg(feature = "sqlite")]
 use diesel::upsert::excluded;
 
 use super::agents::{RowLock, lock_agent};
@@ -392,12 +393,14 @@ fn changed_timings(
 /// statement of 12 parameters a row per [`ROWS_PER_STATEMENT`] rows. SQLite, in process,
 /// takes multi-row `VALUES` statements.
 fn upsert_rows(tx: &mut Tx<'_>, rows: &[ResourceRow]) -> Result<(), StoreError> {
-    let Some(first) = rows.first() else {
+    if rows.is_empty() {
         return Ok(());
-    };
+    }
     match tx {
+        #[cfg(feature = "postgres")]
         Tx::Postgres(conn) => {
             use diesel::sql_types::{Array, BigInt, Binary, Nullable, Text};
+            let first = &rows[0];
             // Every row of a push shares its agent and time.
             let query = diesel::sql_query(UNNEST_UPSERT)
                 .bind::<crate::sql_types::UuidSql, _>(first.agent_id)
@@ -433,6 +436,7 @@ fn upsert_rows(tx: &mut Tx<'_>, rows: &[ResourceRow]) -> Result<(), StoreError> 
                 );
             query.execute(*conn)?;
         }
+        #[cfg(feature = "sqlite")]
         Tx::Sqlite(conn) => {
             for chunk in rows.chunks(ROWS_PER_STATEMENT) {
                 use workspace_agent_context_resources::dsl as r;
@@ -458,6 +462,7 @@ fn upsert_rows(tx: &mut Tx<'_>, rows: &[ResourceRow]) -> Result<(), StoreError> 
     Ok(())
 }
 
+#[cfg(feature = "postgres")]
 /// [`upsert_rows`] on PostgreSQL: `$1` the agent, `$2` the time, then one array per
 /// column, in the order of `unnest`'s column list.
 const UNNEST_UPSERT: &str = "\

@@ -3,13 +3,11 @@
 
 use ctxsync_protocol::ResourceBody;
 use ctxsync_protocol::limits::MAX_RUN_ID_BYTES;
-use diesel::prelude::*;
 
 use crate::db::Tx;
 use crate::error::StoreError;
 use crate::ids::AgentId;
 use crate::notify::ChangeEvent;
-use crate::pg_listener;
 use crate::sql_types::JsonText;
 
 /// Rows per multi-row statement: well under both backends' bind limits (12 binds a row).
@@ -23,13 +21,18 @@ pub(crate) fn notify_in_tx(
     origin: u64,
     event: &ChangeEvent,
 ) -> Result<(), StoreError> {
-    let (Tx::Postgres(conn), Some(payload)) = (tx, pg_listener::encode(origin, event)) else {
-        return Ok(());
-    };
-    diesel::sql_query("SELECT pg_notify($1, $2)")
-        .bind::<diesel::sql_types::Text, _>(pg_listener::CHANNEL)
-        .bind::<diesel::sql_types::Text, _>(payload)
-        .execute(*conn)?;
+    // Irrefutable in a PostgreSQL-only build.
+    #[cfg(feature = "postgres")]
+    #[allow(irrefutable_let_patterns)]
+    if let (Tx::Postgres(conn), Some(payload)) = (tx, crate::pg_listener::encode(origin, event)) {
+        use diesel::RunQueryDsl;
+        diesel::sql_query("SELECT pg_notify($1, $2)")
+            .bind::<diesel::sql_types::Text, _>(crate::pg_listener::CHANNEL)
+            .bind::<diesel::sql_types::Text, _>(payload)
+            .execute(*conn)?;
+    }
+    #[cfg(not(feature = "postgres"))]
+    let _ = (tx, origin, event);
     Ok(())
 }
 
