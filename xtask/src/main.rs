@@ -2,6 +2,7 @@
 
 mod bench;
 mod codegen;
+mod embedding;
 mod fuzz;
 mod layers;
 mod libfuzzer;
@@ -20,6 +21,9 @@ commands:
   codegen [--check]  regenerate the committed protocol code (--check: fail if it is stale)
   layers             check that crate dependencies point down the layer order (SPEC §2)
   tidy               check that every hand-written Rust file opens with a `//!` line
+  embedding          the API docs without a warning, each library crate without its
+                     default features, each database backend alone, and what those
+                     builds leave out (no diesel under the gate, no SQLite with postgres)
   test               install what the tests need, then run every test in the workspace
   test-tools         only install what the tests need (browser, HAProxy, MCP servers)
   fuzz --seconds N   run the property-test and libFuzzer (cargo fuzz) targets for about
@@ -28,8 +32,9 @@ commands:
                      build in release mode and run every benchmark, printing one table
   self-contained     build the release binary with pg_config hidden and check that it
                      links only the C runtime (ldd)
-  ci                 everything CI runs: fmt, clippy, codegen check, each crate's tests
-                     alone, the README's test command, `bench --quick` (completes;
+  ci                 everything CI runs: fmt, clippy, codegen check, layers, embedding,
+                     tidy, the README's test command (each crate's tests alone,
+                     doctests included), `bench --quick` (completes;
                      numbers not checked), then `self-contained`";
 
 /// The README line that precedes the test command's code block.
@@ -48,6 +53,7 @@ fn main() -> Result<()> {
         ["codegen", "--check"] => codegen(&root, true),
         ["layers"] => check_layers(&root),
         ["tidy"] => tidy(&root),
+        ["embedding"] => embedding::check(&root, &cargo()),
         ["test"] => test(&root),
         ["test-tools"] => install_test_tools(&root),
         ["ci"] => ci(&root),
@@ -180,6 +186,7 @@ fn ci(root: &Path) -> Result<()> {
     )?;
     codegen(root, true)?;
     check_layers(root)?;
+    embedding::check(root, &cargo())?;
     tidy(root)?;
     // The README's command runs every crate's tests alone (see `test`), so they run once.
     let command = readme_test_command(root)?;

@@ -301,8 +301,8 @@ impl Engine {
     }
 
     /// Closes every connection and kills every server process group; idempotent. Takes at
-    /// most [`CLOSE_BUDGET`] whatever the servers do: an actor still busy after it is
-    /// aborted, and the groups are killed either way.
+    /// most 2.5 s whatever the servers do: an actor still busy after that is aborted, and
+    /// the groups are killed either way.
     pub async fn close(&self) {
         let mut actor = self
             .actor

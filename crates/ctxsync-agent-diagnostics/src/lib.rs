@@ -13,6 +13,34 @@
 //!
 //! It must never know about protobuf, gRPC or databases, and never depends on another ctxsync
 //! crate (only `ctxsync-mcp-fixture`, as a dev-dependency for tests).
+//!
+//! # Example
+//!
+//! Start the engine on a workspace and wait until initial discovery is complete; a server
+//! that cannot start is a terminal result too, reported as data:
+//!
+//! ```
+//! use ctxsync_agent_diagnostics::{Engine, EngineConfig, Phase};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let workspace = tempfile::tempdir()?;
+//! std::fs::write(
+//!     workspace.path().join(".mcp.json"),
+//!     r#"{"mcpServers": {"docs": {"command": "no-such-mcp-server-on-this-machine"}}}"#,
+//! )?;
+//!
+//! let engine = Engine::start(EngineConfig::new(workspace.path()));
+//! let report = engine.subscribe().wait_for(|r| r.phase == Phase::Complete).await?.clone();
+//! let docs = &report.servers[0];
+//! assert_eq!(docs.name, "docs");
+//! assert!(!docs.connected && docs.error.is_some());
+//! engine.close().await;
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
 
 mod config;
 mod connection;

@@ -33,6 +33,7 @@ pub struct ToolInfo {
     /// JSON schema of the tool's structured result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<serde_json::Value>,
+    /// Icons the server offers for the tool; empty when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub icons: Vec<ToolIcon>,
     /// The tool's `_meta` object (MCP Apps put their `ui` entry here).
@@ -44,14 +45,19 @@ pub struct ToolInfo {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ToolAnnotations {
+    /// A display name; empty when none.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub title: String,
+    /// The tool does not modify its environment.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub read_only_hint: Option<bool>,
+    /// The tool may perform destructive updates (meaningful only when not read-only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub destructive_hint: Option<bool>,
+    /// Calling it again with the same arguments has no further effect.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idempotent_hint: Option<bool>,
+    /// The tool interacts with an open world of external entities.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_world_hint: Option<bool>,
 }
@@ -60,9 +66,12 @@ pub struct ToolAnnotations {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ToolIcon {
+    /// A URL or a `data:` URI.
     pub src: String,
+    /// The image's MIME type; empty when not given.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub mime_type: String,
+    /// The sizes it suits (e.g. `48x48`, `any`); empty when not given.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sizes: Vec<String>,
     /// `light` or `dark`; empty for any background.
@@ -73,6 +82,7 @@ pub struct ToolIcon {
 /// A server of the initial discovery that has no result yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingServer {
+    /// The server's name, as declared in its config file.
     pub name: String,
     /// When its connect attempt started (wall clock, for "connecting for 4 s").
     pub since: std::time::SystemTime,

@@ -12,8 +12,11 @@ pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// drawn from the upper quarter below it (75 % to 100 %), so the cap is never exceeded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackoffPolicy {
+    /// The first delay ([`DEFAULT_BACKOFF_INITIAL`]).
     pub initial: Duration,
+    /// The longest delay ([`DEFAULT_BACKOFF_MAX`]).
     pub max: Duration,
+    /// Whether each delay is drawn from 75 % to 100 % of its nominal value (on by default).
     pub jitter: bool,
 }
 

@@ -6,29 +6,62 @@ use std::path::PathBuf;
 /// Why a [`Publisher`](crate::Publisher) could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
+    /// The server URL does not parse, is not `http://` or `https://`, has no host, or (for
+    /// `https://`) names a host a certificate cannot be checked against.
     #[error("invalid server URL `{url}`: {reason}")]
-    InvalidServerUrl { url: String, reason: String },
+    InvalidServerUrl {
+        /// The URL as configured.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The agent token is empty or not all visible ASCII, so it cannot go in a header.
     #[error("the agent token cannot be sent: it must be non-empty visible ASCII")]
     InvalidToken,
+    /// The workspace directory cannot be expanded (`~` or a variable unset), does not
+    /// exist, or is not a directory.
     #[error("workspace directory {}: {reason}", path.display())]
-    Workspace { path: PathBuf, reason: String },
+    Workspace {
+        /// The directory: expanded when expansion succeeded, else as configured.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A file of [`PublisherConfig::ca_cert_files`](crate::PublisherConfig::ca_cert_files)
     /// is unreadable, holds no certificate, or holds one that cannot be trusted.
     #[error("CA certificate file {}: {reason}", path.display())]
-    CaCertFile { path: PathBuf, reason: String },
+    CaCertFile {
+        /// The file as configured.
+        path: PathBuf,
+        /// Why it cannot be used.
+        reason: String,
+    },
     /// An `https://` server, but the platform's trusted certificates could not be loaded
     /// and no CA certificate file was given.
     #[error(
         "no certificate authority to trust for {url}: the platform's trusted certificates could not be loaded ({reason}); give the server's CA certificate file"
     )]
-    NoTrustedCertificates { url: String, reason: String },
+    NoTrustedCertificates {
+        /// The server URL.
+        url: String,
+        /// Why the platform's certificates could not be loaded.
+        reason: String,
+    },
     /// rustls refused the client configuration (not expected with the built-in provider).
     #[error("cannot set up TLS: {reason}")]
-    TlsSetup { reason: String },
+    TlsSetup {
+        /// rustls's error.
+        reason: String,
+    },
     /// `UpdateStartup` answered `FailedPrecondition`: a newer process of the same agent
     /// registered itself, and this one must stop.
     #[error(
         "this agent process (run id {run_id}) was superseded by a newer agent process and stops publishing; the server said: {message}"
     )]
-    Superseded { run_id: String, message: String },
+    Superseded {
+        /// This process's run id.
+        run_id: String,
+        /// The server's message with the refusal.
+        message: String,
+    },
 }

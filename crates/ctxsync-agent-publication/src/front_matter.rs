@@ -30,16 +30,32 @@ impl FrontMatter {
 /// Why a front matter block could not be read. Line numbers count from 1 in the file.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FrontMatterError {
+    /// The file does not start with a `---` line.
     #[error("no front matter: the file must start with a `---` line")]
     Missing,
+    /// No `---` (or `...`) line closes the block.
     #[error("the front matter is never closed by a `---` line")]
     Unterminated,
+    /// A line of the block is not a top-level `key: value` pair.
     #[error("line {line}: expected `key: value`")]
-    ExpectedKey { line: usize },
+    ExpectedKey {
+        /// The offending line.
+        line: usize,
+    },
+    /// A top-level key appears a second time.
     #[error("line {line}: key `{key}` appears more than once")]
-    DuplicateKey { line: usize, key: String },
+    DuplicateKey {
+        /// The line of the repetition.
+        line: usize,
+        /// The repeated key.
+        key: String,
+    },
+    /// A single- or double-quoted value does not end.
     #[error("line {line}: a quoted value is never closed")]
-    UnterminatedQuote { line: usize },
+    UnterminatedQuote {
+        /// The line the quoted value starts on.
+        line: usize,
+    },
 }
 
 /// Parses the front matter at the start of `text`.

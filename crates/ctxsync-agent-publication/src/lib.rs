@@ -33,6 +33,41 @@
 //! The MCP engine reaches this crate through [`ReportSource`]: [`EngineReports`] follows a
 //! `ctxsync_agent_diagnostics::Engine` and maps each report with [`discovery_report`].
 //! Without a source (`--no-mcp`) snapshots carry `UNSPECIFIED` and no run id.
+//!
+//! # Example
+//!
+//! Publish a workspace, its MCP discovery included, to a `ctxsync server`. Not run here
+//! because it needs a server; `examples/publish_workspace.rs` is the complete program, and
+//! the binary's tests run it against a real server.
+//!
+//! ```no_run
+//! use ctxsync_agent_diagnostics::{Engine, EngineConfig};
+//! use ctxsync_agent_publication::{
+//!     DEFAULT_MAX_WATCHED_DIRS, EngineReports, Publisher, PublisherConfig, ScanConfig, Timing,
+//! };
+//!
+//! # async fn publish(token: String) -> Result<(), Box<dyn std::error::Error>> {
+//! let workspace = std::path::PathBuf::from("/srv/workspace");
+//! let engine = Engine::start(EngineConfig::new(&workspace));
+//! let config = PublisherConfig {
+//!     server_url: "https://ctxsync.example:7443".into(),
+//!     ca_cert_files: Vec::new(),
+//!     token,
+//!     agent_version: "1.0.0".into(),
+//!     scan: ScanConfig { workspace_dir: workspace, extra_roots: vec![], mcp_config_paths: vec![] },
+//!     timing: Timing::default(),
+//!     max_watched_dirs: DEFAULT_MAX_WATCHED_DIRS,
+//! };
+//! let publisher = Publisher::new(config, Some(Box::new(EngineReports::new(&engine))))?;
+//! let status = publisher.status(); // versions published, pushes answered, connection
+//! // Runs until a newer process of the same agent supersedes this one.
+//! let superseded = publisher.run().await.unwrap_err();
+//! # drop((status, superseded));
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
 
 mod backoff;
 mod connection;

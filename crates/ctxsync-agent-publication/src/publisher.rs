@@ -47,11 +47,18 @@ pub const DEFAULT_MAX_WATCHED_DIRS: usize = 8192;
 pub struct Timing {
     /// Quiet period after a context-file event before resolving.
     pub debounce: Duration,
+    /// Spacing of reconnects after a transient failure.
     pub backoff: BackoffPolicy,
+    /// Bound on establishing one connection ([`DEFAULT_CONNECT_TIMEOUT`]).
     pub connect_timeout: Duration,
+    /// Bound on one RPC ([`DEFAULT_REQUEST_TIMEOUT`]).
     pub request_timeout: Duration,
+    /// HTTP/2 ping interval, also while idle ([`DEFAULT_KEEPALIVE_INTERVAL`]).
     pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered ([`DEFAULT_KEEPALIVE_TIMEOUT`]).
     pub keepalive_timeout: Duration,
+    /// How often context files that cannot be watched are re-read
+    /// ([`DEFAULT_POLL_INTERVAL`]).
     pub poll_interval: Duration,
 }
 
@@ -85,6 +92,7 @@ pub struct PublisherConfig {
     pub agent_version: String,
     /// What to scan. `~` and `$VAR`/`${VAR}` in the workspace directory are expanded.
     pub scan: ScanConfig,
+    /// Every delay and bound of the publisher.
     pub timing: Timing,
     /// Most directories watched at once ([`DEFAULT_MAX_WATCHED_DIRS`]). Watches (inotify's
     /// `max_user_watches` on Linux) are a per-user resource shared with editors and IDEs,
@@ -134,10 +142,13 @@ pub struct PublisherStatus {
     pub published_version: u64,
     /// How many times the context was resolved (each sampled the report once).
     pub resolves: u64,
+    /// The newest published snapshot's discovery phase.
     pub phase: DiscoveryPhase,
+    /// The newest published snapshot's aggregate hash (empty before the first).
     pub aggregate_hash: String,
     /// The newest version the server answered a push for, and whether it accepted it.
     pub last_push: Option<(u64, bool)>,
+    /// The state of the connection to the server.
     pub connection: ConnectionState,
 }
 

@@ -25,8 +25,11 @@ pub enum ReportPhase {
 /// One engine state: the phase, every declared server's outcome and every config file's.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DiscoveryReport {
+    /// How far the initial reload has got.
     pub phase: ReportPhase,
+    /// Every declared server that has a result, in the engine's order (by name).
     pub servers: Vec<ServerOutcome>,
+    /// Every config file with an error or a warning.
     pub config_outcomes: Vec<ConfigOutcome>,
     /// While pending: the servers the initial discovery still waits for, by name.
     pub pending: Vec<PendingOutcome>,
@@ -35,6 +38,7 @@ pub struct DiscoveryReport {
 /// A server of the initial discovery with no result yet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingOutcome {
+    /// The server's name, as declared in its config file.
     pub name: String,
     /// When its connect started; the snapshot says how long ago that was when it is sent.
     pub since: std::time::SystemTime,
@@ -43,6 +47,7 @@ pub struct PendingOutcome {
 /// One declared MCP server as the engine sees it now.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ServerOutcome {
+    /// The server's name, as declared in its config file.
     pub name: String,
     /// True while a connection (possibly a retained previous one) serves `tools`.
     pub connected: bool,
@@ -60,9 +65,13 @@ pub struct ServerOutcome {
 /// A connected server's revision, self-description and connect timings.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServerDetails {
+    /// The negotiated MCP revision; empty when unknown.
     pub protocol_version: String,
+    /// What the server said about itself; empty strings where it said nothing.
     pub server_info: McpServerInfo,
+    /// The server's instructions for the model; empty when none.
     pub instructions: String,
+    /// How long each step of the connect took.
     pub timings: McpConnectTimings,
 }
 

@@ -62,6 +62,8 @@ pub struct Resolution {
     pub aggregate_hash: String,
     /// Sorted by source; unique sources; every limit of the wire already met.
     pub resources: Vec<Resource>,
+    /// Why the snapshot is incomplete beyond one row's status (e.g. resources left out),
+    /// within the wire's limit; `None` when nothing is missing.
     pub snapshot_error: Option<String>,
     /// While pending: the servers still connecting (names within the wire's limits, at
     /// most [`MAX_PENDING_SERVERS`]), with when each started.

@@ -35,8 +35,10 @@ const MIN_SUBSTRING_TERM_CHARS: usize = 3;
 /// searches, each optionally scoped to one server as `server: terms`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FindToolsRequest {
+    /// Keyword searches, each optionally `server: terms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queries: Option<Vec<String>>,
+    /// Exact model-facing names to activate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub names: Option<Vec<String>>,
 }
@@ -54,6 +56,7 @@ pub struct FindToolsResponse {
     pub total: usize,
 }
 
+/// One tool find_tools found, as the model sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolMatch {
@@ -67,14 +70,20 @@ pub struct ToolMatch {
     pub title: Option<String>,
 }
 
+/// A find_tools request refused before searching; the message names the field.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FindToolsError {
+    /// Neither `names` nor `queries` holds a non-empty entry.
     #[error("find_tools needs at least one of `names` or `queries`, with a non-empty entry")]
     NothingToFind,
+    /// A list over its bound.
     #[error("find_tools accepts at most {max} {field}, got {got}")]
     TooMany {
+        /// The list: `names` or `queries`.
         field: &'static str,
+        /// Most entries allowed.
         max: usize,
+        /// Entries given.
         got: usize,
     },
 }
@@ -84,10 +93,12 @@ pub enum FindToolsError {
 pub struct ActiveTools(BTreeSet<String>);
 
 impl ActiveTools {
+    /// No active tools.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// True when `name` (model-facing) is active.
     pub fn contains(&self, name: &str) -> bool {
         self.0.contains(name)
     }

@@ -44,9 +44,11 @@ pub struct AgentState {
 pub struct SnapshotState {
     /// The run id stamped on the snapshot; empty when a legacy process published it.
     pub agent_run_id: String,
+    /// The discovery phase the snapshot was published in.
     pub phase: DiscoveryPhase,
     /// The snapshot's aggregate hash (instruction files and skills only); used for pinning.
     pub aggregate_hash: String,
+    /// The snapshot's own error, as stored (the agent's reason the snapshot is not whole).
     pub snapshot_error: Option<String>,
     /// Every stored resource row of the snapshot, of any kind and status.
     pub resources: Vec<Resource>,

@@ -23,6 +23,47 @@
 //! discovery completeness, per-source outcomes, turn eligibility and the result of a
 //! tool invocation into one flag (the view keeps `phase`, the outcomes and the catalog
 //! apart, and knows nothing of invocations).
+//!
+//! # Example
+//!
+//! Project an agent whose discovery is complete and list the tools a turn may offer the
+//! model, under their model-facing names:
+//!
+//! ```
+//! use ctxsync_chat_projection::{AgentState, Binding, Phase, SnapshotState, project};
+//! use ctxsync_protocol::{DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody};
+//!
+//! let tool = |name: &str| McpTool { name: name.into(), ..Default::default() };
+//! let server = McpServerBody {
+//!     server_name: "git-hub".into(),
+//!     tools: vec![tool("list-prs"), tool("merge")],
+//!     ..Default::default()
+//! };
+//! let row = Resource {
+//!     source: "mcp:git-hub".into(),
+//!     source_path: None,
+//!     content_hash: String::new(),
+//!     size_bytes: 0,
+//!     status: ctxsync_protocol::ResourceStatus::Ok,
+//!     error: None,
+//!     body: ResourceBody::McpServer(server),
+//! };
+//! let snapshot = SnapshotState {
+//!     agent_run_id: "run-1".into(),
+//!     phase: DiscoveryPhase::Complete,
+//!     resources: vec![row],
+//!     ..Default::default()
+//! };
+//! let binding = Binding::Agent(AgentState { agent_run_id: "run-1".into(), snapshot: Some(snapshot) });
+//!
+//! let view = project(&binding);
+//! assert_eq!(view.phase(), Phase::Complete);
+//! assert!(!view.is_stale());
+//! let names: Vec<&str> = view.tools().iter().map(|t| t.name.as_str()).collect();
+//! assert_eq!(names, ["git-hub__list-prs", "git-hub__merge"]);
+//! ```
+
+#![deny(missing_docs)]
 
 mod find;
 mod input;

@@ -25,6 +25,7 @@ pub struct EligibleTool {
     pub server: String,
     /// The tool's name on that server.
     pub tool: String,
+    /// The tool's description, as the server reported it.
     pub description: String,
     /// The tool's input JSON Schema, as the server reported it.
     pub input_schema: Value,
@@ -62,11 +63,14 @@ impl EligibleTool {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelTool {
+    /// The model-facing name.
     pub name: String,
+    /// The tool's description, as its server reported it.
     pub description: String,
     /// The tool's input JSON Schema, as its server reported it.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub input_schema: Value,
+    /// The tool's display name, when it has one (never the model-facing name).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// The JSON Schema of the tool's structured result, as its server reported it.
@@ -96,14 +100,17 @@ impl ToolCatalog {
         self.get(name).map(|t| (t.server.as_str(), t.tool.as_str()))
     }
 
+    /// The tools, in catalog order.
     pub fn iter(&self) -> std::slice::Iter<'_, EligibleTool> {
         self.tools.iter()
     }
 
+    /// How many tools the catalog holds.
     pub fn len(&self) -> usize {
         self.tools.len()
     }
 
+    /// True when the catalog holds no tool.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }

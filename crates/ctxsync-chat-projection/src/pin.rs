@@ -43,6 +43,7 @@ impl PinnedContext {
         }
     }
 
+    /// The aggregate hash of the snapshot this pin copied.
     pub fn aggregate_hash(&self) -> &str {
         &self.aggregate_hash
     }
@@ -57,6 +58,7 @@ impl PinnedContext {
         &self.resources
     }
 
+    /// The pinned instruction files with their bodies.
     pub fn instruction_files(&self) -> impl Iterator<Item = (&Resource, &InstructionFileBody)> {
         self.resources.iter().filter_map(|r| match &r.body {
             ResourceBody::InstructionFile(body) => Some((r, body)),
@@ -64,6 +66,7 @@ impl PinnedContext {
         })
     }
 
+    /// The pinned skills with their bodies.
     pub fn skills(&self) -> impl Iterator<Item = (&Resource, &SkillBody)> {
         self.resources.iter().filter_map(|r| match &r.body {
             ResourceBody::Skill(body) => Some((r, body)),

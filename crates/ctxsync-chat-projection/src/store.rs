@@ -58,10 +58,12 @@ pub async fn agent_phase_counts(store: &Store) -> Result<Vec<(Phase, bool, u64)>
 /// the chat context (pinned files and skills, live MCP view).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoadedChat {
+    /// The chat row.
     pub chat: ChatRecord,
     /// The bound agent's state from one read ([`Binding::NoAgent`] when unbound,
     /// [`Binding::MissingAgent`] when the agent is gone).
     pub binding: Binding,
+    /// The chat's pin combined with the live binding.
     pub context: ChatContext,
 }
 

@@ -53,6 +53,7 @@ pub enum AgentPresence {
 /// The outcome of one `mcp_server` row.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ServerOutcome {
+    /// The row's server name, else its source when the name is empty.
     pub name: String,
     /// The server was discovered (status `OK`), with zero tools or more.
     pub ok: bool,
@@ -90,6 +91,7 @@ pub struct ConfigOutcome {
     pub path: String,
     /// `false` when the file or one of its entries was rejected; `true` for a warning.
     pub ok: bool,
+    /// The error or warning (sanitized upstream), or a status note when the row gave none.
     pub diagnostic: String,
 }
 
@@ -101,6 +103,7 @@ pub struct Counts {
     pub servers_ok: usize,
     /// Discovered servers with no tools (not a failure).
     pub servers_empty: usize,
+    /// Servers whose row is not OK (they failed to connect or to list their tools).
     pub servers_failed: usize,
     /// Config files with a non-OK status.
     pub config_errors: usize,
@@ -133,10 +136,12 @@ pub struct View {
 }
 
 impl View {
+    /// Whether the chat's agent is bound, still exists, and has published a snapshot.
     pub fn agent(&self) -> AgentPresence {
         self.agent
     }
 
+    /// The projected discovery phase.
     pub fn phase(&self) -> Phase {
         self.phase
     }
@@ -165,10 +170,12 @@ impl View {
         self.incomplete
     }
 
+    /// Server and config outcome counts.
     pub fn counts(&self) -> Counts {
         self.counts
     }
 
+    /// The snapshot's own error, when it has one.
     pub fn snapshot_error(&self) -> Option<&str> {
         self.snapshot_error.as_deref()
     }

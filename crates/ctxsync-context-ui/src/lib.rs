@@ -11,6 +11,42 @@
 //! initializing or the tools are withheld; emit unescaped text into HTML; present a
 //! server's annotations as anything but its unverified hints; load anything a server
 //! names (tool icons are left out: a `data:` or remote `src` would break the CSP or leak).
+//!
+//! # Example
+//!
+//! Build the panel of a chat bound to an agent that published one instruction file, and
+//! render it as text:
+//!
+//! ```
+//! use ctxsync_chat_projection::{AgentState, Binding, ChatContext, SnapshotState};
+//! use ctxsync_context_ui::{build_chat_panel, render_fragment, render_text};
+//! use ctxsync_protocol::{DiscoveryPhase, InstructionFileBody, Resource, ResourceBody, ResourceStatus};
+//!
+//! let file = Resource {
+//!     source: "AGENTS.md".into(),
+//!     source_path: None,
+//!     content_hash: "0f".into(),
+//!     size_bytes: 16,
+//!     status: ResourceStatus::Ok,
+//!     error: None,
+//!     body: ResourceBody::InstructionFile(InstructionFileBody { content: "Answer briefly.".into() }),
+//! };
+//! let snapshot = SnapshotState {
+//!     agent_run_id: "run-1".into(),
+//!     phase: DiscoveryPhase::Complete,
+//!     resources: vec![file],
+//!     ..Default::default()
+//! };
+//! let live = Binding::Agent(AgentState { agent_run_id: "run-1".into(), snapshot: Some(snapshot) });
+//! // A chat without a pin pins what it first sees.
+//! let context = ChatContext::new(None, &live);
+//!
+//! let panel = build_chat_panel("chat-1", &context, &live);
+//! assert!(render_text(&panel).contains("AGENTS.md"));
+//! assert!(render_fragment(&panel).contains("AGENTS.md"));
+//! ```
+
+#![deny(missing_docs)]
 
 mod builder;
 mod html;

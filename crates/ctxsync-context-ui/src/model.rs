@@ -8,18 +8,25 @@ use serde::Serialize;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Panel {
+    /// The chat this panel describes.
     pub chat_id: String,
     /// The overall tone: the worst of the issues, the banner and the snapshot error.
     pub tone: Tone,
     /// The projection's phase and freshness, in the words every surface uses.
     pub mcp_discovery: DiscoveryWords,
+    /// The discovery banner: where MCP discovery stands, and its tone.
     pub discovery: Banner,
     /// Set when the agent's context changed after the chat pinned it.
     pub dirty: Option<DirtyNotice>,
+    /// The projection's snapshot error, when the last snapshot could not be used.
     pub snapshot_error: Option<String>,
+    /// The pinned instruction files, grouped by directory.
     pub files: Vec<FileGroup>,
+    /// The pinned skills, in source order.
     pub skills: Vec<SkillItem>,
+    /// MCP config files, servers and their tools.
     pub mcp: McpSection,
+    /// Every non-OK row and every warning, for the Issues list.
     pub issues: Vec<IssueItem>,
     /// Who reports this context and how recent it is: the header line.
     pub header: PanelHeader,
@@ -78,16 +85,21 @@ pub enum AgentStatus {
     Reported,
 }
 
+/// How serious something is; ordered so the worst tone is the greatest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Tone {
+    /// Nothing to report.
     Ok,
+    /// Something needs attention but still works.
     Warning,
+    /// Something failed.
     Error,
 }
 
 impl Tone {
+    /// The tone's lowercase name (`ok`, `warning`, `error`), for classes and text.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
@@ -101,7 +113,9 @@ impl Tone {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DiscoveryWords {
+    /// The projection's discovery phase.
     pub phase: Phase,
+    /// Whether the stored snapshot is from an earlier agent process.
     pub stale: bool,
 }
 
@@ -123,11 +137,15 @@ pub enum DiscoveryState {
     Unknown,
 }
 
+/// The discovery banner: its state, text and tone, with any waiting list and explanation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Banner {
+    /// Where discovery stands.
     pub state: DiscoveryState,
+    /// The banner's sentence for [`Self::state`].
     pub text: String,
+    /// The banner's tone.
     pub tone: Tone,
     /// While pending: the servers still connecting, by name, at most
     /// [`MAX_WAITING_LISTED`] (the rest counted in [`Self::waiting_more`]). Empty
@@ -175,6 +193,7 @@ pub struct WaitingServer {
 }
 
 impl WaitingServer {
+    /// The server `name` (shortened) connecting for `elapsed_ms`.
     pub fn new(name: &str, elapsed_ms: u64) -> Self {
         Self {
             name: shorten(name, MAX_WAITING_NAME_CHARS),
@@ -195,6 +214,7 @@ pub(crate) fn shorten(text: &str, max_chars: usize) -> String {
 }
 
 impl Banner {
+    /// The banner for `state`, with its standard text and tone (and reason and advice when stale).
     pub fn new(state: DiscoveryState) -> Self {
         let (text, tone) = match state {
             DiscoveryState::Pending => (
@@ -272,19 +292,25 @@ impl Banner {
     }
 }
 
+/// The notice that the agent's context changed since the chat pinned it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DirtyNotice {
+    /// The notice's sentence.
     pub text: String,
     /// The request that re-pins the chat's context.
     pub refresh: Action,
 }
 
+/// A request the page can make, e.g. a button's.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Action {
+    /// The button's text.
     pub label: String,
+    /// The HTTP method, e.g. `PUT`.
     pub method: String,
+    /// The URL path to request.
     pub href: String,
 }
 
@@ -294,30 +320,43 @@ pub struct Action {
 pub struct FileGroup {
     /// The directory relative to the workspace ("." for the top level).
     pub directory: String,
+    /// The group's files.
     pub files: Vec<FileItem>,
 }
 
+/// A pinned instruction file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FileItem {
+    /// The file name, without its directory.
     pub name: String,
+    /// The path relative to the workspace.
     pub source: String,
+    /// Its size in bytes.
     pub size_bytes: u64,
+    /// Its resource status, e.g. `ok` or `oversize`.
     pub status: String,
 }
 
+/// A pinned skill.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SkillItem {
+    /// The skill's name, or its directory's name when it gives none.
     pub name: String,
+    /// The skill's description.
     pub description: String,
+    /// The path of its skill file, relative to the workspace.
     pub source: String,
+    /// Its resource status, e.g. `ok` or `invalid`.
     pub status: String,
 }
 
+/// The panel's MCP section.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct McpSection {
+    /// The MCP config files of the live snapshot.
     pub configs: Vec<ConfigItem>,
     /// `None` while the server list is not known yet (pending with nothing found, or
     /// withheld): the panel then shows the banner, never an empty list.
@@ -332,11 +371,13 @@ pub struct McpSection {
 pub struct McpSummary {
     /// Tools of every listed server.
     pub tools: usize,
+    /// Servers listed.
     pub servers: usize,
     /// Servers discovered with at least one tool.
     pub servers_with_tools: usize,
     /// Servers discovered with zero tools (not a failure).
     pub servers_without_tools: usize,
+    /// Servers whose discovery failed.
     pub servers_failed: usize,
     /// The counts as people read them: `3 tools from 2 servers (1 failed)`, or `none
     /// declared` when the workspace declares no MCP server.
@@ -390,19 +431,27 @@ pub(crate) fn counted(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// An MCP config file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ConfigItem {
+    /// The config file's path.
     pub path: String,
+    /// Whether it was read without error.
     pub ok: bool,
+    /// Its diagnostic (error or warning), when it has one.
     pub diagnostic: Option<String>,
 }
 
+/// An MCP server and its tools.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ServerItem {
+    /// The server's name.
     pub name: String,
+    /// How its discovery went.
     pub state: ServerState,
+    /// Its tools, as the panel lists them.
     pub tools: Vec<ToolItem>,
     /// How many tools it lists (0 when it failed or has none).
     pub tool_count: usize,
@@ -430,7 +479,9 @@ pub struct ServerItem {
 pub struct Timings {
     /// Starting the process; `None` for a server reached over HTTP.
     pub start_ms: Option<u64>,
+    /// The MCP handshake.
     pub handshake_ms: u64,
+    /// Listing the tools.
     pub tools_ms: u64,
 }
 
@@ -472,6 +523,7 @@ impl ServerItem {
     }
 }
 
+/// How a server's discovery went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -480,9 +532,11 @@ pub enum ServerState {
     Tools,
     /// Discovered with zero tools: shown as "no tools", not as a failure.
     NoTools,
+    /// Discovery failed.
     Failed,
 }
 
+/// A tool as the panel lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolItem {
@@ -490,6 +544,7 @@ pub struct ToolItem {
     pub name: String,
     /// Its display title, when the server gave one (shown beside the name).
     pub title: Option<String>,
+    /// What the tool does, as the server describes it.
     pub description: String,
     /// Behaviour hints the server claims for the tool, shown as badges labelled as the
     /// server's unverified hints.
@@ -539,23 +594,33 @@ impl ToolHint {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IssueItem {
+    /// What kind of row the issue is about.
     pub kind: IssueKind,
+    /// The file, skill or config path, or the server's name.
     pub source: String,
+    /// How serious it is.
     pub severity: Tone,
+    /// The diagnostic.
     pub text: String,
 }
 
+/// What kind of row an issue is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum IssueKind {
+    /// An instruction file.
     File,
+    /// A skill.
     Skill,
+    /// An MCP config file.
     McpConfig,
+    /// An MCP server.
     McpServer,
 }
 
 impl IssueKind {
+    /// The kind as the Issues list names it, e.g. `MCP config`.
     pub fn label(self) -> &'static str {
         match self {
             Self::File => "file",

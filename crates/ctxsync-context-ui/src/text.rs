@@ -40,6 +40,7 @@ fn wrapped(out: &mut String, indent: usize, text: &str) {
     }
 }
 
+/// The panel as plain text for a terminal, long lines wrapped.
 pub fn render_text(panel: &Panel) -> String {
     let mut t = String::new();
     let _ = writeln!(

@@ -31,6 +31,7 @@ pub enum AttemptResult {
 pub struct RecordedEnd {
     /// How long ago the attempt ended, by the log's clock.
     pub ago: Duration,
+    /// Whether it ended with discovery complete or timed out.
     pub result: AttemptResult,
 }
 
@@ -120,6 +121,7 @@ impl<C, A> std::fmt::Debug for MemoryAttemptLog<C, A> {
 }
 
 impl<C, A> MemoryAttemptLog<C, A> {
+    /// An empty log.
     pub fn new() -> Self {
         Self::default()
     }
@@ -129,6 +131,7 @@ impl<C, A> MemoryAttemptLog<C, A> {
         self.records().len()
     }
 
+    /// True when no record is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -49,6 +49,7 @@ pub struct TurnContext<T> {
 pub struct ReleaseSample {
     /// From just before the commit started to the waiter's release.
     pub latency: Duration,
+    /// The outcome the released waiter got.
     pub outcome: Outcome,
 }
 
@@ -174,10 +175,12 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> FirstTurnGate<S, 
         }
     }
 
+    /// The budgets and intervals this gate runs with.
     pub fn config(&self) -> &GateConfig {
         &self.inner.config
     }
 
+    /// Where this gate records its attempts.
     pub fn attempt_log(&self) -> &L {
         &self.inner.log
     }
@@ -254,6 +257,7 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> FirstTurnGate<S, 
         })
     }
 
+    /// A copy of the counters and the wait histogram so far.
     pub fn metrics(&self) -> GateMetrics {
         let attempts = self.inner.lock_attempts();
         let waiting = attempts

@@ -30,6 +30,41 @@
 //! (in this process or in the attempt log); write to the store anything but its attempt
 //! log, or show a database error's detail to callers (outcomes carry a safe message
 //! such as "database unavailable"; causes go to the log).
+//!
+//! # Example
+//!
+//! A first turn waits while the agent's discovery is pending, and the commit that
+//! completes it releases the wait:
+//!
+//! ```
+//! use ctxsync_chat_projection::SnapshotState;
+//! use ctxsync_first_turn_gate::memory::MemorySource;
+//! use ctxsync_first_turn_gate::{FirstTurnGate, GateConfig, OutcomeReason};
+//! use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // Any `DiscoverySource` goes here: one over your own storage, or this in-memory one.
+//! let source = MemorySource::new();
+//! let (chat, agent) = (1, 7);
+//! source.bind(chat, agent);
+//! let snapshot = |phase| SnapshotState { agent_run_id: "run-1".into(), phase, ..Default::default() };
+//! source.commit(agent, |a| {
+//!     a.agent_run_id = "run-1".into();
+//!     a.snapshot = Some(snapshot(Pending));
+//! });
+//!
+//! let gate = FirstTurnGate::new(source.clone(), GateConfig::default());
+//! let waiter = gate.clone();
+//! let turn = tokio::spawn(async move { waiter.wait_for_discovery(chat, agent).await });
+//! source.commit(agent, |a| a.snapshot = Some(snapshot(Complete)));
+//! let outcome = turn.await.unwrap();
+//! assert_eq!(outcome.reason, OutcomeReason::DiscoveryComplete);
+//! assert!(!outcome.wait_timed_out);
+//! # }
+//! ```
+
+#![deny(missing_docs)]
 
 mod attempt_log;
 mod config;

@@ -51,6 +51,7 @@ impl Default for MemorySource {
 }
 
 impl MemorySource {
+    /// An empty source: no agents, no chats.
     pub fn new() -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -81,11 +82,13 @@ impl MemorySource {
         change(self.state().agents.entry(agent).or_default());
     }
 
+    /// Forgets `agent`, as if it were deleted; its chats stay bound to it.
     pub fn remove_agent(&self, agent: MemoryId) {
         self.state().agents.remove(&agent);
         let _ = self.shared.changes.send(agent);
     }
 
+    /// Binds `chat` to `agent` (rebinding replaces the previous agent).
     pub fn bind(&self, chat: MemoryId, agent: MemoryId) {
         self.state().bindings.insert(chat, agent);
     }
@@ -111,10 +114,12 @@ impl MemorySource {
         self.state().read_delay = delay;
     }
 
+    /// How many discovery reads the gate made so far.
     pub fn discovery_reads(&self) -> u64 {
         self.shared.discovery_reads.load(Ordering::Relaxed)
     }
 
+    /// How many inventory (tools and note) reads the gate made so far.
     pub fn inventory_reads(&self) -> u64 {
         self.shared.inventory_reads.load(Ordering::Relaxed)
     }

@@ -114,14 +114,21 @@ impl Recorder {
 /// A point-in-time copy of the gate's counters.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GateMetrics {
+    /// Waits that returned after the first read (complete, legacy, missing agent).
     pub waits_immediate: u64,
+    /// Waits released by discovery completing within the budget.
     pub waits_released: u64,
+    /// Waits that ended at the budget or the grace.
     pub waits_timed_out: u64,
+    /// Waits skipped because a retained attempt of the run already timed out.
     pub waits_reused_timeout: u64,
+    /// Waits ended by a failed read or a lost attempt; the turn went ahead anyway.
     pub waits_failed_open: u64,
     /// Callers whose request was dropped while they waited (not in the histogram).
     pub waits_cancelled: u64,
+    /// Total seconds waited, over the histogram's waits.
     pub wait_seconds_sum: f64,
+    /// How many waits the histogram holds.
     pub wait_seconds_count: u64,
     /// Cumulative `(upper bound in seconds, count)` pairs, as Prometheus wants them.
     pub wait_seconds_buckets: [(f64, u64); WAIT_SECONDS_BUCKETS.len()],

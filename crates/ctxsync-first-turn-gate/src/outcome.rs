@@ -16,6 +16,7 @@ pub enum OutcomeReason {
     DiscoveryComplete,
     /// The current run's snapshot gives no completeness guarantee (phase `unknown`).
     NoCompletenessGuarantee,
+    /// The chat's agent does not exist (deleted, or never created).
     AgentMissing,
     /// The chat is bound to no agent (only from `prepare_turn`).
     NoBoundAgent,
@@ -45,6 +46,7 @@ pub struct Outcome {
     /// The projection's counts of that view.
     #[serde(flatten)]
     pub counts: Counts,
+    /// Why the wait ended as it did.
     pub reason: OutcomeReason,
     /// The source's message when the latest read failed.
     pub error: Option<String>,

@@ -35,6 +35,7 @@ pub struct SourceError {
 }
 
 impl SourceError {
+    /// An error with a message safe to show callers (no database detail).
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
@@ -53,6 +54,7 @@ impl SourceError {
         }
     }
 
+    /// The caller-safe message.
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -97,10 +99,13 @@ impl<E: Clone + Send + 'static> ChangeSubscription for broadcast::Receiver<E> {
 /// [`GateConfig::read_timeout`](crate::GateConfig::read_timeout) and fails open on an
 /// error or a timeout.
 pub trait DiscoverySource: Send + Sync + 'static {
+    /// Identifies a chat.
     type ChatId: Clone + Eq + Hash + Debug + Send + Sync + 'static;
+    /// Identifies an agent.
     type AgentId: Clone + Eq + Hash + Debug + Send + Sync + 'static;
     /// A tool as the projection hands it to a turn.
     type Tool: Send + 'static;
+    /// What [`DiscoverySource::subscribe`] returns: wake-ups after commits.
     type Subscription: ChangeSubscription;
 
     /// Starts listening for committed changes to `agent`'s context. The gate subscribes

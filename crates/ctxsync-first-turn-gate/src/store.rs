@@ -47,6 +47,7 @@ pub struct StoreAttemptLog {
 }
 
 impl StoreAttemptLog {
+    /// The attempt log in `store`'s `gate_attempts` table.
     pub fn new(store: Store) -> Self {
         Self { store }
     }
@@ -131,10 +132,12 @@ pub struct StoreSource {
 }
 
 impl StoreSource {
+    /// Reads and wake-ups from `store`, through the chat projection.
     pub fn new(store: Store) -> Self {
         Self { store }
     }
 
+    /// The store this source reads.
     pub fn store(&self) -> &Store {
         &self.store
     }

@@ -12,6 +12,8 @@
 //! It must never be a normal dependency of a library crate (dev-dependency only; the demo
 //! binary is the one exception) and never depends on other ctxsync crates.
 
+#![deny(missing_docs)]
+
 mod binary;
 mod config;
 mod http;

@@ -71,6 +71,7 @@ impl BodyDigest {
         bytes.try_into().ok().map(Self)
     }
 
+    /// The digest's 32 bytes, as sent on the wire.
     pub fn as_bytes(&self) -> &[u8; BODY_DIGEST_BYTES] {
         &self.0
     }
@@ -248,6 +249,7 @@ impl DeltaBase {
         Self(next)
     }
 
+    /// True when the base holds no bodies, so a delta against it leaves nothing out.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -47,7 +47,9 @@ impl DiscoveryPhase {
 /// The agent process that is running now.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Startup {
+    /// The agent's own version string.
     pub version: String,
+    /// The workspace directory with variables and `~` expanded.
     pub expanded_directory: String,
     /// `None` for a legacy agent, which gives no freshness guarantee.
     pub agent_run_id: Option<String>,
@@ -56,14 +58,21 @@ pub struct Startup {
 /// One context snapshot as an agent pushes it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
+    /// Per-process snapshot counter; the first published snapshot is 1 (at most
+    /// [`MAX_COUNTER`](crate::limits::MAX_COUNTER)).
     pub version: u64,
+    /// sha256 (lower-case hex) over the canonical encoding of the non-MCP resources.
     pub aggregate_hash: String,
+    /// Every resource of the snapshot, sources unique; at most
+    /// [`MAX_RESOURCES`](crate::limits::MAX_RESOURCES).
     pub resources: Vec<Resource>,
     /// The first delivered push on a connection; bypasses the server's version gate.
     pub initial: bool,
+    /// Why the snapshot is incomplete, when the reason is not one row's; already sanitized.
     pub snapshot_error: Option<String>,
     /// `None` for a legacy agent or one without MCP discovery.
     pub agent_run_id: Option<String>,
+    /// How far MCP discovery had got when the snapshot was built.
     pub phase: DiscoveryPhase,
     /// While pending: the servers still connecting, by name (empty otherwise).
     pub pending_servers: Vec<PendingServer>,
@@ -82,14 +91,22 @@ impl Snapshot {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResourceStatus {
+    /// Read and usable; `error` may still hold a warning.
     Ok,
+    /// Over the agent's size limit for context files: hash and size only, no content.
     Oversize,
+    /// Could not be read: missing, a dangling symlink, not a regular file, a read error, or
+    /// an MCP server that did not connect.
     Unreadable,
+    /// Read but not usable: not UTF-8, invalid skill front matter, a symlink out of the scan
+    /// root, a config file with errors, or a source over the wire limit.
     Invalid,
+    /// Left out by a cap on the snapshot's content: hash and size kept, content dropped.
     Excluded,
 }
 
 impl ResourceStatus {
+    /// Every status, in declaration order.
     pub const ALL: [Self; 5] = [
         Self::Ok,
         Self::Oversize,
@@ -120,12 +137,19 @@ impl ResourceStatus {
 pub struct Resource {
     /// Unique within a snapshot.
     pub source: String,
+    /// The file's path as the agent found it; `None` for rows that are not files (MCP
+    /// servers) and when the path is over the wire limit.
     pub source_path: Option<String>,
+    /// The agent's hash of the row's content (the ctxsync agent's: sha256, lower-case hex);
+    /// at most [`MAX_HASH_BYTES`](crate::limits::MAX_HASH_BYTES).
     pub content_hash: String,
+    /// The size of what `content_hash` covers, in bytes (for a file, the file's size).
     pub size_bytes: u64,
+    /// Whether the row was read and carries its content.
     pub status: ResourceStatus,
     /// The failure of a non-OK row, or a warning on an OK row; already sanitized.
     pub error: Option<String>,
+    /// The row's kind and, for an OK row, its content.
     pub body: ResourceBody,
 }
 
@@ -134,13 +158,18 @@ pub struct Resource {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BodyKind {
+    /// An instruction file at the top of a scan root (e.g. `AGENTS.md`).
     InstructionFile,
+    /// A skill's `SKILL.md`.
     Skill,
+    /// An `.mcp.json` (or other MCP config) file; its content never leaves the agent.
     McpConfig,
+    /// One MCP server the agent declared, and the tools it listed.
     McpServer,
 }
 
 impl BodyKind {
+    /// Every kind, in declaration order.
     pub const ALL: [Self; 4] = [
         Self::InstructionFile,
         Self::Skill,
@@ -168,24 +197,33 @@ impl BodyKind {
 /// an MCP config body is always `{}` because the file holds secrets.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ResourceBody {
+    /// An instruction file's text.
     InstructionFile(InstructionFileBody),
+    /// A skill's `SKILL.md` and its front matter's name and description.
     Skill(SkillBody),
+    /// An MCP config file: no content, since the file holds secrets.
     McpConfig,
+    /// An MCP server's details and tools.
     McpServer(McpServerBody),
 }
 
+/// The body of an instruction file.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstructionFileBody {
+    /// The file's text (UTF-8).
     pub content: String,
 }
 
+/// The body of a skill.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SkillBody {
     /// The SKILL.md content, front matter included.
     pub meta: String,
+    /// The front matter's `name` (kebab-case, equal to the skill's directory name).
     pub name: String,
+    /// The front matter's `description`; empty when it has none.
     pub description: String,
 }
 
@@ -194,9 +232,13 @@ pub struct SkillBody {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct McpServerBody {
+    /// The server's name as declared in its config file.
     pub server_name: String,
+    /// A description of the server; empty when none (what the server says about itself is
+    /// in `server_info`).
     #[serde(default)]
     pub description: String,
+    /// The tools the server listed, within the agent's caps; empty when it did not connect.
     #[serde(default)]
     pub tools: Vec<McpTool>,
     /// The negotiated MCP revision; empty when unknown (not connected, or an older agent).
@@ -208,6 +250,7 @@ pub struct McpServerBody {
     /// The server's instructions for the model (untrusted); empty when none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub instructions: String,
+    /// How long connecting took; `None` when unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timings: Option<McpConnectTimings>,
 }
@@ -217,9 +260,13 @@ pub struct McpServerBody {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct McpServerInfo {
+    /// The implementation's name.
     pub name: String,
+    /// The implementation's version string.
     pub version: String,
+    /// A display name.
     pub title: String,
+    /// What the server says it does.
     pub description: String,
 }
 
@@ -230,8 +277,10 @@ pub struct McpConnectTimings {
     /// Starting the process (stdio); `None` for HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_ms: Option<u64>,
+    /// The lifecycle handshake (`server/discover` or `initialize`).
     #[serde(default)]
     pub handshake_ms: u64,
+    /// The first complete tool list.
     #[serde(default)]
     pub tools_ms: u64,
 }
@@ -241,7 +290,9 @@ pub struct McpConnectTimings {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct McpTool {
+    /// The tool's name, unique within its server.
     pub name: String,
+    /// What the tool does, for the model; empty when none.
     #[serde(default)]
     pub description: String,
     /// A JSON Schema document.
@@ -250,12 +301,14 @@ pub struct McpTool {
     /// A display name; empty when none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub title: String,
+    /// Hints about the tool's behaviour, when the server gave any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<McpToolAnnotations>,
     /// The JSON Schema of the structured result, when the server gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub output_schema: Option<serde_json::Value>,
+    /// The tool's icons; empty when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub icons: Vec<McpIcon>,
     /// The tool's `_meta` object (MCP Apps put their `ui` entry here).
@@ -269,14 +322,19 @@ pub struct McpTool {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct McpToolAnnotations {
+    /// A display name; empty when none.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub title: String,
+    /// The tool does not modify its environment.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub read_only_hint: Option<bool>,
+    /// The tool may perform destructive updates (meaningful only when not read-only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub destructive_hint: Option<bool>,
+    /// Calling it again with the same arguments has no further effect.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idempotent_hint: Option<bool>,
+    /// The tool interacts with an open world of external entities.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_world_hint: Option<bool>,
 }
@@ -286,9 +344,12 @@ pub struct McpToolAnnotations {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct McpIcon {
+    /// A URL or a `data:` URI.
     pub src: String,
+    /// The image's MIME type; empty when not given.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub mime_type: String,
+    /// The sizes it suits (e.g. `48x48`, `any`); empty when not given.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sizes: Vec<String>,
     /// `light` or `dark`; empty for any background.
@@ -299,6 +360,7 @@ pub struct McpIcon {
 /// A server of the initial reload still connecting when the snapshot was built.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingServer {
+    /// The server's name as declared in its config file.
     pub server_name: String,
     /// How long it had been connecting then.
     pub elapsed_ms: u64,
@@ -308,12 +370,15 @@ pub struct PendingServer {
 #[derive(Debug, thiserror::Error)]
 #[error("stored {kind} body is not valid: {source}")]
 pub struct BodyJsonError {
+    /// The row's kind ([`BodyKind::as_str`]).
     pub kind: &'static str,
+    /// Why the JSON did not read as that kind's body.
     #[source]
     pub source: serde_json::Error,
 }
 
 impl ResourceBody {
+    /// The kind of this body.
     pub fn kind(&self) -> BodyKind {
         match self {
             Self::InstructionFile(_) => BodyKind::InstructionFile,
@@ -415,12 +480,19 @@ pub struct Push {
 pub struct KeptResource {
     /// The resource's position in the request, for error messages.
     pub index: usize,
+    /// Unique within the snapshot, as in [`Resource::source`].
     pub source: String,
+    /// As in [`Resource::source_path`].
     pub source_path: Option<String>,
+    /// As in [`Resource::content_hash`].
     pub content_hash: String,
+    /// As in [`Resource::size_bytes`].
     pub size_bytes: u64,
+    /// As in [`Resource::status`].
     pub status: ResourceStatus,
+    /// As in [`Resource::error`].
     pub error: Option<String>,
+    /// The digest of the body the server must already hold for this source and run.
     pub body_digest: BodyDigest,
 }
 

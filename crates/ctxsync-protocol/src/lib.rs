@@ -8,6 +8,37 @@
 //!
 //! Must never: touch a database, a file system or the MCP engine; hold state. Validation
 //! is pure and runs before any I/O in the layers above.
+//!
+//! # Example
+//!
+//! Validate a request as decoded from the wire and convert it to domain types; a bad
+//! field is named with its path:
+//!
+//! ```
+//! use ctxsync_protocol::{Problem, Startup, v1};
+//!
+//! let run = "4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01";
+//! let wire = v1::UpdateStartupRequest {
+//!     startup: Some(v1::Startup {
+//!         version: "1.4.0".into(),
+//!         expanded_directory: "/srv/workspace".into(),
+//!         agent_run_id: run.into(),
+//!         ..Default::default()
+//!     }),
+//! };
+//! let startup = Startup::try_from(wire).expect("a valid request");
+//! assert_eq!(startup.agent_run_id.as_deref(), Some(run));
+//!
+//! let missing = Startup::try_from(v1::UpdateStartupRequest { startup: None }).unwrap_err();
+//! assert_eq!((missing.field.as_str(), &missing.problem), ("startup", &Problem::Missing));
+//!
+//! let long = v1::Startup { agent_run_id: "r".repeat(65), ..Default::default() };
+//! let error = Startup::try_from(long).unwrap_err();
+//! assert_eq!(error.field, "startup.agent_run_id");
+//! assert!(matches!(error.problem, Problem::TooLong { .. }));
+//! ```
+
+#![deny(missing_docs)]
 
 pub mod codec;
 mod digest;
@@ -28,6 +59,7 @@ pub use validate::{Problem, WireError, body_len};
     clippy::all,
     clippy::pedantic,
     missing_debug_implementations,
+    missing_docs,
     unused_qualifications
 )]
 pub mod v1 {

@@ -16,31 +16,49 @@ use crate::v1::context_resource::Body;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {field}: {problem}")]
 pub struct WireError {
+    /// The offending field's path in the request, e.g. `resources[3].source`.
     pub field: String,
+    /// What is wrong with it.
     pub problem: Problem,
 }
 
 /// What is wrong with a field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Problem {
+    /// A repeated field with more entries than allowed.
     TooMany {
+        /// How many entries it has.
         count: usize,
+        /// The most allowed.
         max: usize,
     },
+    /// A string or body longer than allowed.
     TooLong {
+        /// Its length in bytes (for a body, its encoded size).
         bytes: usize,
+        /// The most bytes allowed.
         max: usize,
     },
+    /// A string that must not be empty is.
     Empty,
+    /// A resource's source repeats an earlier resource's.
     Duplicate,
+    /// A number above its maximum.
     OutOfRange {
+        /// The value sent.
         value: u64,
+        /// The largest value allowed.
         max: u64,
     },
+    /// An enum value this version of the protocol does not know (or `UNSPECIFIED` where a
+    /// value is required).
     UnknownEnum {
+        /// The value sent.
         value: i32,
     },
+    /// A field that must be set is not.
     Missing,
+    /// A JSON-encoded field that is not a JSON object, with the parser's reason.
     InvalidJson(String),
     /// A value this field may not hold, with the reason.
     Invalid(&'static str),
@@ -63,6 +81,7 @@ impl fmt::Display for Problem {
 }
 
 impl WireError {
+    /// An error for `field` (its path in the request).
     pub fn new(field: impl Into<String>, problem: Problem) -> Self {
         Self {
             field: field.into(),

@@ -17,6 +17,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 /// The environment variable holding the agent's token (never a flag: flags show in `ps`).
 pub const TOKEN_ENV: &str = "CTXSYNC_AGENT_TOKEN";
 
+/// `ctxsync agent`'s flags.
 #[derive(Debug, Args)]
 #[command(
     long_about = "Run a workspace agent: discover the workspace's MCP servers, resolve its \
@@ -61,6 +62,9 @@ pub(crate) fn default_mcp_timeout_ms() -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// Runs the agent until Ctrl-C or SIGTERM, or until a newer process of the same agent
+/// supersedes it; then closes the MCP engine. Fails at start without a token in
+/// [`TOKEN_ENV`] or with a configuration the publisher refuses.
 pub async fn run(args: AgentArgs) -> Result<()> {
     // Before any MCP server starts: a signal during startup must still close them.
     let mut stop = StopSignals::install()?;

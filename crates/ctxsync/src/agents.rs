@@ -35,10 +35,12 @@ impl DatabaseArgs {
     }
 }
 
+/// `ctxsync agents create`'s arguments.
 #[derive(Debug, Args)]
 pub struct CreateArgs {
     /// A name for the agent (for people; need not be unique).
     pub name: String,
+    /// The database to create the agent in.
     #[command(flatten)]
     pub database: DatabaseArgs,
     /// Print `{"id": …, "token": …}` instead of text.
@@ -46,8 +48,10 @@ pub struct CreateArgs {
     pub json: bool,
 }
 
+/// `ctxsync agents list`'s flags.
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// The database to list.
     #[command(flatten)]
     pub database: DatabaseArgs,
     /// Print a JSON array instead of a table.
@@ -55,10 +59,12 @@ pub struct ListArgs {
     pub json: bool,
 }
 
+/// The arguments of `ctxsync agents rotate` and `ctxsync agents delete`: one agent.
 #[derive(Debug, Args)]
 pub struct IdArgs {
     /// The agent's id (from `ctxsync agents list`).
     pub id: String,
+    /// The database the agent is in.
     #[command(flatten)]
     pub database: DatabaseArgs,
     /// Print JSON instead of text.
@@ -66,6 +72,7 @@ pub struct IdArgs {
     pub json: bool,
 }
 
+/// Creates an agent and prints its id and token, the token's only showing.
 pub async fn create(args: CreateArgs) -> Result<()> {
     let name = args.name.trim();
     anyhow::ensure!(!name.is_empty(), "the agent name must not be empty");
@@ -78,6 +85,7 @@ pub async fn create(args: CreateArgs) -> Result<()> {
     Ok(())
 }
 
+/// Prints every agent, oldest first, as a table or JSON; never a token.
 pub async fn list(args: ListArgs) -> Result<()> {
     let store = args.database.open().await?;
     let agents = store.list_agents().await.context("listing the agents")?;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
+/// `ctxsync context`'s flags.
 #[derive(Debug, Args)]
 pub struct ContextArgs {
     /// The chat whose context to show.
@@ -30,6 +31,7 @@ pub struct ContextArgs {
     pub json: bool,
 }
 
+/// Fetches the chat's panel from the server and prints it, control characters escaped.
 pub async fn run(args: ContextArgs) -> Result<()> {
     let token = match args.api_token {
         Some(token) => token.into_inner(),

@@ -24,6 +24,7 @@ const DEMO_MCP_TIMEOUT: Duration = Duration::from_secs(4);
 /// How long the slow server takes to answer `initialize`.
 const DEMO_SLOW_START: Duration = Duration::from_millis(1500);
 
+/// `ctxsync demo`'s flags.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Finish after the first turn (exit code 0) instead of serving until Ctrl-C.
@@ -34,6 +35,8 @@ pub struct DemoArgs {
     pub http_addr: std::net::SocketAddr,
 }
 
+/// Runs the demo in a temporary directory; with `--exit`, stops after the first turn,
+/// else serves until Ctrl-C or SIGTERM.
 pub async fn run(args: DemoArgs) -> Result<()> {
     let started = Instant::now();
     let scratch = tempfile_dir()?;

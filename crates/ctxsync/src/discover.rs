@@ -15,6 +15,7 @@ use crate::terminal::{for_terminal, json_for_terminal};
 /// The longest progress line drawn on a terminal; longer lists of names are cut.
 const MAX_PROGRESS_LINE_CHARS: usize = 100;
 
+/// `ctxsync discover`'s flags.
 #[derive(Debug, Args)]
 #[command(
     long_about = "Discover the workspace's MCP servers locally, exactly as the agent would, and \
@@ -38,6 +39,8 @@ pub struct DiscoverArgs {
     pub mcp_timeout_ms: u64,
 }
 
+/// Runs one discovery (no reloads, no retries) until its phase is complete, then prints
+/// the report; Ctrl-C or SIGTERM ends it early with an error.
 pub async fn run(args: DiscoverArgs) -> Result<()> {
     let workspace = crate::agent::workspace_dir(&args.workspace)?;
     let mcp_configs = crate::agent::absolute_paths(args.mcp_configs)?;

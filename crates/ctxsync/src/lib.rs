@@ -6,6 +6,8 @@
 //! terminal. Must never: re-decide what a lower layer decides, print a secret, or let a
 //! failure end as a panic or backtrace instead of one clear line.
 
+#![deny(missing_docs)]
+
 pub mod agent;
 pub mod agents;
 pub mod context;

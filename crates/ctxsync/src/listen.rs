@@ -120,6 +120,7 @@ pub fn accept(
 /// HTTP/1.1 settings of the chat API's connections.
 #[derive(Clone, Copy, Debug)]
 pub struct HttpSettings {
+    /// How long a client has to send its request headers.
     pub header_read_timeout: Duration,
     /// How long in-flight requests may finish once `stop` turns true.
     pub shutdown_grace: Duration,

@@ -27,6 +27,7 @@ pub enum LogFormat {
     Json,
 }
 
+/// Installs the global subscriber writing to stderr in `format`; a second call is a no-op.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER))

@@ -5,6 +5,7 @@
 use std::convert::Infallible;
 use std::str::FromStr;
 
+/// A value that must never be shown; parsed from any string.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
 
@@ -14,6 +15,7 @@ impl Secret {
         &self.0
     }
 
+    /// The value itself, taking ownership.
     pub fn into_inner(self) -> String {
         self.0
     }

@@ -33,6 +33,7 @@ use tokio_stream::StreamExt;
 const GRPC_STREAM_WINDOW_BYTES: u32 = 4 << 20;
 const GRPC_CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
 
+/// `ctxsync server`'s flags: the command-line form of [`ServerConfig`].
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// PostgreSQL (`postgres://…`) or SQLite (`sqlite://PATH`) database URL; default: the
@@ -110,6 +111,7 @@ pub struct ServerArgs {
     #[arg(long, env = "CTXSYNC_HEALTH_INTERVAL_MS", default_value_t = millis(crate::probes::DEFAULT_HEALTH_INTERVAL),
         value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
     pub health_interval_ms: u64,
+    /// What one caller can cost, and the shutdown grace.
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -122,17 +124,25 @@ fn millis(duration: Duration) -> u64 {
 /// shows neither the API token nor the database password.
 #[derive(Clone)]
 pub struct ServerConfig {
+    /// The database to open.
     pub database: DatabaseConfig,
+    /// Where the API token file (`api-token`) is read from or generated into.
     pub data_dir: PathBuf,
+    /// Address of the agent API (gRPC); port 0 picks a free one.
     pub grpc_addr: SocketAddr,
+    /// Address of the chat API and web page (HTTP); port 0 picks a free one.
     pub http_addr: SocketAddr,
+    /// The HTTP API's bearer token; `None` reads or generates `<data_dir>/api-token`.
     pub api_token: Option<String>,
     /// TLS on both listeners; `None` serves plain text.
     pub tls: Option<TlsFiles>,
     /// How often the TLS files are checked for changes.
     pub tls_reload_interval: Duration,
+    /// How long a first turn waits for the current agent process's MCP discovery.
     pub discovery_budget: Duration,
+    /// How long a first turn waits for the current agent process's first snapshot.
     pub snapshot_grace: Duration,
+    /// How often a waiting turn re-reads state in case a notification was lost.
     pub gate_recheck: Duration,
     /// How often an open context event stream re-reads its chat without a notification.
     pub event_recheck: Duration,
@@ -187,6 +197,7 @@ impl ServerConfig {
         }
     }
 
+    /// The configuration the flags describe; fails on an invalid `--database-url`.
     pub fn from_args(args: ServerArgs) -> Result<Self> {
         let data_dir = args.data_dir.unwrap_or_else(crate::paths::default_data_dir);
         Ok(Self {
@@ -221,10 +232,15 @@ impl ServerConfig {
 
 /// A started server. Dropping it does not stop it; call [`RunningServer::shutdown`].
 pub struct RunningServer {
+    /// The agent API's bound address.
     pub grpc_addr: SocketAddr,
+    /// The chat API's bound address.
     pub http_addr: SocketAddr,
+    /// The open database.
     pub store: Store,
+    /// The HTTP API's bearer token.
     pub api_token: String,
+    /// Where the API token came from.
     pub api_token_source: TokenSource,
     /// The certificate both listeners serve, when TLS is on.
     pub tls: Option<Arc<ReloadingCert>>,
@@ -448,6 +464,8 @@ fn warn_if_exposed(grpc_addr: SocketAddr, http_addr: SocketAddr) {
     }
 }
 
+/// `ctxsync server`: starts the server, prints its addresses and where the API token is,
+/// and serves until Ctrl-C or SIGTERM; then drains, and a second signal exits at once.
 pub async fn run(args: ServerArgs) -> Result<()> {
     let server = start(ServerConfig::from_args(args)?).await?;
     say(&format!("agent API (gRPC): {}", server.agent_url()));

@@ -258,7 +258,7 @@ impl tonic::transport::server::Connected for TlsConn {
     }
 }
 
-/// Completes one server handshake within [`HANDSHAKE_TIMEOUT`]. A failed handshake — a
+/// Completes one server handshake within 10 s. A failed handshake — a
 /// plaintext client, a client that distrusts the certificate — is logged at debug and
 /// gives `None`: a TLS listener never answers in plain text.
 pub async fn handshake(

@@ -25,6 +25,7 @@ const BEARER: &str = "bearer_token";
 /// Every error answer: `{"error": message}`, the message naming the problem.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
+    /// The problem, in words; an internal failure's cause goes to the server's log, not here.
     pub error: String,
 }
 
@@ -35,12 +36,15 @@ pub struct Health {
     pub status: HealthStatus,
 }
 
+/// `/healthz`'s status word.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum HealthStatus {
+    /// The database answers.
     Ok,
 }
 
+/// `POST /api/agents`'s body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateAgent {
@@ -52,6 +56,7 @@ pub struct CreateAgent {
 /// An agent with its token: shown by its creation and each rotation, never again.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AgentWithToken {
+    /// The agent's id.
     #[schema(format = Uuid)]
     pub id: String,
     /// The agent's bearer token for the agent API.
@@ -61,8 +66,10 @@ pub struct AgentWithToken {
 /// An agent as every listing shows it: never its token or the token's digest.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AgentSummary {
+    /// The agent's id.
     #[schema(format = Uuid)]
     pub id: String,
+    /// The agent's display name (not unique).
     pub name: String,
     /// The run id of the agent process running now; empty before its first startup.
     pub agent_run_id: String,
@@ -73,8 +80,10 @@ pub struct AgentSummary {
     /// When the last startup was stored (RFC 3339).
     #[schema(format = DateTime)]
     pub started_at: Option<String>,
+    /// When the agent was created (RFC 3339).
     #[schema(format = DateTime)]
     pub created_at: String,
+    /// When the agent's record last changed (RFC 3339).
     #[schema(format = DateTime)]
     pub updated_at: String,
 }
@@ -94,6 +103,7 @@ impl From<&AgentRecord> for AgentSummary {
     }
 }
 
+/// `GET /api/agents`'s answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AgentList {
     /// Oldest first.
@@ -103,7 +113,10 @@ pub struct AgentList {
 /// The projection's phase and freshness, in the words every surface uses.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DiscoveryWords {
+    /// The projected discovery phase.
     pub phase: Phase,
+    /// The stored snapshot is not from the agent process running now (or the agent is
+    /// gone); a stale view offers no tools.
     pub stale: bool,
     /// While pending: the servers still connecting, with how long each has been at it.
     /// Left out when none is named.
@@ -111,15 +124,20 @@ pub struct DiscoveryWords {
     pub pending_servers: Vec<PendingServerWait>,
 }
 
+/// A server the agent's initial discovery still waits for.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PendingServerWait {
+    /// The server's name as the agent's config declares it (untrusted text).
     pub name: String,
+    /// How long it has been connecting, in milliseconds: what the agent reported plus the
+    /// time since the snapshot was stored.
     pub elapsed_ms: u64,
     /// `elapsed_ms` in whole seconds.
     pub elapsed_s: u64,
 }
 
 impl DiscoveryWords {
+    /// The words of `view`.
     pub fn of(view: &ctxsync_chat_projection::View) -> Self {
         Self {
             phase: view.phase(),
@@ -140,11 +158,17 @@ impl DiscoveryWords {
 /// The agent's stored rows beside the projection's view of them (one read).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AgentContextBody {
+    /// The agent's id.
     #[schema(format = Uuid)]
     pub agent_id: String,
+    /// The agent's display name.
     pub name: String,
+    /// The run id of the agent process running now; empty before its first startup.
     pub agent_run_id: String,
+    /// The projection's phase and freshness for this agent.
     pub mcp_discovery: DiscoveryWords,
+    /// As `mcp_discovery.stale`: the stored snapshot is not from the agent process running
+    /// now.
     pub stale: bool,
     /// `null` before the agent's first snapshot.
     pub snapshot: Option<SnapshotRow>,
@@ -152,12 +176,19 @@ pub struct AgentContextBody {
     pub resources: Vec<ResourceRow>,
 }
 
+/// The agent's stored snapshot.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SnapshotRow {
+    /// The run id of the agent process that pushed it; empty for a legacy agent.
     pub agent_run_id: String,
+    /// The projected discovery phase, as in `mcp_discovery`.
     pub phase: Phase,
+    /// The snapshot's version: a per-process counter, 1 for a process's first snapshot.
     pub version: u64,
+    /// The agent's hash over its non-MCP resources.
     pub aggregate_hash: String,
+    /// Why the snapshot is incomplete beyond one row's status; `null` when nothing is
+    /// missing.
     pub snapshot_error: Option<String>,
     /// The server's clock when it was stored (RFC 3339); never used for freshness.
     #[schema(format = DateTime)]
@@ -166,20 +197,32 @@ pub struct SnapshotRow {
     pub pending_servers: Vec<ReportedPendingServer>,
 }
 
+/// A server still connecting, as the agent reported it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReportedPendingServer {
+    /// The server's name as the agent's config declares it (untrusted text).
     pub name: String,
+    /// How long it had been connecting when the agent built the snapshot, in milliseconds.
     pub elapsed_ms: u64,
 }
 
+/// One stored resource of the snapshot.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ResourceRow {
+    /// Unique within the snapshot: a file's path (relative inside the workspace) or
+    /// `mcp:<server>`.
     pub source: String,
+    /// The file's path as the agent found it; `null` for an MCP server.
     pub source_path: Option<String>,
+    /// What kind of resource the row is, whatever its status.
     pub kind: BodyKind,
+    /// Whether the agent read the row and carries its content.
     pub status: ResourceStatus,
+    /// The failure of a non-OK row, or a warning on an OK row; sanitized by the agent.
     pub error: Option<String>,
+    /// The agent's hash of the row's content.
     pub content_hash: String,
+    /// The size the content hash covers, in bytes (for a file, the file's size).
     pub size_bytes: u64,
     /// As stored; left out for a config file, whose body never leaves the agent.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -190,12 +233,17 @@ pub struct ResourceRow {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum StoredBody {
+    /// An `instruction_file` row's body.
     InstructionFile(InstructionFileBody),
+    /// A `skill` row's body.
     Skill(SkillBody),
+    /// An `mcp_server` row's body.
     McpServer(McpServerBody),
 }
 
 impl AgentContextBody {
+    /// The answer for one agent's stored `context`, beside the projection `view` made from
+    /// the same read.
     pub fn of(context: AgentContext, view: &ctxsync_chat_projection::View) -> Self {
         let snapshot = context.snapshot.map(|s| SnapshotRow {
             agent_run_id: s.agent_run_id,
@@ -244,16 +292,20 @@ impl AgentContextBody {
     }
 }
 
+/// `POST /api/chats`'s body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateChat {
+    /// The agent the new chat is bound to.
     #[schema(format = Uuid)]
     pub agent_id: String,
 }
 
+/// `PUT /api/chats/{id}/agent`'s body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RebindChat {
+    /// The agent the chat is bound to from now on.
     #[schema(format = Uuid)]
     pub agent_id: String,
 }
@@ -261,15 +313,19 @@ pub struct RebindChat {
 /// A chat: its binding, the projection's words and its context panel.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ChatBody {
+    /// The chat's id.
     #[schema(format = Uuid)]
     pub id: String,
     /// `null` for a chat bound to no agent.
     #[schema(format = Uuid)]
     pub agent_id: Option<String>,
+    /// The projection's phase and freshness for this chat.
     pub mcp_discovery: DiscoveryWords,
+    /// The chat's context panel.
     pub context: Panel,
 }
 
+/// `POST /api/chats/{id}/turns`'s body; `{}` asks for a default turn.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TurnRequest {
@@ -278,10 +334,14 @@ pub struct TurnRequest {
     pub mode: Option<TurnModeName>,
 }
 
+/// What kind of turn it is.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnModeName {
+    /// A normal turn: the first-turn gate may wait (bounded) for the bound agent's
+    /// discovery.
     Default,
+    /// A planning turn: never waits for discovery and carries no outcome.
     Plan,
 }
 
@@ -301,6 +361,7 @@ pub struct TurnBody {
     /// `null` when the turn could not be stored (`turn_error` says why).
     #[schema(format = Uuid)]
     pub turn_id: Option<String>,
+    /// What kind of turn it is.
     pub mode: TurnModeName,
     /// The model note when discovery is incomplete.
     pub note: Option<String>,
@@ -323,8 +384,11 @@ pub struct TurnBody {
 /// What a stored turn's outcome column holds (written from a [`TurnBody`]'s fields).
 #[derive(Debug, Serialize)]
 pub struct StoredOutcome<'a> {
+    /// As [`TurnBody::note`].
     pub note: &'a Option<String>,
+    /// The wait's outcome; `None` for a plan turn.
     pub mcp_discovery: &'a Option<Outcome>,
+    /// As [`TurnBody::inventory_error`].
     pub inventory_error: &'a Option<String>,
 }
 
@@ -351,6 +415,7 @@ impl TurnBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FindToolsBody {
+    /// The turn to activate tools for; absent for the chat's latest turn.
     #[serde(default)]
     #[schema(format = Uuid)]
     pub turn_id: Option<String>,
@@ -365,8 +430,10 @@ pub struct FindToolsBody {
 /// find_tools' answer, with the turn it activated for.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct FoundTools {
+    /// The matches, and what this call activated.
     #[serde(flatten)]
     pub found: FindToolsResponse,
+    /// The turn the tools were activated for.
     #[schema(format = Uuid)]
     pub turn_id: String,
 }

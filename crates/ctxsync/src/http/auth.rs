@@ -55,6 +55,8 @@ impl std::fmt::Debug for Auth {
 }
 
 impl Auth {
+    /// Accepts `api_token` as the bearer token and keeps page links and sessions in `store`;
+    /// `secure_cookies` when the page is served over TLS.
     pub fn new(api_token: String, store: Store, secure_cookies: bool) -> Self {
         Self {
             api_token,

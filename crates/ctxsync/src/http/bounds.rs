@@ -40,6 +40,7 @@ pub struct StreamSlot {
 }
 
 impl EventStreams {
+    /// Caps of at most `max_total` open streams on this server and `max_per_chat` per chat.
     pub fn new(max_total: usize, max_per_chat: usize) -> Self {
         Self {
             max_total,

@@ -31,9 +31,13 @@ const MAX_BODY_BYTES: usize = 64 * 1024;
 /// What every handler shares.
 #[derive(Clone, Debug)]
 pub struct AppState {
+    /// The database.
     pub store: Store,
+    /// The first-turn gate over `store`.
     pub gate: StoreGate,
+    /// Checks the bearer token and page sessions.
     pub auth: Arc<Auth>,
+    /// The agent API's counters, for `/metrics`.
     pub agent_api: Arc<AgentApiMetrics>,
     /// Open context event streams, within their caps.
     pub event_streams: Arc<bounds::EventStreams>,
@@ -132,6 +136,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// An error answered with `status`.
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
@@ -139,14 +144,17 @@ impl ApiError {
         }
     }
 
+    /// A 400 answer.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 
+    /// A 404 answer.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, message)
     }
 
+    /// The status it is answered with.
     pub fn status(&self) -> StatusCode {
         self.status
     }
