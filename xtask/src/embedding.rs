@@ -7,17 +7,12 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-/// Library crates checked with `--no-default-features`. Persistence is not among them:
-/// it needs a backend, so it is checked with each one alone instead.
-const WITHOUT_DEFAULTS: &[&str] = &[
-    "ctxsync-mcp-fixture",
-    "ctxsync-agent-diagnostics",
-    "ctxsync-protocol",
-    "ctxsync-agent-publication",
-    "ctxsync-chat-projection",
-    "ctxsync-first-turn-gate",
-    "ctxsync-context-ui",
-];
+use crate::layers::LAYERS;
+
+/// Crates of the layer table not checked with `--no-default-features`: persistence
+/// needs a backend (it is checked with each one alone instead), and the binary is no
+/// library.
+const NOT_WITHOUT_DEFAULTS: &[&str] = &["ctxsync-persistence", "ctxsync"];
 
 /// A build, and the crates its normal dependency tree must not contain.
 struct Promise {
@@ -51,18 +46,20 @@ const PROMISES: &[Promise] = &[
 
 pub fn check(root: &Path, cargo: &Path) -> Result<()> {
     let started = std::time::Instant::now();
-    cargo_run(
+    crate::run_with_env(
         root,
-        cargo,
+        cargo.to_owned(),
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
-    for package in WITHOUT_DEFAULTS {
-        cargo_run(
+    let libraries = LAYERS
+        .iter()
+        .filter(|name| !NOT_WITHOUT_DEFAULTS.contains(name));
+    for package in libraries {
+        crate::run(
             root,
-            cargo,
+            cargo.to_owned(),
             &["check", "-p", package, "--no-default-features"],
-            &[],
         )?;
     }
     for backend in ["sqlite", "postgres"] {
@@ -72,11 +69,10 @@ pub fn check(root: &Path, cargo: &Path) -> Result<()> {
             "ctxsync-persistence",
             "--no-default-features",
         ];
-        cargo_run(
+        crate::run(
             root,
-            cargo,
+            cargo.to_owned(),
             &[&args[..], &["--features", backend]].concat(),
-            &[],
         )?;
     }
     for promise in PROMISES {
@@ -142,19 +138,4 @@ fn normal_dependencies(root: &Path, cargo: &Path, promise: &Promise) -> Result<V
     names.sort();
     names.dedup();
     Ok(names)
-}
-
-fn cargo_run(root: &Path, cargo: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<()> {
-    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v:?} ")).collect();
-    println!("$ {}cargo {}", shown.concat(), args.join(" "));
-    let status = Command::new(cargo)
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(root)
-        .status()
-        .context("starting cargo")?;
-    if !status.success() {
-        bail!("`cargo {}` failed with {status}", args.join(" "));
-    }
-    Ok(())
 }

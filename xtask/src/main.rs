@@ -391,9 +391,16 @@ fn cargo() -> PathBuf {
 }
 
 fn run(root: &Path, program: PathBuf, args: &[&str]) -> Result<()> {
-    println!("$ {} {}", program.display(), args.join(" "));
+    run_with_env(root, program, args, &[])
+}
+
+/// [`run`] with `env` added to the child's environment (and shown in the log line).
+fn run_with_env(root: &Path, program: PathBuf, args: &[&str], env: &[(&str, &str)]) -> Result<()> {
+    let shown: String = env.iter().map(|(k, v)| format!("{k}={v:?} ")).collect();
+    println!("$ {shown}{} {}", program.display(), args.join(" "));
     let status = Command::new(&program)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(root)
         .status()
         .with_context(|| format!("starting {}", program.display()))?;

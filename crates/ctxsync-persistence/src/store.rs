@@ -52,10 +52,9 @@ impl Store {
         config: DatabaseConfig,
         options: StoreOptions,
     ) -> Result<Self, StoreError> {
-        // Before anything connects: a backend this build lacks, a bad sslmode or an
-        // unreadable root certificate is a configuration error, not an unreachable
-        // database.
-        config.backend().check_enabled()?;
+        // Before anything connects: a bad sslmode or unreadable root certificate is a
+        // configuration error, not an unreachable database. (A backend this build lacks
+        // is refused by `Pool::open`, before it connects.)
         #[cfg(feature = "postgres")]
         let listen = match &config {
             DatabaseConfig::Postgres { url } => Some(pg_listener::Connector::new(url, &options)?),
