@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 /// The benchmark programs: (package, example). Each accepts `--quick`.
 pub const PROGRAMS: &[(&str, &str)] = &[
     ("ctxsync-agent-diagnostics", "bench_discovery"),
+    ("ctxsync-chat-projection", "bench_find_tools"),
     ("ctxsync-persistence", "bench_push"),
     ("ctxsync-first-turn-gate", "bench_gate"),
     ("ctxsync", "bench_replicas"),
@@ -150,6 +151,8 @@ pub fn run(root: &Path, cargo: &Path, quick: bool, json: Option<&Path>) -> Resul
             .get(name)
             .with_context(|| format!("cargo reported no executable for {name}"))
     };
+    // The retrieval benchmark's catalog: real servers, discovered by the binary just built.
+    let catalog = crate::tool_catalog::assemble(root, path_of("ctxsync")?)?;
     let mut rows = Vec::new();
     for (package, example) in PROGRAMS {
         eprintln!("bench: {package} {example}");
@@ -160,6 +163,7 @@ pub fn run(root: &Path, cargo: &Path, quick: bool, json: Option<&Path>) -> Resul
         for (_, binary, variable) in HELPERS {
             command.env(variable, path_of(binary)?);
         }
+        command.env("CTXSYNC_BENCH_TOOL_CATALOG", &catalog);
         let output = command
             .current_dir(root)
             .stderr(Stdio::inherit())

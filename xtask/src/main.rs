@@ -8,6 +8,7 @@ mod layers;
 mod libfuzzer;
 mod portable;
 mod tidy;
+mod tool_catalog;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

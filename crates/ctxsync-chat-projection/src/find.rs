@@ -411,6 +411,12 @@ impl ToolIndex {
     }
 }
 
+/// The terms find_tools ranks `text` by, in order, repeats kept. The retrieval benchmark's
+/// reference ranking uses it too, so the two differ only in how they rank.
+pub fn search_terms(text: &str) -> Vec<String> {
+    words(text).collect()
+}
+
 /// Lower-cased alphanumeric runs of `text`.
 fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric())

@@ -77,7 +77,7 @@ mod view;
 
 pub use find::{
     ActiveTools, FindToolsError, FindToolsRequest, FindToolsResponse, MAX_DESCRIPTION_CHARS,
-    MAX_MATCHES, MAX_NAMES, MAX_QUERIES, ToolMatch, find_tools,
+    MAX_MATCHES, MAX_NAMES, MAX_QUERIES, ToolMatch, find_tools, search_terms,
 };
 pub use input::{AgentState, Binding, SnapshotState};
 pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ModelTool, ToolCatalog};
