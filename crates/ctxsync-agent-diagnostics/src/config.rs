@@ -46,6 +46,9 @@ pub struct ServerEntry {
     pub transport: TransportConfig,
     /// The file that declared it.
     pub source: PathBuf,
+    /// The entry asked (`"alwaysLoad": true`) for the server's tools to stay loaded in
+    /// every turn, even one that defers tools behind a search tool; false when absent.
+    pub always_load: bool,
 }
 
 impl ServerEntry {
@@ -170,10 +173,11 @@ pub fn parse_config_bytes(
             unreachable!("checked above")
         };
         match parse_entry(name, entry, env) {
-            Ok(transport) => entries.push(ServerEntry {
+            Ok((transport, always_load)) => entries.push(ServerEntry {
                 name: name.clone(),
                 transport,
                 source: path.to_owned(),
+                always_load,
             }),
             Err(reasons) => rejected.push(format!("{}: {}", quote_name(name), reasons.join(", "))),
         }
@@ -345,6 +349,17 @@ fn string_field<'a>(
     }
 }
 
+/// An optional boolean: absent is `None`, anything but a boolean (`null` too) a problem.
+fn bool_field(entry: &Map<String, Value>, field: &str, problems: &mut Vec<String>) -> Option<bool> {
+    match entry.get(field)? {
+        Value::Bool(value) => Some(*value),
+        _ => {
+            problems.push(format!("\"{field}\" is not a boolean"));
+            None
+        }
+    }
+}
+
 fn string_map(
     entry: &Map<String, Value>,
     field: &str,
@@ -373,7 +388,7 @@ fn parse_entry(
     name: &str,
     entry: &Map<String, Value>,
     env: &BTreeMap<String, String>,
-) -> Result<TransportConfig, Vec<String>> {
+) -> Result<(TransportConfig, bool), Vec<String>> {
     let mut problems = name_problems(name);
     let mut expander = Expander {
         env,
@@ -382,6 +397,7 @@ fn parse_entry(
     let command = string_field(entry, "command", &mut problems);
     let url = string_field(entry, "url", &mut problems);
     let kind = string_field(entry, "type", &mut problems);
+    let always_load = bool_field(entry, "alwaysLoad", &mut problems).unwrap_or(false);
 
     let transport = match (kind, command, url) {
         (_, Some(_), Some(_)) => {
@@ -417,7 +433,7 @@ fn parse_entry(
         problems.push(format!("variable {variable} is not set and has no default"));
     }
     match transport {
-        Some(transport) if problems.is_empty() => Ok(transport),
+        Some(transport) if problems.is_empty() => Ok((transport, always_load)),
         _ => Err(problems),
     }
 }
@@ -591,6 +607,62 @@ mod tests {
         check(
             r#"{"mcpServers": {"t": {"command": 3, "args": "x", "env": {"A": 1}}}}"#,
             &["error: 1 invalid server entry: \"t\": \"command\" is not a string"],
+        );
+    }
+
+    /// `(name, always_load)` of the entries `json` declares, and its outcome's error.
+    fn always_load(json: &str) -> (Vec<(String, bool)>, Option<String>) {
+        let (entries, outcome) =
+            parse_config_bytes(Path::new("/w/.mcp.json"), json.as_bytes(), &env());
+        let entries = entries
+            .into_iter()
+            .map(|e| (e.name, e.always_load))
+            .collect();
+        (entries, outcome.and_then(|o| o.error))
+    }
+
+    #[test]
+    fn always_load_true_on_stdio_and_http_entries() {
+        let (entries, error) = always_load(
+            r#"{"mcpServers": {"s": {"command": "srv", "alwaysLoad": true}, "h": {"url": "https://h/mcp", "alwaysLoad": true}}}"#,
+        );
+        assert_eq!(entries, [("h".into(), true), ("s".into(), true)]);
+        assert_eq!(error, None);
+    }
+
+    #[test]
+    fn always_load_false_or_absent_is_false() {
+        let (entries, error) = always_load(
+            r#"{"mcpServers": {"a": {"command": "srv"}, "f": {"command": "srv", "alwaysLoad": false}, "h": {"url": "https://h/mcp", "alwaysLoad": false}, "u": {"url": "https://h/mcp"}}}"#,
+        );
+        assert_eq!(
+            entries,
+            [
+                ("a".into(), false),
+                ("f".into(), false),
+                ("h".into(), false),
+                ("u".into(), false)
+            ]
+        );
+        assert_eq!(error, None);
+    }
+
+    #[test]
+    fn always_load_of_another_type_rejects_the_entry_like_any_mistyped_field() {
+        // As `"command": 3` or `"args": "x"`: the entry is rejected, its siblings kept.
+        check(
+            r#"{"mcpServers": {"good": {"command": "ok", "alwaysLoad": true}, "s": {"command": "srv", "alwaysLoad": "yes"}, "h": {"url": "https://h/mcp", "alwaysLoad": 1}, "n": {"command": "srv", "alwaysLoad": null}}}"#,
+            &[
+                "good stdio ok [] {}",
+                "error: 3 invalid server entries: \"h\": \"alwaysLoad\" is not a boolean; \"n\": \"alwaysLoad\" is not a boolean; \"s\": \"alwaysLoad\" is not a boolean",
+            ],
+        );
+        // Reported beside the entry's other problems.
+        check(
+            r#"{"mcpServers": {"t": {"command": 3, "alwaysLoad": "x"}}}"#,
+            &[
+                "error: 1 invalid server entry: \"t\": \"command\" is not a string, \"alwaysLoad\" is not a boolean",
+            ],
         );
     }
 
@@ -785,6 +857,7 @@ mod tests {
                 headers: [("authorization".into(), "Bearer tok-abcd".into())].into(),
             },
             source: PathBuf::from("x"),
+            always_load: false,
         };
         let out = crate::sanitize::sanitize_diagnostic(
             "pass-1234 at /p-secret q-secret tok-abcd Bearer tok-abcd",

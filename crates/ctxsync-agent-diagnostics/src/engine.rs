@@ -389,6 +389,14 @@ impl Slot {
             .flatten()
             .map(String::as_str)
             .collect();
+            // What the file asks for now, even while the tools come from a connection made
+            // with an older entry (a reconnect under way, or a retained connection).
+            let current = self
+                .attempt
+                .as_ref()
+                .map(|(entry, _)| entry)
+                .or(live.retained.as_ref().map(|(entry, _)| entry))
+                .unwrap_or(&live.entry);
             return Some(ServerReport {
                 name: name.to_owned(),
                 connected: true,
@@ -396,15 +404,17 @@ impl Slot {
                 error: None,
                 warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
                 details: Some(live.details.clone()),
+                always_load: current.always_load,
             });
         }
-        self.failed.as_ref().map(|(_, error)| ServerReport {
+        self.failed.as_ref().map(|(entry, error)| ServerReport {
             name: name.to_owned(),
             connected: false,
             tools: Vec::new(),
             error: Some(error.clone()),
             warning: None,
             details: None,
+            always_load: entry.always_load,
         })
     }
 }
@@ -556,8 +566,11 @@ impl Actor {
     /// Brings one declared server in line with `entry`.
     fn apply(&mut self, name: String, entry: ServerEntry) {
         let slot = self.slots.entry(name.clone()).or_default();
-        if let Some((pending, task)) = &slot.attempt {
+        // Only the transport decides whether to connect anew; the rest of the entry (its
+        // `alwaysLoad`) applies to what is there without touching the connection.
+        if let Some((pending, task)) = &mut slot.attempt {
             if pending.transport == entry.transport {
+                pending.always_load = entry.always_load;
                 let id = task.id;
                 self.wait_for(id, &name);
                 return;
@@ -572,12 +585,16 @@ impl Actor {
         {
             // Unchanged, or restored after a failed reconnect: the old warning no longer applies.
             live.retained = None;
+            live.entry.always_load = entry.always_load;
             return;
         }
-        let failed_unchanged = slot
-            .failed
-            .as_ref()
-            .is_some_and(|(failed, _)| failed.transport == entry.transport);
+        let failed_unchanged = match &mut slot.failed {
+            Some((failed, _)) if failed.transport == entry.transport => {
+                failed.always_load = entry.always_load;
+                true
+            }
+            _ => false,
+        };
         if slot.live.is_none() && failed_unchanged && slot.retry_due.is_some() {
             return; // its scheduled retry covers it
         }

@@ -104,6 +104,11 @@ pub struct ServerReport {
     /// What the connected server said about itself (absent for a failed server).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<ServerDetails>,
+    /// The server's config entry asked (`"alwaysLoad": true`) for its tools to stay loaded
+    /// in every turn, even one that defers tools behind a search tool. It is the entry the
+    /// config file holds now, also while a retained previous connection serves the tools.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub always_load: bool,
 }
 
 /// What a connected server said about itself, and how long connecting took. Its text is the

@@ -102,6 +102,88 @@ async fn zero_tool_server_is_connected() {
     engine.close().await;
 }
 
+/// `entry` with `"alwaysLoad": value` added.
+fn always_loaded(mut entry: serde_json::Value, value: bool) -> serde_json::Value {
+    entry["alwaysLoad"] = json!(value);
+    entry
+}
+
+#[tokio::test]
+async fn always_load_is_reported_from_the_entry_connected_or_not() {
+    let ws = Workspace::new();
+    let fixture = FixtureConfig::new().tools(1);
+    ws.write_servers(json!({
+        "kept": always_loaded(fixture_entry(&fixture), true),
+        "plain": fixture_entry(&fixture),
+        "off": always_loaded(fixture_entry(&fixture), false),
+        "missing": {"command": "ctxsync-no-such-binary-xyz", "alwaysLoad": true},
+    }));
+    let engine = Engine::start(ws.engine_config());
+    let report = complete(&engine).await;
+    assert!(report.config_outcomes.is_empty(), "{report:#?}");
+    let flags: Vec<(&str, bool, bool)> = report
+        .servers
+        .iter()
+        .map(|s| (s.name.as_str(), s.connected, s.always_load))
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            ("kept", true, true),
+            ("missing", false, true),
+            ("off", true, false),
+            ("plain", true, false),
+        ]
+    );
+    engine.close().await;
+}
+
+#[tokio::test]
+async fn toggling_always_load_keeps_the_connection() {
+    let ws = Workspace::new();
+    let pid_file = ws.path().join("s.pid");
+    let entry = fixture_entry(&FixtureConfig::new().tools(1).pid_file(&pid_file));
+    ws.write_servers(json!({"s": entry.clone()}));
+    let engine = Engine::start(ws.engine_config());
+    assert!(!server(&*complete(&engine).await, "s").always_load);
+    let pid = read_pid(&pid_file).await;
+
+    ws.write_servers(json!({"s": always_loaded(entry.clone(), true)}));
+    let report = engine.reload().await.expect("reload");
+    let s = server(&report, "s");
+    assert!(s.connected && s.always_load, "{s:#?}");
+    assert_eq!(read_pid(&pid_file).await, pid, "the same process");
+
+    ws.write_servers(json!({"s": entry}));
+    let report = engine.reload().await.expect("reload");
+    assert!(!server(&report, "s").always_load);
+    assert_eq!(read_pid(&pid_file).await, pid, "the same process");
+    engine.close().await;
+}
+
+#[tokio::test]
+async fn a_retained_connection_reports_the_entry_the_file_holds_now() {
+    let ws = Workspace::new();
+    let good = FixtureConfig::new().tools(1);
+    ws.write_servers(json!({"s": fixture_entry(&good)}));
+    let engine = Engine::start(ws.engine_config());
+    assert!(!server(&*complete(&engine).await, "s").always_load);
+
+    let broken = fixture_entry(&good.clone().fail_initialize("broken config"));
+    ws.write_servers(json!({"s": always_loaded(broken, true)}));
+    let report = engine.reload().await.expect("reload");
+    let s = server(&report, "s");
+    let warning = s.warning.as_deref().unwrap_or_default();
+    assert!(s.connected && warning.starts_with(RETAINED), "{s:#?}");
+    assert!(s.always_load, "{s:#?}");
+
+    ws.write_servers(json!({"s": fixture_entry(&good)}));
+    let report = engine.reload().await.expect("reload");
+    let s = server(&report, "s");
+    assert!(s.warning.is_none() && !s.always_load, "{s:#?}");
+    engine.close().await;
+}
+
 #[tokio::test]
 async fn partial_failure_names_the_missing_binary() {
     let ws = Workspace::new();

@@ -31,6 +31,7 @@ pub fn discovery_report(report: &Report) -> DiscoveryReport {
                 error: server.error.clone(),
                 warning: server.warning.clone(),
                 details: server.details.as_ref().map(details),
+                always_load: server.always_load,
             })
             .collect(),
         config_outcomes: report
@@ -173,6 +174,7 @@ mod tests {
                         error: None,
                         warning: Some("kept old tools".into()),
                         details: None,
+                        always_load: true,
                     },
                     ServerReport {
                         name: "gone".into(),
@@ -181,6 +183,7 @@ mod tests {
                         error: Some("command not found: gone".into()),
                         warning: None,
                         details: None,
+                        always_load: false,
                     },
                 ],
                 config_outcomes: vec![ctxsync_agent_diagnostics::ConfigOutcome {
@@ -204,6 +207,7 @@ mod tests {
                         }],
                         error: None,
                         warning: Some("kept old tools".into()),
+                        always_load: true,
                         ..Default::default()
                     },
                     ServerOutcome {

@@ -60,6 +60,10 @@ pub struct ServerOutcome {
     /// What the connected server said about itself and how connecting went (the server's
     /// text, already bounded and redacted by the engine).
     pub details: Option<ServerDetails>,
+    /// The server's `.mcp.json` entry asked (`alwaysLoad`) for its tools to stay loaded in
+    /// every turn, even one that defers tools; the entry the file holds now, also while a
+    /// retained previous connection serves `tools`.
+    pub always_load: bool,
 }
 
 /// A connected server's revision, self-description and connect timings.

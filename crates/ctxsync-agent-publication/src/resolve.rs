@@ -603,6 +603,8 @@ fn server_row(
             server_name,
             description: String::new(),
             tools: Vec::new(),
+            // A fixed-size flag: no size limit ever leaves it out.
+            always_load: server.always_load,
             ..Default::default()
         }),
     };
@@ -670,6 +672,7 @@ fn add_details(
     if cost > *budget {
         *body = McpServerBody {
             server_name: std::mem::take(&mut body.server_name),
+            always_load: body.always_load,
             ..Default::default()
         };
         return Some("the server's details left out: the snapshot's size limits".into());
@@ -1198,6 +1201,44 @@ mod tests {
             serde_json::json!({"a": [1, 2, 3]}),
         );
         check(&"n".repeat(200), &"d".repeat(127), serde_json::json!({}));
+    }
+
+    #[test]
+    fn always_load_is_kept_whatever_the_size_limits_leave_out() {
+        let body = |connected: bool, budget: usize| {
+            let outcome = ServerOutcome {
+                name: "s".into(),
+                connected,
+                tools: vec![McpTool {
+                    name: "t".into(),
+                    input_schema: serde_json::json!({"type": "object"}),
+                    ..Default::default()
+                }],
+                details: Some(crate::report::ServerDetails {
+                    instructions: "i".repeat(100),
+                    ..Default::default()
+                }),
+                always_load: true,
+                ..Default::default()
+            };
+            let hashed = HashedServer {
+                outcome: &outcome,
+                content_hash: String::new(),
+                size_bytes: 0,
+            };
+            let mut budget = budget;
+            let row = server_row("mcp:s".into(), &hashed, false, &mut budget);
+            let ResourceBody::McpServer(body) = row.body else {
+                panic!("a server row")
+            };
+            body
+        };
+        let whole = body(true, MAX_TOTAL_BODY_BYTES);
+        assert!(whole.always_load && whole.tools.len() == 1 && !whole.instructions.is_empty());
+        // No room for details or tools: both left out, the flag stays.
+        let bare = body(true, 0);
+        assert!(bare.always_load && bare.tools.is_empty() && bare.server_info.is_none());
+        assert!(body(false, MAX_TOTAL_BODY_BYTES).always_load);
     }
 
     #[test]

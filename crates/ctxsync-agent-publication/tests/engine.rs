@@ -138,3 +138,69 @@ async fn the_source_follows_the_engine_and_closes_with_it() {
     .await;
     assert_eq!(closed.expect("closing ends the source"), SourceClosed);
 }
+
+fn always_load(row: &v1::ContextResource) -> bool {
+    match &row.body {
+        Some(Body::McpServer(server)) => server.always_load,
+        other => panic!("{} is not a server row: {other:?}", row.source),
+    }
+}
+
+#[tokio::test]
+async fn always_load_in_mcp_json_is_published_on_the_server_body() {
+    let fixture = ctxsync_mcp_fixture::binary_path().expect("the fixture binary");
+    let ws = Workspace::new();
+    let servers = |plain: serde_json::Value| {
+        serde_json::json!({"mcpServers": {
+            "loaded": {"command": fixture, "args": ["--tools", "1"], "alwaysLoad": true},
+            "plain": plain,
+            "off": {"command": fixture, "args": ["--tools", "1"], "alwaysLoad": false},
+        }})
+        .to_string()
+    };
+    let plain = serde_json::json!({"command": fixture, "args": ["--tools", "1"]});
+    ws.write(".mcp.json", servers(plain.clone()));
+    let server = FakeServer::start(Recorder::new()).await;
+    let engine = Engine::start(engine_config(&ws));
+    let publisher = Publisher::new(
+        config(&server.url(), &ws.path()),
+        Some(Box::new(EngineReports::new(&engine))),
+    )
+    .unwrap();
+    let running = tokio::spawn(publisher.run());
+
+    let complete = server
+        .recorder
+        .wait_for_push("a complete push", |p| phase(p) == Some(Phase::Complete))
+        .await;
+    assert_eq!(row(&complete, ".mcp.json").status(), Status::Ok);
+    for (source, expect) in [
+        ("mcp:loaded", true),
+        ("mcp:plain", false),
+        ("mcp:off", false),
+    ] {
+        let server_row = row(&complete, source);
+        assert_eq!(server_row.status(), Status::Ok, "{server_row:#?}");
+        assert_eq!(tool_count(server_row), 1, "{source}");
+        assert_eq!(always_load(server_row), expect, "{source}");
+    }
+
+    // Asking for it later reaches the server too, with the same connection's tools.
+    let mut asked = plain;
+    asked["alwaysLoad"] = serde_json::json!(true);
+    ws.write(".mcp.json", servers(asked));
+    engine.reload().await.expect("reload");
+    let later = server
+        .recorder
+        .wait_for_push("plain always loaded", |p| {
+            p.resources
+                .iter()
+                .any(|r| r.source == "mcp:plain" && r.body.is_some() && always_load(r))
+        })
+        .await;
+    assert!(always_load(row(&later, "mcp:loaded")));
+    assert!(!always_load(row(&later, "mcp:off")));
+
+    running.abort();
+    engine.close().await;
+}

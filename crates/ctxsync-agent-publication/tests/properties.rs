@@ -74,6 +74,7 @@ struct ServerSpec {
     tools: usize,
     error: Option<String>,
     warning: Option<String>,
+    always_load: bool,
 }
 
 fn server_spec() -> impl Strategy<Value = ServerSpec> {
@@ -83,14 +84,18 @@ fn server_spec() -> impl Strategy<Value = ServerSpec> {
         0usize..4,
         proptest::option::of("[a-z ]{0,12}"),
         proptest::option::of("[a-z ]{0,12}"),
+        any::<bool>(),
     )
-        .prop_map(|(name, connected, tools, error, warning)| ServerSpec {
-            name,
-            connected,
-            tools,
-            error,
-            warning,
-        })
+        .prop_map(
+            |(name, connected, tools, error, warning, always_load)| ServerSpec {
+                name,
+                connected,
+                tools,
+                error,
+                warning,
+                always_load,
+            },
+        )
 }
 
 fn outcome_spec() -> impl Strategy<Value = (usize, Option<String>, Option<String>)> {
@@ -116,6 +121,7 @@ fn to_outcome(spec: &ServerSpec) -> ServerOutcome {
         details: None,
         error: spec.error.clone(),
         warning: spec.warning.clone(),
+        always_load: spec.always_load,
     }
 }
 
@@ -356,6 +362,7 @@ proptest! {
                     instructions: text(case.error_bytes * 3, case.multibyte, i),
                     ..Default::default()
                 }),
+                always_load: i % 4 == 1,
             })
             .collect();
         let report = DiscoveryReport {

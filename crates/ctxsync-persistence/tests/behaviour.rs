@@ -42,6 +42,7 @@ both_backends!(
     a_rotated_token_replaces_the_old_one_at_once,
     unknown_agents_cannot_be_rotated_or_deleted,
     full_tool_definitions_and_server_details_round_trip,
+    always_load_round_trips_and_a_change_of_it_alone_is_stored,
     pending_servers_are_stored_and_a_new_set_notifies,
 );
 
@@ -1140,6 +1141,7 @@ async fn full_tool_definitions_and_server_details_round_trip(h: Harness) {
         description: "Searches things".into(),
     });
     body.instructions = "Search before you guess.".into();
+    body.always_load = true;
     body.timings = Some(McpConnectTimings {
         start_ms: Some(120),
         handshake_ms: 35,
@@ -1174,6 +1176,39 @@ async fn full_tool_definitions_and_server_details_round_trip(h: Harness) {
     let ctx = h.context(agent).await;
     let stored = ctx.resources.iter().find(|r| r.source == "mcp:py").unwrap();
     assert_eq!(stored, &server, "every field survives the store");
+}
+
+async fn always_load_round_trips_and_a_change_of_it_alone_is_stored(h: Harness) {
+    use ctxsync_persistence::AgentContext;
+    use ctxsync_protocol::ResourceBody;
+    let (agent, token) = h.agent("always").await;
+    h.startup(&token, RUN_A).await.unwrap();
+    let server = |always_load: bool| {
+        let mut server = mcp_server("py", &["search"]);
+        let ResourceBody::McpServer(body) = &mut server.body else {
+            unreachable!()
+        };
+        body.always_load = always_load;
+        server
+    };
+    let stored = |ctx: &AgentContext| {
+        let row = ctx.resources.iter().find(|r| r.source == "mcp:py").unwrap();
+        let ResourceBody::McpServer(body) = &row.body else {
+            panic!("a server row: {row:?}")
+        };
+        body.always_load
+    };
+    for (version, always_load) in [(1, true), (2, false), (3, true)] {
+        let mut resources = workspace();
+        resources.push(server(always_load));
+        // Same content hash and size every time: only the body (and its digest) differs.
+        assert!(
+            h.push(&token, snapshot(version, Some(RUN_A), Complete, resources))
+                .await
+                .unwrap()
+        );
+        assert_eq!(stored(&h.context(agent).await), always_load, "v{version}");
+    }
 }
 
 async fn pending_servers_are_stored_and_a_new_set_notifies(h: Harness) {

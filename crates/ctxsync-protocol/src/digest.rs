@@ -1,4 +1,4 @@
-//! Body digests (scheme 1, defined in the proto at `ContextResource.body_digest`) and the
+//! Body digests (scheme 2, defined in the proto at `ContextResource.body_digest`) and the
 //! agent's side of a delta push: which bodies a push may leave out.
 //!
 //! The digest is computed over the wire message as sent, so an agent in any language can
@@ -14,13 +14,16 @@ use crate::v1;
 use crate::v1::context_resource::Body;
 
 /// The body digest scheme this crate computes; servers announce it in their
-/// `UpdateStartup` answer when they accept delta pushes.
-pub const DELTA_DIGEST_SCHEME: u32 = 1;
+/// `UpdateStartup` answer when they accept delta pushes. Scheme 2 is scheme 1 plus
+/// `MCPServer.always_load`: an agent or server that knows only scheme 1 sees another
+/// number and falls back to full pushes, so the two never compare digests that cover
+/// different fields.
+pub const DELTA_DIGEST_SCHEME: u32 = 2;
 
 /// Length of a body digest on the wire.
 pub const BODY_DIGEST_BYTES: usize = 32;
 
-/// The scheme-1 digest of one resource body.
+/// The scheme-2 digest of one resource body.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BodyDigest([u8; BODY_DIGEST_BYTES]);
 
@@ -88,7 +91,7 @@ impl fmt::Debug for BodyDigest {
     }
 }
 
-/// The canonical encoding of scheme 1, fed straight into the hash. Every destructuring
+/// The canonical encoding of scheme 2, fed straight into the hash. Every destructuring
 /// below is exhaustive, so a field added to the proto fails to compile here until a new
 /// scheme decides whether it is covered.
 struct Canonical(Sha256);
@@ -113,9 +116,13 @@ impl Canonical {
         value
     }
 
+    fn bool(&mut self, value: bool) {
+        self.0.update([u8::from(value)]);
+    }
+
     fn flag(&mut self, value: Option<bool>) {
         if let Some(value) = self.present(value) {
-            self.0.update([u8::from(value)]);
+            self.bool(value);
         }
     }
 
@@ -128,6 +135,7 @@ impl Canonical {
             server_info,
             instructions,
             timings,
+            always_load,
         } = server;
         self.text(server_name);
         self.text(description);
@@ -161,6 +169,7 @@ impl Canonical {
             self.number(*handshake_ms);
             self.number(*tools_ms);
         }
+        self.bool(*always_load);
     }
 
     fn tool(&mut self, tool: &v1::McpTool) {

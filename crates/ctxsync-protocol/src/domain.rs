@@ -253,6 +253,11 @@ pub struct McpServerBody {
     /// How long connecting took; `None` when unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timings: Option<McpConnectTimings>,
+    /// The server's `.mcp.json` entry asked (`alwaysLoad`) for its tools to stay loaded in
+    /// every turn, even one that defers tools behind find_tools; false when it did not, or
+    /// from an agent (or a stored row) that predates the field.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub always_load: bool,
 }
 
 /// A server's implementation info; empty strings where it gave none.
@@ -630,6 +635,7 @@ fn resource_from_wire(index: usize, wire: v1::ContextResource) -> Result<Resourc
                     handshake_ms: t.handshake_ms,
                     tools_ms: t.tools_ms,
                 }),
+                always_load: b.always_load,
             })
         }
     };
@@ -800,6 +806,7 @@ impl From<Resource> for v1::ContextResource {
                     handshake_ms: t.handshake_ms,
                     tools_ms: t.tools_ms,
                 }),
+                always_load: b.always_load,
             }),
         };
         Self {

@@ -104,6 +104,7 @@ fn sample(phase: DiscoveryPhase, run: Option<&str>) -> Snapshot {
                         handshake_ms: 40,
                         tools_ms: 3,
                     }),
+                    always_load: true,
                 }),
             ),
             resource(
@@ -218,12 +219,17 @@ fn body_json_uses_proto_field_names_and_round_trips() {
         panic!("a server body")
     };
     assert_eq!((body.tools[0].title.as_str(), body.timings), ("", None));
+    assert!(
+        !body.always_load,
+        "a row stored before always_load reads as false"
+    );
     // The new fields are stored under their proto names.
     let rich = &sample(DiscoveryPhase::Complete, None).resources[3].body;
     let stored = rich.to_json();
     assert_eq!(stored["protocol_version"], "2026-07-28");
     assert_eq!(stored["server_info"]["title"], "Files");
     assert_eq!(stored["timings"]["handshake_ms"], 40);
+    assert_eq!(stored["always_load"], true);
     let tool = &stored["tools"][0];
     assert_eq!(tool["annotations"]["read_only_hint"], true);
     assert_eq!(tool["output_schema"]["type"], "object");

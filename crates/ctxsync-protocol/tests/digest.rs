@@ -1,4 +1,4 @@
-//! Body digests (scheme 1) and delta pushes: every field of every body is covered, the
+//! Body digests (scheme 2) and delta pushes: every field of every body is covered, the
 //! encoding is exactly the one the proto documents (known answers built by hand), the
 //! digest is over the wire text as sent, and `DeltaBase` turns a full push into a delta
 //! that `Push::try_from` reads back and `Snapshot::try_from` refuses.
@@ -62,6 +62,7 @@ fn rich_server() -> v1::McpServer {
             handshake_ms: 40,
             tools_ms: 3,
         }),
+        always_load: true,
     }
 }
 
@@ -197,6 +198,10 @@ fn variants() -> Vec<(String, Body)> {
             server(|s| s.timings.as_mut().unwrap().tools_ms = 4),
         ),
         (
+            "always_load false".into(),
+            server(|s| s.always_load = false),
+        ),
+        (
             "handshake_ms and tools_ms swapped".into(),
             server(|s| {
                 let t = s.timings.as_mut().unwrap();
@@ -328,7 +333,7 @@ fn digest_bytes_round_trip_and_only_32_bytes_read() {
     assert_eq!(BodyDigest::from_slice(&digest.as_bytes()[..31]), None);
     assert_eq!(BodyDigest::from_slice(&[0; 33]), None);
     assert_eq!(BodyDigest::from_slice(&[]), None);
-    assert_eq!(DELTA_DIGEST_SCHEME, 1);
+    assert_eq!(DELTA_DIGEST_SCHEME, 2);
 }
 
 // ---- (b) known answers, encoded by hand from the proto comment ---------------------------
@@ -354,7 +359,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 #[test]
-fn scheme_1_known_answer_skill_instruction_and_config() {
+fn scheme_2_known_answer_skill_instruction_and_config() {
     let body = skill("---\nname: pdf\n---\n", "pdf", "");
     // Written out byte by byte: "skill", meta, name, description (empty).
     let mut encoding = Vec::new();
@@ -386,7 +391,7 @@ fn scheme_1_known_answer_skill_instruction_and_config() {
 }
 
 #[test]
-fn scheme_1_known_answer_server_with_one_tool() {
+fn scheme_2_known_answer_server_with_one_tool() {
     let body = Body::McpServer(v1::McpServer {
         server_name: "fs".into(),
         description: String::new(),
@@ -424,6 +429,7 @@ fn scheme_1_known_answer_server_with_one_tool() {
             handshake_ms: 7,
             tools_ms: 258,
         }),
+        always_load: true,
     });
     let encoding = [
         s("mcp_server"),
@@ -458,7 +464,8 @@ fn scheme_1_known_answer_server_with_one_tool() {
         vec![1],                      // 7 timings: present
         vec![0],                      //   1 start_ms: unset
         n(7),                         //   2 handshake_ms
-        vec![2, 1, 0, 0, 0, 0, 0, 0], // 3 tools_ms: 258 little-endian
+        vec![2, 1, 0, 0, 0, 0, 0, 0], //   3 tools_ms: 258 little-endian
+        vec![1],                      // 8 always_load: true
     ]
     .concat();
     assert_eq!(
@@ -467,7 +474,7 @@ fn scheme_1_known_answer_server_with_one_tool() {
     );
     assert_eq!(
         hex(&sha256(&encoding)),
-        "bd7032083c37a10d7bf6608d11081899f274a77359af4a24c3eb6879d7ea0e89"
+        "fdf7df4df7787638e9da69ae6ef8479ae91ce050acd7177b07923460ca9d2e59"
     );
 
     // Every optional message unset and no tools: one zero byte for each.
@@ -484,6 +491,7 @@ fn scheme_1_known_answer_server_with_one_tool() {
         vec![0],
         s(""),
         vec![0],
+        vec![0], // always_load: false
     ]
     .concat();
     assert_eq!(BodyDigest::of_wire(&bare).as_bytes(), &sha256(&encoding));
@@ -543,6 +551,7 @@ fn scheme_1_known_answer_server_with_one_tool() {
         n(0),
         n(0),
         n(0),
+        vec![0], // always_load
     ]
     .concat();
     assert_eq!(BodyDigest::of_wire(&tool).as_bytes(), &sha256(&encoding));
@@ -603,6 +612,7 @@ fn domain_bodies() -> Vec<ResourceBody> {
                 handshake_ms: 1,
                 tools_ms: 2,
             }),
+            always_load: true,
         }),
     ]
 }

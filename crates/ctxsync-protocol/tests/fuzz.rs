@@ -105,16 +105,21 @@ fn body() -> impl Strategy<Value = Option<Body>> {
                 })
             }),
             Just(Body::McpConfig(v1::McpConfig {})),
-            ("\\PC{0,8}", "\\PC{0,8}", prop::collection::vec(tool, 0..4)).prop_map(
-                |(server_name, description, tools)| {
+            (
+                "\\PC{0,8}",
+                "\\PC{0,8}",
+                prop::collection::vec(tool, 0..4),
+                any::<bool>()
+            )
+                .prop_map(|(server_name, description, tools, always_load)| {
                     Body::McpServer(v1::McpServer {
                         server_name,
                         description,
                         tools,
+                        always_load,
                         ..Default::default()
                     })
-                }
-            ),
+                }),
         ],
     )
 }
@@ -535,6 +540,7 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
                     handshake_ms: 40,
                     tools_ms: 5,
                 }),
+                always_load: true,
             }),
         ),
     ];

@@ -315,6 +315,7 @@ mod tests {
                 },
                 ..ServerDetails::default()
             }),
+            always_load: false,
         }
     }
 

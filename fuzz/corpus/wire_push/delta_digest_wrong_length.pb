@@ -3,4 +3,4 @@
 	be kinder•
 skills/pdf/SKILL.md/ws/skills/pdf/SKILL.md@hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh (:­ìQ±„Ç¼U)ƒï_²á[ÐgeK«»ˆ<›‹º\«
 	.mcp.json/ws/.mcp.json@hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh (2'mcpServers.bad: neither command nor url: Sä5m6¨˜Ô®1þskÙˆ>lhWA5ÒvV+#Š
-mcp_server:fs/ws/mcp_server:fs@hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh (: »Ã3§3È¹ŽšQy)2P4ýñ#—Ë¤Úa‘Vžynô 2run-1:@
+mcp_server:fs/ws/mcp_server:fs@hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh (: Í:¥IeSûþ'çê{CÜ}^ µé.ÃJö¤Hìvð 2run-1:@

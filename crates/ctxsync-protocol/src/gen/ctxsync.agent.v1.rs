@@ -150,7 +150,7 @@ pub struct ContextResource {
     /// Only in a delta push, and only when `body` is unset: the digest of the body this
     /// resource keeps, which the server must already hold for this source and run.
     ///
-    /// Body digest scheme 1: SHA-256 over the body's canonical encoding, 32 bytes. The
+    /// Body digest scheme 2: SHA-256 over the body's canonical encoding, 32 bytes. The
     /// encoding is the body's oneof field name as a string (e.g. "mcp_server"), then each
     /// field of the body message in field-number order, recursively, encoded as:
     ///    string, bytes: length as 8-byte little-endian unsigned, then the bytes as sent
@@ -160,9 +160,10 @@ pub struct ContextResource {
     ///      (a message as its fields);
     ///    repeated fields: their count as 8-byte little-endian, then each element (a
     ///      message element as its fields, with no presence byte).
-    /// A field added to a body message later is not covered by scheme 1: adding one
-    /// means a new scheme number, so an agent and a server never compare digests that
-    /// cover different fields.
+    /// Scheme 1 was the same encoding before MCPServer.always_load (field 8) existed; scheme
+    /// 2 covers it. A field added to a body message later is not covered by scheme 2:
+    /// adding one means a new scheme number, so an agent and a server never compare
+    /// digests that cover different fields.
     #[prost(bytes = "vec", tag = "7")]
     pub body_digest: ::prost::alloc::vec::Vec<u8>,
     /// Always set in a full push, even when the status is not OK, so the kind is always
@@ -273,6 +274,10 @@ pub struct McpServer {
     /// How long connecting took.
     #[prost(message, optional, tag = "7")]
     pub timings: ::core::option::Option<McpConnectTimings>,
+    /// The server's `.mcp.json` entry asked for its tools to stay loaded in every turn, even
+    /// when a turn defers tools behind find_tools; false for agents that predate the field.
+    #[prost(bool, tag = "8")]
+    pub always_load: bool,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct McpServerInfo {
