@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{ServerEntry, TransportConfig},
-    lifecycle::{McpLifecycle, ProbeDeadline},
+    lifecycle::{McpLifecycle, ProbeDeadline, ProbeWatch},
     line_limit::MAX_MESSAGE_BYTES,
     process::{ProcessGroups, ServerProcess, SpawnSpec},
     report::{ConnectTimings, ServerDetails, ToolAnnotations, ToolIcon, ToolInfo},
@@ -397,6 +397,10 @@ impl ConnectionTask {
         }
     }
 
+    /// Connects and lists the tools. A handshake that fails because a modern server was
+    /// only too slow for the discover probe (see [`ProbeWatch::modern_after_all`]) is tried
+    /// once more with `server/discover` alone (a new process, or a new HTTP session), within
+    /// what is left of the connect timeout that bounds this whole call.
     async fn connect(
         &self,
         client: Client,
@@ -404,68 +408,42 @@ impl ConnectionTask {
     ) -> Result<(Session, Listing, ServerDetails), ConnectError> {
         let started = std::time::Instant::now();
         let mut start_ms = None;
-        let mode = self.lifecycle.mode();
-        let session = match &self.entry.transport {
-            TransportConfig::Stdio { command, args, env } => {
-                let spec = SpawnSpec {
-                    command,
-                    args,
-                    agent_env: &self.agent_env,
-                    entry_env: env,
-                    cwd: &self.workspace_dir,
-                };
-                let (child, stdout, stdin) = ServerProcess::spawn(spec, self.groups.clone())
-                    .map_err(|error| match error.kind() {
-                        std::io::ErrorKind::NotFound => {
-                            ConnectError::CommandNotFound(command.clone())
-                        }
-                        _ => ConnectError::Spawn(format!("cannot start {command}: {error}")),
-                    })?;
-                *process = Some(child);
-                start_ms = Some(millis(started.elapsed()));
-                let transport = ProbeDeadline::new(
-                    AsyncRwTransport::new_client(stdout, stdin),
-                    self.probe_timeout,
+        let watch = ProbeWatch::default();
+        let first = self
+            .handshake(
+                client.clone(),
+                process,
+                self.lifecycle,
+                &watch,
+                started,
+                &mut start_ms,
+            )
+            .await?;
+        let session = match first {
+            Ok(session) => session,
+            Err(error)
+                if self.lifecycle == McpLifecycle::Auto && watch.modern_after_all(&error) =>
+            {
+                tracing::info!(
+                    server = %self.entry.name,
+                    "the server speaks 2026-07-28 but answered server/discover after the probe timeout; connecting again with server/discover"
                 );
-                client.serve_with_lifecycle(transport, mode).await.map_err(|error| {
-                    let error = fallback_error(error);
-                    let closed = matches!(
-                        error,
-                        ClientInitializeError::ConnectionClosed(_)
-                            | ClientInitializeError::TransportError { .. }
-                    );
-                    let detail = match &error {
-                        // rmcp's wording ("conflict initialized response id") hides the point.
-                        ClientInitializeError::ConflictInitResponseId(expected, got) => format!(
-                            "initialize failed: the server answered with id {got}, not the request's id {expected}"
-                        ),
-                        _ => format!("initialize failed: {error}"),
-                    };
-                    ConnectError::Initialize { detail, closed }
-                })?
+                if let Some(first) = process.take() {
+                    first.shutdown().await;
+                }
+                let retry = ProbeWatch::default();
+                self.handshake(
+                    client,
+                    process,
+                    McpLifecycle::Discover,
+                    &retry,
+                    started,
+                    &mut start_ms,
+                )
+                .await?
+                .map_err(|error| handshake_error(&self.entry.transport, error))?
             }
-            TransportConfig::Http { url, headers } => {
-                let headers: HashMap<http::HeaderName, http::HeaderValue> = headers
-                    .iter()
-                    .filter_map(|(name, value)| {
-                        // Both were validated when the config was parsed.
-                        Some((
-                            http::HeaderName::from_bytes(name.as_bytes()).ok()?,
-                            http::HeaderValue::from_str(value).ok()?,
-                        ))
-                    })
-                    .collect();
-                let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
-                    .custom_headers(headers);
-                let transport = ProbeDeadline::new(
-                    StreamableHttpClientTransport::from_config(config),
-                    self.probe_timeout,
-                );
-                client
-                    .serve_with_lifecycle(transport, mode)
-                    .await
-                    .map_err(classify_http_error)?
-            }
+            Err(error) => return Err(handshake_error(&self.entry.transport, error)),
         };
         let handshake_done = started.elapsed();
         // No client-side cache: every listing must describe the server as it is now.
@@ -496,6 +474,71 @@ impl ConnectionTask {
         };
         let details = describe(session.peer(), timings);
         Ok((session, listing, details))
+    }
+
+    /// Starts the transport (spawning the process into `process` for stdio) and runs the
+    /// MCP handshake with `lifecycle`. The outer error is a process that could not be
+    /// started; the inner one rmcp's, for [`ProbeWatch::modern_after_all`] to judge. The
+    /// discover probe is bounded only for [`McpLifecycle::Auto`], which has a fallback.
+    async fn handshake(
+        &self,
+        client: Client,
+        process: &mut Option<ServerProcess>,
+        lifecycle: McpLifecycle,
+        watch: &ProbeWatch,
+        started: std::time::Instant,
+        start_ms: &mut Option<u64>,
+    ) -> Result<Result<Session, ClientInitializeError>, ConnectError> {
+        let mode = lifecycle.mode();
+        let probe_timeout = (lifecycle == McpLifecycle::Auto).then_some(self.probe_timeout);
+        let session = match &self.entry.transport {
+            TransportConfig::Stdio { command, args, env } => {
+                let spec = SpawnSpec {
+                    command,
+                    args,
+                    agent_env: &self.agent_env,
+                    entry_env: env,
+                    cwd: &self.workspace_dir,
+                };
+                let (child, stdout, stdin) = ServerProcess::spawn(spec, self.groups.clone())
+                    .map_err(|error| match error.kind() {
+                        std::io::ErrorKind::NotFound => {
+                            ConnectError::CommandNotFound(command.clone())
+                        }
+                        _ => ConnectError::Spawn(format!("cannot start {command}: {error}")),
+                    })?;
+                *process = Some(child);
+                // A second process (see `connect`) keeps the first one's start time.
+                start_ms.get_or_insert_with(|| millis(started.elapsed()));
+                let transport = ProbeDeadline::new(
+                    AsyncRwTransport::new_client(stdout, stdin),
+                    probe_timeout,
+                    watch.clone(),
+                );
+                client.serve_with_lifecycle(transport, mode).await
+            }
+            TransportConfig::Http { url, headers } => {
+                let headers: HashMap<http::HeaderName, http::HeaderValue> = headers
+                    .iter()
+                    .filter_map(|(name, value)| {
+                        // Both were validated when the config was parsed.
+                        Some((
+                            http::HeaderName::from_bytes(name.as_bytes()).ok()?,
+                            http::HeaderValue::from_str(value).ok()?,
+                        ))
+                    })
+                    .collect();
+                let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
+                    .custom_headers(headers);
+                let transport = ProbeDeadline::new(
+                    StreamableHttpClientTransport::from_config(config),
+                    probe_timeout,
+                    watch.clone(),
+                );
+                client.serve_with_lifecycle(transport, mode).await
+            }
+        };
+        Ok(session)
     }
 
     /// The sanitized message for a failed attempt (`None` when cancelled).
@@ -554,6 +597,30 @@ fn fallback_error(error: ClientInitializeError) -> ClientInitializeError {
         ClientInitializeError::LegacyFallbackFailed { fallback, .. } => *fallback,
         other => other,
     }
+}
+
+/// A failed handshake as the connect error that explains it.
+fn handshake_error(transport: &TransportConfig, error: ClientInitializeError) -> ConnectError {
+    match transport {
+        TransportConfig::Stdio { .. } => classify_stdio_error(error),
+        TransportConfig::Http { .. } => classify_http_error(error),
+    }
+}
+
+fn classify_stdio_error(error: ClientInitializeError) -> ConnectError {
+    let error = fallback_error(error);
+    let closed = matches!(
+        error,
+        ClientInitializeError::ConnectionClosed(_) | ClientInitializeError::TransportError { .. }
+    );
+    let detail = match &error {
+        // rmcp's wording ("conflict initialized response id") hides the point.
+        ClientInitializeError::ConflictInitResponseId(expected, got) => format!(
+            "initialize failed: the server answered with id {got}, not the request's id {expected}"
+        ),
+        _ => format!("initialize failed: {error}"),
+    };
+    ConnectError::Initialize { detail, closed }
 }
 
 fn classify_http_error(error: ClientInitializeError) -> ConnectError {

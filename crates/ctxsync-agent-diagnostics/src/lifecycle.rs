@@ -1,16 +1,23 @@
 //! How a connection starts its MCP lifecycle: `server/discover` (2026-07-28) with a fallback
 //! to `initialize`, and the bounded probe that keeps a server which ignores unknown methods
-//! from spending the first-turn budget.
+//! from spending the first-turn budget; and how a modern server that was only slow to
+//! answer the probe is recognised, so that it is connected again with `server/discover`.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use rmcp::{
     RoleClient,
     model::{
         ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, JsonRpcMessage, ProtocolVersion,
-        RequestId, ServerJsonRpcMessage,
+        RequestId, ServerJsonRpcMessage, ServerResult,
     },
-    service::ClientLifecycleMode,
+    service::{ClientInitializeError, ClientLifecycleMode},
     transport::Transport,
 };
 use tokio::time::Instant;
@@ -48,26 +55,92 @@ impl McpLifecycle {
     }
 }
 
+/// What a [`ProbeDeadline`] saw of its probe. The connect path keeps a clone, since the
+/// transport itself is gone once rmcp's handshake has failed.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProbeWatch(Arc<ProbeSeen>);
+
+#[derive(Debug, Default)]
+struct ProbeSeen {
+    /// The transport answered a probe itself ("method not found") after the timeout.
+    abandoned: AtomicBool,
+    /// The server's own, late answer to that probe was a discover result offering
+    /// 2026-07-28: it is a modern server that was slow, not a legacy one.
+    answered_late: AtomicBool,
+}
+
+impl ProbeWatch {
+    /// Whether a failed handshake deserves one more attempt with [`McpLifecycle::Discover`]:
+    /// the probe was given up on, and the server has since shown that it speaks 2026-07-28,
+    /// by its late answer to the probe or by refusing the fallback `initialize` with
+    /// "unsupported protocol version" naming 2026-07-28 (as servers on the Python SDK 2.x
+    /// do; over HTTP that refusal may arrive before the late answer).
+    pub(crate) fn modern_after_all(&self, error: &ClientInitializeError) -> bool {
+        self.0.abandoned.load(Ordering::SeqCst)
+            && (self.0.answered_late.load(Ordering::SeqCst) || refuses_initialize_for_modern(error))
+    }
+}
+
+/// Whether the `initialize` fallback was refused with -32022 by a server whose supported
+/// versions include 2026-07-28.
+fn refuses_initialize_for_modern(error: &ClientInitializeError) -> bool {
+    let ClientInitializeError::LegacyFallbackFailed { fallback, .. } = error else {
+        return false;
+    };
+    let ClientInitializeError::JsonRpcError(error) = fallback.as_ref() else {
+        return false;
+    };
+    error.code == ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+        && error
+            .data
+            .as_ref()
+            .and_then(|data| data.get("supported"))
+            .and_then(serde_json::Value::as_array)
+            .is_some_and(|supported| {
+                let modern = ProtocolVersion::V_2026_07_28;
+                supported
+                    .iter()
+                    .any(|v| v.as_str() == Some(modern.as_str()))
+            })
+}
+
+/// Whether a late answer to the probe says the server speaks 2026-07-28.
+fn is_modern_discover_result(message: &ServerJsonRpcMessage) -> bool {
+    matches!(
+        message,
+        JsonRpcMessage::Response(response)
+            if matches!(
+                &response.result,
+                ServerResult::DiscoverResult(result)
+                    if result.supported_versions.contains(&ProtocolVersion::V_2026_07_28)
+            )
+    )
+}
+
 /// A client transport that answers its own `server/discover` request with "method not
 /// found" when the server has said nothing to it within the probe timeout, so that rmcp's
 /// automatic lifecycle falls back to `initialize` at once. A late answer to the probe is
-/// dropped: rmcp would take it for a wrong answer to `initialize`.
+/// dropped (rmcp would take it for a wrong answer to `initialize`), but noted in the
+/// [`ProbeWatch`] when it is a discover result. Without a timeout it only passes messages
+/// through.
 pub(crate) struct ProbeDeadline<T> {
     inner: T,
-    timeout: Duration,
+    timeout: Option<Duration>,
     /// The probe waiting for an answer, and until when.
     pending: Option<(RequestId, Instant)>,
     /// A probe this transport answered itself.
     abandoned: Option<RequestId>,
+    watch: ProbeWatch,
 }
 
 impl<T> ProbeDeadline<T> {
-    pub(crate) fn new(inner: T, timeout: Duration) -> Self {
+    pub(crate) fn new(inner: T, timeout: Option<Duration>, watch: ProbeWatch) -> Self {
         Self {
             inner,
             timeout,
             pending: None,
             abandoned: None,
+            watch,
         }
     }
 }
@@ -94,10 +167,11 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for ProbeDeadline<T> {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         if let JsonRpcMessage::Request(request) = &item
             && matches!(request.request, ClientRequest::DiscoverRequest(_))
+            && let Some(timeout) = self.timeout
         {
             // The clock starts at the send: a probe the transport cannot deliver fails
             // through the send itself.
-            self.pending = Some((request.id.clone(), Instant::now() + self.timeout));
+            self.pending = Some((request.id.clone(), Instant::now() + timeout));
         }
         self.inner.send(item)
     }
@@ -114,9 +188,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for ProbeDeadline<T> {
                             let id = id.clone();
                             self.pending = None;
                             self.abandoned = Some(id.clone());
+                            self.watch.0.abandoned.store(true, Ordering::SeqCst);
                             let message = format!(
                                 "no answer to server/discover within {} ms; using initialize",
-                                self.timeout.as_millis()
+                                self.timeout.unwrap_or_default().as_millis()
                             );
                             return Some(ServerJsonRpcMessage::error(
                                 ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None),
@@ -136,6 +211,9 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for ProbeDeadline<T> {
                 && same_id(answered, abandoned)
             {
                 self.abandoned = None;
+                if is_modern_discover_result(&message) {
+                    self.watch.0.answered_late.store(true, Ordering::SeqCst);
+                }
                 continue;
             }
             return Some(message);

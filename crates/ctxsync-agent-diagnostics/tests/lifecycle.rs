@@ -122,6 +122,64 @@ async fn a_server_that_ignores_discover_falls_back_after_the_probe_timeout() {
     assert!(handshake < Duration::from_secs(5), "{silent:#?}");
 }
 
+/// A server on the 2026-07-28 revision only (it refuses `initialize`, as servers on the
+/// Python SDK 2.x do) that answers `server/discover` only after the probe timeout.
+fn slow_modern_only() -> FixtureConfig {
+    fixture(FixtureLifecycle::Modern)
+        .modern_only()
+        .init_delay(Duration::from_millis(600))
+}
+
+/// Short enough that [`slow_modern_only`] misses it on any machine.
+const HASTY_PROBE: Duration = Duration::from_millis(100);
+
+#[tokio::test]
+async fn a_modern_server_too_slow_for_the_probe_is_connected_with_discover() {
+    let ws = Workspace::new();
+    let report = discover(
+        &ws,
+        json!({"slow": fixture_entry(&slow_modern_only())}),
+        |config| config.discover_probe_timeout = HASTY_PROBE,
+    )
+    .await;
+    let slow = details(&report, "slow");
+    assert_eq!(slow.protocol_version, MODERN, "{slow:#?}");
+    assert_eq!(slow.description.as_deref(), Some("nonce n-42"));
+    assert!(slow.timings.start_ms.is_some(), "{slow:#?}");
+}
+
+#[tokio::test]
+async fn a_modern_server_too_slow_for_the_probe_is_connected_with_discover_over_http() {
+    let slow = serve_http(slow_modern_only().http()).await.expect("serve");
+    let ws = Workspace::new();
+    let report = discover(
+        &ws,
+        json!({"slow": {"type": "http", "url": slow.url()}}),
+        |config| config.discover_probe_timeout = HASTY_PROBE,
+    )
+    .await;
+    assert_eq!(details(&report, "slow").protocol_version, MODERN);
+    slow.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_legacy_server_that_refuses_initialize_after_ignoring_the_probe_is_not_retried() {
+    let ws = Workspace::new();
+    let refusing = fixture(FixtureLifecycle::Silent).fail_initialize("no thanks");
+    let report = discover(
+        &ws,
+        json!({"refusing": fixture_entry(&refusing)}),
+        |config| config.discover_probe_timeout = HASTY_PROBE,
+    )
+    .await;
+    let refusing = server(&report, "refusing");
+    assert!(!refusing.connected, "{refusing:#?}");
+    // The initialize refusal is the diagnostic, not a discover attempt that timed out.
+    let error = refusing.error.as_deref().unwrap_or_default();
+    assert!(error.contains("no thanks"), "{error}");
+    assert!(!error.contains("no response within"), "{error}");
+}
+
 #[tokio::test]
 async fn the_lifecycle_can_be_forced_either_way() {
     let ws = Workspace::new();

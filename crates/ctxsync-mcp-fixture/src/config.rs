@@ -168,6 +168,10 @@ pub struct FixtureConfig {
     /// Answer `initialize` with a JSON-RPC error carrying this message.
     #[arg(long, value_name = "MESSAGE")]
     fail_initialize: Option<String>,
+    /// Modern lifecycle: serve 2026-07-28 only, and refuse `initialize` at once with
+    /// "unsupported protocol version" (-32022), as servers on the Python SDK 2.x do.
+    #[arg(long)]
+    modern_only: bool,
     /// Exit at start, before reading any request (process mode only).
     #[arg(long)]
     exit_on_start: bool,
@@ -295,6 +299,9 @@ impl FixtureConfig {
         if let Some(message) = &self.fail_initialize {
             flag("fail-initialize", Some(message.clone()));
         }
+        if self.modern_only {
+            flag("modern-only", None);
+        }
         if self.exit_on_start {
             flag("exit-on-start", None);
         }
@@ -420,6 +427,11 @@ impl FixtureConfig {
         self.fail_initialize = Some(message.into());
         self
     }
+    /// Serve 2026-07-28 only and refuse `initialize` (with [`FixtureLifecycle::Modern`]).
+    pub fn modern_only(mut self) -> Self {
+        self.modern_only = true;
+        self
+    }
     /// Exit at start with `code`.
     pub fn exit_on_start(mut self, code: i32) -> Self {
         self.exit_on_start = true;
@@ -538,6 +550,9 @@ impl FixtureConfig {
     pub(crate) fn initialize_failure(&self) -> Option<&str> {
         self.fail_initialize.as_deref()
     }
+    pub(crate) fn is_modern_only(&self) -> bool {
+        self.modern_only
+    }
     pub(crate) fn exits_on_start(&self) -> bool {
         self.exit_on_start
     }
@@ -646,6 +661,11 @@ mod tests {
                 .pid_file("/tmp/pid"),
         );
         check(FixtureConfig::new().hang().exit_on_start(7));
+        check(
+            FixtureConfig::new()
+                .lifecycle(FixtureLifecycle::Modern)
+                .modern_only(),
+        );
         for lifecycle in FixtureLifecycle::value_variants() {
             check(FixtureConfig::new().lifecycle(*lifecycle));
         }

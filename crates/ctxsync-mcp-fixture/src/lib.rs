@@ -4,7 +4,8 @@
 //! `ctxsync-mcp-fixture` binary) or streamable HTTP (in-process with [`serve_http`], or the
 //! binary with `--transport http`, which prints its URL on stdout), scripted by
 //! [`FixtureConfig`] (builder or CLI flags): tool count and schemas, slow, hung or failing
-//! `initialize`, exits with a chosen code, paged or never-ending `tools/list`, oversized tool
+//! `initialize` (or `server/discover`), a 2026-07-28-only server that refuses `initialize`,
+//! exits with a chosen code, paged or never-ending `tools/list`, oversized tool
 //! lists, secrets and floods on stderr, malformed or endless stdout instead of an answer,
 //! floods of unsolicited notifications, `tools/list_changed`, a per-instance nonce and an
 //! optional required HTTP header. Other crates' tests get the binary from [`binary_path`].

@@ -14,8 +14,8 @@ use rmcp::{
         CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult,
         ErrorCode, Icon, Implementation, InitializeRequestParams, InitializeResult,
         ListToolsResult, MetaObject, NumberOrString, PaginatedRequestParams,
-        ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig,
-        SubscriptionFilter, Tool, ToolAnnotations,
+        ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities,
+        ServerConfig, SubscriptionFilter, Tool, ToolAnnotations,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -203,6 +203,14 @@ impl ServerHandler for FixtureServer {
         info
     }
 
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        if self.shared.config.is_modern_only() {
+            Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
+        } else {
+            Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
+    }
+
     async fn discover(
         &self,
         _context: RequestContext<RoleServer>,
@@ -257,6 +265,18 @@ impl ServerHandler for FixtureServer {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
+        if self.shared.config.is_modern_only() {
+            // The Python SDK 2.x's answer, at once: its `server/discover` is what is slow.
+            let supported = self.supported_protocol_versions();
+            return Err(ErrorData::new(
+                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+                "connection is serving the 2026-07-28 protocol; the initialize handshake is not accepted",
+                Some(serde_json::json!({
+                    "requested": request.protocol_version,
+                    "supported": supported,
+                })),
+            ));
+        }
         self.handshake_script().await?;
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
