@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::naming::{EligibleTool, ToolCatalog};
+use crate::rank::{Scores, Term};
 use crate::text::{cap_chars, one_line, prefix_within_bytes};
 
 /// At most this many matches are returned (and activated) per call.
@@ -22,14 +23,10 @@ const MAX_QUERY_BYTES: usize = 512;
 /// Only this many distinct terms of each query, and of the whole request, are scored.
 const MAX_TERMS_PER_QUERY: usize = 8;
 const MAX_TERMS: usize = 32;
-/// Only this much of each description and title, and this many parameters, are searched.
-const MAX_INDEXED_DESCRIPTION_BYTES: usize = 2048;
-const MAX_INDEXED_TITLE_BYTES: usize = 512;
-const MAX_INDEXED_PARAMETERS: usize = 64;
+/// Only this much of a title is compared with a whole query.
+const MAX_PHRASE_TITLE_BYTES: usize = 512;
 /// Enough of a description to fill [`MAX_DESCRIPTION_CHARS`] after folding whitespace.
 const MAX_SHOWN_DESCRIPTION_BYTES: usize = 4096;
-/// Substring matches need a term at least this long, so `a` does not match everything.
-const MIN_SUBSTRING_TERM_CHARS: usize = 3;
 
 /// A find_tools call: `names` are exact model-facing names; `queries` are keyword
 /// searches, each optionally scoped to one server as `server: terms`.
@@ -54,6 +51,20 @@ pub struct FindToolsResponse {
     pub activated: Vec<String>,
     /// How many tools matched before the cap.
     pub total: usize,
+    /// Names that resolved to no tool, or to more than one (never guessed between).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unresolved: Vec<UnresolvedName>,
+}
+
+/// A requested name find_tools did not resolve.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UnresolvedName {
+    /// The name as asked (cut to 80 characters).
+    pub name: String,
+    /// The tools it could mean when it is ambiguous (at most five); empty when it
+    /// matches none.
+    pub candidates: Vec<String>,
 }
 
 /// One tool find_tools found, as the model sees it.
@@ -158,11 +169,18 @@ pub fn find_tools(
 
     let mut ordered: Vec<&EligibleTool> = Vec::new();
     let mut seen: HashSet<&str> = HashSet::new();
+    let mut unresolved = Vec::new();
     for name in names {
-        if let Some(tool) = catalog.get(name)
-            && seen.insert(tool.name.as_str())
-        {
-            ordered.push(tool);
+        match resolve_name(catalog, name) {
+            Ok(tool) => {
+                if seen.insert(tool.name.as_str()) {
+                    ordered.push(tool);
+                }
+            }
+            Err(candidates) => unresolved.push(UnresolvedName {
+                name: cap_chars(name, MAX_UNRESOLVED_NAME_CHARS),
+                candidates,
+            }),
         }
     }
 
@@ -173,32 +191,29 @@ pub fn find_tools(
             .iter()
             .map(|q| Query::parse(q, &scopes, &mut vocabulary))
             .collect();
-        let mut ranked: Vec<(Rank, &EligibleTool)> = catalog
+        // Each distinct term is scored once per tool, whatever the queries.
+        let scores = Scores::new(catalog, &vocabulary);
+        let mut ranked: Vec<(f32, &EligibleTool)> = catalog
             .iter()
-            .filter(|t| !seen.contains(t.name.as_str()))
-            .filter(|t| parsed.iter().any(|q| q.admits(t)))
-            .filter_map(|tool| {
-                // Each distinct term is scored once per tool, whatever the queries.
-                let scores: Vec<u32> = if vocabulary.is_empty() {
-                    Vec::new()
-                } else {
-                    let index = ToolIndex::new(tool);
-                    vocabulary.iter().map(|term| index.score(term)).collect()
-                };
+            .enumerate()
+            .filter(|(_, t)| !seen.contains(t.name.as_str()))
+            .filter(|(_, t)| parsed.iter().any(|q| q.admits(t)))
+            .filter_map(|(position, tool)| {
                 let lowered = [
                     tool.name.to_lowercase(),
                     tool.tool.to_lowercase(),
-                    one_line(prefix_within_bytes(&tool.title, MAX_INDEXED_TITLE_BYTES))
+                    one_line(prefix_within_bytes(&tool.title, MAX_PHRASE_TITLE_BYTES))
                         .to_lowercase(),
                 ];
                 parsed
                     .iter()
-                    .filter_map(|q| q.rank(tool, &scores, &lowered))
-                    .max()
+                    .filter_map(|q| q.rank(tool, position, &scores, &lowered))
+                    .max_by(f32::total_cmp)
                     .map(|rank| (rank, tool))
             })
             .collect();
-        ranked.sort_by(|(a, ta), (b, tb)| b.cmp(a).then_with(|| ta.name.cmp(&tb.name)));
+        // Ties go by name, so equal scores always come out in one order.
+        ranked.sort_by(|(a, ta), (b, tb)| b.total_cmp(a).then_with(|| ta.name.cmp(&tb.name)));
         ordered.extend(ranked.into_iter().map(|(_, tool)| tool));
     }
 
@@ -231,11 +246,70 @@ pub fn find_tools(
             .collect(),
         activated,
         total,
+        unresolved,
     })
 }
 
-/// How well a tool matches a query: more matched terms first, then a higher score.
-type Rank = (usize, u32);
+/// An unresolved name is quoted back cut to this many characters.
+const MAX_UNRESOLVED_NAME_CHARS: usize = 80;
+/// At most this many candidates are named for an ambiguous name.
+const MAX_CANDIDATES: usize = 5;
+
+/// The tool `name` means. Exact model-facing names always resolve. Otherwise, as models
+/// write them slightly wrong: without a `functions.` prefix; `server.tool`, `server/tool`
+/// or `server__tool` by the original server and tool names; or a bare tool name — each
+/// only when exactly one eligible tool matches (case-sensitively first, then ignoring
+/// case). Never guesses between two: `Err` holds the candidates (empty when none).
+fn resolve_name<'c>(catalog: &'c ToolCatalog, name: &str) -> Result<&'c EligibleTool, Vec<String>> {
+    if let Some(tool) = catalog.get(name) {
+        return Ok(tool);
+    }
+    let bare = name
+        .strip_prefix("functions.")
+        .or_else(|| name.strip_prefix("functions/"))
+        .unwrap_or(name);
+    if let Some(tool) = catalog.get(bare) {
+        return Ok(tool);
+    }
+    for fold in [false, true] {
+        let same = |a: &str, b: &str| {
+            a == b
+                || (fold
+                    && a.chars()
+                        .flat_map(char::to_lowercase)
+                        .eq(b.chars().flat_map(char::to_lowercase)))
+        };
+        // `server<sep>tool` by the original names.
+        let qualified = |t: &EligibleTool| {
+            let Some(head) = bare.get(..t.server.len()) else {
+                return false;
+            };
+            let rest = &bare[t.server.len()..];
+            same(head, &t.server)
+                && [".", "/", "__", ":"].iter().any(|sep| {
+                    rest.strip_prefix(sep)
+                        .is_some_and(|tool| same(tool, &t.tool))
+                })
+        };
+        let mut matches: Vec<&EligibleTool> = catalog
+            .iter()
+            .filter(|t| same(&t.name, bare) || same(&t.tool, bare) || qualified(t))
+            .collect();
+        matches.dedup_by(|a, b| a.name == b.name);
+        match matches.as_slice() {
+            [only] => return Ok(only),
+            [] => continue,
+            several => {
+                return Err(several
+                    .iter()
+                    .take(MAX_CANDIDATES)
+                    .map(|t| t.name.clone())
+                    .collect());
+            }
+        }
+    }
+    Err(Vec::new())
+}
 
 /// The catalog's server names, for resolving `server: terms` scopes.
 struct ScopeIndex<'c> {
@@ -291,22 +365,27 @@ struct Query<'a> {
 impl<'a> Query<'a> {
     /// Parses `query`, adding its terms to the request's `vocabulary` of distinct terms
     /// (at most [`MAX_TERMS_PER_QUERY`] per query and [`MAX_TERMS`] in all).
-    fn parse(query: &'a str, scopes: &ScopeIndex<'a>, vocabulary: &mut Vec<String>) -> Self {
+    fn parse(query: &'a str, scopes: &ScopeIndex<'a>, vocabulary: &mut Vec<Term>) -> Self {
         let (scope, text) = match scopes.split(query) {
             Some((server, rest)) => (Some(server), rest),
             None => (None, query),
         };
         let mut terms = Vec::new();
-        for token in tokens(text).into_iter().take(MAX_TERMS_PER_QUERY) {
-            let index = match vocabulary.iter().position(|t| *t == token) {
+        for stem in crate::terms::terms(text) {
+            if terms.len() == MAX_TERMS_PER_QUERY {
+                break;
+            }
+            let index = match vocabulary.iter().position(|t| t.stem() == stem) {
                 Some(index) => index,
                 None if vocabulary.len() < MAX_TERMS => {
-                    vocabulary.push(token);
+                    vocabulary.push(Term::new(stem));
                     vocabulary.len() - 1
                 }
                 None => continue,
             };
-            terms.push(index);
+            if !terms.contains(&index) {
+                terms.push(index);
+            }
         }
         Self {
             scope,
@@ -319,121 +398,40 @@ impl<'a> Query<'a> {
         self.scope.is_none_or(|server| tool.server == server)
     }
 
-    /// `scores` holds the tool's score for each vocabulary term; `names` its lower-cased
-    /// model-facing name, original name and title (empty when none).
-    fn rank(&self, tool: &EligibleTool, scores: &[u32], names: &[String; 3]) -> Option<Rank> {
+    /// The query's score for the tool at catalog `position`; `names` holds its
+    /// lower-cased model-facing name, original name and title (empty when none). `None`
+    /// when the tool does not match.
+    fn rank(
+        &self,
+        tool: &EligibleTool,
+        position: usize,
+        scores: &Scores,
+        names: &[String; 3],
+    ) -> Option<f32> {
         if !self.admits(tool) {
             return None;
         }
         if self.scope.is_some() && self.terms.is_empty() {
             // `server:` alone lists the server's tools.
-            return Some((0, 0));
+            return Some(0.0);
         }
-        let mut matched = 0;
-        let mut score = 0;
-        for &term in &self.terms {
-            if scores[term] > 0 {
-                matched += 1;
-                score += scores[term];
-            }
-        }
+        let (_, mut score) = scores.score(position, &self.terms);
         if !self.phrase.is_empty() && names.contains(&self.phrase) {
             score += WHOLE_NAME;
         }
-        (score > 0).then_some((matched, score))
+        (score > 0.0).then_some(score)
     }
 }
 
-/// Scores of a term's best match in each field: exact token, token prefix, substring.
-const NAME: [u32; 3] = [12, 6, 3];
-/// A title names the tool for people: nearly as telling as its name.
-const TITLE: [u32; 3] = [10, 5, 2];
-const SERVER: [u32; 3] = [8, 4, 2];
-const PARAMETER: [u32; 3] = [6, 3, 1];
-const DESCRIPTION: [u32; 3] = [4, 2, 0];
-/// Bonus when a query is exactly a tool's name (or its title).
-const WHOLE_NAME: u32 = 50;
+/// Added when a query is exactly a tool's name (or its title): more than any sum of
+/// term scores, so the tool named comes first.
+const WHOLE_NAME: f32 = 1000.0;
 
-/// The searchable tokens of one tool, lower-cased, sorted and deduplicated per field.
-struct ToolIndex {
-    fields: [(Vec<String>, [u32; 3]); 5],
-}
-
-impl ToolIndex {
-    fn new(tool: &EligibleTool) -> Self {
-        let parameters = tool
-            .input_schema
-            .get("properties")
-            .and_then(serde_json::Value::as_object)
-            .map(|props| {
-                props
-                    .keys()
-                    .take(MAX_INDEXED_PARAMETERS)
-                    .flat_map(|p| words(p))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let description = prefix_within_bytes(&tool.description, MAX_INDEXED_DESCRIPTION_BYTES);
-        let title = prefix_within_bytes(&tool.title, MAX_INDEXED_TITLE_BYTES);
-        Self {
-            fields: [
-                (sorted(words(&tool.tool).collect()), NAME),
-                (sorted(words(title).collect()), TITLE),
-                (sorted(words(&tool.server).collect()), SERVER),
-                (sorted(parameters), PARAMETER),
-                (sorted(words(description).collect()), DESCRIPTION),
-            ],
-        }
-    }
-
-    /// The term's best score over all fields (0 when it matches nowhere).
-    fn score(&self, term: &str) -> u32 {
-        self.fields
-            .iter()
-            .map(|(tokens, [exact, prefix, substring])| {
-                let start = tokens.partition_point(|t| t.as_str() < term);
-                match tokens.get(start) {
-                    Some(t) if t == term => return *exact,
-                    Some(t) if t.starts_with(term) => return *prefix,
-                    _ => {}
-                }
-                if *substring > 0
-                    && term.chars().count() >= MIN_SUBSTRING_TERM_CHARS
-                    && tokens.iter().any(|t| t.contains(term))
-                {
-                    *substring
-                } else {
-                    0
-                }
-            })
-            .max()
-            .unwrap_or(0)
-    }
-}
-
-/// The terms find_tools ranks `text` by, in order, repeats kept. The retrieval benchmark's
-/// reference ranking uses it too, so the two differ only in how they rank.
+/// The terms find_tools ranks `text` by, in order, repeats kept: words split at
+/// punctuation and case changes, lower-cased, stop words dropped, stemmed. The retrieval
+/// benchmark's reference ranking uses it too, so the two differ only in how they rank.
 pub fn search_terms(text: &str) -> Vec<String> {
-    words(text).collect()
-}
-
-/// Lower-cased alphanumeric runs of `text`.
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .map(str::to_lowercase)
-}
-
-fn sorted(mut words: Vec<String>) -> Vec<String> {
-    words.sort_unstable();
-    words.dedup();
-    words
-}
-
-/// [`words`] of `text`, deduplicated in first-seen order.
-fn tokens(text: &str) -> Vec<String> {
-    let mut seen = HashSet::new();
-    words(text).filter(|t| seen.insert(t.clone())).collect()
+    crate::terms::terms(text).collect()
 }
 
 #[cfg(test)]
@@ -441,10 +439,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_split_on_anything_but_letters_and_digits() {
+    fn search_terms_split_stem_and_drop_stop_words() {
         assert_eq!(
-            tokens("Read_File, read-file;  path2 ÜBER"),
-            ["read", "file", "path2", "über"]
+            search_terms("Read_File, readFiles;  the path2 ÜBER"),
+            ["read", "file", "read", "file", "path2", "über"]
         );
     }
 }

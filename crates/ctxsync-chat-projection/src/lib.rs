@@ -65,19 +65,26 @@
 
 #![deny(missing_docs)]
 
+mod budget;
 mod find;
 mod input;
 mod naming;
 mod note;
 mod pin;
+mod rank;
 #[cfg(feature = "store")]
 pub mod store;
+mod terms;
 mod text;
 mod view;
 
+pub use budget::{
+    CatalogDetail, Deferral, FIND_TOOLS_NAME, ToolBudget, TurnTools, definition_bytes,
+    plan_turn_tools,
+};
 pub use find::{
     ActiveTools, FindToolsError, FindToolsRequest, FindToolsResponse, MAX_DESCRIPTION_CHARS,
-    MAX_MATCHES, MAX_NAMES, MAX_QUERIES, ToolMatch, find_tools, search_terms,
+    MAX_MATCHES, MAX_NAMES, MAX_QUERIES, ToolMatch, UnresolvedName, find_tools, search_terms,
 };
 pub use input::{AgentState, Binding, SnapshotState};
 pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ModelTool, ToolCatalog};

@@ -38,6 +38,13 @@ pub struct EligibleTool {
     /// (a server can call any tool read-only), never a basis for trusting a call. `None`
     /// when the server gave none.
     pub annotations_untrusted: Option<McpToolAnnotations>,
+    /// The tool's server asked (`alwaysLoad` in `.mcp.json`) to stay loaded in every turn,
+    /// even one that defers tools. Never part of what the model sees
+    /// ([`EligibleTool::model_definition`]).
+    pub always_load: bool,
+    /// The server's instructions for the model (untrusted), which find_tools also
+    /// searches; empty when none. Never part of a tool's definition.
+    pub server_instructions: String,
 }
 
 impl EligibleTool {
@@ -138,6 +145,8 @@ impl ToolCatalog {
                 title: spec.title,
                 output_schema: spec.output_schema,
                 annotations_untrusted: spec.annotations,
+                always_load: spec.always_load,
+                server_instructions: spec.server_instructions,
             })
             .collect();
         let by_name = tools
@@ -174,6 +183,11 @@ pub(crate) struct ToolSpec {
     pub title: String,
     pub output_schema: Option<Value>,
     pub annotations: Option<McpToolAnnotations>,
+    /// The tool's server asked (`alwaysLoad` in `.mcp.json`) to stay loaded in every turn,
+    /// even one that defers tools.
+    pub always_load: bool,
+    /// The server's instructions, for find_tools.
+    pub server_instructions: String,
 }
 
 /// Whether `name` is a valid model-facing tool name.
@@ -306,6 +320,8 @@ mod tests {
                     title: String::new(),
                     output_schema: None,
                     annotations: None,
+                    always_load: false,
+                    server_instructions: String::new(),
                 })
                 .collect(),
         )

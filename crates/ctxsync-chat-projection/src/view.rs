@@ -402,6 +402,8 @@ fn outcomes(
                         .annotations
                         .clone()
                         .filter(|a| *a != McpToolAnnotations::default()),
+                    always_load: body.always_load,
+                    server_instructions: body.instructions.clone(),
                 }
             }));
         }

@@ -6,8 +6,7 @@ mod common;
 
 use common::*;
 use ctxsync_chat_projection::{
-    ActiveTools, FindToolsError, FindToolsRequest, FindToolsResponse, MAX_MATCHES, View,
-    find_tools, project,
+    ActiveTools, FindToolsError, FindToolsRequest, MAX_MATCHES, View, find_tools, project,
 };
 use ctxsync_protocol::DiscoveryPhase::Complete;
 use ctxsync_protocol::Resource;
@@ -99,7 +98,8 @@ fn keyword_ranking() {
         &["fs__read_file", "fs__write_file", "fs__list_dir"],
     );
     // Parameter names count; ties are broken by name.
-    check(&["sql"], &[], &["db__query", "db_prod__query"]);
+    // The shorter description says more per word (BM25's length normalisation).
+    check(&["sql"], &[], &["db_prod__query", "db__query"]);
     check(&["limit"], &[], &["git__log"]);
     check(&["commit history"], &[], &["git__log"]);
     // A server name finds its tools.
@@ -121,15 +121,23 @@ fn exact_names_come_first_in_request_order() {
         &[
             "git__status",
             "fs__list_dir",
-            "fs__read_file",
             "fs__write_file",
+            "fs__read_file",
         ],
     );
-    // Names are the model-facing ones, exactly.
+    // A name slightly wrong resolves when it means one tool: the original server and
+    // tool names (`db:prod__query` is the model-facing `db_prod__query`, listed once),
+    // another case. `query` alone is on two servers and is never guessed.
     check(
         &[],
-        &["db_prod__query", "db:prod__query", "GIT__STATUS"],
-        &["db_prod__query"],
+        &[
+            "db_prod__query",
+            "db:prod__query",
+            "GIT__STATUS",
+            "query",
+            "db.query",
+        ],
+        &["db_prod__query", "git__status", "db__query"],
     );
 }
 
@@ -242,7 +250,7 @@ fn descriptions_are_one_line_and_at_most_80_characters() {
 #[test]
 fn a_query_padded_past_the_read_limit_is_still_read() {
     let padded = format!("{}: sql", "\t".repeat(600));
-    check(&[&padded], &[], &["db__query", "db_prod__query"]);
+    check(&[&padded], &[], &["db_prod__query", "db__query"]);
     check(
         &[&format!("{}git", " ".repeat(513))],
         &[],
@@ -323,7 +331,15 @@ fn stale_tools_can_never_be_found_or_activated() {
         &mut active,
     )
     .expect("a valid request");
-    assert_eq!(response, FindToolsResponse::default());
+    assert!(response.matches.is_empty() && response.activated.is_empty());
+    assert_eq!(response.total, 0);
+    // The names are reported as matching nothing, with no candidates to guess from.
+    let unresolved: Vec<(&str, usize)> = response
+        .unresolved
+        .iter()
+        .map(|u| (u.name.as_str(), u.candidates.len()))
+        .collect();
+    assert_eq!(unresolved, [("git__log", 0), ("fs__read_file", 0)]);
     // A tool activated before the view turned stale is not offered either.
     assert!(active.tools(stale.tools()).is_empty());
 }

@@ -17,6 +17,9 @@
 //!   MRR: the mean of 1 / the rank of the first acceptable match (0 when none of the
 //!   [`ctxsync_chat_projection::MAX_MATCHES`] matches is acceptable; the reference is cut
 //!   at the same depth).
+//! - Turn definitions: the bytes (JSON of name, description and input schema) of the tool
+//!   definitions a first turn over the real catalog carries, every eligible tool against
+//!   the server's default [`ToolBudget`] (which defers behind `find_tools` when exceeded).
 //! - Latency: each query of the set through `find_tools` (parsing, indexing and ranking
 //!   included; nothing is cached between calls) over a 1000-tool catalog made of the real
 //!   catalog's tools under renamed servers; p99 over all calls.
@@ -30,7 +33,7 @@ use std::time::Instant;
 
 use ctxsync_chat_projection::{
     ActiveTools, AgentState, Binding, EligibleTool, FindToolsRequest, MAX_MATCHES, SnapshotState,
-    ToolCatalog, find_tools, project, search_terms,
+    ToolBudget, ToolCatalog, definition_bytes, find_tools, plan_turn_tools, project, search_terms,
 };
 use ctxsync_protocol::{
     DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus,
@@ -127,6 +130,55 @@ fn main() -> Result<()> {
         }
     }
 
+    // What a first turn over the real catalog carries, with the server's default budget
+    // and with a budget no catalog exceeds (every eligible tool, as before deferral).
+    let eligible: Vec<EligibleTool> = catalog.iter().cloned().collect();
+    let turn_bytes = |budget: &ToolBudget| {
+        let turn = plan_turn_tools(&eligible, budget, &ActiveTools::new());
+        (
+            turn.tools.iter().map(definition_bytes).sum::<usize>(),
+            turn.tools.len(),
+        )
+    };
+    let unbounded = ToolBudget {
+        max_tools: usize::MAX,
+        max_bytes: usize::MAX,
+    };
+    let (all_bytes, all_tools) = turn_bytes(&unbounded);
+    let default_budget = ToolBudget::default();
+    let (deferred_bytes, deferred_tools) = turn_bytes(&default_budget);
+    row(
+        "turn.definitions_without_deferral.bytes",
+        all_bytes as f64,
+        "bytes",
+        None,
+        None,
+    );
+    row(
+        "turn.definitions_without_deferral.tools",
+        all_tools as f64,
+        "tools",
+        None,
+        None,
+    );
+    row(
+        "turn.definitions_with_deferral.bytes",
+        deferred_bytes as f64,
+        "bytes",
+        Some(all_bytes as f64),
+        Some((
+            format!("<= {} bytes (the default budget)", default_budget.max_bytes),
+            deferred_bytes <= default_budget.max_bytes,
+        )),
+    );
+    row(
+        "turn.definitions_with_deferral.tools",
+        deferred_tools as f64,
+        "tools",
+        None,
+        None,
+    );
+
     let large = large_catalog(&servers);
     let rounds = if quick { 1 } else { 10 };
     let mut samples = Vec::new();
@@ -139,7 +191,15 @@ fn main() -> Result<()> {
         }
     }
     samples.sort_by(f64::total_cmp);
-    let p99 = samples[(samples.len() * 99).div_ceil(100) - 1];
+    let quantile = |q: usize| samples[(samples.len() * q).div_ceil(100) - 1];
+    let p99 = quantile(99);
+    row(
+        &format!("find_tools.latency_{}_tools.p50", large.len()),
+        quantile(50),
+        "ms",
+        None,
+        None,
+    );
     row(
         &format!("find_tools.latency_{}_tools.p99", large.len()),
         p99,
