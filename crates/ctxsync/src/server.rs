@@ -82,6 +82,14 @@ pub struct ServerArgs {
     /// was lost.
     #[arg(long, default_value_t = millis(crate::http::bounds::DEFAULT_EVENT_RECHECK), value_name = "MS", hide = true, value_parser = clap::value_parser!(u64).range(1..))]
     pub event_recheck_ms: u64,
+    /// Most tool definitions a turn carries; over this (or the byte budget) a turn defers
+    /// tools behind find_tools and lists them compactly in its description.
+    #[arg(long, default_value_t = ctxsync_chat_projection::ToolBudget::default().max_tools, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub turn_max_tools: usize,
+    /// Most bytes of tool definitions (names, descriptions and schemas, as JSON) a turn
+    /// carries before it defers tools behind find_tools.
+    #[arg(long, default_value_t = ctxsync_chat_projection::ToolBudget::default().max_bytes, value_name = "BYTES", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..))]
+    pub turn_max_tool_bytes: usize,
     /// How long a request waits for a database connection (and PostgreSQL for a new
     /// connection to open) before it is answered "database unavailable".
     #[arg(
@@ -146,6 +154,8 @@ pub struct ServerConfig {
     pub gate_recheck: Duration,
     /// How often an open context event stream re-reads its chat without a notification.
     pub event_recheck: Duration,
+    /// A turn's budget for tool definitions.
+    pub tool_budget: ctxsync_chat_projection::ToolBudget,
     /// Pool size and database timeouts.
     pub store: StoreOptions,
     /// What one caller can cost: connections, streams, time; and the shutdown grace.
@@ -167,6 +177,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("tls", &self.tls)
             .field("discovery_budget", &self.discovery_budget)
             .field("snapshot_grace", &self.snapshot_grace)
+            .field("tool_budget", &self.tool_budget)
             .field("limits", &self.limits)
             .field("delta_pushes", &self.delta_pushes)
             .field("health_interval", &self.health_interval)
@@ -190,6 +201,7 @@ impl ServerConfig {
             snapshot_grace: GateConfig::default().snapshot_grace,
             gate_recheck: GateConfig::default().recheck_interval,
             event_recheck: crate::http::bounds::DEFAULT_EVENT_RECHECK,
+            tool_budget: ctxsync_chat_projection::ToolBudget::default(),
             store: StoreOptions::default(),
             limits: Limits::default(),
             delta_pushes: true,
@@ -218,6 +230,10 @@ impl ServerConfig {
             snapshot_grace: Duration::from_millis(args.snapshot_grace_ms),
             gate_recheck: Duration::from_millis(args.gate_recheck_ms),
             event_recheck: Duration::from_millis(args.event_recheck_ms),
+            tool_budget: ctxsync_chat_projection::ToolBudget {
+                max_tools: args.turn_max_tools,
+                max_bytes: args.turn_max_tool_bytes,
+            },
             store: StoreOptions {
                 connection_timeout: Duration::from_millis(args.db_connection_timeout_ms),
                 operation_timeout: Duration::from_millis(args.db_operation_timeout_ms),
@@ -395,6 +411,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         )),
         health: Arc::default(),
         event_recheck: config.event_recheck,
+        tool_budget: config.tool_budget,
         stopping: shutdown_rx.clone(),
     };
     let http_listener = tokio::net::TcpListener::bind(config.http_addr)

@@ -8,6 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use ctxsync::server::{RunningServer, ServerConfig};
+use ctxsync_chat_projection::ToolBudget;
 use ctxsync_persistence::test_support::TestDatabase;
 use ctxsync_persistence::{AgentId, DatabaseConfig};
 use ctxsync_protocol::DiscoveryPhase;
@@ -16,6 +17,12 @@ use serde_json::{Value, json};
 use support::*;
 
 const API_TOKEN: &str = "turns-test-api-token-0123456789";
+/// Small enough that a test catalog of a few dozen tools goes over it; the other tests'
+/// one- and two-tool catalogs stay under it.
+const TOOL_BUDGET: ToolBudget = ToolBudget {
+    max_tools: 8,
+    max_bytes: 4096,
+};
 /// Upper bound for what must happen soon; never slept when it does.
 const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -49,6 +56,7 @@ impl Servers {
             let server = ctxsync::server::start(ServerConfig {
                 database: database.clone(),
                 api_token: Some(API_TOKEN.into()),
+                tool_budget: TOOL_BUDGET,
                 ..ServerConfig::ephemeral(dirs[i].path())
             })
             .await
@@ -160,6 +168,7 @@ on_both_backends!(
     unknown_turns_and_bad_requests_are_refused,
     a_rebound_chat_waits_for_its_new_agent_then_offers_its_tools,
     rebinding_refuses_unknown_agents_and_bad_bodies,
+    a_turn_over_budget_defers_behind_find_tools,
 );
 
 /// An agent whose current run finished discovery with `tools` on server `name`; a chat
@@ -529,4 +538,167 @@ async fn rebinding_refuses_unknown_agents_and_bad_bodies(s: Servers) {
         .call(s.one(), Method::GET, &format!("/api/chats/{chat}"), None)
         .await;
     assert_eq!(read["agent_id"], agent.to_string());
+}
+
+/// A catalog over the turn budget: the turn carries the `alwaysLoad` server's tools and
+/// find_tools, whose description lists the rest and fits the budget; what find_tools
+/// activates joins that turn on any replica; mangled names resolve only when they name one
+/// tool.
+async fn a_turn_over_budget_defers_behind_find_tools(s: Servers) {
+    let agent = s.one().store.create_agent("big").await.unwrap().id;
+    let names: Vec<(String, String)> = (0..40)
+        .map(|i| {
+            (
+                format!("tool_{i}"),
+                format!("Does task number {i} for the tracker"),
+            )
+        })
+        .collect();
+    let tools: Vec<(&str, &str)> = names
+        .iter()
+        .map(|(n, d)| (n.as_str(), d.as_str()))
+        .collect();
+    let mut pinned = server("pinned", &[("status", "Reports the build status")]);
+    if let ctxsync_protocol::ResourceBody::McpServer(body) = &mut pinned.body {
+        body.always_load = true;
+    }
+    let other = server("other", &[("status", "Reports the deploy status")]);
+    push(
+        s.one(),
+        agent,
+        "big-run",
+        1,
+        DiscoveryPhase::Complete,
+        vec![server("tracker", &tools), pinned, other],
+    )
+    .await;
+    let (status, chat) = s
+        .call(
+            s.one(),
+            Method::POST,
+            "/api/chats",
+            Some(json!({ "agent_id": agent.to_string() })),
+        )
+        .await;
+    assert_eq!(status, 201, "{chat}");
+    let chat = chat["id"].as_str().unwrap().to_owned();
+
+    let (status, turn) = s
+        .call(
+            s.one(),
+            Method::POST,
+            &format!("/api/chats/{chat}/turns"),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{turn}");
+    assert_eq!(
+        tool_names(&turn),
+        ["pinned__status", "find_tools"],
+        "{turn}"
+    );
+    let deferral = &turn["tool_deferral"];
+    assert_eq!(deferral["eligible"], 42, "{turn}");
+    assert_eq!(deferral["loaded"], 1, "{turn}");
+    assert_eq!(deferral["deferred"], 41, "{turn}");
+    let bytes = serde_json::to_vec(&turn["tools"]).unwrap().len();
+    assert!(bytes <= TOOL_BUDGET.max_bytes, "{bytes} bytes: {turn}");
+    let find = &turn["tools"][1];
+    let listing = find["description"].as_str().unwrap();
+    assert!(
+        listing.contains("tracker__tool_39") || listing.contains("tracker (40)"),
+        "the catalog is listed: {listing}"
+    );
+    assert!(
+        !listing.contains("pinned__status"),
+        "loaded tools are not listed: {listing}"
+    );
+    assert!(
+        find["input_schema"]["properties"]["queries"].is_object(),
+        "{find}"
+    );
+    let turn_id = turn["turn_id"].as_str().unwrap().to_owned();
+
+    // Mangled names: unambiguous ones resolve; `status` is on two servers and is not
+    // guessed.
+    let (status, found) = s
+        .call(
+            s.other(),
+            Method::POST,
+            &format!("/api/chats/{chat}/find-tools"),
+            Some(json!({
+                "turn_id": turn_id,
+                "names": ["tracker.tool_7", "functions.tracker__tool_8", "tracker/tool_9", "tool_10", "status"]
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(
+        found["activated"],
+        json!([
+            "tracker__tool_7",
+            "tracker__tool_8",
+            "tracker__tool_9",
+            "tracker__tool_10"
+        ]),
+        "{found}"
+    );
+    assert_eq!(found["unresolved"][0]["name"], "status", "{found}");
+    assert_eq!(
+        found["unresolved"][0]["candidates"],
+        json!(["other__status", "pinned__status"]),
+        "{found}"
+    );
+    let defined: Vec<&str> = found["definitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(defined.len(), 4, "{found}");
+
+    // A keyword search activates too, and the turn read from either replica carries the
+    // activated definitions after the ones it started with.
+    let (status, found) = s
+        .call(
+            s.other(),
+            Method::POST,
+            &format!("/api/chats/{chat}/find-tools"),
+            Some(json!({ "turn_id": turn_id, "queries": ["deploy status"] })),
+        )
+        .await;
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(found["matches"][0]["name"], "other__status", "{found}");
+    for server in [s.one(), s.other()] {
+        let (status, read) = s
+            .call(
+                server,
+                Method::GET,
+                &format!("/api/chats/{chat}/turns/{turn_id}"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{read}");
+        let names = tool_names(&read);
+        assert_eq!(&names[..2], ["pinned__status", "find_tools"], "{read}");
+        for activated in ["tracker__tool_7", "tracker__tool_10", "other__status"] {
+            assert!(names.contains(&activated), "{activated} in {read}");
+        }
+        assert_eq!(read["tool_deferral"]["deferred"], 41, "{read}");
+    }
+
+    // A new turn starts with nothing activated again.
+    let (_, next) = s
+        .call(
+            s.one(),
+            Method::POST,
+            &format!("/api/chats/{chat}/turns"),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(
+        tool_names(&next),
+        ["pinned__status", "find_tools"],
+        "{next}"
+    );
 }

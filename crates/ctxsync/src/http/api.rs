@@ -3,7 +3,7 @@
 //! types, so the document cannot drift from what is answered. Served at
 //! [`OPENAPI_PATH`]; a committed copy (`crates/ctxsync/openapi.json`) is checked by a test.
 
-use ctxsync_chat_projection::{FindToolsResponse, ModelTool, Phase};
+use ctxsync_chat_projection::{Deferral, FindToolsResponse, ModelTool, Phase};
 use ctxsync_context_ui::Panel;
 use ctxsync_first_turn_gate::Outcome;
 use ctxsync_persistence::{AgentContext, AgentRecord, ChatTurnMode, TurnRecord};
@@ -374,8 +374,13 @@ pub struct TurnBody {
     /// The eligible tools, as handed to the model; held as written, from [`ModelTool`]s.
     #[schema(value_type = Vec<ModelTool>)]
     pub tools: Value,
-    /// Names find_tools has activated for this turn.
+    /// Names find_tools has activated for this turn; their definitions follow the ones
+    /// the turn started with in `tools`.
     pub active_tools: Vec<String>,
+    /// What the turn deferred behind find_tools because its tools were over the
+    /// server's budget; `null` when it carries every eligible tool. Held as written.
+    #[schema(value_type = Option<Deferral>)]
+    pub tool_deferral: Value,
     /// Only when the turn was not stored: why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turn_error: Option<String>,
@@ -390,6 +395,8 @@ pub struct StoredOutcome<'a> {
     pub mcp_discovery: &'a Option<Outcome>,
     /// As [`TurnBody::inventory_error`].
     pub inventory_error: &'a Option<String>,
+    /// As [`TurnBody::tool_deferral`].
+    pub tool_deferral: &'a Option<Deferral>,
 }
 
 impl TurnBody {
@@ -405,6 +412,7 @@ impl TurnBody {
             inventory_error: text("inventory_error"),
             tools: turn.tools.clone(),
             active_tools: turn.activated.clone(),
+            tool_deferral: field("tool_deferral"),
             turn_error: None,
         }
     }
@@ -436,6 +444,8 @@ pub struct FoundTools {
     /// The turn the tools were activated for.
     #[schema(format = Uuid)]
     pub turn_id: String,
+    /// The definitions of the tools this call activated, to add to the turn's tools.
+    pub definitions: Vec<ModelTool>,
 }
 
 /// A one-time link to the chat's page.

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use ctxsync_chat_projection::store::{LoadedChat, load_agent_context, load_chat};
-use ctxsync_chat_projection::{ActiveTools, FindToolsRequest};
+use ctxsync_chat_projection::{ActiveTools, FindToolsRequest, plan_turn_tools};
 use ctxsync_context_ui::{build_chat_panel, render_fragment, render_json, render_text};
 use ctxsync_first_turn_gate::TurnMode;
 use ctxsync_persistence::{AgentId, ChatId, ChatTurnMode, NewTurn, TurnId};
@@ -251,13 +251,16 @@ pub async fn turn(
     let started = std::time::Instant::now();
     let context = state.gate.prepare_turn(chat, mode).await;
     // The projection's model-facing shape: name, description and input schema, plus the
-    // title, output schema and `annotations_untrusted` when the server gave them.
-    let tools: Vec<_> = context.tools.iter().map(|t| t.model_definition()).collect();
+    // title, output schema and `annotations_untrusted` when the server gave them; over
+    // the budget, the tools that stay loaded and find_tools (a new turn activated none).
+    let planned = plan_turn_tools(&context.tools, &state.tool_budget, &ActiveTools::new());
+    let tools = planned.tools;
     let tool_count = tools.len();
     let outcome = serde_json::to_value(StoredOutcome {
         note: &context.note,
         mcp_discovery: &context.outcome,
         inventory_error: &context.inventory_error,
+        tool_deferral: &planned.deferral,
     })
     .expect("an outcome serializes");
     let new_turn = NewTurn {
@@ -279,6 +282,8 @@ pub async fn turn(
                 inventory_error: context.inventory_error,
                 tools: new_turn.tools,
                 active_tools: Vec::new(),
+                tool_deferral: serde_json::to_value(&planned.deferral)
+                    .expect("a deferral serializes"),
                 turn_error: Some(format!(
                     "the turn was not stored ({}): find-tools cannot name it",
                     refusal.message
@@ -316,7 +321,35 @@ pub async fn get_turn(
         .get_turn(chat, turn)
         .await?
         .ok_or_else(|| turn_not_found(chat, turn))?;
-    Ok(Json(TurnBody::of(&recorded)).into_response())
+    let mut body = TurnBody::of(&recorded);
+    if !recorded.activated.is_empty() {
+        // Activated tools join the turn, defined from the live catalog: a tool that is no
+        // longer eligible (the view turned stale, the server went away) is not offered.
+        let (_, loaded) = loaded_chat(&state, &raw_chat).await?;
+        let active: ActiveTools = recorded.activated.iter().cloned().collect();
+        append_definitions(&mut body.tools, &active.tools(loaded.context.mcp().tools()));
+    }
+    Ok(Json(body).into_response())
+}
+
+/// Appends the definitions of `tools` that `listed` (a turn's stored tool list) lacks.
+fn append_definitions(
+    listed: &mut serde_json::Value,
+    tools: &[&ctxsync_chat_projection::EligibleTool],
+) {
+    let Some(list) = listed.as_array_mut() else {
+        return;
+    };
+    let present: std::collections::HashSet<String> = list
+        .iter()
+        .filter_map(|t| t.get("name").and_then(serde_json::Value::as_str))
+        .map(str::to_owned)
+        .collect();
+    for tool in tools {
+        if !present.contains(&tool.name) {
+            list.push(serde_json::to_value(tool.model_definition()).expect("a tool serializes"));
+        }
+    }
 }
 
 fn turn_not_found(chat: ChatId, turn: TurnId) -> ApiError {
@@ -364,9 +397,15 @@ pub async fn find_tools(
         queries: request.queries,
         names: request.names,
     };
-    let found =
-        ctxsync_chat_projection::find_tools(loaded.context.mcp().tools(), &search, &mut active)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let catalog = loaded.context.mcp().tools();
+    let found = ctxsync_chat_projection::find_tools(catalog, &search, &mut active)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let definitions = found
+        .activated
+        .iter()
+        .filter_map(|name| catalog.get(name))
+        .map(|t| t.model_definition())
+        .collect();
     if !found.activated.is_empty()
         && !state
             .store
@@ -379,6 +418,7 @@ pub async fn find_tools(
     Ok(Json(FoundTools {
         found,
         turn_id: stored.turn_id.to_string(),
+        definitions,
     })
     .into_response())
 }

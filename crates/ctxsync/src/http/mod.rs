@@ -46,6 +46,9 @@ pub struct AppState {
     /// How often an open event stream re-reads its chat in case a notification was lost
     /// (raised to [`bounds::MIN_EVENT_RECHECK`]).
     pub event_recheck: std::time::Duration,
+    /// A turn's budget for tool definitions; over it, tools are deferred behind
+    /// find_tools.
+    pub tool_budget: ctxsync_chat_projection::ToolBudget,
     /// Turns true when the server stops: event streams end so the drain can finish.
     pub stopping: tokio::sync::watch::Receiver<bool>,
 }
