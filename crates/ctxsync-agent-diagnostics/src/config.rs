@@ -49,6 +49,9 @@ pub struct ServerEntry {
     /// The entry asked (`"alwaysLoad": true`) for the server's tools to stay loaded in
     /// every turn, even one that defers tools behind a search tool; false when absent.
     pub always_load: bool,
+    /// Set for a server an Agent Plugins package declares: how it is launched (its own
+    /// environment and working directory); `None` for `.mcp.json` servers.
+    pub plugin: Option<crate::plugin::PluginLaunch>,
 }
 
 impl ServerEntry {
@@ -178,6 +181,7 @@ pub fn parse_config_bytes(
                 transport,
                 source: path.to_owned(),
                 always_load,
+                plugin: None,
             }),
             Err(reasons) => rejected.push(format!("{}: {}", quote_name(name), reasons.join(", "))),
         }
@@ -257,7 +261,7 @@ fn outcome_error(path: &Path, error: String) -> ConfigOutcome {
 }
 
 /// A name for messages: quoted and cut, since names can be long.
-fn quote_name(name: &str) -> String {
+pub(crate) fn quote_name(name: &str) -> String {
     if name.len() <= NAME_QUOTE_BYTES {
         return format!("\"{name}\"");
     }
@@ -268,7 +272,7 @@ fn quote_name(name: &str) -> String {
     format!("\"{}…\"", &name[..cut])
 }
 
-fn name_problems(name: &str) -> Vec<String> {
+pub(crate) fn name_problems(name: &str) -> Vec<String> {
     let mut problems = Vec::new();
     if name.is_empty() {
         problems.push("empty name".to_owned());
@@ -390,6 +394,10 @@ fn parse_entry(
     env: &BTreeMap<String, String>,
 ) -> Result<(TransportConfig, bool), Vec<String>> {
     let mut problems = name_problems(name);
+    if name.contains('/') {
+        problems
+            .push("name contains \"/\", which only plugin servers (<plugin>/<server>) have".into());
+    }
     let mut expander = Expander {
         env,
         missing: BTreeSet::new(),
@@ -592,6 +600,12 @@ mod tests {
             r#"{"mcpServers": {"": {"command": "a"}, "a__b": {"command": "a"}, "_a": {"command": "a"}, "b_": {"command": "a"}}}"#,
             &[
                 "error: 4 invalid server entries: \"\": empty name; \"_a\": name starts or ends with \"_\"; \"a__b\": name contains \"__\"; \"b_\": name starts or ends with \"_\"",
+            ],
+        );
+        check(
+            r#"{"mcpServers": {"kit/db": {"command": "a"}}}"#,
+            &[
+                "error: 1 invalid server entry: \"kit/db\": name contains \"/\", which only plugin servers (<plugin>/<server>) have",
             ],
         );
         check(
@@ -858,6 +872,7 @@ mod tests {
             },
             source: PathBuf::from("x"),
             always_load: false,
+            plugin: None,
         };
         let out = crate::sanitize::sanitize_diagnostic(
             "pass-1234 at /p-secret q-secret tok-abcd Bearer tok-abcd",

@@ -493,12 +493,24 @@ impl ConnectionTask {
         let probe_timeout = (lifecycle == McpLifecycle::Auto).then_some(self.probe_timeout);
         let session = match &self.entry.transport {
             TransportConfig::Stdio { command, args, env } => {
+                // A plugin's server gets its own environment and directory, never the
+                // agent's whole environment (see `PluginLaunch::environment`).
+                let plugin_env;
+                let no_env = BTreeMap::new();
+                let (agent_env, entry_env, cwd) = match &self.entry.plugin {
+                    Some(launch) => {
+                        prepare_plugin_dirs(launch).map_err(ConnectError::Spawn)?;
+                        plugin_env = launch.environment(&self.agent_env, env);
+                        (&plugin_env, &no_env, launch.cwd.as_path())
+                    }
+                    None => (&*self.agent_env, env, self.workspace_dir.as_path()),
+                };
                 let spec = SpawnSpec {
                     command,
                     args,
-                    agent_env: &self.agent_env,
-                    entry_env: env,
-                    cwd: &self.workspace_dir,
+                    agent_env,
+                    entry_env,
+                    cwd,
                 };
                 let (child, stdout, stdin) = ServerProcess::spawn(spec, self.groups.clone())
                     .map_err(|error| match error.kind() {
@@ -530,11 +542,16 @@ impl ConnectionTask {
                     .collect();
                 let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
                     .custom_headers(headers);
-                let transport = ProbeDeadline::new(
-                    StreamableHttpClientTransport::from_config(config),
-                    probe_timeout,
-                    watch.clone(),
-                );
+                let transport = match &self.entry.plugin {
+                    // A plugin's headers go to its configured origin only (Agent Plugins
+                    // §7.2.1): a redirect elsewhere is refused, not followed.
+                    Some(_) => StreamableHttpClientTransport::with_client(
+                        same_origin_client(url).map_err(ConnectError::Spawn)?,
+                        config,
+                    ),
+                    None => StreamableHttpClientTransport::from_config(config),
+                };
+                let transport = ProbeDeadline::new(transport, probe_timeout, watch.clone());
                 client.serve_with_lifecycle(transport, mode).await
             }
         };
@@ -588,6 +605,45 @@ impl ConnectionTask {
         };
         Some(self.sanitize(&message))
     }
+}
+
+/// Creates a plugin server's data directory (owner-only) and, when its working directory
+/// lies inside it, that too, before the server starts (Agent Plugins §9.1).
+fn prepare_plugin_dirs(launch: &crate::plugin::PluginLaunch) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true).mode(0o700);
+    for dir in std::iter::once(&launch.data_dir)
+        .chain(Some(&launch.cwd).filter(|cwd| cwd.starts_with(&launch.data_dir)))
+    {
+        builder.create(dir).map_err(|error| {
+            format!(
+                "cannot create the plugin data directory {}: {error}",
+                dir.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// An HTTP client that follows redirects only within `url`'s origin.
+fn same_origin_client(url: &str) -> Result<reqwest::Client, String> {
+    let origin = url::Url::parse(url)
+        .map_err(|error| format!("invalid URL: {error}"))?
+        .origin();
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() >= 10 {
+            attempt.error("too many redirects")
+        } else if attempt.url().origin() == origin {
+            attempt.follow()
+        } else {
+            attempt.error("refused a redirect to another origin: a plugin's headers stay with its configured origin")
+        }
+    });
+    reqwest::Client::builder()
+        .redirect(policy)
+        .build()
+        .map_err(|error| format!("cannot set up the HTTP client: {error}"))
 }
 
 /// After a refused `server/discover`, the `initialize` fallback's failure is the one that

@@ -118,6 +118,13 @@ pub struct EngineConfig {
     /// While watching, config files are also checked this often, which catches the changes
     /// a watch misses (a directory that did not exist, the system's watch limit).
     pub poll_interval: Duration,
+    /// Where Agent Plugins packages are found, in precedence order (see
+    /// [`crate::discover_plugins`]); their `mcp.json` servers run as `<plugin>/<server>`
+    /// after the config files' servers. Defaults to the workspace's and the home
+    /// directory's `.agents/plugins`.
+    pub plugin_dirs: Vec<PathBuf>,
+    /// Under which each plugin gets its persistent data directory (`PLUGIN_DATA`).
+    pub plugin_data_dir: PathBuf,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -134,15 +141,23 @@ impl std::fmt::Debug for EngineConfig {
             .field("watch", &self.watch)
             .field("watch_debounce", &self.watch_debounce)
             .field("poll_interval", &self.poll_interval)
+            .field("plugin_dirs", &self.plugin_dirs)
+            .field("plugin_data_dir", &self.plugin_data_dir)
             .finish()
     }
 }
 
 impl EngineConfig {
-    /// Defaults: the process environment, 30 s timeout, retries, watching on.
+    /// Defaults: the process environment, 30 s timeout, retries, watching on, plugins from
+    /// the workspace's and `$HOME`'s `.agents/plugins` with their data under
+    /// [`default_plugin_data_dir`].
     pub fn new(workspace_dir: impl Into<PathBuf>) -> Self {
+        let workspace_dir = workspace_dir.into();
+        let home = std::env::var_os("HOME").map(PathBuf::from);
         Self {
-            workspace_dir: workspace_dir.into(),
+            plugin_dirs: crate::plugin::default_plugin_dirs(&workspace_dir, home.as_deref()),
+            plugin_data_dir: default_plugin_data_dir(),
+            workspace_dir,
             config_paths: Vec::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             lifecycle: McpLifecycle::default(),
@@ -178,6 +193,20 @@ impl EngineConfig {
                 .map(|path| ConfigFile::named(self.workspace_dir.join(path))),
         );
         files
+    }
+}
+
+/// Where plugins' data directories live by default: `$XDG_DATA_HOME/ctxsync/plugins`, else
+/// `~/.local/share/ctxsync/plugins`, else (no home) the temporary directory's
+/// `ctxsync-plugins`.
+pub fn default_plugin_data_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")));
+    match base {
+        Some(base) => base.join("ctxsync").join("plugins"),
+        None => std::env::temp_dir().join("ctxsync-plugins"),
     }
 }
 
@@ -225,9 +254,18 @@ impl Engine {
         let files = config.files();
         let (watcher, poller) = if config.watch {
             let paths: Vec<PathBuf> = files.iter().map(|file| file.path.clone()).collect();
-            let watcher = crate::watch::watch_files(&paths, commands.downgrade());
+            let plugin_dirs = config.plugin_dirs.clone();
+            let mut watched = paths.clone();
+            watched.extend(crate::plugin::plugin_watch_paths(&plugin_dirs));
+            let watcher = crate::watch::watch_files(&watched, commands.downgrade());
+            // Plugin packages come and go: the poll lists them anew each time.
+            let polled = move || {
+                let mut polled = paths.clone();
+                polled.extend(crate::plugin::plugin_watch_paths(&plugin_dirs));
+                polled
+            };
             let poller =
-                crate::watch::poll_files(paths, config.poll_interval, commands.downgrade());
+                crate::watch::poll_files(polled, config.poll_interval, commands.downgrade());
             (watcher, Some(poller))
         } else {
             (None, None)
@@ -504,11 +542,19 @@ impl Actor {
     async fn start_reload(&mut self, waiters: Vec<Waiter>, initial: bool) {
         let files = self.files.clone();
         let env = self.agent_env.clone();
+        let plugin_dirs = self.config.plugin_dirs.clone();
+        let data_root = self.config.plugin_data_dir.clone();
         // File I/O off the runtime threads; the actor just waits for the parse.
-        let (entries, outcomes) =
-            tokio::task::spawn_blocking(move || load_config_files(&files, &env))
-                .await
-                .unwrap_or_default();
+        let (entries, outcomes) = tokio::task::spawn_blocking(move || {
+            let (mut entries, mut outcomes) = load_config_files(&files, &env);
+            let (plugin_entries, plugin_outcomes) =
+                crate::plugin::load_plugins(&plugin_dirs, &data_root);
+            entries.extend(plugin_entries);
+            outcomes.extend(plugin_outcomes);
+            (entries, outcomes)
+        })
+        .await
+        .unwrap_or_default();
 
         let mut secrets = self.base_secrets.clone();
         for entry in &entries {

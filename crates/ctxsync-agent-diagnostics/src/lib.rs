@@ -9,7 +9,8 @@
 //! blocking. Every diagnostic leaving it is sanitized and bounded ([`sanitize_diagnostic`]).
 //! Files a workspace names are opened with [`open_regular_file`] (regular files only,
 //! symlinks kept inside the workspace, reads bounded), which the agent's context resolver
-//! shares.
+//! shares. Agent Plugins packages ([`discover_plugins`]) add their `mcp.json` servers as
+//! `<plugin>/<server>`, launched with an allow-listed environment, never the agent's own.
 //!
 //! It must never know about protobuf, gRPC or databases, and never depends on another ctxsync
 //! crate (only `ctxsync-mcp-fixture`, as a dev-dependency for tests).
@@ -47,6 +48,7 @@ mod connection;
 mod engine;
 mod lifecycle;
 mod line_limit;
+mod plugin;
 mod process;
 mod report;
 mod safe_file;
@@ -64,8 +66,14 @@ pub use connection::{
 pub use engine::{
     DEFAULT_CONFIG_POLL_INTERVAL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RETRY_INITIAL,
     DEFAULT_RETRY_MAX, DEFAULT_WATCH_DEBOUNCE, Engine, EngineConfig, EngineError, RetryPolicy,
+    default_plugin_data_dir,
 };
 pub use lifecycle::{DEFAULT_DISCOVER_PROBE_TIMEOUT, McpLifecycle};
+pub use plugin::{
+    MAX_PLUGINS, PLUGIN_ENV_ALLOW_LIST, PLUGIN_MANIFEST, PLUGIN_MCP_CONFIG, PLUGIN_SKILLS_DIR,
+    PLUGINS_DIR, Plugin, PluginLaunch, PluginScan, default_plugin_dirs, discover_plugins,
+    load_plugin_servers, load_plugins, parse_plugin_servers, plugin_watch_paths,
+};
 pub use report::{
     ConnectTimings, PendingServer, Phase, Progress, Report, ServerDetails, ServerReport,
     ToolAnnotations, ToolIcon, ToolInfo,

@@ -111,6 +111,14 @@ pub struct ServerReport {
     pub always_load: bool,
 }
 
+impl ServerReport {
+    /// The Agent Plugins package that declared the server, for a `<plugin>/<server>` name
+    /// (only plugin servers have a `/`).
+    pub fn plugin(&self) -> Option<&str> {
+        self.name.split_once('/').map(|(plugin, _)| plugin)
+    }
+}
+
 /// What a connected server said about itself, and how long connecting took. Its text is the
 /// server's, untrusted: bounded, with the server's own secrets redacted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -70,17 +70,22 @@ enum Stamp {
     Missing(std::io::ErrorKind),
 }
 
-fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
+fn stamps(files: &[PathBuf]) -> Vec<(PathBuf, Stamp)> {
     files
         .iter()
-        .map(|file| match std::fs::metadata(file) {
-            Ok(meta) => Stamp::Present {
-                len: meta.len(),
-                modified: meta.modified().ok(),
-                inode: meta.ino(),
-                changed: (meta.ctime(), meta.ctime_nsec()),
-            },
-            Err(error) => Stamp::Missing(error.kind()),
+        .map(|file| {
+            (
+                file.clone(),
+                match std::fs::metadata(file) {
+                    Ok(meta) => Stamp::Present {
+                        len: meta.len(),
+                        modified: meta.modified().ok(),
+                        inode: meta.ino(),
+                        changed: (meta.ctime(), meta.ctime_nsec()),
+                    },
+                    Err(error) => Stamp::Missing(error.kind()),
+                },
+            )
         })
         .collect()
 }
@@ -95,17 +100,17 @@ impl Drop for Poller {
     }
 }
 
-/// Checks `files` every `interval` and sends [`Command::FilesChanged`] when what `stat`
+/// Checks the paths `files` lists every `interval` (listed anew each time) and sends [`Command::FilesChanged`] when what `stat`
 /// says of one differs. A watch misses changes in a directory that did not exist when it
 /// was set, or beyond the system's watch limit; this catches them late but surely. The
 /// first stamps are taken now, before the engine's first read.
 pub(crate) fn poll_files(
-    files: Vec<PathBuf>,
+    files: impl Fn() -> Vec<PathBuf> + Send + Sync + 'static,
     interval: Duration,
     commands: mpsc::WeakUnboundedSender<Command>,
 ) -> Poller {
-    let files: Arc<[PathBuf]> = files.into();
-    let mut last = stamps(&files);
+    let files = Arc::new(files);
+    let mut last = stamps(&files());
     // A zero period would spin; tokio refuses it anyway.
     let interval = interval.max(Duration::from_millis(10));
     Poller(tokio::spawn(async move {
@@ -115,7 +120,7 @@ pub(crate) fn poll_files(
             ticks.tick().await;
             let files = files.clone();
             // `stat` may block (a network file system); keep it off the runtime threads.
-            let Ok(now) = tokio::task::spawn_blocking(move || stamps(&files)).await else {
+            let Ok(now) = tokio::task::spawn_blocking(move || stamps(&files())).await else {
                 return;
             };
             let Some(commands) = commands.upgrade() else {

@@ -159,6 +159,10 @@ pub struct FixtureConfig {
     /// The server's instructions (default: `nonce=<nonce> pid=<pid>`).
     #[arg(long, value_name = "TEXT")]
     instructions: Option<String>,
+    /// Instructions that report the process: `cwd=<dir> env=<NAME,NAME,...>` (the names of
+    /// its environment variables, sorted; never their values).
+    #[arg(long, conflicts_with = "instructions")]
+    env_in_instructions: bool,
     /// Wait this long before answering `initialize`.
     #[arg(long, default_value_t = 0)]
     init_delay_ms: u64,
@@ -292,6 +296,9 @@ impl FixtureConfig {
         if let Some(text) = &self.instructions {
             flag("instructions", Some(text.clone()));
         }
+        if self.env_in_instructions {
+            flag("env-in-instructions", None);
+        }
         flag("init-delay-ms", Some(self.init_delay_ms.to_string()));
         if self.hang {
             flag("hang", None);
@@ -370,6 +377,11 @@ impl FixtureConfig {
     /// Give these instructions instead of the nonce and pid.
     pub fn instructions(mut self, text: impl Into<String>) -> Self {
         self.instructions = Some(text.into());
+        self
+    }
+    /// Report the working directory and environment variable names in the instructions.
+    pub fn env_in_instructions(mut self) -> Self {
+        self.env_in_instructions = true;
         self
     }
     /// Speak this MCP lifecycle (the default is [`FixtureLifecycle::Legacy`]).
@@ -517,8 +529,16 @@ impl FixtureConfig {
         self
     }
 
-    pub(crate) fn instructions_value(&self) -> Option<&str> {
-        self.instructions.as_deref()
+    pub(crate) fn instructions_value(&self) -> Option<String> {
+        if self.env_in_instructions {
+            let mut names: Vec<String> = std::env::vars_os()
+                .map(|(name, _)| name.to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            let cwd = std::env::current_dir().unwrap_or_default();
+            return Some(format!("cwd={} env={}", cwd.display(), names.join(",")));
+        }
+        self.instructions.clone()
     }
     pub(crate) fn lifecycle_value(&self) -> FixtureLifecycle {
         self.lifecycle

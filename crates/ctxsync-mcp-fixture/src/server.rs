@@ -194,7 +194,7 @@ impl ServerHandler for FixtureServer {
             .enable_tool_list_changed()
             .build();
         let instructions = match self.shared.config.instructions_value() {
-            Some(text) => text.to_owned(),
+            Some(text) => text,
             None => format!("nonce={} pid={}", self.shared.nonce, std::process::id()),
         };
         let mut info = InitializeResult::new(capabilities).with_instructions(instructions);

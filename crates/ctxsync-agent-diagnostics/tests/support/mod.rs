@@ -70,6 +70,9 @@ impl Workspace {
             enabled: false,
             ..RetryPolicy::default()
         };
+        // The machine's own ~/.agents/plugins must never leak into a test.
+        config.plugin_dirs = vec![self.file(".agents/plugins")];
+        config.plugin_data_dir = self.file(".plugin-data");
         config
     }
 }
