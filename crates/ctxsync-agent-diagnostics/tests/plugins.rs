@@ -55,7 +55,7 @@ async fn plugin_servers_run_with_an_allow_listed_environment_and_fail_alone() {
     );
     launcher(
         &kit.join("bin/server"),
-        &FixtureConfig::new().tools(2).env_in_instructions(),
+        &FixtureConfig::new().tools(2).report_env(),
     );
     launcher(&ws.file("outside.sh"), &FixtureConfig::new().tools(1));
     std::os::unix::fs::symlink(ws.file("outside.sh"), kit.join("bin/escape")).unwrap();
@@ -86,7 +86,7 @@ async fn plugin_servers_run_with_an_allow_listed_environment_and_fail_alone() {
     let local = server(&report, "kit/local");
     assert!(local.connected, "{local:#?}");
     assert_eq!(local.plugin(), Some("kit"));
-    assert_eq!(tool_names(local), ["tool_0", "tool_1"]);
+    assert_eq!(tool_names(local), ["tool_0", "tool_1", "report_env"]);
     let said = local
         .details
         .as_ref()

@@ -61,6 +61,7 @@ pub async fn publish_until_complete(
         scan: ScanConfig {
             workspace_dir: workspace,
             extra_roots: Vec::new(),
+            plugin_dirs: Vec::new(),
             mcp_config_paths: Vec::new(),
         },
         timing: Timing::default(),

@@ -54,7 +54,12 @@
 //!     ca_cert_files: Vec::new(),
 //!     token,
 //!     agent_version: "1.0.0".into(),
-//!     scan: ScanConfig { workspace_dir: workspace, extra_roots: vec![], mcp_config_paths: vec![] },
+//!     scan: ScanConfig {
+//!         workspace_dir: workspace,
+//!         extra_roots: vec![],
+//!         mcp_config_paths: vec![],
+//!         plugin_dirs: vec![],
+//!     },
 //!     timing: Timing::default(),
 //!     max_watched_dirs: DEFAULT_MAX_WATCHED_DIRS,
 //! };

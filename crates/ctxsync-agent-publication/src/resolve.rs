@@ -51,6 +51,10 @@ pub struct ScanConfig {
     /// MCP config files beyond each root's `.mcp.json` (the agent's `--mcp-config`); each
     /// gets an `mcp_config` row when it exists.
     pub mcp_config_paths: Vec<PathBuf>,
+    /// Where Agent Plugins packages are found, in precedence order (the engine's
+    /// `plugin_dirs`). Each loaded plugin's `mcp.json` gets an `mcp_config` row
+    /// `<plugin>/mcp.json`, and its skills rows `<plugin>/skills/<dir>/SKILL.md`.
+    pub plugin_dirs: Vec<PathBuf>,
 }
 
 /// One resolve: what a snapshot will carry, before it gets a version and a run id.
@@ -301,6 +305,28 @@ impl Resolver {
             }
         }
 
+        // Plugin packages: their MCP config and skills, attributed to the plugin. Its
+        // manifest gets a row only when the report has something to say about it.
+        let plugin_dirs: Vec<PathBuf> = scan
+            .plugin_dirs
+            .iter()
+            .map(|dir| scan::normalize(&self.workspace, dir))
+            .collect();
+        let mut plugin_sources = std::collections::HashMap::new();
+        for dir in &plugin_dirs {
+            self.watch.any(dir.clone());
+            self.watch.file(dir);
+        }
+        for plugin in ctxsync_agent_diagnostics::discover_plugins(&plugin_dirs).plugins {
+            for file in [
+                ctxsync_agent_diagnostics::PLUGIN_MANIFEST,
+                ctxsync_agent_diagnostics::PLUGIN_MCP_CONFIG,
+            ] {
+                plugin_sources.insert(plugin.dir.join(file), format!("{}/{file}", plugin.name));
+            }
+            out.extend(scan::list_plugin(&plugin, &mut self.watch));
+        }
+
         // Config files outside the roots: configured ones, then those only the report knows.
         let mut extra: Vec<PathBuf> = scan
             .mcp_config_paths
@@ -317,7 +343,10 @@ impl Resolver {
         extra.extend(from_report);
         let mut used: HashSet<String> = out.iter().map(|(s, _)| s.clone()).collect();
         for path in extra {
-            let source = self.source_of(&path);
+            let source = plugin_sources
+                .get(&path)
+                .cloned()
+                .unwrap_or_else(|| self.source_of(&path));
             self.watch.file(&path);
             if used.contains(&source) {
                 continue;
@@ -385,7 +414,7 @@ impl Resolver {
         if candidate.kind == Kind::EscapingSkillContainer {
             row.status = ResourceStatus::Invalid;
             row.error = Some(
-                "this skills directory is a symlink that leads outside the scan root; its skills were not read"
+                "this skills directory is not a directory inside its scan root or plugin (a symlink that leads outside, or a file); its skills were not read"
                     .into(),
             );
             return row;

@@ -260,6 +260,73 @@ pub(crate) fn list_root(
     out
 }
 
+/// The candidates of one Agent Plugins package, with their sources: its `mcp.json`
+/// (`<plugin>/mcp.json`) and its skills (`<plugin>/skills/<dir>/SKILL.md`, immediate
+/// subdirectories only, as the specification says), all confined to the plugin root.
+pub(crate) fn list_plugin(
+    plugin: &ctxsync_agent_diagnostics::Plugin,
+    watch: &mut WatchSet,
+) -> Vec<(String, Candidate)> {
+    use ctxsync_agent_diagnostics::{PLUGIN_MANIFEST, PLUGIN_MCP_CONFIG, PLUGIN_SKILLS_DIR};
+    let name = &plugin.name;
+    let candidate = |path: PathBuf, kind: Kind| Candidate {
+        path,
+        root: Some(plugin.root.clone()),
+        kind,
+    };
+    let mut out = Vec::new();
+    watch.names(
+        plugin.dir.clone(),
+        [PLUGIN_MANIFEST, PLUGIN_MCP_CONFIG, PLUGIN_SKILLS_DIR],
+    );
+    let config = plugin.dir.join(PLUGIN_MCP_CONFIG);
+    if exists(&config) {
+        out.push((
+            format!("{name}/{PLUGIN_MCP_CONFIG}"),
+            candidate(config, Kind::McpConfig),
+        ));
+    }
+    let dir = plugin.dir.join(PLUGIN_SKILLS_DIR);
+    if !exists(&dir) {
+        return out;
+    }
+    match fs::canonicalize(&dir) {
+        Ok(canonical) if canonical.starts_with(&plugin.root) && canonical.is_dir() => {}
+        // Outside the root, or not a directory: the skills component is invalid (§6.2).
+        _ => {
+            out.push((
+                format!("{name}/{PLUGIN_SKILLS_DIR}"),
+                candidate(dir, Kind::EscapingSkillContainer),
+            ));
+            return out;
+        }
+    }
+    watch.any(dir.clone());
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return out;
+    };
+    let mut names: Vec<(String, OsString)> = entries
+        .filter_map(Result::ok)
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.file_name()))
+        .filter(|(name, _)| !name.starts_with('.'))
+        .collect();
+    names.sort();
+    for (dir_name, os_name) in names {
+        let skill_dir = dir.join(&os_name);
+        let skill = skill_dir.join(SKILL_FILE);
+        if skill_dir.is_dir() {
+            watch.names(skill_dir, [SKILL_FILE]);
+        }
+        if exists(&skill) {
+            out.push((
+                format!("{name}/{PLUGIN_SKILLS_DIR}/{dir_name}/{SKILL_FILE}"),
+                candidate(skill, Kind::Skill { dir_name }),
+            ));
+        }
+    }
+    out
+}
+
 /// True when a directory entry exists at `path` (a dangling symlink counts: it is reported).
 pub(crate) fn exists(path: &Path) -> bool {
     fs::symlink_metadata(path).is_ok()

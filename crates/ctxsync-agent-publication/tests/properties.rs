@@ -191,6 +191,7 @@ proptest! {
         let scan = |ws: &Workspace| ScanConfig {
             workspace_dir: ws.path(),
             extra_roots: Vec::new(),
+            plugin_dirs: Vec::new(),
             mcp_config_paths: vec![ws.path().join("conf/extra.json")],
         };
         let first = resolve(&scan(&a), Some(&report));
@@ -380,6 +381,7 @@ proptest! {
         let scan = ScanConfig {
             workspace_dir: ws.path(),
             extra_roots,
+            plugin_dirs: Vec::new(),
             mcp_config_paths: Vec::new(),
         };
         let resolution = resolve(&scan, Some(&report));

@@ -498,6 +498,7 @@ fn config_outcomes_apply_to_config_rows() {
     let only_report = elsewhere.path().join("only-in-report.json");
     let scan = ScanConfig {
         workspace_dir: ws.path(),
+        plugin_dirs: Vec::new(),
         mcp_config_paths: vec![
             extra.clone(),
             warned.clone(),
@@ -687,6 +688,7 @@ fn extra_roots_long_sources_and_missing_roots() {
             long_root.clone(),
             ws.path().join("missing"),
         ],
+        plugin_dirs: Vec::new(),
         mcp_config_paths: Vec::new(),
     };
     let resolution = resolve(&scan, None);
@@ -726,4 +728,113 @@ fn extra_roots_long_sources_and_missing_roots() {
         "the duplicate root is read once"
     );
     wire_accepts(&resolution);
+}
+
+#[test]
+fn plugin_packages_publish_their_skills_and_mcp_config_under_the_plugin() {
+    let ws = Workspace::new();
+    let manifest = r#"{"$schema": "https://agent-plugins.org/schemas/1.0.0/plugin.schema.json", "name": "kit"}"#;
+    ws.write(".agents/plugins/kit/plugin.json", manifest);
+    ws.write(
+        ".agents/plugins/kit/mcp.json",
+        r#"{"$schema": "https://agent-plugins.org/schemas/1.0.0/mcp.schema.json", "mcpServers": {"db": {"type": "stdio", "command": "npx", "env": {"K": "SECRET-456"}}}}"#,
+    );
+    ws.write(
+        ".agents/plugins/kit/skills/deploy/SKILL.md",
+        "---\nname: deploy\ndescription: Ship it\n---\nSteps.\n",
+    );
+    ws.write(
+        ".agents/plugins/kit/skills/wrong/SKILL.md",
+        "---\nname: other\ndescription: x\n---\n",
+    );
+    // Deeper descendants are not skills (the specification forbids a recursive search).
+    ws.write(
+        ".agents/plugins/kit/skills/deploy/nested/SKILL.md",
+        "---\nname: nested\n---\n",
+    );
+    // A rejected manifest: its skills are never published.
+    ws.write(".agents/plugins/bad/plugin.json", r#"{"name": "bad"}"#);
+    ws.write(
+        ".agents/plugins/bad/skills/hidden/SKILL.md",
+        "---\nname: hidden\ndescription: x\n---\n",
+    );
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(outside.path().join("s")).unwrap();
+    ws.write(
+        ".agents/plugins/leaky/plugin.json",
+        manifest.replace("kit", "leaky"),
+    );
+    ws.symlink(outside.path(), ".agents/plugins/leaky/skills");
+
+    let mut report = report(
+        ReportPhase::Complete,
+        vec![server("kit/db", true, vec![tool("query")])],
+    );
+    let plugins = ws.path().join(".agents/plugins");
+    report.config_outcomes = vec![
+        ConfigOutcome {
+            path: plugins.join("kit/mcp.json"),
+            error: Some("1 invalid server entry, not started: \"x\": \"type\" is missing".into()),
+            warning: None,
+        },
+        ConfigOutcome {
+            path: plugins.join("bad/plugin.json"),
+            error: Some("plugin rejected: plugin.json has no \"$schema\"".into()),
+            warning: None,
+        },
+    ];
+    let scan = ScanConfig {
+        plugin_dirs: vec![plugins.clone()],
+        ..scan(&ws)
+    };
+    let resolution = resolve(&scan, Some(&report));
+    assert_eq!(
+        sources(&resolution),
+        [
+            ".agents/plugins/bad/plugin.json",
+            "kit/mcp.json",
+            "kit/skills/deploy/SKILL.md",
+            "kit/skills/wrong/SKILL.md",
+            "leaky/skills",
+            "mcp:kit/db",
+        ]
+    );
+    check_row(
+        &resolution,
+        "kit/skills/deploy/SKILL.md",
+        ResourceStatus::Ok,
+        None,
+    );
+    check_row(
+        &resolution,
+        "kit/skills/wrong/SKILL.md",
+        ResourceStatus::Invalid,
+        Some("does not match its directory name"),
+    );
+    check_row(
+        &resolution,
+        "kit/mcp.json",
+        ResourceStatus::Invalid,
+        Some("\"type\" is missing"),
+    );
+    let config = row(&resolution, "kit/mcp.json");
+    assert!(matches!(config.body, ResourceBody::McpConfig));
+    check_row(
+        &resolution,
+        ".agents/plugins/bad/plugin.json",
+        ResourceStatus::Invalid,
+        Some("plugin rejected"),
+    );
+    check_row(
+        &resolution,
+        "leaky/skills",
+        ResourceStatus::Invalid,
+        Some("its skills were not read"),
+    );
+    wire_accepts(&resolution);
+    let wire = format!("{:?}", resolution.to_snapshot(1, Some("run"), true));
+    assert!(
+        !wire.contains("SECRET-456"),
+        "a plugin's mcp.json body never leaves the agent"
+    );
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ctxsync_chat_projection::{AgentPresence, Binding, ChatContext, EligibleTool, Phase};
-use ctxsync_protocol::{McpServerInfo, Resource, ResourceStatus};
+use ctxsync_protocol::{McpServerInfo, Resource, ResourceStatus, plugin_of_source};
 
 use crate::model::*;
 
@@ -73,6 +73,7 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
                 description: body.description.clone(),
                 source: resource.source.clone(),
                 status: resource.status.as_str().into(),
+                plugin: plugin_of_source(&resource.source).map(str::to_owned),
             });
             row_issue(&mut issues, IssueKind::Skill, resource);
         }
@@ -151,6 +152,7 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
                 tools_ms: t.tools_ms,
             });
             ServerItem {
+                plugin: plugin_of_source(&format!("mcp:{}", server.name)).map(str::to_owned),
                 name: server.name.clone(),
                 state,
                 tool_count: tools.len(),

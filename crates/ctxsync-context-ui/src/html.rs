@@ -256,12 +256,50 @@ fn directory_label(directory: &str) -> &str {
     }
 }
 
+/// `items` grouped by plugin: the workspace's own first (`None`), then each plugin's in
+/// order of first appearance, each group keeping the items' order.
+pub(crate) fn by_plugin<T>(
+    items: &[T],
+    plugin: impl Fn(&T) -> Option<&str>,
+) -> Vec<(Option<&str>, Vec<&T>)> {
+    let mut groups: Vec<(Option<&str>, Vec<&T>)> = vec![(None, Vec::new())];
+    for item in items {
+        let key = plugin(item);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, group)) => group.push(item),
+            None => groups.push((key, vec![item])),
+        }
+    }
+    groups.retain(|(_, group)| !group.is_empty());
+    groups
+}
+
+/// The heading of one plugin's group of skills or servers.
+fn plugin_heading(h: &mut String, plugin: &str) {
+    let _ = write!(
+        h,
+        r#"<h4 class="plugin">Plugin <code>{}</code></h4>"#,
+        escape(plugin)
+    );
+}
+
 fn skills_section(h: &mut String, skills: &[SkillItem]) {
     open_section(h, "section-skills", &format!("Skills ({})", skills.len()));
     if skills.is_empty() {
         h.push_str(r#"<p class="empty">No skills.</p>"#);
-    } else {
-        h.push_str(r#"<ul aria-label="Skills">"#);
+    }
+    for (plugin, skills) in by_plugin(skills, |s| s.plugin.as_deref()) {
+        match plugin {
+            None => h.push_str(r#"<ul aria-label="Skills">"#),
+            Some(plugin) => {
+                plugin_heading(h, plugin);
+                let _ = write!(
+                    h,
+                    r#"<ul aria-label="Skills of plugin {}">"#,
+                    escape(plugin)
+                );
+            }
+        }
         for skill in skills {
             let _ = write!(
                 h,
@@ -327,49 +365,63 @@ fn mcp_section(h: &mut String, panel: &Panel) {
             h.push_str(
                 r#"<div class="tool-filter" role="search" aria-label="Tools"><label for="tool-filter">Filter tools</label> <input id="tool-filter" type="search" autocomplete="off" spellcheck="false" placeholder="name or description" aria-describedby="tool-filter-count"> <span id="tool-filter-count" class="filter-count" aria-live="polite"></span></div>"#,
             );
-            h.push_str(r#"<ul class="servers" aria-label="MCP servers">"#);
-            for server in servers {
-                let (class, badge) = match server.state {
-                    ServerState::Tools => ("tools", plural(server.tools.len(), "tool", "tools")),
-                    ServerState::NoTools => ("no-tools", "no tools".to_string()),
-                    ServerState::Failed => ("failed", "failed".to_string()),
-                };
-                let _ = write!(
-                    h,
-                    r#"<li class="server server-{class}"><strong class="server-name">{}</strong> <span class="badge badge-{class}">{badge}</span>"#,
-                    escape(&server.name)
-                );
-                if let Some(total) = server.total_ms {
-                    let _ = write!(h, r#" <span class="timing">ready in {total} ms</span>"#);
+            for (plugin, servers) in by_plugin(servers, |s| s.plugin.as_deref()) {
+                match plugin {
+                    None => h.push_str(r#"<ul class="servers" aria-label="MCP servers">"#),
+                    Some(plugin) => {
+                        plugin_heading(h, plugin);
+                        let _ = write!(
+                            h,
+                            r#"<ul class="servers" aria-label="MCP servers of plugin {}">"#,
+                            escape(plugin)
+                        );
+                    }
                 }
-                if let Some(connection) = &server.connection {
+                for server in servers {
+                    let (class, badge) = match server.state {
+                        ServerState::Tools => {
+                            ("tools", plural(server.tools.len(), "tool", "tools"))
+                        }
+                        ServerState::NoTools => ("no-tools", "no tools".to_string()),
+                        ServerState::Failed => ("failed", "failed".to_string()),
+                    };
                     let _ = write!(
                         h,
-                        r#" <span class="connection">{}</span>"#,
-                        escape(connection)
-                    );
-                }
-                if let Some(diagnostic) = &server.diagnostic {
-                    let _ = write!(
-                        h,
-                        r#" <span class="diagnostic wrap">{}</span>"#,
-                        escape(diagnostic)
-                    );
-                }
-                if !server.tools.is_empty() {
-                    let _ = write!(
-                        h,
-                        r#"<ul class="tools" aria-label="Tools of {}">"#,
+                        r#"<li class="server server-{class}"><strong class="server-name">{}</strong> <span class="badge badge-{class}">{badge}</span>"#,
                         escape(&server.name)
                     );
-                    for tool in &server.tools {
-                        tool_entry(h, tool);
+                    if let Some(total) = server.total_ms {
+                        let _ = write!(h, r#" <span class="timing">ready in {total} ms</span>"#);
                     }
-                    h.push_str("</ul>");
+                    if let Some(connection) = &server.connection {
+                        let _ = write!(
+                            h,
+                            r#" <span class="connection">{}</span>"#,
+                            escape(connection)
+                        );
+                    }
+                    if let Some(diagnostic) = &server.diagnostic {
+                        let _ = write!(
+                            h,
+                            r#" <span class="diagnostic wrap">{}</span>"#,
+                            escape(diagnostic)
+                        );
+                    }
+                    if !server.tools.is_empty() {
+                        let _ = write!(
+                            h,
+                            r#"<ul class="tools" aria-label="Tools of {}">"#,
+                            escape(&server.name)
+                        );
+                        for tool in &server.tools {
+                            tool_entry(h, tool);
+                        }
+                        h.push_str("</ul>");
+                    }
+                    h.push_str("</li>");
                 }
-                h.push_str("</li>");
+                h.push_str("</ul>");
             }
-            h.push_str("</ul>");
             h.push_str(r#"<p class="no-match" hidden>No tool matches the filter.</p>"#);
         }
     }
@@ -477,6 +529,7 @@ code { overflow-wrap: anywhere; }
 .servers { list-style: none; padding: 0; margin: 0; }
 .server { border-top: 1px solid #ddd; padding: 0.5rem 0; }
 .server-name { font-size: 1.05rem; }
+h4.plugin { margin: 0.8rem 0 0.2rem; font-size: 0.95rem; }
 .connection, .timing { font-size: 0.8rem; color: #555; }
 .connection, .server .diagnostic { display: block; }
 .server-failed .diagnostic { color: #9b1c1c; }

@@ -346,10 +346,13 @@ pub struct SkillItem {
     pub name: String,
     /// The skill's description.
     pub description: String,
-    /// The path of its skill file, relative to the workspace.
+    /// The path of its skill file, relative to the workspace, or `<plugin>/skills/…` for a
+    /// plugin's skill.
     pub source: String,
     /// Its resource status, e.g. `ok` or `invalid`.
     pub status: String,
+    /// The Agent Plugins package it comes from; `None` for the workspace's own skills.
+    pub plugin: Option<String>,
 }
 
 /// The panel's MCP section.
@@ -447,8 +450,10 @@ pub struct ConfigItem {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ServerItem {
-    /// The server's name.
+    /// The server's name (`<plugin>/<server>` for a plugin's server).
     pub name: String,
+    /// The Agent Plugins package that declared it; `None` for a config file's server.
+    pub plugin: Option<String>,
     /// How its discovery went.
     pub state: ServerState,
     /// Its tools, as the panel lists them.

@@ -100,18 +100,27 @@ pub fn render_text(panel: &Panel) -> String {
     }
 
     let _ = writeln!(t, "\nSkills ({})", panel.skills.len());
-    for skill in &panel.skills {
-        let line = if skill.description.is_empty() {
-            format!("{}{}", skill.name, status_suffix(&skill.status))
-        } else {
-            format!(
-                "{}{} — {}",
-                skill.name,
-                status_suffix(&skill.status),
-                skill.description
-            )
+    for (plugin, skills) in crate::html::by_plugin(&panel.skills, |s| s.plugin.as_deref()) {
+        let indent = match plugin {
+            Some(plugin) => {
+                let _ = writeln!(t, "  Plugin {plugin}:");
+                4
+            }
+            None => 2,
         };
-        wrapped(&mut t, 2, &line);
+        for skill in skills {
+            let line = if skill.description.is_empty() {
+                format!("{}{}", skill.name, status_suffix(&skill.status))
+            } else {
+                format!(
+                    "{}{} — {}",
+                    skill.name,
+                    status_suffix(&skill.status),
+                    skill.description
+                )
+            };
+            wrapped(&mut t, indent, &line);
+        }
     }
 
     let _ = writeln!(t, "\nMCP config files ({})", panel.mcp.configs.len());
@@ -133,35 +142,44 @@ pub fn render_text(panel: &Panel) -> String {
         }
         Some(servers) => {
             let _ = writeln!(t, "\nMCP servers ({})", servers.len());
-            for server in servers {
-                let state = match server.state {
-                    ServerState::Tools => format!(
-                        "{} tool{}",
-                        server.tools.len(),
-                        if server.tools.len() == 1 { "" } else { "s" }
-                    ),
-                    ServerState::NoTools => "no tools".into(),
-                    ServerState::Failed => "failed".into(),
-                };
-                let line = match &server.diagnostic {
-                    Some(d) => format!("{} [{state}]: {d}", server.name),
-                    None => format!("{} [{state}]", server.name),
-                };
-                wrapped(&mut t, 2, &line);
-                if let Some(connection) = &server.connection {
-                    wrapped(&mut t, 4, connection);
-                }
-                for tool in &server.tools {
-                    let mut line = tool.name.clone();
-                    if let Some(title) = &tool.title {
-                        let _ = write!(line, " “{title}”");
+            for (plugin, servers) in crate::html::by_plugin(servers, |s| s.plugin.as_deref()) {
+                let base = match plugin {
+                    Some(plugin) => {
+                        let _ = writeln!(t, "  Plugin {plugin}:");
+                        4
                     }
-                    if !tool.hints.is_empty() {
-                        let hints: Vec<&str> = tool.hints.iter().map(|h| h.label()).collect();
-                        let _ = write!(line, " [server hints: {}]", hints.join(", "));
+                    None => 2,
+                };
+                for server in servers {
+                    let state = match server.state {
+                        ServerState::Tools => format!(
+                            "{} tool{}",
+                            server.tools.len(),
+                            if server.tools.len() == 1 { "" } else { "s" }
+                        ),
+                        ServerState::NoTools => "no tools".into(),
+                        ServerState::Failed => "failed".into(),
+                    };
+                    let line = match &server.diagnostic {
+                        Some(d) => format!("{} [{state}]: {d}", server.name),
+                        None => format!("{} [{state}]", server.name),
+                    };
+                    wrapped(&mut t, base, &line);
+                    if let Some(connection) = &server.connection {
+                        wrapped(&mut t, base + 2, connection);
                     }
-                    let _ = write!(line, " — {}", tool.description);
-                    wrapped(&mut t, 6, &line);
+                    for tool in &server.tools {
+                        let mut line = tool.name.clone();
+                        if let Some(title) = &tool.title {
+                            let _ = write!(line, " “{title}”");
+                        }
+                        if !tool.hints.is_empty() {
+                            let hints: Vec<&str> = tool.hints.iter().map(|h| h.label()).collect();
+                            let _ = write!(line, " [server hints: {}]", hints.join(", "));
+                        }
+                        let _ = write!(line, " — {}", tool.description);
+                        wrapped(&mut t, base + 4, &line);
+                    }
                 }
             }
         }

@@ -67,6 +67,7 @@ fn base(state: DiscoveryState) -> Panel {
             description: "Reviews a change for bugs".into(),
             source: "skills/code-review/SKILL.md".into(),
             status: "ok".into(),
+            plugin: None,
         }],
         mcp: McpSection {
             configs: vec![ConfigItem {
@@ -102,6 +103,7 @@ fn mixed_servers() -> Vec<ServerItem> {
     vec![
         ServerItem {
             name: "fs".into(),
+            plugin: None,
             state: ServerState::Tools,
             tools: vec![
                 ToolItem {
@@ -139,6 +141,7 @@ fn mixed_servers() -> Vec<ServerItem> {
         },
         ServerItem {
             name: "empty".into(),
+            plugin: None,
             state: ServerState::NoTools,
             tools: vec![],
             tool_count: 0,
@@ -150,7 +153,26 @@ fn mixed_servers() -> Vec<ServerItem> {
             connection: ServerItem::connection_line(Some("2025-11-25"), None, None),
         },
         ServerItem {
+            name: "kit/db".into(),
+            plugin: Some("kit".into()),
+            state: ServerState::Tools,
+            tools: vec![ToolItem {
+                name: "query".into(),
+                title: None,
+                description: "Run a query".into(),
+                hints: vec![],
+            }],
+            tool_count: 1,
+            total_ms: None,
+            diagnostic: None,
+            protocol_version: None,
+            implementation: None,
+            timings: None,
+            connection: None,
+        },
+        ServerItem {
             name: "broken".into(),
+            plugin: None,
             state: ServerState::Failed,
             tools: vec![],
             tool_count: 0,
@@ -174,6 +196,13 @@ fn states() -> Vec<(&'static str, Panel)> {
     ]);
 
     let mut complete = base(DiscoveryState::Complete);
+    complete.skills.push(SkillItem {
+        name: "deploy".into(),
+        description: "Ships a release".into(),
+        source: "kit/skills/deploy/SKILL.md".into(),
+        status: "ok".into(),
+        plugin: Some("kit".into()),
+    });
     complete.mcp.servers = Some(mixed_servers());
     complete.mcp.summary = Some(McpSummary::of(&mixed_servers()));
     complete.mcp.configs.push(ConfigItem {

@@ -159,10 +159,11 @@ pub struct FixtureConfig {
     /// The server's instructions (default: `nonce=<nonce> pid=<pid>`).
     #[arg(long, value_name = "TEXT")]
     instructions: Option<String>,
-    /// Instructions that report the process: `cwd=<dir> env=<NAME,NAME,...>` (the names of
-    /// its environment variables, sorted; never their values).
+    /// Report the process as `cwd=<dir> env=<NAME,NAME,...>` (its environment variables'
+    /// names, sorted; never their values): as the instructions, and as the description of
+    /// an extra `report_env` tool.
     #[arg(long, conflicts_with = "instructions")]
-    env_in_instructions: bool,
+    report_env: bool,
     /// Wait this long before answering `initialize`.
     #[arg(long, default_value_t = 0)]
     init_delay_ms: u64,
@@ -296,8 +297,8 @@ impl FixtureConfig {
         if let Some(text) = &self.instructions {
             flag("instructions", Some(text.clone()));
         }
-        if self.env_in_instructions {
-            flag("env-in-instructions", None);
+        if self.report_env {
+            flag("report-env", None);
         }
         flag("init-delay-ms", Some(self.init_delay_ms.to_string()));
         if self.hang {
@@ -379,9 +380,9 @@ impl FixtureConfig {
         self.instructions = Some(text.into());
         self
     }
-    /// Report the working directory and environment variable names in the instructions.
-    pub fn env_in_instructions(mut self) -> Self {
-        self.env_in_instructions = true;
+    /// Report the working directory and environment variable names (see `--report-env`).
+    pub fn report_env(mut self) -> Self {
+        self.report_env = true;
         self
     }
     /// Speak this MCP lifecycle (the default is [`FixtureLifecycle::Legacy`]).
@@ -530,13 +531,8 @@ impl FixtureConfig {
     }
 
     pub(crate) fn instructions_value(&self) -> Option<String> {
-        if self.env_in_instructions {
-            let mut names: Vec<String> = std::env::vars_os()
-                .map(|(name, _)| name.to_string_lossy().into_owned())
-                .collect();
-            names.sort();
-            let cwd = std::env::current_dir().unwrap_or_default();
-            return Some(format!("cwd={} env={}", cwd.display(), names.join(",")));
+        if self.report_env {
+            return Some(environment_report());
         }
         self.instructions.clone()
     }
@@ -634,6 +630,9 @@ impl FixtureConfig {
                 "Returns the nonce of the fixture instance that answered",
             ));
         }
+        if self.report_env {
+            tools.push(ToolSpec::new("report_env", environment_report()));
+        }
         tools
     }
 
@@ -730,4 +729,14 @@ mod tests {
             ["a", "tool_0", "whoami"]
         );
     }
+}
+
+/// `cwd=<dir> env=<NAME,NAME,...>` of this process: variable names only, sorted.
+fn environment_report() -> String {
+    let mut names: Vec<String> = std::env::vars_os()
+        .map(|(name, _)| name.to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let cwd = std::env::current_dir().unwrap_or_default();
+    format!("cwd={} env={}", cwd.display(), names.join(","))
 }

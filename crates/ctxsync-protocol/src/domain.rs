@@ -853,3 +853,53 @@ impl From<McpTool> for v1::McpTool {
         }
     }
 }
+
+/// The Agent Plugins package a row belongs to, read from its source: an MCP server
+/// `mcp:<plugin>/<server>` (only plugin servers have a `/` in their name) or a skill
+/// `<plugin>/skills/<dir>/SKILL.md` (workspace skills live under `skills/`, `.agents/` or
+/// `.claude/`, which no plugin name can be). `None` for every other row.
+pub fn plugin_of_source(source: &str) -> Option<&str> {
+    let plugin = match source.strip_prefix("mcp:") {
+        Some(name) => name.split_once('/')?.0,
+        None => {
+            let parts: Vec<&str> = source.split('/').collect();
+            match parts.as_slice() {
+                [plugin, "skills", dir, "SKILL.md"] if !dir.is_empty() => *plugin,
+                _ => return None,
+            }
+        }
+    };
+    let valid = !plugin.is_empty()
+        && plugin
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && plugin
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    valid.then_some(plugin)
+}
+
+#[cfg(test)]
+mod plugin_source_tests {
+    use super::plugin_of_source;
+
+    #[test]
+    fn only_plugin_rows_name_a_plugin() {
+        for (source, plugin) in [
+            ("mcp:kit/db", Some("kit")),
+            ("mcp:acme.tools/x/y", Some("acme.tools")),
+            ("kit/skills/deploy/SKILL.md", Some("kit")),
+            ("mcp:db", None),
+            ("mcp:Kit/db", None),
+            ("skills/deploy/SKILL.md", None),
+            (".agents/skills/deploy/SKILL.md", None),
+            ("/abs/skills/deploy/SKILL.md", None),
+            ("kit/skills/deploy/nested/SKILL.md", None),
+            ("kit/mcp.json", None),
+            ("AGENTS.md", None),
+        ] {
+            assert_eq!(plugin_of_source(source), plugin, "{source}");
+        }
+    }
+}

@@ -50,7 +50,7 @@ pub use digest::{BODY_DIGEST_BYTES, BodyDigest, DELTA_DIGEST_SCHEME, DeltaBase};
 pub use domain::{
     BodyKind, DiscoveryPhase, InstructionFileBody, KeptResource, McpConnectTimings, McpIcon,
     McpServerBody, McpServerInfo, McpTool, McpToolAnnotations, PendingServer, Push, Resource,
-    ResourceBody, ResourceStatus, SkillBody, Snapshot, Startup,
+    ResourceBody, ResourceStatus, SkillBody, Snapshot, Startup, plugin_of_source,
 };
 pub use validate::{Problem, WireError, body_len};
 

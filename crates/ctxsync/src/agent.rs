@@ -55,6 +55,52 @@ pub struct AgentArgs {
     /// when the system's limit is reached, the rest is polled and snapshots say so.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_WATCHED_DIRS)]
     pub max_watched_dirs: usize,
+    /// Where Agent Plugins packages come from.
+    #[command(flatten)]
+    pub plugins: PluginArgs,
+}
+
+/// Where Agent Plugins packages come from (shared by `agent` and `discover`).
+#[derive(Debug, Args)]
+pub struct PluginArgs {
+    /// Another place for Agent Plugins packages, after <workspace>/.agents/plugins and
+    /// ~/.agents/plugins (repeatable): one package (it holds plugin.json) or a directory
+    /// of packages.
+    #[arg(long = "plugin-dir", value_name = "DIR")]
+    pub plugin_dirs: Vec<PathBuf>,
+    /// Load no Agent Plugins package, not even from the default directories.
+    #[arg(long, conflicts_with = "plugin_dirs")]
+    pub no_plugins: bool,
+    /// Where each plugin's persistent data directory (PLUGIN_DATA) is created; default
+    /// $XDG_DATA_HOME/ctxsync/plugins, else ~/.local/share/ctxsync/plugins.
+    #[arg(long, value_name = "DIR")]
+    pub plugin_data_dir: Option<PathBuf>,
+}
+
+/// The plugin directories and the data directory the engine and the resolver share.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PluginSetup {
+    pub dirs: Vec<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+}
+
+impl PluginArgs {
+    pub(crate) fn setup(&self, workspace: &Path) -> Result<PluginSetup> {
+        if self.no_plugins {
+            return Ok(PluginSetup::default());
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let mut dirs = ctxsync_agent_diagnostics::default_plugin_dirs(workspace, home.as_deref());
+        dirs.extend(absolute_paths(self.plugin_dirs.clone())?);
+        let data_dir = match &self.plugin_data_dir {
+            Some(dir) => Some(
+                std::path::absolute(dir)
+                    .with_context(|| format!("the plugin data directory {}", dir.display()))?,
+            ),
+            None => None,
+        };
+        Ok(PluginSetup { dirs, data_dir })
+    }
 }
 
 pub(crate) fn default_mcp_timeout_ms() -> u64 {
@@ -76,11 +122,13 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let workspace = workspace_dir(&args.workspace)?;
     let mcp_configs = absolute_paths(args.mcp_configs)?;
     let roots = absolute_paths(args.roots)?;
+    let plugins = args.plugins.setup(&workspace)?;
 
     let engine = (!args.no_mcp).then(|| {
         Engine::start(engine_config(
             &workspace,
             &mcp_configs,
+            &plugins,
             Duration::from_millis(args.mcp_timeout_ms),
             &token,
         ))
@@ -97,6 +145,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             workspace_dir: workspace.clone(),
             extra_roots: roots,
             mcp_config_paths: mcp_configs,
+            plugin_dirs: plugins.dirs,
         },
         timing: Timing::default(),
         max_watched_dirs: args.max_watched_dirs,
@@ -180,12 +229,17 @@ pub(crate) fn absolute_paths(paths: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
 pub(crate) fn engine_config(
     workspace: &Path,
     mcp_configs: &[PathBuf],
+    plugins: &PluginSetup,
     connect_timeout: Duration,
     token: &str,
 ) -> EngineConfig {
     let mut config = EngineConfig::new(workspace);
     config.env.remove(TOKEN_ENV);
     config.config_paths = mcp_configs.to_vec();
+    config.plugin_dirs = plugins.dirs.clone();
+    if let Some(dir) = &plugins.data_dir {
+        config.plugin_data_dir = dir.clone();
+    }
     config.connect_timeout = connect_timeout;
     if !token.is_empty() {
         config.injected_secrets.push(token.to_owned());

@@ -37,6 +37,9 @@ pub struct DiscoverArgs {
     /// Bound on one MCP server's start, `initialize` and first tool list.
     #[arg(long, value_name = "MS", default_value_t = crate::agent::default_mcp_timeout_ms())]
     pub mcp_timeout_ms: u64,
+    /// Where Agent Plugins packages come from.
+    #[command(flatten)]
+    pub plugins: crate::agent::PluginArgs,
 }
 
 /// Runs one discovery (no reloads, no retries) until its phase is complete, then prints
@@ -44,11 +47,13 @@ pub struct DiscoverArgs {
 pub async fn run(args: DiscoverArgs) -> Result<()> {
     let workspace = crate::agent::workspace_dir(&args.workspace)?;
     let mcp_configs = crate::agent::absolute_paths(args.mcp_configs)?;
+    let plugins = args.plugins.setup(&workspace)?;
     // A token in the environment is still a secret to keep out of diagnostics.
     let token = std::env::var(crate::agent::TOKEN_ENV).unwrap_or_default();
     let mut config = crate::agent::engine_config(
         &workspace,
         &mcp_configs,
+        &plugins,
         Duration::from_millis(args.mcp_timeout_ms),
         &token,
     );
@@ -172,7 +177,7 @@ fn render_table(report: &Report) -> String {
     if report.servers.is_empty() {
         out.push_str("No MCP servers.\n");
     } else {
-        let rows: Vec<[String; 6]> = report
+        let rows: Vec<[String; 7]> = report
             .servers
             .iter()
             .map(|server| {
@@ -188,8 +193,14 @@ fn render_table(report: &Report) -> String {
                     (_, Some(warning)) => ("ok", format!("warning: {}", one_line(warning))),
                     _ => ("ok", String::new()),
                 };
+                // A plugin's server shows under its own name, beside its plugin.
+                let (plugin, name) = match server.name.split_once('/') {
+                    Some((plugin, name)) => (plugin, name),
+                    None => ("-", server.name.as_str()),
+                };
                 [
-                    one_line(&server.name),
+                    one_line(name),
+                    one_line(plugin),
                     status.to_owned(),
                     server.tools.len().to_string(),
                     revision,
@@ -202,6 +213,7 @@ fn render_table(report: &Report) -> String {
             &mut out,
             [
                 "SERVER",
+                "PLUGIN",
                 "STATUS",
                 "TOOLS",
                 "MCP",
@@ -332,6 +344,7 @@ mod tests {
                     server("fs", 3, None, None),
                     server("empty", 0, None, Some("kept\nold tools")),
                     server("gone", 0, Some("command not found: gone"), None),
+                    server("kit/db", 1, None, None),
                 ],
                 config_outcomes: vec![ConfigOutcome {
                     path: "/w/.mcp.json".into(),
@@ -340,10 +353,11 @@ mod tests {
                 }],
                 pending: Vec::new(),
             },
-            "SERVER  STATUS  TOOLS  MCP         TIME  ERROR OR WARNING\n\
-             fs      ok      3      2026-07-28  1.2s\n\
-             empty   ok      0      2026-07-28  1.2s  warning: kept old tools\n\
-             gone    failed  0                        command not found: gone\n\
+            "SERVER  PLUGIN  STATUS  TOOLS  MCP         TIME  ERROR OR WARNING\n\
+             fs      -       ok      3      2026-07-28  1.2s\n\
+             empty   -       ok      0      2026-07-28  1.2s  warning: kept old tools\n\
+             gone    -       failed  0                        command not found: gone\n\
+             db      kit     ok      1      2026-07-28  1.2s\n\
              \n\
              CONFIG FILE   ERROR OR WARNING\n\
              /w/.mcp.json  error: \"bad\": both command and url; warning: duplicate \"fs\" ignored\n",
@@ -371,9 +385,9 @@ mod tests {
                 }],
                 pending: Vec::new(),
             },
-            "SERVER  STATUS  TOOLS  MCP         TIME  ERROR OR WARNING\n\
-             evil    ok      1      2026-07-28  1.2s\n\
-             x       failed  0                        boom red\n\
+            "SERVER  PLUGIN  STATUS  TOOLS  MCP         TIME  ERROR OR WARNING\n\
+             evil    -       ok      1      2026-07-28  1.2s\n\
+             x       -       failed  0                        boom red\n\
              \n\
              CONFIG FILE   ERROR OR WARNING\n\
              /w/.mcp.json  error: not a regular file (a FIFO)\n",
