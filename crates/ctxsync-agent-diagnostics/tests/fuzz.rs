@@ -265,3 +265,81 @@ fn a_secret_left_over_after_an_overlapping_longer_one_is_redacted() {
     assert!(!out.contains("aaaa"), "{out}");
     assert!(!out.contains("zzzz"), "{out}");
 }
+
+/// A plugin `mcp.json` entry with random field types and values, real keys mostly.
+fn plugin_entry() -> impl Strategy<Value = Value> {
+    let key = prop_oneof![
+        Just("type".to_owned()),
+        Just("command".to_owned()),
+        Just("args".to_owned()),
+        Just("env".to_owned()),
+        Just("cwd".to_owned()),
+        Just("url".to_owned()),
+        Just("headers".to_owned()),
+        "\\PC{0,6}",
+    ];
+    let value = prop_oneof![
+        Just(json!("stdio")),
+        Just(json!("streamable-http")),
+        Just(json!("./bin/server")),
+        Just(json!("../escape")),
+        Just(json!("${PLUGIN_ROOT}/x")),
+        Just(json!("${PLUGIN_DATA}/../..")),
+        Just(json!("http://example.com/mcp")),
+        Just(json!("https://u:p@example.com/#f")),
+        Just(json!({"PLUGIN_ROOT": "x", "A": "${PLUGIN_DATA}"})),
+        any_json(),
+    ];
+    prop::collection::btree_map(key, value, 0..6)
+        .prop_map(|m| Value::Object(m.into_iter().collect()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(256)))]
+
+    /// Whatever a plugin's `mcp.json` holds, parsing never panics, and every entry it
+    /// accepts is named under the plugin and obeys the specification's launch rules.
+    #[test]
+    fn plugin_mcp_json_never_accepts_what_the_specification_forbids(
+        servers in prop::collection::btree_map("\\PC{0,8}", plugin_entry(), 0..5),
+        top in prop::option::of(any_json()),
+    ) {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("bin")).unwrap();
+        std::fs::write(root.path().join("bin/server"), "#!/bin/sh\n").unwrap();
+        let plugin = ctxsync_agent_diagnostics::Plugin {
+            name: "kit".into(),
+            display_name: None,
+            version: None,
+            spec_version: "1.0.0",
+            dir: root.path().to_path_buf(),
+            root: std::fs::canonicalize(root.path()).unwrap(),
+        };
+        let mut document = json!({
+            "$schema": "https://agent-plugins.org/schemas/1.0.0/mcp.schema.json",
+            "mcpServers": Value::Object(servers.into_iter().collect()),
+        });
+        if let Some(top) = top {
+            document["extra"] = top;
+        }
+        let bytes = serde_json::to_vec(&document).unwrap();
+        let (entries, _) = ctxsync_agent_diagnostics::parse_plugin_servers(
+            &plugin, Path::new("/data"), &root.path().join("mcp.json"), &bytes);
+        for entry in &entries {
+            prop_assert!(entry.name.starts_with("kit/"));
+            let launch = entry.plugin.as_ref().unwrap();
+            match &entry.transport {
+                TransportConfig::Stdio { command, env, .. } => {
+                    prop_assert!(!command.contains('/') || command.starts_with(plugin.root.to_str().unwrap()));
+                    prop_assert!(!env.contains_key("PLUGIN_ROOT") && !env.contains_key("PLUGIN_DATA"));
+                    prop_assert!(launch.cwd.starts_with(&plugin.root) || launch.cwd.starts_with(&launch.data_dir));
+                }
+                TransportConfig::Http { url, .. } => {
+                    let parsed = url::Url::parse(url).unwrap();
+                    prop_assert!(parsed.username().is_empty() && parsed.fragment().is_none());
+                    prop_assert!(parsed.scheme() == "https" || parsed.host_str() == Some("localhost") || parsed.host_str().is_some_and(|h| h.starts_with("127.") || h == "[::1]"));
+                }
+            }
+        }
+    }
+}

@@ -644,6 +644,16 @@ impl FixtureConfig {
     }
 }
 
+/// `cwd=<dir> env=<NAME,NAME,...>` of this process: variable names only, sorted.
+fn environment_report() -> String {
+    let mut names: Vec<String> = std::env::vars_os()
+        .map(|(name, _)| name.to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let cwd = std::env::current_dir().unwrap_or_default();
+    format!("cwd={} env={}", cwd.display(), names.join(","))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -729,14 +739,4 @@ mod tests {
             ["a", "tool_0", "whoami"]
         );
     }
-}
-
-/// `cwd=<dir> env=<NAME,NAME,...>` of this process: variable names only, sorted.
-fn environment_report() -> String {
-    let mut names: Vec<String> = std::env::vars_os()
-        .map(|(name, _)| name.to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    let cwd = std::env::current_dir().unwrap_or_default();
-    format!("cwd={} env={}", cwd.display(), names.join(","))
 }
