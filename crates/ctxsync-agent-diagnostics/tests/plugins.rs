@@ -86,7 +86,7 @@ async fn plugin_servers_run_with_an_allow_listed_environment_and_fail_alone() {
     let local = server(&report, "kit/local");
     assert!(local.connected, "{local:#?}");
     assert_eq!(local.plugin(), Some("kit"));
-    assert_eq!(tool_names(local), ["tool_0", "tool_1", "report_env"]);
+    assert_eq!(tool_names(local), ["report_env", "tool_0", "tool_1"]);
     let said = local
         .details
         .as_ref()

@@ -414,7 +414,7 @@ impl Resolver {
         if candidate.kind == Kind::EscapingSkillContainer {
             row.status = ResourceStatus::Invalid;
             row.error = Some(
-                "this skills directory is not a directory inside its scan root or plugin (a symlink that leads outside, or a file); its skills were not read"
+                "this skills directory is a symlink that leads outside the scan root (or the plugin root), or not a directory; its skills were not read"
                     .into(),
             );
             return row;
