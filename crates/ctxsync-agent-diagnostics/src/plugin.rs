@@ -39,7 +39,6 @@ pub const PLUGIN_ENV_ALLOW_LIST: &[&str] = &[
     "HOME",
     "LANG",
     "LANGUAGE",
-    "TZ",
     "HTTP_PROXY",
     "HTTPS_PROXY",
     "NO_PROXY",
