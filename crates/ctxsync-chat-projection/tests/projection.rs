@@ -250,6 +250,27 @@ fn state_sentences() {
 }
 
 #[test]
+fn a_failed_plugin_server_is_named_in_the_note_like_any_other() {
+    let binding = agent(
+        "run-1",
+        Some(snapshot(
+            "run-1",
+            Complete,
+            vec![
+                server("kit/search", &["find"]),
+                failed("kit/db", Some("command not found: db-server")),
+                failed("local", Some("no response within 30 s")),
+            ],
+        )),
+    );
+    assert_eq!(
+        project(&binding).summary(),
+        "Workspace MCP: discovery is complete. Discovered servers: kit/search (1 tool). \
+         Failed servers: kit/db (error: command not found: db-server), local (error: no response within 30 s).",
+    );
+}
+
+#[test]
 fn the_note_never_calls_a_server_healthy_or_connected() {
     let bindings = [
         Binding::NoAgent,

@@ -96,7 +96,10 @@ async fn discover_prints_progress_and_a_table() {
     // SERVER PLUGIN STATUS TOOLS ...: `-` for a server no plugin declared.
     assert_eq!(find("tools")[1..4], ["-", "ok", "2"]);
     assert_eq!(find("empty")[1..4], ["-", "ok", "0"]);
-    assert_eq!(find("missing")[1..6], ["-", "failed", "0", "command", "not"]);
+    assert_eq!(
+        find("missing")[1..6],
+        ["-", "failed", "0", "command", "not"]
+    );
     assert!(
         stdout
             .iter()
