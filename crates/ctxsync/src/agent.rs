@@ -63,16 +63,16 @@ pub struct AgentArgs {
 /// Where Agent Plugins packages come from (shared by `agent` and `discover`).
 #[derive(Debug, Args)]
 pub struct PluginArgs {
-    /// Another place for Agent Plugins packages, after <workspace>/.agents/plugins and
-    /// ~/.agents/plugins (repeatable): one package (it holds plugin.json) or a directory
-    /// of packages.
+    /// Another place for Agent Plugins packages, after `<workspace>/.agents/plugins` and
+    /// `~/.agents/plugins` (repeatable): one package (it holds `plugin.json`) or a
+    /// directory of packages.
     #[arg(long = "plugin-dir", value_name = "DIR")]
     pub plugin_dirs: Vec<PathBuf>,
     /// Load no Agent Plugins package, not even from the default directories.
     #[arg(long, conflicts_with = "plugin_dirs")]
     pub no_plugins: bool,
-    /// Where each plugin's persistent data directory (PLUGIN_DATA) is created; default
-    /// $XDG_DATA_HOME/ctxsync/plugins, else ~/.local/share/ctxsync/plugins.
+    /// Where each plugin's persistent data directory (`PLUGIN_DATA`) is created; default
+    /// `$XDG_DATA_HOME/ctxsync/plugins`, else `~/.local/share/ctxsync/plugins`.
     #[arg(long, value_name = "DIR")]
     pub plugin_data_dir: Option<PathBuf>,
 }
