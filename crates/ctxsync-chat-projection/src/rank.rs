@@ -13,6 +13,8 @@
 //! [`MAX_INDEXED_PARAMETERS`] parameters, and a word is stemmed only when its first
 //! letters could make it one of the request's terms.
 
+use std::collections::HashMap;
+
 use crate::naming::{EligibleTool, ToolCatalog};
 use crate::terms::stem;
 use crate::text::prefix_within_bytes;
@@ -45,6 +47,8 @@ const FIELDS: [(f32, f32); FIELD_COUNT] = [
     (0.2, 0.75), // server instructions
 ];
 const FIELD_COUNT: usize = 7;
+/// The server instructions' index in [`FIELDS`].
+const INSTRUCTIONS_FIELD: usize = 6;
 
 /// One term of a request: its stem, and the bytes any word must begin with to stem to it.
 pub(crate) struct Term {
@@ -104,11 +108,28 @@ impl Scores {
         let mut lengths = vec![0u32; n * FIELD_COUNT];
         if t > 0 {
             let mut matcher = Matcher::new(terms);
+            // A server's instructions are the same text for each of its tools: read once
+            // per server, the counts shared.
+            let mut instructions: HashMap<&str, (Vec<f32>, u32)> = HashMap::new();
             for (i, tool) in catalog.iter().enumerate() {
                 for_each_field(tool, |field, text| {
                     let counts = &mut frequency[(i * FIELD_COUNT + field) * t..][..t];
                     lengths[i * FIELD_COUNT + field] += matcher.read(text, counts);
                 });
+                let (counts, length) = instructions
+                    .entry(tool.server_instructions.as_str())
+                    .or_insert_with(|| {
+                        let mut counts = vec![0f32; t];
+                        let text = prefix_within_bytes(
+                            &tool.server_instructions,
+                            MAX_INDEXED_INSTRUCTIONS_BYTES,
+                        );
+                        let length = matcher.read(text, &mut counts);
+                        (counts, length)
+                    });
+                let field = INSTRUCTIONS_FIELD;
+                frequency[(i * FIELD_COUNT + field) * t..][..t].copy_from_slice(counts);
+                lengths[i * FIELD_COUNT + field] = *length;
             }
         }
         let mut average = [0f32; FIELD_COUNT];
@@ -163,7 +184,8 @@ impl Scores {
     }
 }
 
-/// Calls `read(field, text)` for each searchable text of `tool`, within the byte limits.
+/// Calls `read(field, text)` for each searchable text of `tool` but its server's
+/// instructions, within the byte limits.
 fn for_each_field(tool: &EligibleTool, mut read: impl FnMut(usize, &str)) {
     read(0, &tool.tool);
     read(1, prefix_within_bytes(&tool.title, MAX_INDEXED_TITLE_BYTES));
@@ -190,10 +212,7 @@ fn for_each_field(tool: &EligibleTool, mut read: impl FnMut(usize, &str)) {
         4,
         prefix_within_bytes(&tool.description, MAX_INDEXED_DESCRIPTION_BYTES),
     );
-    read(
-        6,
-        prefix_within_bytes(&tool.server_instructions, MAX_INDEXED_INSTRUCTIONS_BYTES),
-    );
+    // The server's instructions (field 6) are read once per server by `Scores::new`.
 }
 
 /// Matches words against a request's terms, reusing its buffers.
