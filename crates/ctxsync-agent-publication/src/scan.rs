@@ -239,22 +239,32 @@ pub(crate) fn list_root(
                 continue;
             }
         };
-        watch.any(dir.clone());
-        let mut names: Vec<(String, OsString)> = entries
-            .filter_map(Result::ok)
-            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.file_name()))
-            .filter(|(name, _)| !name.starts_with('.'))
-            .collect();
-        names.sort();
-        for (name, os_name) in names {
-            let skill_dir = dir.join(&os_name);
-            let skill = skill_dir.join(SKILL_FILE);
-            if skill_dir.is_dir() {
-                watch.names(skill_dir, [SKILL_FILE]);
-            }
-            if exists(&skill) {
-                out.push(candidate(skill, Kind::Skill { dir_name: name }));
-            }
+        for (dir_name, skill) in skill_files(&dir, entries, watch) {
+            out.push(candidate(skill, Kind::Skill { dir_name }));
+        }
+    }
+    out
+}
+
+/// The `SKILL.md` of each visible subdirectory of the skills directory `dir` (whose
+/// `entries` were listed), by directory name, sorted; `dir` and each subdirectory watched.
+fn skill_files(dir: &Path, entries: fs::ReadDir, watch: &mut WatchSet) -> Vec<(String, PathBuf)> {
+    watch.any(dir.to_path_buf());
+    let mut names: Vec<(String, OsString)> = entries
+        .filter_map(Result::ok)
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.file_name()))
+        .filter(|(name, _)| !name.starts_with('.'))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for (name, os_name) in names {
+        let skill_dir = dir.join(&os_name);
+        let skill = skill_dir.join(SKILL_FILE);
+        if skill_dir.is_dir() {
+            watch.names(skill_dir, [SKILL_FILE]);
+        }
+        if exists(&skill) {
+            out.push((name, skill));
         }
     }
     out
@@ -301,28 +311,16 @@ pub(crate) fn list_plugin(
             return out;
         }
     }
+    // Watched even when it cannot be listed now, so a later fix is noticed.
     watch.any(dir.clone());
     let Ok(entries) = fs::read_dir(&dir) else {
         return out;
     };
-    let mut names: Vec<(String, OsString)> = entries
-        .filter_map(Result::ok)
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.file_name()))
-        .filter(|(name, _)| !name.starts_with('.'))
-        .collect();
-    names.sort();
-    for (dir_name, os_name) in names {
-        let skill_dir = dir.join(&os_name);
-        let skill = skill_dir.join(SKILL_FILE);
-        if skill_dir.is_dir() {
-            watch.names(skill_dir, [SKILL_FILE]);
-        }
-        if exists(&skill) {
-            out.push((
-                format!("{name}/{PLUGIN_SKILLS_DIR}/{dir_name}/{SKILL_FILE}"),
-                candidate(skill, Kind::Skill { dir_name }),
-            ));
-        }
+    for (dir_name, skill) in skill_files(&dir, entries, watch) {
+        out.push((
+            format!("{name}/{PLUGIN_SKILLS_DIR}/{dir_name}/{SKILL_FILE}"),
+            candidate(skill, Kind::Skill { dir_name }),
+        ));
     }
     out
 }
