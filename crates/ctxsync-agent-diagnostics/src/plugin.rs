@@ -463,7 +463,7 @@ pub fn parse_plugin_servers(
     let mut invalid = Vec::new();
     for (name, entry) in servers {
         match context.entry(name, entry) {
-            Ok(transport) => entries.push(ServerEntry {
+            Ok((transport, cwd)) => entries.push(ServerEntry {
                 name: format!("{}/{name}", plugin.name),
                 transport,
                 source: path.to_owned(),
@@ -472,7 +472,7 @@ pub fn parse_plugin_servers(
                     plugin: plugin.name.clone(),
                     root: plugin.root.clone(),
                     data_dir: context.data_dir.clone(),
-                    cwd: cwd_of(entry, &context).unwrap_or_else(|| plugin.root.clone()),
+                    cwd: cwd.unwrap_or_else(|| plugin.root.clone()),
                 }),
             }),
             Err(problems) => {
@@ -566,8 +566,13 @@ impl Context<'_> {
         out
     }
 
-    /// One server entry (§7.2.1): a closed variant chosen by `type`.
-    fn entry(&self, name: &str, entry: &Value) -> Result<TransportConfig, Vec<String>> {
+    /// One server entry (§7.2.1): a closed variant chosen by `type`; with a stdio
+    /// server's resolved working directory when its `cwd` gives one.
+    fn entry(
+        &self,
+        name: &str,
+        entry: &Value,
+    ) -> Result<(TransportConfig, Option<PathBuf>), Vec<String>> {
         let Value::Object(entry) = entry else {
             return Err(vec!["the entry is not an object".into()]);
         };
@@ -585,7 +590,10 @@ impl Context<'_> {
                 &["type", "command", "args", "env", "cwd"],
                 self.stdio(entry, &mut problems),
             ),
-            "streamable-http" => (&["type", "url", "headers"], http(entry, &mut problems)),
+            "streamable-http" => (
+                &["type", "url", "headers"],
+                http(entry, &mut problems).map(|transport| (transport, None)),
+            ),
             "sse" => {
                 return Err(with(
                     problems,
@@ -615,7 +623,7 @@ impl Context<'_> {
         &self,
         entry: &Map<String, Value>,
         problems: &mut Vec<String>,
-    ) -> Option<TransportConfig> {
+    ) -> Option<(TransportConfig, Option<PathBuf>)> {
         let command = match entry.get("command") {
             Some(Value::String(command)) => self.command(command, problems),
             Some(_) => {
@@ -660,21 +668,26 @@ impl Context<'_> {
             }
             Some(_) => problems.push("\"env\" is not an object".into()),
         }
-        if let Some(cwd) = entry.get("cwd") {
-            match cwd {
-                Value::String(cwd) => {
-                    if let Err(problem) = self.check_cwd(cwd) {
-                        problems.push(problem);
-                    }
+        let cwd = match entry.get("cwd") {
+            None => None,
+            Some(Value::String(cwd)) => match self.check_cwd(cwd) {
+                Ok(cwd) => Some(cwd),
+                Err(problem) => {
+                    problems.push(problem);
+                    None
                 }
-                _ => problems.push("\"cwd\" is not a string".into()),
+            },
+            Some(_) => {
+                problems.push("\"cwd\" is not a string".into());
+                None
             }
-        }
-        Some(TransportConfig::Stdio {
+        };
+        let transport = TransportConfig::Stdio {
             command: command?,
             args,
             env,
-        })
+        };
+        Some((transport, cwd))
     }
 
     /// A bare executable name (looked up on `PATH`) or a `./` path that resolves, symlinks
@@ -762,10 +775,6 @@ impl Context<'_> {
             )),
         }
     }
-}
-
-fn cwd_of(entry: &Value, context: &Context<'_>) -> Option<PathBuf> {
-    context.check_cwd(entry.get("cwd")?.as_str()?).ok()
 }
 
 /// `path` (relative) without `.`, refusing any `..` that climbs above its start.
