@@ -194,8 +194,8 @@ fn render_table(report: &Report) -> String {
                     _ => ("ok", String::new()),
                 };
                 // A plugin's server shows under its own name, beside its plugin.
-                let (plugin, name) = match server.name.split_once('/') {
-                    Some((plugin, name)) => (plugin, name),
+                let (plugin, name) = match server.plugin() {
+                    Some(plugin) => (plugin, &server.name[plugin.len() + 1..]),
                     None => ("-", server.name.as_str()),
                 };
                 [
