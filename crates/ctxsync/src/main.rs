@@ -37,8 +37,10 @@ enum Command {
         command: AgentsCommand,
     },
     /// Run a workspace agent: discover MCP servers and publish the workspace context.
+    #[command(long_about = ctxsync::agent::LONG_ABOUT)]
     Agent(ctxsync::agent::AgentArgs),
     /// Discover the workspace's MCP servers locally and print the report (no server needed).
+    #[command(long_about = ctxsync::discover::LONG_ABOUT)]
     Discover(ctxsync::discover::DiscoverArgs),
     /// Print a chat's context panel in the terminal.
     Context(ctxsync::context::ContextArgs),
@@ -134,5 +136,29 @@ fn run_fixture(args: Vec<String>) -> ExitCode {
             }
         },
         Err(e) => e.exit(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--help` shows a subcommand's long text, `-h` its one line.
+    #[test]
+    fn agent_and_discover_help_show_their_long_text() {
+        let mut cli = <Cli as clap::CommandFactory>::command();
+        for (name, sentence) in [
+            ("agent", "Runs until Ctrl-C or SIGTERM."),
+            (
+                "discover",
+                "Exits 0 once discovery completed, whatever the outcomes.",
+            ),
+        ] {
+            let command = cli.find_subcommand_mut(name).expect("a subcommand");
+            let long = command.render_long_help().to_string();
+            assert!(long.contains(sentence), "{name} --help:\n{long}");
+            let short = command.render_help().to_string();
+            assert!(!short.contains(sentence), "{name} -h:\n{short}");
+        }
     }
 }
