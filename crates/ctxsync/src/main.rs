@@ -73,7 +73,18 @@ enum AgentsCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        // Help and version go to stdout as asked; a usage error is logged like any other
+        // failure when JSON logs were asked for.
+        Err(error) if error.use_stderr() && ctxsync::logging::json_requested(&args) => {
+            ctxsync::logging::init(ctxsync::logging::LogFormat::Json);
+            ctxsync::logging::fatal(error.render().to_string().trim_end());
+            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
+        }
+        Err(error) => error.exit(),
+    };
     match cli.command {
         Command::McpFixture { args } => return run_fixture(args),
         Command::Completions { shell } => {
@@ -90,7 +101,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            ctxsync::logging::fatal(&format!("error: cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -117,7 +128,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            ctxsync::logging::fatal(&format!("error: {error:#}"));
             ExitCode::FAILURE
         }
     }
