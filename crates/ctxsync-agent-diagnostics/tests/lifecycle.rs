@@ -352,3 +352,38 @@ async fn servers_still_connecting_are_named_while_pending() {
     assert!(done.pending.is_empty(), "{done:#?}");
     engine.close().await;
 }
+
+/// Far beyond what closing a connection needs, and below both what a stuck
+/// `subscriptions/listen` would cost (its 5 s bound) and the 2 s after which closing
+/// aborts a connection task.
+const PROMPT_CLOSE: Duration = Duration::from_secs(1);
+
+/// Removing a server and closing the engine are prompt even while a connection is still
+/// opening its `subscriptions/listen` stream with a server that never acknowledges it.
+#[tokio::test]
+async fn closing_is_prompt_while_listen_is_unacknowledged() {
+    let ws = Workspace::new();
+    let deaf = fixture_entry(&fixture(FixtureLifecycle::Modern).ignore_listen());
+    ws.write_servers(json!({"removed": deaf.clone(), "kept": deaf}));
+    let mut config = ws.engine_config();
+    config.discover_probe_timeout = PATIENT_PROBE;
+    let engine = Engine::start(config);
+    let report = complete(&engine).await;
+    for name in ["removed", "kept"] {
+        assert!(server(&report, name).connected, "{report:#?}");
+    }
+
+    ws.write_servers(
+        json!({"kept": fixture_entry(&fixture(FixtureLifecycle::Modern).ignore_listen())}),
+    );
+    let started = std::time::Instant::now();
+    let report = engine.reload().await.expect("reload");
+    let removal = started.elapsed();
+    assert!(report.server("removed").is_none(), "{report:#?}");
+    assert!(removal < PROMPT_CLOSE, "the removal took {removal:?}");
+
+    let started = std::time::Instant::now();
+    engine.close().await;
+    let close = started.elapsed();
+    assert!(close < PROMPT_CLOSE, "closing took {close:?}");
+}
