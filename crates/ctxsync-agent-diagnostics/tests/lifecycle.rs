@@ -353,6 +353,35 @@ async fn servers_still_connecting_are_named_while_pending() {
     engine.close().await;
 }
 
+/// A legacy server whose HTTP front answers the `server/discover` probe with a bare 404 or
+/// 405 (plain text, no JSON-RPC) is connected with `initialize`, as one answering a
+/// JSON-RPC error is.
+#[tokio::test]
+async fn a_bare_http_4xx_to_the_probe_falls_back_to_initialize() {
+    let mut servers = serde_json::Map::new();
+    let mut fixtures = Vec::new();
+    for status in [404, 405] {
+        let refusing = fixture(FixtureLifecycle::Legacy)
+            .http()
+            .discover_http_status(status);
+        let served = serve_http(refusing).await.expect("serve");
+        servers.insert(
+            format!("http-{status}"),
+            json!({"type": "http", "url": served.url()}),
+        );
+        fixtures.push(served);
+    }
+    let ws = Workspace::new();
+    let report = discover(&ws, Value::Object(servers), |_| {}).await;
+    for status in [404, 405] {
+        let details = details(&report, &format!("http-{status}"));
+        assert_eq!(details.protocol_version, LEGACY, "{details:#?}");
+    }
+    for served in fixtures {
+        served.shutdown().await;
+    }
+}
+
 /// Far beyond what closing a connection needs, and below both what a stuck
 /// `subscriptions/listen` would cost (its 5 s bound) and the 2 s after which closing
 /// aborts a connection task.
