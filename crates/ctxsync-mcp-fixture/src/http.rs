@@ -4,7 +4,7 @@ use std::{io, net::SocketAddr, sync::Arc};
 
 use axum::{
     extract::{Request, State},
-    http::StatusCode,
+    http::{StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -149,10 +149,7 @@ async fn refuse_discover(
         let reason = status.canonical_reason().unwrap_or("refused");
         return (
             status,
-            [(
-                axum::http::header::CONTENT_TYPE,
-                "text/plain; charset=utf-8",
-            )],
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             reason,
         )
             .into_response();
