@@ -339,8 +339,13 @@ impl ConnectionTask {
         let peer = session.peer().clone();
         // On 2026-07-28, tool-list changes come only on a `subscriptions/listen` stream;
         // earlier revisions send the notification the client handler receives.
+        // Closing does not wait for a listen the server never acknowledges: a cancelled
+        // task leaves at once through the loop's first arm.
         let mut listening = if modern && announces_tool_changes(&peer) {
-            self.listen(&peer).await
+            tokio::select! {
+                () = self.cancel.cancelled() => None,
+                subscription = self.listen(&peer) => subscription,
+            }
         } else {
             None
         };

@@ -352,3 +352,67 @@ async fn servers_still_connecting_are_named_while_pending() {
     assert!(done.pending.is_empty(), "{done:#?}");
     engine.close().await;
 }
+
+/// A legacy server whose HTTP front answers the `server/discover` probe with a bare 404 or
+/// 405 (plain text, no JSON-RPC) is connected with `initialize`, as one answering a
+/// JSON-RPC error is.
+#[tokio::test]
+async fn a_bare_http_4xx_to_the_probe_falls_back_to_initialize() {
+    let mut servers = serde_json::Map::new();
+    let mut fixtures = Vec::new();
+    for status in [404, 405] {
+        let refusing = fixture(FixtureLifecycle::Legacy)
+            .http()
+            .discover_http_status(status);
+        let served = serve_http(refusing).await.expect("serve");
+        servers.insert(
+            format!("http-{status}"),
+            json!({"type": "http", "url": served.url()}),
+        );
+        fixtures.push(served);
+    }
+    let ws = Workspace::new();
+    let report = discover(&ws, Value::Object(servers), |_| {}).await;
+    for status in [404, 405] {
+        let details = details(&report, &format!("http-{status}"));
+        assert_eq!(details.protocol_version, LEGACY, "{details:#?}");
+    }
+    for served in fixtures {
+        served.shutdown().await;
+    }
+}
+
+/// Far beyond what closing a connection needs, and below both what a stuck
+/// `subscriptions/listen` would cost (its 5 s bound) and the 2 s after which closing
+/// aborts a connection task.
+const PROMPT_CLOSE: Duration = Duration::from_secs(1);
+
+/// Removing a server and closing the engine are prompt even while a connection is still
+/// opening its `subscriptions/listen` stream with a server that never acknowledges it.
+#[tokio::test]
+async fn closing_is_prompt_while_listen_is_unacknowledged() {
+    let ws = Workspace::new();
+    let deaf = fixture_entry(&fixture(FixtureLifecycle::Modern).ignore_listen());
+    ws.write_servers(json!({"removed": deaf.clone(), "kept": deaf}));
+    let mut config = ws.engine_config();
+    config.discover_probe_timeout = PATIENT_PROBE;
+    let engine = Engine::start(config);
+    let report = complete(&engine).await;
+    for name in ["removed", "kept"] {
+        assert!(server(&report, name).connected, "{report:#?}");
+    }
+
+    ws.write_servers(
+        json!({"kept": fixture_entry(&fixture(FixtureLifecycle::Modern).ignore_listen())}),
+    );
+    let started = std::time::Instant::now();
+    let report = engine.reload().await.expect("reload");
+    let removal = started.elapsed();
+    assert!(report.server("removed").is_none(), "{report:#?}");
+    assert!(removal < PROMPT_CLOSE, "the removal took {removal:?}");
+
+    let started = std::time::Instant::now();
+    engine.close().await;
+    let close = started.elapsed();
+    assert!(close < PROMPT_CLOSE, "closing took {close:?}");
+}

@@ -44,8 +44,8 @@ pub struct FindToolsRequest {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FindToolsResponse {
-    /// Exact names first (in request order), then query matches best first; at most
-    /// [`MAX_MATCHES`].
+    /// Exact names first (in request order), then query matches best first; at most 20
+    /// (`MAX_MATCHES`).
     pub matches: Vec<ToolMatch>,
     /// Names of matches that were not active for the turn before this call.
     pub activated: Vec<String>,
@@ -73,10 +73,10 @@ pub struct UnresolvedName {
 pub struct ToolMatch {
     /// The model-facing name.
     pub name: String,
-    /// The description on one line, at most [`MAX_DESCRIPTION_CHARS`] characters.
+    /// The description on one line, at most 80 characters (`MAX_DESCRIPTION_CHARS`).
     pub description: String,
-    /// The tool's display title on one line, at most [`MAX_DESCRIPTION_CHARS`]
-    /// characters; left out when it has none.
+    /// The tool's display title on one line, at most 80 characters
+    /// (`MAX_DESCRIPTION_CHARS`); left out when it has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
 }

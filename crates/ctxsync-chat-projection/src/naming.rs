@@ -66,7 +66,7 @@ impl EligibleTool {
     }
 }
 
-/// A tool as a turn hands it to the model: see [`EligibleTool::model_definition`].
+/// A tool as a turn hands it to the model (`EligibleTool::model_definition`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelTool {

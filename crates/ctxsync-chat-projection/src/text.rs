@@ -1,18 +1,9 @@
 //! Small text helpers shared by the note and find_tools: one-line folding and cutting on
 //! UTF-8 boundaries.
 
-/// The longest prefix of `text` that is at most `max_bytes` long and ends on a char
-/// boundary.
-pub(crate) fn prefix_within_bytes(text: &str, max_bytes: usize) -> &str {
-    if text.len() <= max_bytes {
-        return text;
-    }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
+/// The longest prefix of `text` within `max_bytes` that ends on a char boundary: the
+/// protocol's cut, so a title or description is cut at the same byte wherever it is cut.
+pub(crate) use ctxsync_protocol::limits::truncate_to_boundary as prefix_within_bytes;
 
 /// Folds every run of whitespace (newlines and tabs included) and every control
 /// character into one space, and trims both ends.

@@ -230,10 +230,7 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
     let mut panel = Panel {
         chat_id: chat_id.into(),
         tone: Tone::Ok,
-        mcp_discovery: DiscoveryWords {
-            phase: view.phase(),
-            stale: view.is_stale(),
-        },
+        mcp_discovery: DiscoveryWords::of(view),
         discovery: banner,
         dirty,
         snapshot_error: view.snapshot_error().map(str::to_owned),

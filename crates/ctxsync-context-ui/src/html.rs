@@ -719,27 +719,116 @@ pub fn render_page_for(panel: &Panel, agent_name: Option<&str>) -> String {
             format!("Chat <code>{chat}</code>"),
         ),
     };
-    format!(
-        r#"<!doctype html>
+    let shell = PageShell {
+        title: &title,
+        sub: Some(&sub),
+        script: true,
+    };
+    shell.render(&format!(
+        r#"<div id="panel-root" data-chat="{chat}">{}</div>"#,
+        render_fragment(panel)
+    ))
+}
+
+/// The document around every page the server shows a browser (the chat's page, its
+/// one-time link page, its error pages): the head with [`PAGE_STYLE`] (and, when asked,
+/// [`PAGE_SCRIPT`]), the page header, then the page's own `<main>` content.
+#[derive(Clone, Copy, Debug)]
+pub struct PageShell<'a> {
+    /// The document's title, already escaped.
+    pub title: &'a str,
+    /// The line under the heading, already HTML; none when `None`.
+    pub sub: Option<&'a str>,
+    /// Whether the page loads [`PAGE_SCRIPT`].
+    pub script: bool,
+}
+
+impl PageShell<'_> {
+    /// The whole document with `main` (already HTML) inside `<main>`.
+    pub fn render(&self, main: &str) -> String {
+        let title = self.title;
+        let script = if self.script {
+            format!("<script src=\"{PAGE_SCRIPT_PATH}\" defer></script>\n")
+        } else {
+            String::new()
+        };
+        let sub = match self.sub {
+            Some(sub) => format!("<p class=\"page-sub\">{sub}</p>\n"),
+            None => String::new(),
+        };
+        format!(
+            r#"<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title>
 <link rel="stylesheet" href="{PAGE_STYLE_PATH}">
-<script src="{PAGE_SCRIPT_PATH}" defer></script>
+{script}</head>
+<body>
+<header class="page-header">
+<h1>Chat context</h1>
+{sub}</header>
+<main>
+{main}
+</main>
+</body>
+</html>
+"#
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shell_lays_out_every_page_alike() {
+        let bare = PageShell {
+            title: "ctxsync · chat context",
+            sub: None,
+            script: false,
+        };
+        assert_eq!(
+            bare.render("<p>Hi.</p>"),
+            r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>ctxsync · chat context</title>
+<link rel="stylesheet" href="/static/page.css">
 </head>
 <body>
 <header class="page-header">
 <h1>Chat context</h1>
-<p class="page-sub">{sub}</p>
 </header>
 <main>
-<div id="panel-root" data-chat="{chat}">{fragment}</div>
+<p>Hi.</p>
 </main>
 </body>
 </html>
-"#,
-        fragment = render_fragment(panel),
-    )
+"#
+        );
+        let full = PageShell {
+            title: "t",
+            sub: Some("Chat <code>c</code>"),
+            script: true,
+        };
+        let page = full.render("<div></div>");
+        assert!(
+            page.contains(
+                "<link rel=\"stylesheet\" href=\"/static/page.css\">\n\
+                 <script src=\"/static/page.js\" defer></script>\n</head>"
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains(
+                "<h1>Chat context</h1>\n<p class=\"page-sub\">Chat <code>c</code></p>\n</header>"
+            ),
+            "{page}"
+        );
+    }
 }

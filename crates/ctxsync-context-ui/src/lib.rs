@@ -55,7 +55,7 @@ mod text;
 
 pub use builder::{build_chat_panel, build_chat_panel_at, build_panel};
 pub use html::{
-    PAGE_SCRIPT, PAGE_SCRIPT_PATH, PAGE_STYLE, PAGE_STYLE_PATH, escape, render_fragment,
+    PAGE_SCRIPT, PAGE_SCRIPT_PATH, PAGE_STYLE, PAGE_STYLE_PATH, PageShell, escape, render_fragment,
     render_page, render_page_for,
 };
 pub use model::*;

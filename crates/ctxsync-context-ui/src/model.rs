@@ -1,7 +1,7 @@
 //! The panel's view model: plain serializable data, already decided. Renderers only lay it
 //! out; every judgement (tone, banner, what counts as an issue) is made here.
 
-use ctxsync_chat_projection::Phase;
+use ctxsync_chat_projection::{Phase, View};
 use serde::Serialize;
 
 /// Everything the context panel shows for one chat.
@@ -42,7 +42,7 @@ pub fn short_run_id(run_id: &str) -> String {
 
 /// The panel's header: which agent process reports the chat's context and when its last
 /// snapshot arrived. The page shows the snapshot's age counting on in the browser from
-/// [`Self::last_snapshot_at`].
+/// `last_snapshot_at`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PanelHeader {
@@ -51,13 +51,13 @@ pub struct PanelHeader {
     /// The run id of the agent process running now; `None` without an agent and for a
     /// legacy agent (which reports no run id).
     pub run_id: Option<String>,
-    /// [`Self::run_id`] shortened to [`SHORT_RUN_ID_CHARS`] characters, for display.
+    /// `run_id` shortened to 8 characters (`SHORT_RUN_ID_CHARS`), for display.
     pub run_id_short: Option<String>,
     /// The run id of the agent process that published the stored snapshot; differs from
-    /// [`Self::run_id`] when the snapshot is stale. `None` before the first snapshot, for
+    /// `run_id` when the snapshot is stale. `None` before the first snapshot, for
     /// a legacy process, and when the caller did not give the stored snapshot.
     pub snapshot_run_id: Option<String>,
-    /// [`Self::snapshot_run_id`] shortened like [`Self::run_id_short`].
+    /// `snapshot_run_id` shortened like `run_id_short`.
     pub snapshot_run_id_short: Option<String>,
     /// When the server stored the last snapshot (RFC 3339, UTC, whole seconds); `None`
     /// before the first snapshot and when the caller did not give it.
@@ -109,14 +109,52 @@ impl Tone {
     }
 }
 
-/// The chat projection's phase and `stale` verdict, as it decided them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// The chat projection's phase and `stale` verdict, as it decided them, in the words
+/// every surface uses (the panel, the chat and agent answers).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DiscoveryWords {
     /// The projection's discovery phase.
     pub phase: Phase,
-    /// Whether the stored snapshot is from an earlier agent process.
+    /// The stored snapshot is not from the agent process running now (or the agent is
+    /// gone); a stale view offers no tools.
     pub stale: bool,
+    /// While pending: the servers still connecting, with how long each has been at it.
+    /// Left out when none is named.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending_servers: Vec<PendingServerWait>,
+}
+
+impl DiscoveryWords {
+    /// The words of `view`.
+    pub fn of(view: &View) -> Self {
+        Self {
+            phase: view.phase(),
+            stale: view.is_stale(),
+            pending_servers: view
+                .pending_servers()
+                .iter()
+                .map(|s| PendingServerWait {
+                    name: s.name.clone(),
+                    elapsed_ms: s.elapsed_ms,
+                    elapsed_s: s.elapsed_ms / 1000,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A server the agent's initial discovery still waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PendingServerWait {
+    /// The server's name as the agent's config declares it (untrusted text).
+    pub name: String,
+    /// How long it has been connecting, in milliseconds: what the agent reported plus the
+    /// time since the snapshot was stored.
+    pub elapsed_ms: u64,
+    /// `elapsed_ms` in whole seconds.
+    pub elapsed_s: u64,
 }
 
 /// Where discovery stands, as the person should read it: the banner's choice among the
@@ -143,13 +181,13 @@ pub enum DiscoveryState {
 pub struct Banner {
     /// Where discovery stands.
     pub state: DiscoveryState,
-    /// The banner's sentence for [`Self::state`].
+    /// The banner's sentence for `state`.
     pub text: String,
     /// The banner's tone.
     pub tone: Tone,
-    /// While pending: the servers still connecting, by name, at most
-    /// [`MAX_WAITING_LISTED`] (the rest counted in [`Self::waiting_more`]). Empty
-    /// otherwise, and when the agent did not say.
+    /// While pending: the servers still connecting, by name, at most 10
+    /// (`MAX_WAITING_LISTED`; the rest counted in `waiting_more`). Empty otherwise, and
+    /// when the agent did not say.
     pub waiting_for: Vec<WaitingServer>,
     /// Servers still connecting beyond those listed.
     pub waiting_more: usize,
@@ -184,7 +222,7 @@ pub const MAX_WAITING_NAME_CHARS: usize = 40;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WaitingServer {
-    /// The server's name, shortened to [`MAX_WAITING_NAME_CHARS`].
+    /// The server's name, shortened to 40 characters (`MAX_WAITING_NAME_CHARS`).
     pub name: String,
     /// How long it has been connecting.
     pub elapsed_ms: u64,
@@ -364,7 +402,7 @@ pub struct McpSection {
     /// `None` while the server list is not known yet (pending with nothing found, or
     /// withheld): the panel then shows the banner, never an empty list.
     pub servers: Option<Vec<ServerItem>>,
-    /// Tool and server counts of [`Self::servers`]; `None` exactly when it is `None`.
+    /// Tool and server counts of `servers`; `None` exactly when it is `None`.
     pub summary: Option<McpSummary>,
 }
 

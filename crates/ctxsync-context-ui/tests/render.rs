@@ -38,6 +38,7 @@ fn base(state: DiscoveryState) -> Panel {
                 DiscoveryState::Unknown => Phase::Unknown,
             },
             stale: state == DiscoveryState::Stale,
+            pending_servers: Vec::new(),
         },
         discovery: Banner::new(state),
         dirty: None,

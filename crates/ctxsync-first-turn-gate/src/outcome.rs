@@ -33,7 +33,7 @@ pub enum OutcomeReason {
     AttemptLost,
 }
 
-/// The result of [`FirstTurnGate::wait_for_discovery`](crate::FirstTurnGate::wait_for_discovery).
+/// The result of a first turn's wait for discovery (`FirstTurnGate::wait_for_discovery`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Outcome {

@@ -236,6 +236,15 @@ pub struct FixtureConfig {
     /// Write the process id to this file at start (process mode only).
     #[arg(long, value_name = "PATH")]
     pid_file: Option<PathBuf>,
+    /// stdio process mode: drop every `subscriptions/listen` request unanswered, so the
+    /// client's listen is never acknowledged.
+    #[arg(long)]
+    ignore_listen: bool,
+    /// HTTP mode: answer a `server/discover` POST with this status and a plain-text body
+    /// instead of JSON-RPC, as a legacy server behind a router that knows no such method
+    /// does (e.g. 404 or 405).
+    #[arg(long, value_name = "STATUS", value_parser = clap::value_parser!(u16).range(400..500))]
+    discover_http_status: Option<u16>,
 }
 
 impl Default for FixtureConfig {
@@ -338,6 +347,12 @@ impl FixtureConfig {
         if let Some(kind) = self.malformed_stdout {
             let name = kind.to_possible_value().map(|v| v.get_name().to_owned());
             flag("malformed-stdout", name);
+        }
+        if self.ignore_listen {
+            flag("ignore-listen", None);
+        }
+        if let Some(status) = self.discover_http_status {
+            flag("discover-http-status", Some(status.to_string()));
         }
         if self.huge_line_bytes != DEFAULT_HUGE_LINE_BYTES {
             flag("huge-line-bytes", Some(self.huge_line_bytes.to_string()));
@@ -529,6 +544,17 @@ impl FixtureConfig {
         self.pid_file = Some(path.into());
         self
     }
+    /// stdio process mode: never acknowledge `subscriptions/listen` (the request is
+    /// dropped unanswered).
+    pub fn ignore_listen(mut self) -> Self {
+        self.ignore_listen = true;
+        self
+    }
+    /// HTTP mode: answer `server/discover` with `status` (a 4xx) and a plain-text body.
+    pub fn discover_http_status(mut self, status: u16) -> Self {
+        self.discover_http_status = Some(status);
+        self
+    }
 
     pub(crate) fn instructions_value(&self) -> Option<String> {
         if self.report_env {
@@ -616,6 +642,12 @@ impl FixtureConfig {
     pub(crate) fn pid_file_path(&self) -> Option<&PathBuf> {
         self.pid_file.as_ref()
     }
+    pub(crate) fn ignores_listen(&self) -> bool {
+        self.ignore_listen
+    }
+    pub(crate) fn discover_http_status_value(&self) -> Option<u16> {
+        self.discover_http_status
+    }
 
     /// The initial tool list (explicit tools, generated tools, then `whoami`).
     pub(crate) fn initial_tools(&self) -> Vec<ToolSpec> {
@@ -695,6 +727,12 @@ mod tests {
                 .lifecycle(FixtureLifecycle::Modern)
                 .modern_only(),
         );
+        check(
+            FixtureConfig::new()
+                .lifecycle(FixtureLifecycle::Modern)
+                .ignore_listen(),
+        );
+        check(FixtureConfig::new().http().discover_http_status(405));
         for lifecycle in FixtureLifecycle::value_variants() {
             check(FixtureConfig::new().lifecycle(*lifecycle));
         }

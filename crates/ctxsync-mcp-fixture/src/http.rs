@@ -4,7 +4,7 @@ use std::{io, net::SocketAddr, sync::Arc};
 
 use axum::{
     extract::{Request, State},
-    http::StatusCode,
+    http::{StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -80,9 +80,16 @@ pub(crate) async fn serve(server: FixtureServer) -> io::Result<HttpFixture> {
                 .with_cancellation_token(cancel.child_token()),
         );
     let required = Arc::new(config.required_header().cloned());
-    let router = axum::Router::new().nest_service(MCP_PATH, service).layer(
-        axum::middleware::from_fn_with_state(required, require_header),
-    );
+    let router = axum::Router::new()
+        .nest_service(MCP_PATH, service)
+        .layer(axum::middleware::from_fn_with_state(
+            config.discover_http_status_value(),
+            refuse_discover,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            required,
+            require_header,
+        ));
 
     let task = tokio::spawn({
         let cancel = cancel.clone();
@@ -117,4 +124,36 @@ async fn require_header(
         }
     }
     next.run(request).await
+}
+
+/// Largest request body `--discover-http-status` reads to find the method.
+const MAX_PROBED_BODY_BYTES: usize = 1 << 20;
+
+/// With `--discover-http-status`: a `server/discover` POST gets that status and a
+/// plain-text body, never reaching the MCP service; everything else passes through.
+async fn refuse_discover(
+    State(status): State<Option<u16>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(status) = status.and_then(|code| StatusCode::from_u16(code).ok()) else {
+        return next.run(request).await;
+    };
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_PROBED_BODY_BYTES).await else {
+        return (StatusCode::PAYLOAD_TOO_LARGE, "request too large").into_response();
+    };
+    let is_discover = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .is_ok_and(|message| message["method"] == "server/discover");
+    if is_discover {
+        let reason = status.canonical_reason().unwrap_or("refused");
+        return (
+            status,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            reason,
+        )
+            .into_response();
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
 }

@@ -7,8 +7,9 @@
 //! `initialize` (or `server/discover`), a 2026-07-28-only server that refuses `initialize`,
 //! exits with a chosen code, paged or never-ending `tools/list`, oversized tool
 //! lists, secrets and floods on stderr, malformed or endless stdout instead of an answer,
-//! floods of unsolicited notifications, `tools/list_changed`, a per-instance nonce and an
-//! optional required HTTP header. Other crates' tests get the binary from [`binary_path`].
+//! floods of unsolicited notifications, `tools/list_changed`, a `subscriptions/listen`
+//! never acknowledged, a `server/discover` refused with a bare HTTP 4xx, a per-instance
+//! nonce and an optional required HTTP header. Other crates' tests get the binary from [`binary_path`].
 //!
 //! It must never be a normal dependency of a library crate (dev-dependency only; the demo
 //! binary is the one exception) and never depends on other ctxsync crates.

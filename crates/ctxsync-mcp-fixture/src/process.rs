@@ -7,7 +7,7 @@ use rmcp::ServiceExt;
 use crate::{
     config::{FixtureConfig, FixtureLifecycle, FixtureTransport},
     server::FixtureServer,
-    silent::DropDiscover,
+    silent::{DropRequests, Dropped},
 };
 
 /// Whether a scripted exit should happen: always without a marker; with one, only for the
@@ -59,7 +59,7 @@ pub async fn run_process(config: FixtureConfig) -> ExitCode {
     }
 
     match config.transport() {
-        FixtureTransport::Stdio => match serve_stdio(server, config.lifecycle_value()).await {
+        FixtureTransport::Stdio => match serve_stdio(server, &config).await {
             Ok(running) => {
                 // The loop ends when the client closes stdin; that is a normal end.
                 let _ = running.waiting().await;
@@ -93,17 +93,22 @@ pub async fn run_process(config: FixtureConfig) -> ExitCode {
 
 async fn serve_stdio(
     server: FixtureServer,
-    lifecycle: FixtureLifecycle,
+    config: &FixtureConfig,
 ) -> Result<
     rmcp::service::RunningService<rmcp::RoleServer, FixtureServer>,
     rmcp::service::ServerInitializeError,
 > {
     let (stdin, stdout) = rmcp::transport::stdio();
     let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(stdin, stdout);
-    if lifecycle == FixtureLifecycle::Silent {
-        server.serve(DropDiscover(transport)).await
-    } else {
+    let dropped = Dropped {
+        discover: config.lifecycle_value() == FixtureLifecycle::Silent,
+        listen: config.ignores_listen(),
+    };
+    if dropped == Dropped::default() {
         server.serve(transport).await
+    } else {
+        let inner = transport;
+        server.serve(DropRequests { inner, dropped }).await
     }
 }
 

@@ -17,14 +17,15 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 /// The environment variable holding the agent's token (never a flag: flags show in `ps`).
 pub const TOKEN_ENV: &str = "CTXSYNC_AGENT_TOKEN";
 
+/// `ctxsync agent --help`'s description. It is set on the subcommand itself: there, the
+/// subcommand's one-line doc would override one set on [`AgentArgs`].
+pub const LONG_ABOUT: &str = "Run a workspace agent: discover the workspace's MCP servers, \
+    resolve its instruction files and skills, and publish both to the server, again on every \
+    change. The token comes from the CTXSYNC_AGENT_TOKEN environment variable (see `ctxsync \
+    agents create`). Runs until Ctrl-C or SIGTERM.";
+
 /// `ctxsync agent`'s flags.
 #[derive(Debug, Args)]
-#[command(
-    long_about = "Run a workspace agent: discover the workspace's MCP servers, resolve its \
-                  instruction files and skills, and publish both to the server, again on every \
-                  change. The token comes from the CTXSYNC_AGENT_TOKEN environment variable \
-                  (see `ctxsync agents create`). Runs until Ctrl-C or SIGTERM."
-)]
 pub struct AgentArgs {
     /// The server's agent API: https://HOST:PORT, or http://127.0.0.1:4770 on one host
     /// (plain http to another host is warned about: the token would cross in clear).

@@ -15,14 +15,14 @@ use crate::terminal::{for_terminal, json_for_terminal};
 /// The longest progress line drawn on a terminal; longer lists of names are cut.
 const MAX_PROGRESS_LINE_CHARS: usize = 100;
 
+/// `ctxsync discover --help`'s description (set on the subcommand, as
+/// [`crate::agent::LONG_ABOUT`] is).
+pub const LONG_ABOUT: &str = "Discover the workspace's MCP servers locally, exactly as the \
+    agent would, and print what each one offers or why it failed, plus any problem in the \
+    config files. No server is needed. Exits 0 once discovery completed, whatever the outcomes.";
+
 /// `ctxsync discover`'s flags.
 #[derive(Debug, Args)]
-#[command(
-    long_about = "Discover the workspace's MCP servers locally, exactly as the agent would, and \
-                  print what each one offers or why it failed, plus any problem in the config \
-                  files. No server is needed. Exits 0 once discovery completed, whatever the \
-                  outcomes."
-)]
 pub struct DiscoverArgs {
     /// The workspace directory: `.mcp.json` is read from it and MCP servers run in it.
     #[arg(long, value_name = "DIR")]

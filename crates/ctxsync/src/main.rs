@@ -37,8 +37,10 @@ enum Command {
         command: AgentsCommand,
     },
     /// Run a workspace agent: discover MCP servers and publish the workspace context.
+    #[command(long_about = ctxsync::agent::LONG_ABOUT)]
     Agent(ctxsync::agent::AgentArgs),
     /// Discover the workspace's MCP servers locally and print the report (no server needed).
+    #[command(long_about = ctxsync::discover::LONG_ABOUT)]
     Discover(ctxsync::discover::DiscoverArgs),
     /// Print a chat's context panel in the terminal.
     Context(ctxsync::context::ContextArgs),
@@ -71,7 +73,18 @@ enum AgentsCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        // Help and version go to stdout as asked; a usage error is logged like any other
+        // failure when JSON logs were asked for.
+        Err(error) if error.use_stderr() && ctxsync::logging::json_requested(&args) => {
+            ctxsync::logging::init(ctxsync::logging::LogFormat::Json);
+            ctxsync::logging::fatal(error.render().to_string().trim_end());
+            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
+        }
+        Err(error) => error.exit(),
+    };
     match cli.command {
         Command::McpFixture { args } => return run_fixture(args),
         Command::Completions { shell } => {
@@ -88,7 +101,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            ctxsync::logging::fatal(&format!("error: cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -115,7 +128,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            ctxsync::logging::fatal(&format!("error: {error:#}"));
             ExitCode::FAILURE
         }
     }
@@ -134,5 +147,29 @@ fn run_fixture(args: Vec<String>) -> ExitCode {
             }
         },
         Err(e) => e.exit(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--help` shows a subcommand's long text, `-h` its one line.
+    #[test]
+    fn agent_and_discover_help_show_their_long_text() {
+        let mut cli = <Cli as clap::CommandFactory>::command();
+        for (name, sentence) in [
+            ("agent", "Runs until Ctrl-C or SIGTERM."),
+            (
+                "discover",
+                "Exits 0 once discovery completed, whatever the outcomes.",
+            ),
+        ] {
+            let command = cli.find_subcommand_mut(name).expect("a subcommand");
+            let long = command.render_long_help().to_string();
+            assert!(long.contains(sentence), "{name} --help:\n{long}");
+            let short = command.render_help().to_string();
+            assert!(!short.contains(sentence), "{name} -h:\n{short}");
+        }
     }
 }

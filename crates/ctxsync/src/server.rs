@@ -525,13 +525,9 @@ fn with_request_timeout(app: axum::Router, timeout: Duration) -> axum::Router {
     ))
 }
 
-/// Prints a line for the operator. A closed stdout (a supervisor that stopped reading)
-/// must never take the server down, so write errors are ignored.
+/// Prints a line for the operator on stdout (a JSON object with JSON logs).
 fn say(line: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
+    crate::logging::operator_line(line);
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -330,3 +330,134 @@ async fn completion_scripts_complete_subcommands_in_bash_and_cover_other_shells(
         text(&out.stderr)
     );
 }
+
+/// Each non-empty line of `bytes` as a JSON object, or a panic naming the line.
+fn json_objects(stream: &str, bytes: &[u8]) -> Vec<serde_json::Value> {
+    lines(bytes)
+        .iter()
+        .map(
+            |line| match serde_json::from_str::<serde_json::Value>(line) {
+                Ok(object) if object.is_object() => object,
+                _ => panic!("{stream}: not a JSON object: {line:?}"),
+            },
+        )
+        .collect()
+}
+
+/// With JSON logs, every line the server writes, on stdout and stderr alike (containers
+/// merge them), is one JSON object: its start-up lines, its shutdown, a usage error and
+/// a failed start.
+#[tokio::test]
+async fn with_json_logs_every_line_of_both_streams_is_an_object() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+
+    let data = tempfile::tempdir().unwrap();
+    let mut command = ctxsync();
+    command
+        .args([
+            "server",
+            "--log-format",
+            "json",
+            "--grpc-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--http-addr", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().expect("spawning ctxsync server");
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut stderr = child.stderr.take().expect("stderr");
+    // Read stderr all along, so a full pipe never blocks the server.
+    let stderr = tokio::spawn(async move {
+        let mut all = Vec::new();
+        let _ = stderr.read_to_end(&mut all).await;
+        all
+    });
+    let mut out = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let mut line = String::new();
+            if stdout.read_line(&mut line).await.expect("reading stdout") == 0 {
+                panic!("the server ended early: {}", text(&out));
+            }
+            out.extend_from_slice(line.as_bytes());
+            if line.contains("API token:") {
+                break; // the last start-up line
+            }
+        }
+    })
+    .await
+    .expect("the server starts");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().expect("running")).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .expect("the server stops")
+        .expect("waiting for the server");
+    assert!(status.success(), "{status}");
+    stdout.read_to_end(&mut out).await.expect("reading stdout");
+    let err = stderr.await.expect("stderr reader");
+
+    let printed = json_objects("stdout", &out);
+    let messages: Vec<&str> = printed
+        .iter()
+        .map(|line| line["message"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        messages[0].starts_with("agent API (gRPC): http://127.0.0.1:"),
+        "{messages:?}"
+    );
+    assert!(messages[1].starts_with("chat API (HTTP):"), "{messages:?}");
+    for line in &printed {
+        assert_eq!(line["level"], "INFO", "{line}");
+        assert!(line["timestamp"].is_string(), "{line}");
+    }
+    let logged = json_objects("stderr", &err);
+    assert!(
+        logged.iter().any(|line| line["message"] == "stopped"),
+        "{}",
+        text(&err)
+    );
+
+    let usage = output(ctxsync().args(["server", "--log-format", "json", "--bogus"])).await;
+    assert_eq!(usage.status.code(), Some(2));
+    assert!(lines(&usage.stdout).is_empty(), "{}", text(&usage.stdout));
+    let refused = json_objects("stderr", &usage.stderr);
+    assert_eq!(refused.len(), 1, "{}", text(&usage.stderr));
+    assert_eq!(refused[0]["level"], "ERROR");
+    let message = refused[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("error: unexpected argument '--bogus'"),
+        "{message}"
+    );
+
+    let missing = data.path().join("missing.pem");
+    let mut command = ctxsync();
+    command
+        .args([
+            "server",
+            "--log-format",
+            "json",
+            "--grpc-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--http-addr", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path())
+        .arg("--tls-cert")
+        .arg(&missing)
+        .arg("--tls-key")
+        .arg(&missing);
+    let failed = output(&mut command).await;
+    assert!(!failed.status.success());
+    assert!(lines(&failed.stdout).is_empty(), "{}", text(&failed.stdout));
+    let logged = json_objects("stderr", &failed.stderr);
+    let last = logged.last().expect("a line");
+    assert_eq!(last["level"], "ERROR", "{last}");
+    assert!(
+        last["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("error: ")),
+        "{last}"
+    );
+}

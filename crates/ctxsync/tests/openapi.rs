@@ -286,3 +286,101 @@ async fn schemathesis_finds_no_server_error_or_schema_violation() {
         entries.len()
     );
 }
+
+/// Where a description (or an operation's summary) still carries rustdoc's link syntax:
+/// `` [`Name`] ``, `[Name]`, `](path)` or a Rust path (`crate::…`, `Self::…`). The
+/// document's readers are not reading rustdoc.
+fn rustdoc_links(doc: &Value) -> Vec<String> {
+    fn is_link(text: &str) -> bool {
+        // `[Name]` or `` [`Name`] `` opening a word (so `a[i]` is no link).
+        let bracketed_name = text.match_indices('[').any(|(at, _)| {
+            let opens_word = !text[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_');
+            opens_word
+                && text[at + 1..].split_once(']').is_some_and(|(name, _)| {
+                    !name.is_empty()
+                        && name
+                            .chars()
+                            .all(|c| c.is_alphanumeric() || matches!(c, '_' | ':' | '`'))
+                })
+        });
+        bracketed_name
+            || text.contains("](")
+            || ["crate::", "Self::", "super::"]
+                .iter()
+                .any(|path| text.contains(path))
+    }
+    fn walk(value: &Value, path: &str, found: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    let here = format!("{path}/{key}");
+                    match value {
+                        Value::String(text)
+                            if matches!(key.as_str(), "description" | "summary")
+                                && is_link(text) =>
+                        {
+                            found.push(format!("{here}: {text}"));
+                        }
+                        _ => walk(value, &here, found),
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{path}/{i}"), found);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    walk(doc, "", &mut found);
+    found
+}
+
+#[test]
+fn descriptions_are_plain_text_without_rustdoc_links() {
+    let doc: Value = serde_json::from_str(&ctxsync::http::api::openapi_document()).unwrap();
+    let found = rustdoc_links(&doc);
+    assert!(
+        found.is_empty(),
+        "rustdoc link syntax:\n{}",
+        found.join("\n")
+    );
+    // The check itself finds each form.
+    for text in [
+        "at most [`MAX_MATCHES`].",
+        "see [Outcome] for more",
+        "[`wait`](crate::Gate::wait)",
+        "as Self::run_id says",
+    ] {
+        assert_eq!(
+            rustdoc_links(&json!({ "description": text })).len(),
+            1,
+            "{text}"
+        );
+    }
+    assert!(rustdoc_links(&json!({ "description": "`null` in [0, 1] or `a[i]`" })).is_empty());
+}
+
+/// The chat and agent answers' `mcp_discovery` carries `pending_servers` while pending:
+/// the one `DiscoveryWords` schema says so.
+#[test]
+fn discovery_words_document_their_pending_servers() {
+    let doc: Value = serde_json::from_str(&ctxsync::http::api::openapi_document()).unwrap();
+    let words = &doc["components"]["schemas"]["DiscoveryWords"];
+    let pending = &words["properties"]["pending_servers"];
+    assert_eq!(pending["type"], "array", "{words}");
+    assert_eq!(
+        pending["items"]["$ref"], "#/components/schemas/PendingServerWait",
+        "{words}"
+    );
+    let required = words["required"].as_array().expect("required");
+    assert!(
+        !required.iter().any(|name| name == "pending_servers"),
+        "left out when none is named: {words}"
+    );
+}

@@ -4,7 +4,7 @@
 //! [`OPENAPI_PATH`]; a committed copy (`crates/ctxsync/openapi.json`) is checked by a test.
 
 use ctxsync_chat_projection::{Deferral, FindToolsResponse, ModelTool, Phase};
-use ctxsync_context_ui::Panel;
+use ctxsync_context_ui::{DiscoveryWords, Panel};
 use ctxsync_first_turn_gate::Outcome;
 use ctxsync_persistence::{AgentContext, AgentRecord, ChatTurnMode, TurnRecord};
 use ctxsync_protocol::{
@@ -108,51 +108,6 @@ impl From<&AgentRecord> for AgentSummary {
 pub struct AgentList {
     /// Oldest first.
     pub agents: Vec<AgentSummary>,
-}
-
-/// The projection's phase and freshness, in the words every surface uses.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DiscoveryWords {
-    /// The projected discovery phase.
-    pub phase: Phase,
-    /// The stored snapshot is not from the agent process running now (or the agent is
-    /// gone); a stale view offers no tools.
-    pub stale: bool,
-    /// While pending: the servers still connecting, with how long each has been at it.
-    /// Left out when none is named.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub pending_servers: Vec<PendingServerWait>,
-}
-
-/// A server the agent's initial discovery still waits for.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PendingServerWait {
-    /// The server's name as the agent's config declares it (untrusted text).
-    pub name: String,
-    /// How long it has been connecting, in milliseconds: what the agent reported plus the
-    /// time since the snapshot was stored.
-    pub elapsed_ms: u64,
-    /// `elapsed_ms` in whole seconds.
-    pub elapsed_s: u64,
-}
-
-impl DiscoveryWords {
-    /// The words of `view`.
-    pub fn of(view: &ctxsync_chat_projection::View) -> Self {
-        Self {
-            phase: view.phase(),
-            stale: view.is_stale(),
-            pending_servers: view
-                .pending_servers()
-                .iter()
-                .map(|s| PendingServerWait {
-                    name: s.name.clone(),
-                    elapsed_ms: s.elapsed_ms,
-                    elapsed_s: s.elapsed_ms / 1000,
-                })
-                .collect(),
-        }
-    }
 }
 
 /// The agent's stored rows beside the projection's view of them (one read).
@@ -366,12 +321,12 @@ pub struct TurnBody {
     /// The model note when discovery is incomplete.
     pub note: Option<String>,
     /// The wait's outcome; `null` for a plan turn. Held as written (a stored turn's
-    /// column), from an [`Outcome`].
+    /// column), from an `Outcome`.
     #[schema(value_type = Option<Outcome>)]
     pub mcp_discovery: Value,
     /// Why `tools` and `note` are empty when the inventory could not be read.
     pub inventory_error: Option<String>,
-    /// The eligible tools, as handed to the model; held as written, from [`ModelTool`]s.
+    /// The eligible tools, as handed to the model; held as written, from `ModelTool`s.
     #[schema(value_type = Vec<ModelTool>)]
     pub tools: Value,
     /// Names find_tools has activated for this turn; their definitions follow the ones

@@ -12,7 +12,9 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use ctxsync_chat_projection::store::{LoadedChat, load_agent_context, load_chat};
 use ctxsync_chat_projection::{ActiveTools, FindToolsRequest, plan_turn_tools};
-use ctxsync_context_ui::{build_chat_panel, render_fragment, render_json, render_text};
+use ctxsync_context_ui::{
+    DiscoveryWords, build_chat_panel, render_fragment, render_json, render_text,
+};
 use ctxsync_first_turn_gate::TurnMode;
 use ctxsync_persistence::{AgentId, ChatId, ChatTurnMode, NewTurn, TurnId};
 use futures::{Stream, StreamExt};
@@ -20,8 +22,8 @@ use serde_json::json;
 
 use super::api::{
     AgentContextBody, AgentList, AgentSummary, AgentWithToken, ChatBody, CreateAgent, CreateChat,
-    DiscoveryWords, ErrorBody, FindToolsBody, FoundTools, Health, HealthStatus, PageLink,
-    RebindChat, StoredOutcome, TurnBody, TurnModeName, TurnRequest,
+    ErrorBody, FindToolsBody, FoundTools, Health, HealthStatus, PageLink, RebindChat,
+    StoredOutcome, TurnBody, TurnModeName, TurnRequest,
 };
 use super::{ApiError, AppState};
 
@@ -296,7 +298,7 @@ pub async fn turn(
 }
 
 /// A turn of this chat as stored, from any replica: 404 for an unknown turn, one of
-/// another chat, or one past the last [`ctxsync_persistence::MAX_TURNS_PER_CHAT`].
+/// another chat, or one past the last 32 a chat keeps (`MAX_TURNS_PER_CHAT`).
 #[utoipa::path(get, path = "/api/chats/{id}/turns/{turn}", tag = "chats",
     params(
         ("id" = String, Path, format = Uuid, description = "The chat's id"),

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use ctxsync_chat_projection::store::load_chat;
 use ctxsync_context_ui::{
-    PAGE_SCRIPT, PAGE_STYLE, PAGE_STYLE_PATH, build_chat_panel, escape, render_page_for,
+    PAGE_SCRIPT, PAGE_STYLE, PageShell, build_chat_panel, escape, render_page_for,
 };
 use ctxsync_persistence::ChatId;
 use serde::Deserialize;
@@ -212,27 +212,14 @@ fn message(status: StatusCode, text: &str) -> Response {
     (status, Html(document(&format!("<p>{}</p>", escape(text))))).into_response()
 }
 
+/// A page of this module in the chat page's shell, without its script.
 fn document(body: &str) -> String {
-    format!(
-        r#"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>ctxsync · chat context</title>
-<link rel="stylesheet" href="{PAGE_STYLE_PATH}">
-</head>
-<body>
-<header class="page-header">
-<h1>Chat context</h1>
-</header>
-<main>
-{body}
-</main>
-</body>
-</html>
-"#
-    )
+    let shell = PageShell {
+        title: "ctxsync · chat context",
+        sub: None,
+        script: false,
+    };
+    shell.render(body)
 }
 
 #[cfg(test)]
@@ -259,5 +246,38 @@ mod tests {
         ] {
             assert_eq!(session_route_chat(&method, path), None, "{method} {path}");
         }
+    }
+
+    /// The link and error pages keep the bytes they had before they shared the chat
+    /// page's shell.
+    #[test]
+    fn the_link_page_keeps_its_bytes_in_the_shared_shell() {
+        let chat: ChatId = "00000000-0000-4000-8000-000000000000".parse().unwrap();
+        let page = link_page(chat, "t<k>");
+        assert_eq!(
+            page,
+            r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>ctxsync · chat context</title>
+<link rel="stylesheet" href="/static/page.css">
+</head>
+<body>
+<header class="page-header">
+<h1>Chat context</h1>
+</header>
+<main>
+<p>This one-time link opens the context of chat <code>00000000-0000-4000-8000-000000000000</code> in this browser.</p>
+<form class="link-form" method="post" action="/chats/00000000-0000-4000-8000-000000000000/session">
+<input type="hidden" name="token" value="t&lt;k&gt;">
+<button type="submit">Open the chat's context</button>
+</form>
+</main>
+</body>
+</html>
+"#
+        );
     }
 }

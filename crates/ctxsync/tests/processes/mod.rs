@@ -85,6 +85,14 @@ impl Logs {
     }
 }
 
+/// A line the server wrote on stdout as text: with JSON logs, the object's `message`.
+pub fn operator_text(line: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(line) {
+        Ok(object) => object["message"].as_str().unwrap_or_default().to_owned(),
+        Err(_) => line.to_owned(),
+    }
+}
+
 /// A `ctxsync server` child process on the test's database.
 #[derive(Debug)]
 pub struct ServerProcess {
@@ -159,7 +167,8 @@ impl ServerProcess {
                     match stdout.read_line(&mut line).await {
                         Ok(0) | Err(_) => return None,
                         Ok(_) => {
-                            let line = line.trim();
+                            let line = operator_text(line.trim());
+                            let line = line.as_str();
                             if let Some(url) = line.strip_prefix(SERVER_ADDRESS_PREFIX) {
                                 grpc = Some(url.trim_start_matches("http://").to_owned());
                             } else if let Some(url) = line.strip_prefix(SERVER_HTTP_PREFIX) {
