@@ -419,9 +419,46 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Inner<S, L> {
     ) -> (WaitResult, Outcome) {
         // One bound for subscribing and reading, so a refresh costs at most one read timeout.
         let read_deadline = after(started, self.config.read_timeout);
-        // Subscribe before reading: a commit after the read then always wakes the attempt.
+        let (subscription, observation) = match self.observe(&chat, &agent, read_deadline).await {
+            Ok(observed) => observed,
+            Err(failed_open) => return failed_open,
+        };
+        if let Verdict::Ready(reason) = verdict(&observation) {
+            return (
+                WaitResult::Immediate,
+                Outcome::observed(&observation, reason),
+            );
+        }
+        let key: AttemptKey<S> = (chat, agent, current_run(&observation));
+        let started_attempt = StartedAttempt {
+            started,
+            subscription,
+            joined,
+        };
+        match self
+            .join_or_start(key, observation, read_deadline, started_attempt)
+            .await
+        {
+            Joined::Reused(answer) => answer,
+            Joined::Waiting(end, joined) => {
+                if let Some(joined) = joined {
+                    let _ = joined.send(());
+                }
+                await_end(end).await
+            }
+        }
+    }
+
+    /// Subscribes, then reads: a commit after the read then always wakes the attempt. A
+    /// failed read is the fail-open answer.
+    async fn observe(
+        &self,
+        chat: &S::ChatId,
+        agent: &S::AgentId,
+        read_deadline: Instant,
+    ) -> Result<(Option<S::Subscription>, View), (WaitResult, Outcome)> {
         let subscription = match self
-            .bounded(read_deadline, self.source.subscribe(&agent))
+            .bounded(read_deadline, self.source.subscribe(agent))
             .await
         {
             Ok(subscription) => Some(subscription),
@@ -433,124 +470,164 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Inner<S, L> {
                 None
             }
         };
-        let observation = match self
-            .bounded(read_deadline, self.source.read_discovery(&chat, &agent))
+        match self
+            .bounded(read_deadline, self.source.read_discovery(chat, agent))
             .await
         {
-            Ok(observation) => observation,
+            Ok(observation) => Ok((subscription, observation)),
             Err(error) => {
                 log_source_error(&error, "reading discovery state");
                 let outcome = Outcome::unobserved(
                     OutcomeReason::SourceUnavailable,
                     Some(error.message().to_owned()),
                 );
-                return (WaitResult::FailedOpen, outcome);
+                Err((WaitResult::FailedOpen, outcome))
             }
-        };
-        if let Verdict::Ready(reason) = verdict(&observation) {
-            return (
-                WaitResult::Immediate,
-                Outcome::observed(&observation, reason),
-            );
         }
+    }
 
-        let key: AttemptKey<S> = (chat, agent, current_run(&observation));
-        let reuse = |observation: &View| {
-            // The read above was the refresh: no second budget for this run.
-            let outcome =
-                Outcome::observed(observation, OutcomeReason::EarlierWaitTimedOut).timed_out();
-            (WaitResult::ReusedTimeout, outcome)
-        };
-        // This process first: join its waiting attempt, or reuse its retained timeout.
+    /// This process first: join its waiting attempt or reuse its retained timeout; then the
+    /// log, where another replica (or this process before a restart) may have waited for
+    /// this run already; else a new attempt.
+    async fn join_or_start(
+        self: &Arc<Self>,
+        key: AttemptKey<S>,
+        observation: View,
+        read_deadline: Instant,
+        attempt: StartedAttempt<S>,
+    ) -> Joined {
         let local = {
             let now = Instant::now();
             let mut attempts = self.lock_attempts();
             attempts.sweep(now);
             match attempts.entries.get(&key) {
                 Some(Entry::Waiting { end, .. }) => Some(end.clone()),
-                Some(Entry::TimedOut { .. }) => return reuse(&observation),
+                Some(Entry::TimedOut { .. }) => return Joined::Reused(reuse(&observation)),
                 None => None,
             }
         };
-        let (mut end, joined) = match local {
-            Some(end) => (end, joined),
-            None => {
-                // Then the log: another replica, or this process before a restart, may
-                // have waited for this run already.
-                let recorded = self.recorded(&key, read_deadline).await;
-                let now = Instant::now();
-                let mut attempts = self.lock_attempts();
-                attempts.sweep(now);
-                match (attempts.entries.get(&key), recorded) {
-                    // Another caller of this process got here first.
-                    (Some(Entry::Waiting { end, .. }), _) => (end.clone(), joined),
-                    (Some(Entry::TimedOut { .. }), _) => return reuse(&observation),
-                    (None, Recorded::TimedOut { kept_for }) => {
-                        let expires_at = after(now, kept_for);
-                        attempts.entries.insert(key, Entry::TimedOut { expires_at });
-                        return reuse(&observation);
-                    }
-                    (None, recorded) => {
-                        // An adopted attempt keeps the other's start and ends by its
-                        // deadline, whatever this gate's own budgets are.
-                        let (started, record_start, ends_by) = match recorded {
-                            Recorded::Waiting { started_ago, left } => (
-                                now.checked_sub(started_ago).unwrap_or(now),
-                                false,
-                                Some(after(now, left)),
-                            ),
-                            _ => (started, true, None),
-                        };
-                        let id = attempts.next_id;
-                        attempts.next_id += 1;
-                        let (end_tx, end_rx) = watch::channel(None);
-                        attempts.entries.insert(
-                            key.clone(),
-                            Entry::Waiting {
-                                id,
-                                end: end_rx.clone(),
-                            },
-                        );
-                        self.metrics.attempt_started();
-                        tracing::debug!(chat = ?key.0, agent = ?key.1, run = ?key.2, adopted = !record_start, "first-turn gate: waiting for discovery");
-                        let attempt = Attempt {
-                            inner: Arc::clone(self),
-                            key,
-                            id,
-                            started,
-                            ends_by,
-                            end: end_tx,
-                            finished: false,
-                        };
-                        tokio::spawn(attempt.run(subscription, observation, record_start, joined));
-                        (end_rx, None)
-                    }
-                }
+        if let Some(end) = local {
+            return Joined::Waiting(end, attempt.joined);
+        }
+        let recorded = self.recorded(&key, read_deadline).await;
+        let now = Instant::now();
+        let mut attempts = self.lock_attempts();
+        attempts.sweep(now);
+        match (attempts.entries.get(&key), recorded) {
+            // Another caller of this process got here first.
+            (Some(Entry::Waiting { end, .. }), _) => Joined::Waiting(end.clone(), attempt.joined),
+            (Some(Entry::TimedOut { .. }), _) => Joined::Reused(reuse(&observation)),
+            (None, Recorded::TimedOut { kept_for }) => {
+                let expires_at = after(now, kept_for);
+                attempts.entries.insert(key, Entry::TimedOut { expires_at });
+                Joined::Reused(reuse(&observation))
             }
-        };
-        if let Some(joined) = joined {
-            let _ = joined.send(());
+            (None, recorded) => {
+                let end =
+                    self.start_attempt(&mut attempts, key, recorded, observation, attempt, now);
+                Joined::Waiting(end, None)
+            }
         }
-        let end = end
-            .wait_for(Option::is_some)
-            .await
-            .map(|end| end.clone())
-            .ok()
-            .flatten();
-        match end {
-            Some(AttemptEnd {
-                outcome,
-                timed_out: false,
-            }) => (WaitResult::Released, outcome),
-            Some(AttemptEnd {
-                outcome,
-                timed_out: true,
-            }) => (WaitResult::TimedOut, outcome),
-            None => (
-                WaitResult::FailedOpen,
-                Outcome::unobserved(OutcomeReason::AttemptLost, None),
+    }
+
+    /// Registers and spawns a new attempt for `key`. An adopted attempt (one the log says
+    /// is waiting elsewhere) keeps the other's start and ends by its deadline, whatever
+    /// this gate's own budgets are.
+    fn start_attempt(
+        self: &Arc<Self>,
+        attempts: &mut Attempts<S>,
+        key: AttemptKey<S>,
+        recorded: Recorded,
+        observation: View,
+        attempt: StartedAttempt<S>,
+        now: Instant,
+    ) -> watch::Receiver<Option<AttemptEnd>> {
+        let (started, record_start, ends_by) = match recorded {
+            Recorded::Waiting { started_ago, left } => (
+                now.checked_sub(started_ago).unwrap_or(now),
+                false,
+                Some(after(now, left)),
             ),
-        }
+            _ => (attempt.started, true, None),
+        };
+        let id = attempts.next_id;
+        attempts.next_id += 1;
+        let (end_tx, end_rx) = watch::channel(None);
+        attempts.entries.insert(
+            key.clone(),
+            Entry::Waiting {
+                id,
+                end: end_rx.clone(),
+            },
+        );
+        self.metrics.attempt_started();
+        tracing::debug!(chat = ?key.0, agent = ?key.1, run = ?key.2, adopted = !record_start, "first-turn gate: waiting for discovery");
+        let runner = Attempt {
+            inner: Arc::clone(self),
+            key,
+            id,
+            started,
+            ends_by,
+            end: end_tx,
+            finished: false,
+        };
+        tokio::spawn(runner.run(
+            attempt.subscription,
+            observation,
+            record_start,
+            attempt.joined,
+        ));
+        end_rx
+    }
+}
+
+/// What a new attempt starts from: the caller's start, its subscription and its
+/// "joined" signal.
+struct StartedAttempt<S: DiscoverySource> {
+    started: Instant,
+    subscription: Option<S::Subscription>,
+    joined: Option<oneshot::Sender<()>>,
+}
+
+/// How a caller joined the wait for its key.
+enum Joined {
+    /// A retained timeout answered at once.
+    Reused((WaitResult, Outcome)),
+    /// An attempt's end to wait for, and the "joined" signal still to send.
+    Waiting(
+        watch::Receiver<Option<AttemptEnd>>,
+        Option<oneshot::Sender<()>>,
+    ),
+}
+
+/// The answer for a run whose earlier wait timed out: the read that found it was the
+/// refresh, so there is no second budget for this run.
+fn reuse(observation: &View) -> (WaitResult, Outcome) {
+    let outcome = Outcome::observed(observation, OutcomeReason::EarlierWaitTimedOut).timed_out();
+    (WaitResult::ReusedTimeout, outcome)
+}
+
+/// Waits for an attempt's end; a vanished attempt fails open.
+async fn await_end(mut end: watch::Receiver<Option<AttemptEnd>>) -> (WaitResult, Outcome) {
+    let end = end
+        .wait_for(Option::is_some)
+        .await
+        .map(|end| end.clone())
+        .ok()
+        .flatten();
+    match end {
+        Some(AttemptEnd {
+            outcome,
+            timed_out: false,
+        }) => (WaitResult::Released, outcome),
+        Some(AttemptEnd {
+            outcome,
+            timed_out: true,
+        }) => (WaitResult::TimedOut, outcome),
+        None => (
+            WaitResult::FailedOpen,
+            Outcome::unobserved(OutcomeReason::AttemptLost, None),
+        ),
     }
 }
 

@@ -357,6 +357,79 @@ async fn trials(
     (median(rates), median(sizes))
 }
 
+/// One backend's medians: pushes per second and bytes per push of each kind.
+struct Figures {
+    all_rate: f64,
+    all_bytes: f64,
+    phase_rate: f64,
+    phase_bytes: f64,
+    edit_rate: f64,
+    edit_bytes: f64,
+}
+
+/// Prints one backend's rows and its summary line.
+fn emit_rows(backend: &str, f: &Figures) {
+    let row = |kind: &str| format!("persistence.push_500.{backend}.{kind}");
+    emit(&row("all_changed"), f.all_rate, "pushes/s", None, None);
+    emit(
+        &row("phase_only"),
+        f.phase_rate,
+        "pushes/s",
+        Some(f.all_rate),
+        Some(Target {
+            least: Some(PHASE_ONLY_TARGET),
+            text: format!(
+                "phase_only (delta) / all_changed >= {PHASE_ONLY_TARGET} (reference: all_changed)"
+            ),
+        }),
+    );
+    emit(
+        &row("one_edit"),
+        f.edit_rate,
+        "pushes/s",
+        Some(f.all_rate),
+        Some(Target {
+            least: Some(ONE_EDIT_TARGET),
+            text: format!(
+                "one_edit (delta) / all_changed >= {ONE_EDIT_TARGET} (reference: all_changed)"
+            ),
+        }),
+    );
+    let bytes_target = || {
+        Some(Target {
+            least: None,
+            text: "reference: all_changed bytes per push".into(),
+        })
+    };
+    emit(&row("all_changed.bytes"), f.all_bytes, "bytes", None, None);
+    emit(
+        &row("phase_only.bytes"),
+        f.phase_bytes,
+        "bytes",
+        Some(f.all_bytes),
+        bytes_target(),
+    );
+    emit(
+        &row("one_edit.bytes"),
+        f.edit_bytes,
+        "bytes",
+        Some(f.all_bytes),
+        bytes_target(),
+    );
+    eprintln!(
+        "{backend}: all changed {:.1}/s ({} B), phase only {:.1}/s ({} B, ratio {:.1}), \
+         one edit {:.1}/s ({} B, ratio {:.1})",
+        f.all_rate,
+        f.all_bytes,
+        f.phase_rate,
+        f.phase_bytes,
+        f.phase_rate / f.all_rate,
+        f.edit_rate,
+        f.edit_bytes,
+        f.edit_rate / f.all_rate
+    );
+}
+
 /// Returns the median all-changed rate.
 async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> f64 {
     let api = serve_agent_api(db.store().clone()).await;
@@ -470,58 +543,16 @@ async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> f64 {
     assert_eq!(counters.pushes_delta, deltas, "{counters:?}");
     assert_eq!(counters.pushes_delta_base_missing, 0, "{counters:?}");
 
-    let row = |kind: &str| format!("persistence.push_500.{backend}.{kind}");
-    emit(&row("all_changed"), all_rate, "pushes/s", None, None);
-    emit(
-        &row("phase_only"),
-        phase_rate,
-        "pushes/s",
-        Some(all_rate),
-        Some(Target {
-            least: Some(PHASE_ONLY_TARGET),
-            text: format!(
-                "phase_only (delta) / all_changed >= {PHASE_ONLY_TARGET} (reference: all_changed)"
-            ),
-        }),
-    );
-    emit(
-        &row("one_edit"),
-        edit_rate,
-        "pushes/s",
-        Some(all_rate),
-        Some(Target {
-            least: Some(ONE_EDIT_TARGET),
-            text: format!(
-                "one_edit (delta) / all_changed >= {ONE_EDIT_TARGET} (reference: all_changed)"
-            ),
-        }),
-    );
-    let bytes_target = || {
-        Some(Target {
-            least: None,
-            text: "reference: all_changed bytes per push".into(),
-        })
-    };
-    emit(&row("all_changed.bytes"), all_bytes, "bytes", None, None);
-    emit(
-        &row("phase_only.bytes"),
-        phase_bytes,
-        "bytes",
-        Some(all_bytes),
-        bytes_target(),
-    );
-    emit(
-        &row("one_edit.bytes"),
-        edit_bytes,
-        "bytes",
-        Some(all_bytes),
-        bytes_target(),
-    );
-    eprintln!(
-        "{backend}: all changed {all_rate:.1}/s ({all_bytes} B), phase only {phase_rate:.1}/s \
-         ({phase_bytes} B, ratio {:.1}), one edit {edit_rate:.1}/s ({edit_bytes} B, ratio {:.1})",
-        phase_rate / all_rate,
-        edit_rate / all_rate
+    emit_rows(
+        backend,
+        &Figures {
+            all_rate,
+            all_bytes,
+            phase_rate,
+            phase_bytes,
+            edit_rate,
+            edit_bytes,
+        },
     );
     all_rate
 }

@@ -700,6 +700,46 @@ async fn run(
     let (pid, agent_url) = (server.pid, server.agent_url.clone());
     eprintln!("bench_scale: {stem}: server pid {pid} at {agent_url}");
 
+    let mut prepared = prepare_agents(db, load, pass, &agent_url, pid).await?;
+    let agents = std::mem::take(&mut prepared.agents);
+    let measured = measure_window(
+        load,
+        stem,
+        &url,
+        database.name(),
+        pid,
+        agents,
+        &prepared.written,
+    )
+    .await?;
+    emit_pass_rows(load, pass, &prepared, &measured);
+    server.stop().await?;
+    Ok(Some(measured.rate))
+}
+
+/// The agents of one pass, registered and past their first push, and what was measured
+/// on the way.
+struct Prepared {
+    agents: Vec<SimulatedAgent>,
+    /// Client-to-server bytes on every agent's connection so far.
+    written: Arc<AtomicU64>,
+    /// The server's resident memory with every agent connected and idle, in MiB.
+    rss_idle: f64,
+    /// How many agents the server offered delta pushes.
+    deltas: usize,
+    /// Bytes on the wire of one full (first) push.
+    full_push_bytes: f64,
+}
+
+/// Creates `load.agents` agents, connects each, registers it and makes its first, full push.
+async fn prepare_agents(
+    db: &TestStore,
+    load: &Load,
+    pass: &Pass<'_>,
+    agent_url: &str,
+    pid: u32,
+) -> Result<Prepared> {
+    let (n, stem) = (load.agents, pass.stem.as_str());
     let setup = Instant::now();
     let store = db.store();
     let names = pass.agent_names;
@@ -793,12 +833,43 @@ async fn run(
         warming.elapsed()
     );
 
-    settle(stem, &url);
+    Ok(Prepared {
+        agents,
+        written,
+        rss_idle,
+        deltas,
+        full_push_bytes,
+    })
+}
+
+/// What one measured window saw.
+struct Measured {
+    /// The median accepted pushes per second over the window's slices.
+    rate: f64,
+    tally: Tally,
+    before: Reading,
+    after: Reading,
+    rss_load: f64,
+    backends: Vec<u32>,
+}
+
+/// Lets every agent push through the window and reads CPU, memory and bytes around it.
+async fn measure_window(
+    load: &Load,
+    stem: &str,
+    url: &str,
+    database: &str,
+    pid: u32,
+    agents: Vec<SimulatedAgent>,
+    written: &Arc<AtomicU64>,
+) -> Result<Measured> {
+    let n = load.agents;
+    settle(stem, url);
     eprintln!(
         "bench_scale: {stem}: {n} agents pushing every {:?} for {:?}",
         load.interval, load.duration
     );
-    let backends = postgres_backends(database.name());
+    let backends = postgres_backends(database);
     let tally = Arc::new(Mutex::new(Tally::default()));
     let window_start = Instant::now() + Duration::from_millis(500);
     let window_end = window_start + load.duration;
@@ -816,7 +887,7 @@ async fn run(
         })
         .collect();
     tokio::time::sleep_until(window_start.into()).await;
-    let before = Reading::take(pid, &backends, &written)?;
+    let before = Reading::take(pid, &backends, written)?;
     // Sample the server's memory through the window.
     let mut rss_samples = Vec::new();
     while Instant::now() < window_end {
@@ -826,7 +897,7 @@ async fn run(
     for task in tasks {
         task.await?;
     }
-    let after = Reading::take(pid, &backends, &written)?;
+    let after = Reading::take(pid, &backends, written)?;
     let rss_load = rss_samples.iter().copied().fold(f64::NAN, f64::max);
 
     let tally = Arc::try_unwrap(tally)
@@ -865,6 +936,35 @@ async fn run(
             percentile_ms(&slice, 100.0),
         );
     }
+    Ok(Measured {
+        rate,
+        tally,
+        before,
+        after,
+        rss_load,
+        backends,
+    })
+}
+
+/// Prints one pass's rows: throughput, latency, errors, bytes, memory and CPU.
+fn emit_pass_rows(load: &Load, pass: &Pass<'_>, prepared: &Prepared, measured: &Measured) {
+    let (n, stem) = (load.agents, pass.stem.as_str());
+    let Measured {
+        rate,
+        tally,
+        before,
+        after,
+        rss_load,
+        backends,
+    } = measured;
+    let (rate, rss_load) = (*rate, *rss_load);
+    let Prepared {
+        rss_idle,
+        deltas,
+        full_push_bytes,
+        ..
+    } = prepared;
+    let (rss_idle, deltas, full_push_bytes) = (*rss_idle, *deltas, *full_push_bytes);
     let latencies: Vec<Duration> = tally.accepted.iter().map(|(_, l)| *l).collect();
     if let Some(error) = &tally.first_error {
         eprintln!(
@@ -873,25 +973,6 @@ async fn run(
         );
     }
 
-    // CPU over the window: seconds of CPU, and shares of the machine's capacity.
-    let window = (after.at - before.at).as_secs_f64();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    let share = |seconds: f64| seconds / (window * cores);
-    let server_cpu = after.server - before.server;
-    let generator_cpu = after.generator - before.generator;
-    let backend_cpu: f64 = after
-        .backends
-        .iter()
-        .filter_map(|(pid, cpu)| {
-            let (_, was) = before.backends.iter().find(|(p, _)| p == pid)?;
-            Some(cpu - was)
-        })
-        .sum();
-    let (busy, total) = (
-        after.machine.0 - before.machine.0,
-        after.machine.1 - before.machine.1,
-    );
-    let machine_busy = busy as f64 / total.max(1) as f64;
     let accepted = tally.accepted.len();
     let bytes_per_push = (after.written - before.written) as f64 / tally.requests.max(1) as f64;
 
@@ -963,6 +1044,30 @@ async fn run(
         targets.then_some("<= 512 MiB"),
         targets.then_some(rss_load <= 512.0),
     );
+    emit_cpu_rows(stem, before, after, backends, accepted);
+}
+
+/// Prints CPU rows over the window: seconds of CPU per push, and shares of the machine.
+fn emit_cpu_rows(stem: &str, before: &Reading, after: &Reading, backends: &[u32], accepted: usize) {
+    // CPU over the window: seconds of CPU, and shares of the machine's capacity.
+    let window = (after.at - before.at).as_secs_f64();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let share = |seconds: f64| seconds / (window * cores);
+    let server_cpu = after.server - before.server;
+    let generator_cpu = after.generator - before.generator;
+    let backend_cpu: f64 = after
+        .backends
+        .iter()
+        .filter_map(|(pid, cpu)| {
+            let (_, was) = before.backends.iter().find(|(p, _)| p == pid)?;
+            Some(cpu - was)
+        })
+        .sum();
+    let (busy, total) = (
+        after.machine.0 - before.machine.0,
+        after.machine.1 - before.machine.1,
+    );
+    let machine_busy = busy as f64 / total.max(1) as f64;
     row(
         &format!("{stem}.server_cpu_per_push"),
         server_cpu * 1000.0 / accepted.max(1) as f64,
@@ -1013,7 +1118,4 @@ async fn run(
         "bench_scale: {stem}: {accepted} accepted in {window:.1} s; CPU s: server {server_cpu:.1}, generator {generator_cpu:.1}, postgres backends {backend_cpu:.1}; machine busy {:.0}%",
         machine_busy * 100.0
     );
-
-    server.stop().await?;
-    Ok(Some(rate))
 }

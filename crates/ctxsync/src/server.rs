@@ -13,8 +13,8 @@ use std::sync::Arc;
 use ctxsync_first_turn_gate::GateConfig;
 use ctxsync_first_turn_gate::store::StoreGate;
 use ctxsync_persistence::{
-    AgentApi, ChatId, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, DatabaseConfig, Store,
-    StoreOptions,
+    AgentApi, AgentApiMetrics, ChatId, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT,
+    DatabaseConfig, Store, StoreOptions,
 };
 
 use crate::http::api_token::TokenSource;
@@ -348,7 +348,55 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
                 .watch(config.tls_reload_interval, shutdown_rx.clone()),
         ));
     }
+    let agent_api = serve_agent_api(&config, &store, tls.as_ref(), &shutdown_rx).await?;
+    tasks.extend(agent_api.tasks);
 
+    let (api_token, api_token_source) =
+        crate::http::api_token::resolve(config.api_token.clone(), &config.data_dir)?;
+    let auth = Arc::new(Auth::new(api_token.clone(), store.clone(), tls.is_some()));
+    let state = app_state(
+        &config,
+        &store,
+        auth.clone(),
+        agent_api.metrics,
+        &shutdown_rx,
+    );
+    let (http_addr, http_task) = serve_chat_api(&config, state, tls.as_ref(), &shutdown_rx).await?;
+    tasks.push(http_task);
+    if tls.is_none() {
+        warn_if_exposed(agent_api.addr, http_addr);
+    }
+
+    Ok(RunningServer {
+        grpc_addr: agent_api.addr,
+        http_addr,
+        store,
+        api_token,
+        api_token_source,
+        tls,
+        auth,
+        shutdown,
+        shutdown_grace: limits.shutdown_grace,
+        tasks,
+    })
+}
+
+/// The agent API as started: its address, its metrics and its tasks (listener, probes).
+struct AgentApiListener {
+    addr: SocketAddr,
+    metrics: Arc<AgentApiMetrics>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Binds the agent API (gRPC, with the health and reflection probes) and serves it until
+/// the shutdown signal.
+async fn serve_agent_api(
+    config: &ServerConfig,
+    store: &Store,
+    tls: Option<&Arc<ReloadingCert>>,
+    shutdown_rx: &watch::Receiver<bool>,
+) -> Result<AgentApiListener> {
+    let limits = &config.limits;
     let grpc_listener = tokio::net::TcpListener::bind(config.grpc_addr)
         .await
         .with_context(|| format!("binding the agent API to {}", config.grpc_addr))?;
@@ -357,7 +405,6 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
     let metrics = api.metrics();
     let probes =
         crate::probes::start(store.clone(), config.health_interval, shutdown_rx.clone()).await?;
-    tasks.push(probes.monitor);
     let grpc = tonic::transport::Server::builder()
         .initial_stream_window_size(GRPC_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(GRPC_CONNECTION_WINDOW_BYTES)
@@ -371,7 +418,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
     let stopped = async move {
         let _ = grpc_shutdown.wait_for(|stop| *stop).await;
     };
-    let grpc_tls = match &tls {
+    let grpc_tls = match tls {
         Some(cert) => Some(cert.acceptor(&[b"h2"])?),
         None => None,
     };
@@ -388,23 +435,35 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
             tracing::error!(error = %e, "agent API server failed");
         }
     });
-    tasks.push(grpc_task);
     tracing::info!(%grpc_addr, backend = ?store.backend(), tls = tls.is_some(), "agent API listening");
+    Ok(AgentApiListener {
+        addr: grpc_addr,
+        metrics,
+        tasks: vec![probes.monitor, grpc_task],
+    })
+}
 
-    let (api_token, api_token_source) =
-        crate::http::api_token::resolve(config.api_token.clone(), &config.data_dir)?;
-    let auth = Arc::new(Auth::new(api_token.clone(), store.clone(), tls.is_some()));
+/// The chat API's shared state: the store, the first-turn gate on it, authentication,
+/// the agent API's metrics (for `/metrics`) and the configured budgets.
+fn app_state(
+    config: &ServerConfig,
+    store: &Store,
+    auth: Arc<Auth>,
+    agent_api: Arc<AgentApiMetrics>,
+    shutdown_rx: &watch::Receiver<bool>,
+) -> AppState {
+    let limits = &config.limits;
     let gate_config = GateConfig {
         discovery_budget: config.discovery_budget,
         snapshot_grace: config.snapshot_grace,
         recheck_interval: config.gate_recheck,
         ..GateConfig::default()
     };
-    let state = AppState {
+    AppState {
         store: store.clone(),
         gate: StoreGate::over_store(store.clone(), gate_config),
-        auth: auth.clone(),
-        agent_api: metrics,
+        auth,
+        agent_api,
         event_streams: Arc::new(EventStreams::new(
             limits.max_event_streams,
             limits.max_event_streams_per_chat,
@@ -413,13 +472,23 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         event_recheck: config.event_recheck,
         tool_budget: config.tool_budget,
         stopping: shutdown_rx.clone(),
-    };
+    }
+}
+
+/// Binds the chat API and web page (HTTP) and serves `state` until the shutdown signal.
+async fn serve_chat_api(
+    config: &ServerConfig,
+    state: AppState,
+    tls: Option<&Arc<ReloadingCert>>,
+    shutdown_rx: &watch::Receiver<bool>,
+) -> Result<(SocketAddr, JoinHandle<()>)> {
+    let limits = &config.limits;
     let http_listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("binding the HTTP API to {}", config.http_addr))?;
     let http_addr = http_listener.local_addr()?;
     let app = with_request_timeout(crate::http::router(state), limits.http_request_timeout);
-    let http_tls = match &tls {
+    let http_tls = match tls {
         Some(cert) => Some(cert.acceptor(&[b"http/1.1"])?),
         None => None,
     };
@@ -439,24 +508,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         settings,
         shutdown_rx.clone(),
     ));
-    tasks.push(http_task);
     tracing::info!(%http_addr, tls = tls.is_some(), "chat API and web page listening");
-    if tls.is_none() {
-        warn_if_exposed(grpc_addr, http_addr);
-    }
-
-    Ok(RunningServer {
-        grpc_addr,
-        http_addr,
-        store,
-        api_token,
-        api_token_source,
-        tls,
-        auth,
-        shutdown,
-        shutdown_grace: limits.shutdown_grace,
-        tasks,
-    })
+    Ok((http_addr, http_task))
 }
 
 /// One warning when a plain-text listener is reachable from other machines: what crosses
