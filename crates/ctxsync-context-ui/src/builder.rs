@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ctxsync_chat_projection::{AgentPresence, Binding, ChatContext, EligibleTool, Phase};
+use ctxsync_chat_projection::{AgentPresence, Binding, ChatContext, EligibleTool, Phase, View};
 use ctxsync_protocol::{McpServerInfo, Resource, ResourceStatus, plugin_of_source};
 
 use crate::model::*;
@@ -38,7 +38,61 @@ pub fn build_chat_panel_at(
 
 fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: SystemTime) -> Panel {
     let view = context.mcp();
-    let state = if view.is_stale() {
+    let state = discovery_state(view);
+    let mut issues = Vec::new();
+    let (files, skills) = pinned_items(context, &mut issues);
+    let configs = config_items(view, &mut issues);
+    let servers = server_items(view, &mut issues);
+    // Withheld tools are not listed, and an empty list is a claim only a completed
+    // discovery can make.
+    let servers = match state {
+        DiscoveryState::Stale => None,
+        DiscoveryState::Complete | DiscoveryState::CompleteNoServers => Some(servers),
+        DiscoveryState::Pending | DiscoveryState::Unknown if servers.is_empty() => None,
+        DiscoveryState::Pending | DiscoveryState::Unknown => Some(servers),
+    };
+    let mut summary = servers.as_deref().map(McpSummary::of);
+    if let Some(summary) = summary.as_mut()
+        && state == DiscoveryState::Pending
+    {
+        // More servers may appear: the counts are of what was found so far.
+        summary.text.push_str(" so far");
+    }
+    let header = header(view.agent(), view.current_run(), live, now);
+    let banner = banner(state, view, summary.as_ref(), &header);
+    let dirty = context.is_dirty().then(|| DirtyNotice {
+        text: "The workspace context changed since this chat pinned it.".into(),
+        refresh: Action {
+            label: "Refresh context".into(),
+            method: "PUT".into(),
+            href: format!("/api/chats/{chat_id}/context"),
+        },
+    });
+
+    let mut panel = Panel {
+        chat_id: chat_id.into(),
+        tone: Tone::Ok,
+        mcp_discovery: DiscoveryWords::of(view),
+        discovery: banner,
+        dirty,
+        snapshot_error: view.snapshot_error().map(str::to_owned),
+        files,
+        skills,
+        mcp: McpSection {
+            configs,
+            servers,
+            summary,
+        },
+        issues,
+        header,
+    };
+    panel.tone = panel.compute_tone();
+    panel
+}
+
+/// The discovery state the banner and the server list show.
+fn discovery_state(view: &View) -> DiscoveryState {
+    if view.is_stale() {
         DiscoveryState::Stale
     } else {
         match view.phase() {
@@ -47,9 +101,14 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
             Phase::Complete => DiscoveryState::Complete,
             Phase::Unknown => DiscoveryState::Unknown,
         }
-    };
+    }
+}
 
-    let mut issues = Vec::new();
+/// The pinned instruction files (grouped by directory) and skills, with their issues.
+fn pinned_items(
+    context: &ChatContext,
+    issues: &mut Vec<IssueItem>,
+) -> (Vec<FileGroup>, Vec<SkillItem>) {
     let mut groups: BTreeMap<String, Vec<FileItem>> = BTreeMap::new();
     let mut skills = Vec::new();
     if let Some(pin) = context.pinned() {
@@ -61,7 +120,7 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
                 size_bytes: resource.size_bytes,
                 status: resource.status.as_str().into(),
             });
-            row_issue(&mut issues, IssueKind::File, resource);
+            row_issue(issues, IssueKind::File, resource);
         }
         for (resource, body) in pin.skills() {
             skills.push(SkillItem {
@@ -75,7 +134,7 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
                 status: resource.status.as_str().into(),
                 plugin: plugin_of_source(&resource.source).map(str::to_owned),
             });
-            row_issue(&mut issues, IssueKind::Skill, resource);
+            row_issue(issues, IssueKind::Skill, resource);
         }
     }
     let files = groups
@@ -83,7 +142,12 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
         .map(|(directory, files)| FileGroup { directory, files })
         .collect();
 
-    // Every config file of the live snapshot, with the projection's diagnostic where it has one.
+    (files, skills)
+}
+
+/// Every config file of the live snapshot, with the projection's diagnostic where it has
+/// one (an issue too).
+fn config_items(view: &View, issues: &mut Vec<IssueItem>) -> Vec<ConfigItem> {
     let mut configs: Vec<ConfigItem> = view
         .config_paths()
         .iter()
@@ -115,9 +179,13 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
         });
     }
 
+    configs
+}
+
+/// Every server of the live snapshot with its tools; a diagnostic is also an issue.
+fn server_items(view: &View, issues: &mut Vec<IssueItem>) -> Vec<ServerItem> {
     let tools = view.tools();
-    let servers: Vec<ServerItem> = view
-        .servers()
+    view.servers()
         .iter()
         .map(|server| {
             let state = match (server.ok, server.tool_count) {
@@ -169,29 +237,23 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
                 timings,
             }
         })
-        .collect();
-    // Withheld tools are not listed, and an empty list is a claim only a completed
-    // discovery can make.
-    let servers = match state {
-        DiscoveryState::Stale => None,
-        DiscoveryState::Complete | DiscoveryState::CompleteNoServers => Some(servers),
-        DiscoveryState::Pending | DiscoveryState::Unknown if servers.is_empty() => None,
-        DiscoveryState::Pending | DiscoveryState::Unknown => Some(servers),
-    };
-    let mut summary = servers.as_deref().map(McpSummary::of);
-    if let Some(summary) = summary.as_mut()
-        && state == DiscoveryState::Pending
-    {
-        // More servers may appear: the counts are of what was found so far.
-        summary.text.push_str(" so far");
-    }
-    let header = header(view.agent(), view.current_run(), live, now);
+        .collect()
+}
+
+/// The discovery banner: the state, the servers still awaited, a note on failed servers,
+/// and for a stale view why and what to do.
+fn banner(
+    state: DiscoveryState,
+    view: &View,
+    summary: Option<&McpSummary>,
+    header: &PanelHeader,
+) -> Banner {
     let mut banner = Banner::new(state).waiting(
         view.pending_servers()
             .iter()
             .map(|s| WaitingServer::new(&s.name, s.elapsed_ms)),
     );
-    if let Some(summary) = &summary
+    if let Some(summary) = summary
         && summary.servers_failed > 0
     {
         banner.note = Some(match summary.servers_failed {
@@ -212,40 +274,13 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
                 Some(MISSING_AGENT_ADVICE.into()),
             ),
             AgentPresence::NoSnapshot | AgentPresence::Reported => {
-                let reason = stale_reason(&header);
+                let reason = stale_reason(header);
                 banner.explained(Some(reason), Some(STALE_ADVICE.into()))
             }
         };
     }
 
-    let dirty = context.is_dirty().then(|| DirtyNotice {
-        text: "The workspace context changed since this chat pinned it.".into(),
-        refresh: Action {
-            label: "Refresh context".into(),
-            method: "PUT".into(),
-            href: format!("/api/chats/{chat_id}/context"),
-        },
-    });
-
-    let mut panel = Panel {
-        chat_id: chat_id.into(),
-        tone: Tone::Ok,
-        mcp_discovery: DiscoveryWords::of(view),
-        discovery: banner,
-        dirty,
-        snapshot_error: view.snapshot_error().map(str::to_owned),
-        files,
-        skills,
-        mcp: McpSection {
-            configs,
-            servers,
-            summary,
-        },
-        issues,
-        header,
-    };
-    panel.tone = panel.compute_tone();
-    panel
+    banner
 }
 
 /// The header from the projection's word on the agent and, when given, the stored

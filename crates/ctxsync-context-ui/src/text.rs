@@ -40,6 +40,100 @@ fn wrapped(out: &mut String, indent: usize, text: &str) {
     }
 }
 
+/// The header, the MCP summary, the discovery banner, the dirty notice and the snapshot
+/// error.
+fn write_discovery(t: &mut String, panel: &Panel) {
+    wrapped(t, 0, &panel.header.text);
+    if panel.discovery.state == DiscoveryState::Stale
+        && let Some(old) = &panel.header.snapshot_run_id_short
+        && panel.header.snapshot_run_id != panel.header.run_id
+    {
+        let _ = writeln!(t, "Snapshot from run {old} (an earlier process)");
+    }
+    if let Some(summary) = &panel.mcp.summary {
+        wrapped(t, 0, &format!("MCP tools: {}", summary.text));
+    }
+    wrapped(t, 0, &panel.discovery.text);
+    if let Some(waiting) = panel.discovery.waiting_text() {
+        wrapped(t, 2, &waiting);
+    }
+    if let Some(note) = &panel.discovery.note {
+        wrapped(t, 2, note);
+    }
+    if let Some(reason) = &panel.discovery.reason {
+        wrapped(t, 2, &format!("Why: {reason}"));
+    }
+    if let Some(advice) = &panel.discovery.advice {
+        wrapped(t, 2, &format!("What to do: {advice}"));
+    }
+    if let Some(dirty) = &panel.dirty {
+        wrapped(t, 0, &format!("! {}", dirty.text));
+        let _ = writeln!(
+            t,
+            "  {}: {} {}",
+            dirty.refresh.label, dirty.refresh.method, dirty.refresh.href
+        );
+    }
+    if let Some(error) = &panel.snapshot_error {
+        wrapped(t, 0, &format!("! Snapshot error: {error}"));
+    }
+}
+
+/// The MCP servers, grouped by plugin, each with its tools.
+fn write_servers(t: &mut String, servers: Option<&[ServerItem]>) {
+    match servers {
+        None => {
+            let _ = writeln!(t, "\nMCP servers: not available yet");
+        }
+        Some([]) => {
+            let _ = writeln!(t, "\nMCP servers: none declared");
+        }
+        Some(servers) => {
+            let _ = writeln!(t, "\nMCP servers ({})", servers.len());
+            for (plugin, servers) in crate::html::by_plugin(servers, |s| s.plugin.as_deref()) {
+                let base = match plugin {
+                    Some(plugin) => {
+                        let _ = writeln!(t, "  Plugin {plugin}:");
+                        4
+                    }
+                    None => 2,
+                };
+                for server in servers {
+                    let state = match server.state {
+                        ServerState::Tools => format!(
+                            "{} tool{}",
+                            server.tools.len(),
+                            if server.tools.len() == 1 { "" } else { "s" }
+                        ),
+                        ServerState::NoTools => "no tools".into(),
+                        ServerState::Failed => "failed".into(),
+                    };
+                    let line = match &server.diagnostic {
+                        Some(d) => format!("{} [{state}]: {d}", server.name),
+                        None => format!("{} [{state}]", server.name),
+                    };
+                    wrapped(t, base, &line);
+                    if let Some(connection) = &server.connection {
+                        wrapped(t, base + 2, connection);
+                    }
+                    for tool in &server.tools {
+                        let mut line = tool.name.clone();
+                        if let Some(title) = &tool.title {
+                            let _ = write!(line, " “{title}”");
+                        }
+                        if !tool.hints.is_empty() {
+                            let hints: Vec<&str> = tool.hints.iter().map(|h| h.label()).collect();
+                            let _ = write!(line, " [server hints: {}]", hints.join(", "));
+                        }
+                        let _ = write!(line, " — {}", tool.description);
+                        wrapped(t, base + 4, &line);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The panel as plain text for a terminal, long lines wrapped.
 pub fn render_text(panel: &Panel) -> String {
     let mut t = String::new();
@@ -49,40 +143,7 @@ pub fn render_text(panel: &Panel) -> String {
         panel.chat_id,
         panel.tone.as_str()
     );
-    wrapped(&mut t, 0, &panel.header.text);
-    if panel.discovery.state == DiscoveryState::Stale
-        && let Some(old) = &panel.header.snapshot_run_id_short
-        && panel.header.snapshot_run_id != panel.header.run_id
-    {
-        let _ = writeln!(t, "Snapshot from run {old} (an earlier process)");
-    }
-    if let Some(summary) = &panel.mcp.summary {
-        wrapped(&mut t, 0, &format!("MCP tools: {}", summary.text));
-    }
-    wrapped(&mut t, 0, &panel.discovery.text);
-    if let Some(waiting) = panel.discovery.waiting_text() {
-        wrapped(&mut t, 2, &waiting);
-    }
-    if let Some(note) = &panel.discovery.note {
-        wrapped(&mut t, 2, note);
-    }
-    if let Some(reason) = &panel.discovery.reason {
-        wrapped(&mut t, 2, &format!("Why: {reason}"));
-    }
-    if let Some(advice) = &panel.discovery.advice {
-        wrapped(&mut t, 2, &format!("What to do: {advice}"));
-    }
-    if let Some(dirty) = &panel.dirty {
-        wrapped(&mut t, 0, &format!("! {}", dirty.text));
-        let _ = writeln!(
-            t,
-            "  {}: {} {}",
-            dirty.refresh.label, dirty.refresh.method, dirty.refresh.href
-        );
-    }
-    if let Some(error) = &panel.snapshot_error {
-        wrapped(&mut t, 0, &format!("! Snapshot error: {error}"));
-    }
+    write_discovery(&mut t, panel);
 
     let files: usize = panel.files.iter().map(|g| g.files.len()).sum();
     let _ = writeln!(t, "\nContext files ({files})");
@@ -133,58 +194,7 @@ pub fn render_text(panel: &Panel) -> String {
         wrapped(&mut t, 2, &line);
     }
 
-    match &panel.mcp.servers {
-        None => {
-            let _ = writeln!(t, "\nMCP servers: not available yet");
-        }
-        Some(servers) if servers.is_empty() => {
-            let _ = writeln!(t, "\nMCP servers: none declared");
-        }
-        Some(servers) => {
-            let _ = writeln!(t, "\nMCP servers ({})", servers.len());
-            for (plugin, servers) in crate::html::by_plugin(servers, |s| s.plugin.as_deref()) {
-                let base = match plugin {
-                    Some(plugin) => {
-                        let _ = writeln!(t, "  Plugin {plugin}:");
-                        4
-                    }
-                    None => 2,
-                };
-                for server in servers {
-                    let state = match server.state {
-                        ServerState::Tools => format!(
-                            "{} tool{}",
-                            server.tools.len(),
-                            if server.tools.len() == 1 { "" } else { "s" }
-                        ),
-                        ServerState::NoTools => "no tools".into(),
-                        ServerState::Failed => "failed".into(),
-                    };
-                    let line = match &server.diagnostic {
-                        Some(d) => format!("{} [{state}]: {d}", server.name),
-                        None => format!("{} [{state}]", server.name),
-                    };
-                    wrapped(&mut t, base, &line);
-                    if let Some(connection) = &server.connection {
-                        wrapped(&mut t, base + 2, connection);
-                    }
-                    for tool in &server.tools {
-                        let mut line = tool.name.clone();
-                        if let Some(title) = &tool.title {
-                            let _ = write!(line, " “{title}”");
-                        }
-                        if !tool.hints.is_empty() {
-                            let hints: Vec<&str> = tool.hints.iter().map(|h| h.label()).collect();
-                            let _ = write!(line, " [server hints: {}]", hints.join(", "));
-                        }
-                        let _ = write!(line, " — {}", tool.description);
-                        wrapped(&mut t, base + 4, &line);
-                    }
-                }
-            }
-        }
-    }
-
+    write_servers(&mut t, panel.mcp.servers.as_deref());
     let _ = writeln!(t, "\nIssues ({})", panel.issues.len());
     for issue in &panel.issues {
         wrapped(
