@@ -1276,3 +1276,416 @@ async fn pending_servers_are_stored_and_a_new_set_notifies(h: Harness) {
             .is_empty()
     );
 }
+// ---- a database written before issue 35 ----------------------------------------------
+//
+// `tests/fixtures/stored-before-35/` holds one database per backend, filled by
+// `fill_stored_fixture` with the code as it was before persistence moved to one module
+// pattern and the run id to one type, and what every read of it answered then. The
+// reads are written out field by field, so a type that changes shape in memory (the run
+// id) but not in the rows still has to answer the same text.
+
+mod stored_fixture {
+    use std::fmt::Write as _;
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use ctxsync_persistence::test_support::{TestStore, postgres_url};
+    use ctxsync_persistence::{AgentId, ChatId, DatabaseConfig, SQLITE_FILE_NAME, Store, TurnId};
+    use ctxsync_persistence::{ChatTurnMode, NewTurn};
+    use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
+    use ctxsync_protocol::{PendingServer, Resource, Startup};
+    use diesel::connection::SimpleConnection as _;
+    use diesel::prelude::*;
+    use serde_json::json;
+    use uuid::Uuid;
+
+    use crate::common::*;
+
+    const RUN_1: &str = "4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01";
+    const RUN_2: &str = "8e0d2f77-2c1b-4b6e-8d7e-4a2f5c9e0b02";
+    /// Long enough that the fixture's links and sessions outlive this code.
+    const TTL: Duration = Duration::from_secs(60 * 60 * 24 * 365 * 50);
+
+    fn dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stored-before-35")
+    }
+
+    /// What the reads need besides the database: ids no listing returns, and secrets.
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Keys {
+        chats: Vec<Uuid>,
+        turns: Vec<(Uuid, Uuid)>,
+        gate: Vec<(Uuid, Uuid, String)>,
+        link: String,
+        session: String,
+    }
+
+    async fn startup(store: &Store, agent: AgentId, run: &str) {
+        let startup = Startup {
+            version: "1.2.3".into(),
+            expanded_directory: "/workspace".into(),
+            agent_run_id: (!run.is_empty()).then(|| run.to_owned()),
+        };
+        store.update_startup(agent, startup).await.expect("startup");
+    }
+
+    /// Every kind of row the store writes: agents new, legacy and restarted (a retired
+    /// run), snapshots pending and complete, chats pinned, dirty, unpinned and unbound,
+    /// turns with activations, gate attempts, a page link and a session.
+    async fn fill(store: &Store) -> Keys {
+        let modern = store.create_agent("modern").await.unwrap().id;
+        let legacy = store.create_agent("legacy").await.unwrap().id;
+        let idle = store.create_agent("idle").await.unwrap().id;
+        let _ = idle;
+
+        startup(store, modern, RUN_1).await;
+        let mut first = snapshot(1, Some(RUN_1), Pending, workspace());
+        first.pending_servers = vec![PendingServer {
+            server_name: "jira".into(),
+            elapsed_ms: 1500,
+        }];
+        store.push_context_state(modern, first).await.unwrap();
+        let early = store.create_chat(Some(modern)).await.unwrap().id;
+        startup(store, modern, RUN_2).await;
+        let mut second: Vec<Resource> = workspace();
+        second[0] = instruction("AGENTS.md", "Be briefer.");
+        second.push(failed_server("jira", "connection refused"));
+        store
+            .push_context_state(modern, snapshot(1, Some(RUN_2), Complete, second))
+            .await
+            .unwrap();
+        let late = store.create_chat(Some(modern)).await.unwrap().id;
+        let cleared = store.create_chat(Some(modern)).await.unwrap().id;
+
+        startup(store, legacy, "").await;
+        let mut old = snapshot(
+            1,
+            None,
+            ctxsync_protocol::DiscoveryPhase::Unspecified,
+            vec![
+                instruction("CLAUDE.md", "Legacy."),
+                skill("notes", "Take notes"),
+            ],
+        );
+        old.snapshot_error = Some("one skill was unreadable".into());
+        store.push_context_state(legacy, old).await.unwrap();
+        let legacy_chat = store.create_chat(Some(legacy)).await.unwrap().id;
+        let unbound = store.create_chat(None).await.unwrap().id;
+        let rebound = store.create_chat(None).await.unwrap().id;
+        store.bind_chat(rebound, Some(legacy)).await.unwrap();
+        // The legacy agent's files change: its chats go dirty, one is cleared by hand.
+        store
+            .push_context_state(
+                legacy,
+                snapshot(
+                    2,
+                    None,
+                    ctxsync_protocol::DiscoveryPhase::Unspecified,
+                    vec![instruction("CLAUDE.md", "Legacy, changed.")],
+                ),
+            )
+            .await
+            .unwrap();
+        store.clear_chat_dirty(rebound).await.unwrap();
+        store.refresh_chat(cleared).await.unwrap();
+
+        let mut turns = Vec::new();
+        for (i, mode) in [ChatTurnMode::Default, ChatTurnMode::Plan]
+            .into_iter()
+            .enumerate()
+        {
+            let turn = NewTurn {
+                mode,
+                outcome: json!({"note": format!("turn {i}"), "discovery": "complete"}),
+                tools: json!([{"name": "fs__read"}, {"name": "find_tools"}]),
+            };
+            turns.push((early, store.record_turn(early, &turn).await.unwrap().id));
+        }
+        store
+            .activate_tools(
+                early,
+                turns[1].1,
+                vec!["fs__write".into(), "fs__read".into()],
+            )
+            .await
+            .unwrap();
+
+        let gate = vec![
+            (early, modern, RUN_2.to_owned()),
+            (legacy_chat, legacy, String::new()),
+        ];
+        store
+            .start_gate_attempt(early, modern, RUN_2, Duration::from_secs(15), TTL)
+            .await
+            .unwrap();
+        store
+            .end_gate_attempt(early, modern, RUN_2, false)
+            .await
+            .unwrap();
+        store
+            .start_gate_attempt(legacy_chat, legacy, "", Duration::from_secs(15), TTL)
+            .await
+            .unwrap();
+
+        let used = store.mint_page_link(late, TTL).await.unwrap();
+        let session = store
+            .exchange_page_link(late, &used, TTL)
+            .await
+            .unwrap()
+            .expect("a fresh link starts a session");
+        let link = store.mint_page_link(unbound, TTL).await.unwrap();
+        Keys {
+            chats: [early, late, cleared, legacy_chat, unbound, rebound]
+                .iter()
+                .map(ChatId::as_uuid)
+                .collect(),
+            turns: turns
+                .iter()
+                .map(|(chat, turn)| (chat.as_uuid(), turn.as_uuid()))
+                .collect(),
+            gate: gate
+                .into_iter()
+                .map(|(chat, agent, run)| (chat.as_uuid(), agent.as_uuid(), run))
+                .collect(),
+            link,
+            session,
+        }
+    }
+
+    fn resources(out: &mut String, resources: &[Resource]) {
+        for r in resources {
+            writeln!(
+                out,
+                "    resource {:?} path={:?} kind={:?} hash={} size={} status={:?} error={:?}\n      body={}",
+                r.source,
+                r.source_path,
+                r.body.kind(),
+                r.content_hash,
+                r.size_bytes,
+                r.status,
+                r.error,
+                r.body.to_json()
+            )
+            .unwrap();
+        }
+    }
+
+    /// Every read the store offers of what [`fill`] wrote, as text.
+    async fn describe(store: &Store, keys: &Keys) -> String {
+        let mut out = String::new();
+        for agent in store.list_agents().await.unwrap() {
+            writeln!(
+                out,
+                "agent {} {:?} run={:?} startup={:?} dir={:?} retired={:?} started={:?} created={:?} updated={:?}",
+                agent.id,
+                agent.name,
+                agent.agent_run_id,
+                agent.startup_version,
+                agent.expanded_directory,
+                agent.retired_agent_run_ids,
+                agent.started_at,
+                agent.created_at,
+                agent.updated_at
+            )
+            .unwrap();
+            let context = store.read_agent_context(agent.id).await.unwrap().unwrap();
+            assert_eq!(context.agent, agent);
+            if let Some(s) = &context.snapshot {
+                writeln!(
+                    out,
+                    "  snapshot run={:?} phase={:?} version={} hash={} error={:?} received={:?} pending={:?}",
+                    s.agent_run_id,
+                    s.phase,
+                    s.version,
+                    s.aggregate_hash,
+                    s.snapshot_error,
+                    s.received_at,
+                    s.pending_servers
+                )
+                .unwrap();
+            }
+            resources(&mut out, &context.resources);
+        }
+        // The aggregate query promises no order.
+        let mut groups: Vec<String> = store
+            .agent_phase_groups()
+            .await
+            .unwrap()
+            .iter()
+            .map(|group| format!("group {group:?}\n"))
+            .collect();
+        groups.sort();
+        out.extend(groups);
+        for chat in keys.chats.iter().map(|c| ChatId::from_uuid(*c)) {
+            let chat = &chat;
+            let context = store.read_chat_context(*chat).await.unwrap().unwrap();
+            assert_eq!(
+                Some(&context.chat),
+                store.get_chat(*chat).await.unwrap().as_ref()
+            );
+            let c = &context.chat;
+            writeln!(
+                out,
+                "chat {} agent={:?} pinned={:?} pinned_at={:?} dirty={:?} error={:?} created={:?} updated={:?}",
+                c.id,
+                c.agent_id.map(|a| a.to_string()),
+                c.pinned_aggregate_hash,
+                c.pinned_at,
+                c.dirty_since,
+                c.context_error,
+                c.created_at,
+                c.updated_at
+            )
+            .unwrap();
+            resources(&mut out, &context.pinned);
+            writeln!(
+                out,
+                "  latest {:?}",
+                store.turn_activations(*chat, None).await.unwrap()
+            )
+            .unwrap();
+        }
+        for (chat, turn) in &keys.turns {
+            let (chat, turn) = (ChatId::from_uuid(*chat), TurnId::from_uuid(*turn));
+            let t = store.get_turn(chat, turn).await.unwrap().unwrap();
+            writeln!(
+                out,
+                "turn {} chat={} number={} mode={:?} outcome={} tools={} activated={:?} created={:?}",
+                t.id, t.chat_id, t.number, t.mode, t.outcome, t.tools, t.activated, t.created_at
+            )
+            .unwrap();
+        }
+        for (chat, agent, run) in &keys.gate {
+            let (chat, agent) = (ChatId::from_uuid(*chat), AgentId::from_uuid(*agent));
+            let attempt = store.read_gate_attempt(chat, agent, run).await.unwrap();
+            writeln!(out, "gate {chat} {agent} {run:?} {attempt:?}").unwrap();
+        }
+        writeln!(
+            out,
+            "link {:?}",
+            store.page_link_chat(&keys.link).await.unwrap()
+        )
+        .unwrap();
+        writeln!(
+            out,
+            "session {:?}",
+            store.page_session_chat(&keys.session).await.unwrap()
+        )
+        .unwrap();
+        out
+    }
+
+    fn read_keys(backend: &str) -> Keys {
+        let text = std::fs::read_to_string(dir().join(format!("{backend}.keys.json")))
+            .expect("the fixture's keys");
+        serde_json::from_str(&text).expect("the fixture's keys parse")
+    }
+
+    fn expected(backend: &str) -> String {
+        std::fs::read_to_string(dir().join(format!("{backend}.reads.txt")))
+            .expect("the fixture's reads")
+    }
+
+    fn write(backend: &str, keys: &Keys, reads: &str) {
+        std::fs::write(
+            dir().join(format!("{backend}.keys.json")),
+            serde_json::to_string_pretty(keys).unwrap() + "\n",
+        )
+        .unwrap();
+        std::fs::write(dir().join(format!("{backend}.reads.txt")), reads).unwrap();
+    }
+
+    /// Writes the fixture (both backends) from the code as it is: run only to make it
+    /// again, with `--ignored`.
+    #[tokio::test]
+    #[ignore = "writes the committed fixture"]
+    async fn fill_stored_fixture() {
+        std::fs::create_dir_all(dir()).unwrap();
+        let sqlite = TestStore::sqlite().await;
+        let keys = fill(sqlite.store()).await;
+        let reads = describe(sqlite.store(), &keys).await;
+        let target = dir().join("sqlite.sqlite3");
+        let _ = std::fs::remove_file(&target);
+        let source = sqlite.sqlite_data_dir().unwrap().join(SQLITE_FILE_NAME);
+        let mut conn = SqliteConnection::establish(source.to_str().unwrap()).unwrap();
+        diesel::sql_query(format!("VACUUM INTO '{}'", target.display()))
+            .execute(&mut conn)
+            .unwrap();
+        write("sqlite", &keys, &reads);
+
+        let postgres = TestStore::postgres()
+            .await
+            .expect("PostgreSQL for the fixture");
+        let keys = fill(postgres.store()).await;
+        let reads = describe(postgres.store(), &keys).await;
+        let dump = std::process::Command::new("pg_dump")
+            .args(["--no-owner", "--no-privileges", "--inserts", "--dbname"])
+            .arg(postgres.postgres_database().unwrap().url())
+            .output()
+            .expect("pg_dump runs");
+        assert!(
+            dump.status.success(),
+            "{}",
+            String::from_utf8_lossy(&dump.stderr)
+        );
+        std::fs::write(dir().join("postgres.sql"), dump.stdout).unwrap();
+        write("postgres", &keys, &reads);
+    }
+
+    #[tokio::test]
+    async fn a_sqlite_database_written_before_reads_the_same() {
+        let data = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            dir().join("sqlite.sqlite3"),
+            data.path().join(SQLITE_FILE_NAME),
+        )
+        .unwrap();
+        let store = Store::open(DatabaseConfig::sqlite_in(data.path()))
+            .await
+            .unwrap();
+        let reads = describe(&store, &read_keys("sqlite")).await;
+        assert_eq!(reads, expected("sqlite"));
+    }
+
+    #[tokio::test]
+    async fn a_postgres_database_written_before_reads_the_same() {
+        // An empty database of its own (not the migrated template): the dump brings the
+        // schema and the migrations table as they were.
+        let server = postgres_url();
+        let Ok(mut admin) = PgConnection::establish(&server) else {
+            if std::env::var_os("CI").is_some() {
+                panic!("PostgreSQL is unreachable at {server}");
+            }
+            return;
+        };
+        let name = format!("ctxsync_fixture_{}", std::process::id());
+        for statement in [
+            format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            format!("CREATE DATABASE {name} TEMPLATE template0"),
+        ] {
+            admin.batch_execute(&statement).unwrap();
+        }
+        let url = match server.rsplit_once('/') {
+            Some((base, _)) => format!("{base}/{name}"),
+            None => unreachable!("a PostgreSQL URL names its database"),
+        };
+        // psql meta-commands (pg_dump's `\restrict`) are not SQL.
+        let dump: String = std::fs::read_to_string(dir().join("postgres.sql"))
+            .unwrap()
+            .lines()
+            .filter(|line| !line.starts_with('\\'))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        PgConnection::establish(&url)
+            .unwrap()
+            .batch_execute(&dump)
+            .unwrap();
+        let store = Store::open(DatabaseConfig::Postgres { url }).await.unwrap();
+        let reads = describe(&store, &read_keys("postgres")).await;
+        drop(store);
+        admin
+            .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+            .unwrap();
+        assert_eq!(reads, expected("postgres"));
+    }
+}
