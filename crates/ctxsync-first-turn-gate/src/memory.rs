@@ -197,11 +197,14 @@ impl DiscoverySource for MemorySource {
         Ok(self.state().bindings.get(chat).copied())
     }
 
-    async fn turn_inventory(&self, chat: &MemoryId) -> Result<TurnInventory<String>, SourceError> {
+    async fn turn_inventory(
+        &self,
+        chat: &MemoryId,
+        agent: Option<&MemoryId>,
+    ) -> Result<TurnInventory<String>, SourceError> {
         self.shared.inventory_reads.fetch_add(1, Ordering::Relaxed);
         self.before_read().await?;
-        let agent = self.state().bindings.get(chat).copied();
-        let view = project(&self.binding(agent));
+        let view = project(&self.binding(agent.copied()));
         // A stale view offers no tools, whatever was set.
         let tools = match view.is_stale() {
             true => Vec::new(),

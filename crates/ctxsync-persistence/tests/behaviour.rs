@@ -10,8 +10,8 @@ use ctxsync_persistence::{
     ChangeEvent, MAX_RETIRED_RUN_IDS, PushOutcome, ResourceChanges, StoreError,
 };
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending, Unspecified};
-use ctxsync_protocol::v1;
 use ctxsync_protocol::v1::context_resource::Body;
+use ctxsync_protocol::{RunId, v1};
 use tonic::Code;
 
 both_backends!(
@@ -58,10 +58,10 @@ async fn phase_and_run_id_round_trip(h: Harness) {
     let pushed = snapshot(1, Some(RUN_A), Pending, workspace());
     assert!(h.push(&token, pushed.clone()).await.unwrap());
     let ctx = h.context(agent).await;
-    assert_eq!(ctx.agent.agent_run_id, RUN_A);
+    assert_eq!(RunId::edge(ctx.agent.agent_run_id.as_ref()), RUN_A);
     assert_eq!(ctx.agent.expanded_directory, "/workspace");
     let stored = ctx.snapshot.expect("snapshot stored");
-    assert_eq!(stored.agent_run_id, RUN_A);
+    assert_eq!(RunId::edge(stored.agent_run_id.as_ref()), RUN_A);
     assert_eq!(stored.phase, Pending);
     assert_eq!(stored.version, 1);
     assert_eq!(stored.aggregate_hash, pushed.aggregate_hash);
@@ -87,8 +87,8 @@ async fn a_request_without_discovery_reads_as_unspecified(h: Harness) {
     let ctx = h.context(agent).await;
     let stored = ctx.snapshot.unwrap();
     assert_eq!(stored.phase, Unspecified);
-    assert_eq!(stored.agent_run_id, "");
-    assert_eq!(ctx.agent.agent_run_id, "");
+    assert_eq!(stored.agent_run_id, None);
+    assert_eq!(ctx.agent.agent_run_id, None);
 }
 
 async fn a_stale_run_is_dropped_and_the_row_untouched(h: Harness) {
@@ -114,7 +114,7 @@ async fn a_stale_run_is_dropped_and_the_row_untouched(h: Harness) {
     assert!(!h.push(&token, late).await.unwrap(), "stale run accepted");
 
     let after = h.context(agent).await;
-    assert_eq!(after.agent.agent_run_id, RUN_B);
+    assert_eq!(RunId::edge(after.agent.agent_run_id.as_ref()), RUN_B);
     assert_eq!(
         after.snapshot, before.snapshot,
         "snapshot rewritten by a stale run"
@@ -184,7 +184,11 @@ async fn update_startup_overwrites_the_run_id_empty_included(h: Harness) {
             let echoed = h.startup(token, run).await.unwrap();
             assert_eq!(echoed.agent_run_id, run);
             let row = h.context(agent).await.agent;
-            assert_eq!(row.agent_run_id, run, "after startup {run:?}");
+            assert_eq!(
+                RunId::edge(row.agent_run_id.as_ref()),
+                run,
+                "after startup {run:?}"
+            );
             assert_eq!(row.retired_agent_run_ids, retired, "after startup {run:?}");
             assert!(row.started_at.is_some());
         }
@@ -248,7 +252,10 @@ async fn only_the_last_retired_run_ids_are_kept(h: Harness) {
     for run in &runs {
         h.startup(&token, run).await.unwrap();
     }
-    let retired = h.context(agent).await.agent.retired_agent_run_ids;
+    let retired: Vec<String> = (h.context(agent).await.agent.retired_agent_run_ids)
+        .into_iter()
+        .map(RunId::into_string)
+        .collect();
     let expect = &runs[runs.len() - 1 - MAX_RETIRED_RUN_IDS..runs.len() - 1];
     assert_eq!(retired, expect);
 }
@@ -300,7 +307,11 @@ async fn initial_bypasses_the_version_gate(h: Harness) {
     assert!(h.push(&token, restarted).await.unwrap());
     let stored = h.context(agent).await.snapshot.unwrap();
     assert_eq!(
-        (stored.version, stored.agent_run_id.as_str(), stored.phase),
+        (
+            stored.version,
+            RunId::edge(stored.agent_run_id.as_ref()),
+            stored.phase
+        ),
         (2, RUN_B, Complete)
     );
 
@@ -616,10 +627,24 @@ async fn chats_pin_refresh_rebind_and_clear_dirty(h: Harness) {
     edited[0] = instruction("AGENTS.md", "v2");
     let v2 = snapshot(2, Some(RUN_A), Complete, edited);
     assert!(h.push(&token, v2.clone()).await.unwrap());
-    assert!(matches!(
+    // The push tells the agent's subscribers and, since it marked the chat dirty, the
+    // chat's (the subscription hears both topics, in either order).
+    let mut heard = [
         next_event(events.next()).await,
+        next_event(events.next()).await,
+    ];
+    heard.sort_by_key(|event| matches!(event, ChangeEvent::ChatChanged { .. }));
+    assert!(matches!(
+        heard[0],
         ChangeEvent::AgentContextChanged { agent_id, .. } if agent_id == agent
     ));
+    assert_eq!(
+        heard[1],
+        ChangeEvent::ChatChanged {
+            chat_id: chat.id,
+            agent_id: Some(agent)
+        }
+    );
     assert!(store.get_chat(chat.id).await.unwrap().unwrap().is_dirty());
 
     // clear_dirty keeps the pin; refresh re-pins.
@@ -943,7 +968,10 @@ async fn one_agents_token_cannot_touch_another_agents_rows(h: Harness) {
             .unwrap()
     );
     assert_eq!(h.context(victim).await, before);
-    assert_eq!(h.context(mallory).await.agent.agent_run_id, RUN_B);
+    assert_eq!(
+        RunId::edge(h.context(mallory).await.agent.agent_run_id.as_ref()),
+        RUN_B
+    );
 
     // A token claiming the victim's id with mallory's secret is refused.
     let forged = format!("{victim}.{}", mallory_token.split_once('.').unwrap().1);
@@ -1293,7 +1321,7 @@ mod stored_fixture {
     use ctxsync_persistence::{AgentId, ChatId, DatabaseConfig, SQLITE_FILE_NAME, Store, TurnId};
     use ctxsync_persistence::{ChatTurnMode, NewTurn};
     use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
-    use ctxsync_protocol::{PendingServer, Resource, Startup};
+    use ctxsync_protocol::{PendingServer, Resource, RunId, Startup};
     use diesel::connection::SimpleConnection as _;
     use diesel::prelude::*;
     use serde_json::json;
@@ -1324,7 +1352,7 @@ mod stored_fixture {
         let startup = Startup {
             version: "1.2.3".into(),
             expanded_directory: "/workspace".into(),
-            agent_run_id: (!run.is_empty()).then(|| run.to_owned()),
+            agent_run_id: RunId::new(run),
         };
         store.update_startup(agent, startup).await.expect("startup");
     }
@@ -1410,20 +1438,21 @@ mod stored_fixture {
             .await
             .unwrap();
 
+        let run_2 = RunId::new(RUN_2);
         let gate = vec![
             (early, modern, RUN_2.to_owned()),
             (legacy_chat, legacy, String::new()),
         ];
         store
-            .start_gate_attempt(early, modern, RUN_2, Duration::from_secs(15), TTL)
+            .start_gate_attempt(early, modern, run_2.as_ref(), Duration::from_secs(15), TTL)
             .await
             .unwrap();
         store
-            .end_gate_attempt(early, modern, RUN_2, false)
+            .end_gate_attempt(early, modern, run_2.as_ref(), false)
             .await
             .unwrap();
         store
-            .start_gate_attempt(legacy_chat, legacy, "", Duration::from_secs(15), TTL)
+            .start_gate_attempt(legacy_chat, legacy, None, Duration::from_secs(15), TTL)
             .await
             .unwrap();
 
@@ -1479,7 +1508,7 @@ mod stored_fixture {
                 "agent {} {:?} run={:?} startup={:?} dir={:?} retired={:?} started={:?} created={:?} updated={:?}",
                 agent.id,
                 agent.name,
-                agent.agent_run_id,
+                RunId::edge(agent.agent_run_id.as_ref()),
                 agent.startup_version,
                 agent.expanded_directory,
                 agent.retired_agent_run_ids,
@@ -1494,7 +1523,7 @@ mod stored_fixture {
                 writeln!(
                     out,
                     "  snapshot run={:?} phase={:?} version={} hash={} error={:?} received={:?} pending={:?}",
-                    s.agent_run_id,
+                    RunId::edge(s.agent_run_id.as_ref()),
                     s.phase,
                     s.version,
                     s.aggregate_hash,
@@ -1557,7 +1586,10 @@ mod stored_fixture {
         }
         for (chat, agent, run) in &keys.gate {
             let (chat, agent) = (ChatId::from_uuid(*chat), AgentId::from_uuid(*agent));
-            let attempt = store.read_gate_attempt(chat, agent, run).await.unwrap();
+            let attempt = store
+                .read_gate_attempt(chat, agent, RunId::new(run.as_str()).as_ref())
+                .await
+                .unwrap();
             writeln!(out, "gate {chat} {agent} {run:?} {attempt:?}").unwrap();
         }
         writeln!(
@@ -1687,5 +1719,63 @@ mod stored_fixture {
             .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
             .unwrap();
         assert_eq!(reads, expected("postgres"));
+    }
+}
+
+// ---- a push tells the chats it changes -------------------------------------------------
+
+mod push_chat_events {
+    use super::*;
+
+    both_backends!(a_push_that_marks_chats_dirty_tells_their_subscribers);
+
+    /// The next `ChatChanged` of `chat` (agent events on the way are skipped).
+    async fn chat_changed(events: &mut ctxsync_persistence::ChatSubscription) -> ChangeEvent {
+        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+        loop {
+            let event = tokio::time::timeout_at(deadline, events.next())
+                .await
+                .expect("no ChatChanged within the deadline")
+                .expect("store closed");
+            if matches!(event, ChangeEvent::ChatChanged { .. }) {
+                return event;
+            }
+        }
+    }
+
+    async fn a_push_that_marks_chats_dirty_tells_their_subscribers(h: Harness) {
+        let (agent, token) = h.agent("dirty").await;
+        h.startup(&token, RUN_A).await.unwrap();
+        assert!(
+            h.push(&token, snapshot(1, Some(RUN_A), Complete, workspace()))
+                .await
+                .unwrap()
+        );
+        let chat = h.store().create_chat(Some(agent)).await.unwrap().id;
+        let mut events = h.store().subscribe_chat(chat).await.unwrap();
+        let expected = ChangeEvent::ChatChanged {
+            chat_id: chat,
+            agent_id: Some(agent),
+        };
+
+        let mut changed = workspace();
+        changed[0] = instruction("AGENTS.md", "Be briefer.");
+        assert!(
+            h.push(&token, snapshot(2, Some(RUN_A), Complete, changed))
+                .await
+                .unwrap()
+        );
+        let row = h.store().get_chat(chat).await.unwrap().unwrap();
+        assert!(row.is_dirty(), "the push did not mark the chat dirty");
+        assert_eq!(chat_changed(&mut events).await, expected, "marked dirty");
+
+        // Back to the pinned files: the flag clears, and that is a change of the row too.
+        assert!(
+            h.push(&token, snapshot(3, Some(RUN_A), Complete, workspace()))
+                .await
+                .unwrap()
+        );
+        assert!(!h.store().get_chat(chat).await.unwrap().unwrap().is_dirty());
+        assert_eq!(chat_changed(&mut events).await, expected, "cleared");
     }
 }
