@@ -840,3 +840,38 @@ impl<S: DiscoverySource, L> Drop for Attempt<S, L> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ctxsync_chat_projection::SnapshotState;
+    use ctxsync_protocol::{DiscoveryPhase, RunId};
+
+    use super::*;
+    use crate::memory::MemorySource;
+
+    /// A turn reads its chat's binding once, and not at all when the caller read the
+    /// chat already; the inventory is read once either way.
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_reads_its_chat_once() {
+        let (chat, agent) = (1, 2);
+        let source = MemorySource::new();
+        source.commit(agent, |record| {
+            record.agent_run_id = RunId::new("run-1");
+            record.snapshot = Some(SnapshotState {
+                agent_run_id: RunId::new("run-1"),
+                phase: DiscoveryPhase::Complete,
+                ..SnapshotState::default()
+            });
+        });
+        source.bind(chat, agent);
+        let gate = FirstTurnGate::new(source.clone(), GateConfig::default());
+        for mode in [TurnMode::Default, TurnMode::Plan] {
+            let (chats, inventories) = (source.chat_reads(), source.inventory_reads());
+            gate.prepare_turn(chat, mode).await;
+            assert_eq!(source.chat_reads() - chats, 1, "{mode:?}");
+            gate.prepare_bound_turn(chat, Some(agent), mode).await;
+            assert_eq!(source.chat_reads() - chats, 1, "{mode:?}: read again");
+            assert_eq!(source.inventory_reads() - inventories, 2, "{mode:?}");
+        }
+    }
+}
