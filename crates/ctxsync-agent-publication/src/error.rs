@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use ctxsync_protocol::RunId;
+
 /// Why a [`Publisher`](crate::Publisher) could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
@@ -56,11 +58,12 @@ pub enum PublishError {
     /// `UpdateStartup` answered `FailedPrecondition`: a newer process of the same agent
     /// registered itself, and this one must stop.
     #[error(
-        "this agent process (run id {run_id}) was superseded by a newer agent process and stops publishing; the server said: {message}"
+        "this agent process (run id {}) was superseded by a newer agent process and stops publishing; the server said: {message}",
+        RunId::edge(run_id.as_ref())
     )]
     Superseded {
-        /// This process's run id.
-        run_id: String,
+        /// This process's run id (the server refuses only a run id it retired).
+        run_id: Option<RunId>,
         /// The server's message with the refusal.
         message: String,
     },

@@ -10,7 +10,7 @@ use ctxsync_protocol::limits::{
     MAX_AGENT_VERSION_BYTES, MAX_DIRECTORY_BYTES, truncate_to_boundary,
 };
 use ctxsync_protocol::{
-    DELTA_DIGEST_SCHEME, DeltaBase, DiscoveryPhase, Resource, ResourceBody, ResourceStatus,
+    DELTA_DIGEST_SCHEME, DeltaBase, DiscoveryPhase, Resource, ResourceBody, ResourceStatus, RunId,
     Startup, v1,
 };
 use tokio::sync::watch;
@@ -217,7 +217,9 @@ impl Publisher {
                 MAX_DIRECTORY_BYTES,
             )
             .to_owned(),
-            agent_run_id: reports.is_some().then(|| run_id.to_string()),
+            agent_run_id: reports
+                .as_ref()
+                .and_then(|_| RunId::new(run_id.to_string())),
         };
         let scan = ScanConfig {
             workspace_dir: workspace,
@@ -239,8 +241,8 @@ impl Publisher {
 
     /// This process's run id, sent in `Startup` and on every snapshot; `None` without MCP
     /// discovery, which promises no freshness.
-    pub fn run_id(&self) -> Option<&str> {
-        self.startup.agent_run_id.as_deref()
+    pub fn run_id(&self) -> Option<&RunId> {
+        self.startup.agent_run_id.as_ref()
     }
 
     /// What is sent by `UpdateStartup` on every new connection.
@@ -570,7 +572,7 @@ impl Deliver {
             Err(status) => {
                 return Err(match status.code() {
                     Code::FailedPrecondition => Failure::Fatal(PublishError::Superseded {
-                        run_id: self.startup.agent_run_id.clone().unwrap_or_default(),
+                        run_id: self.startup.agent_run_id.clone(),
                         message: status.message().to_owned(),
                     }),
                     Code::Unauthenticated | Code::PermissionDenied => Failure::TokenRefused(status),
@@ -586,7 +588,7 @@ impl Deliver {
             info!("the server accepts the agent token again; publishing resumes");
         }
         info!(
-            run_id = self.startup.agent_run_id.as_deref().unwrap_or(""),
+            run_id = RunId::edge(self.startup.agent_run_id.as_ref()),
             directory = %self.startup.expanded_directory,
             "registered with the server"
         );
@@ -610,7 +612,7 @@ impl Deliver {
                 snapshot = newer_than(published, attempted), if pushing => snapshot,
             };
             let version = snapshot.version;
-            let run_id = self.startup.agent_run_id.as_deref();
+            let run_id = self.startup.agent_run_id.as_ref();
             let mut request = v1::PushContextStateRequest::from(
                 snapshot.resolution.to_snapshot(version, run_id, initial),
             );

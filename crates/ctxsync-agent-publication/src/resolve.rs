@@ -18,7 +18,7 @@ use ctxsync_protocol::limits::{
 };
 use ctxsync_protocol::{
     DiscoveryPhase, InstructionFileBody, McpServerBody, McpServerInfo, McpTool, PendingServer,
-    Resource, ResourceBody, ResourceStatus, SkillBody, Snapshot, body_len, v1,
+    Resource, ResourceBody, ResourceStatus, RunId, SkillBody, Snapshot, body_len, v1,
 };
 
 use crate::front_matter::parse_front_matter;
@@ -77,7 +77,12 @@ pub struct Resolution {
 impl Resolution {
     /// The snapshot to push: this resolution stamped with a version and the run id. How
     /// long each pending server has been connecting is measured now, at sending time.
-    pub fn to_snapshot(&self, version: u64, agent_run_id: Option<&str>, initial: bool) -> Snapshot {
+    pub fn to_snapshot(
+        &self,
+        version: u64,
+        agent_run_id: Option<&RunId>,
+        initial: bool,
+    ) -> Snapshot {
         let now = std::time::SystemTime::now();
         let pending_servers = self
             .pending
@@ -96,7 +101,7 @@ impl Resolution {
             resources: self.resources.clone(),
             initial,
             snapshot_error: self.snapshot_error.clone(),
-            agent_run_id: agent_run_id.map(str::to_owned),
+            agent_run_id: agent_run_id.cloned(),
             phase: self.phase,
             pending_servers,
         }

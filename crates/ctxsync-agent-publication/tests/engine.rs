@@ -80,7 +80,10 @@ async fn engine_reports_are_published_until_complete() {
         .startup()
         .cloned()
         .expect("Startup first");
-    assert_eq!(Some(complete.agent_run_id.clone()), startup.agent_run_id);
+    assert_eq!(
+        Some(complete.agent_run_id.as_str()),
+        startup.agent_run_id.as_deref()
+    );
 
     let two = row(&complete, "mcp:two");
     assert_eq!((two.status(), tool_count(two)), (Status::Ok, 2));

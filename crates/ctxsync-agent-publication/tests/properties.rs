@@ -10,7 +10,7 @@ use ctxsync_agent_publication::{
     ConfigOutcome, DiscoveryReport, PendingOutcome, ReportPhase, Resolution, ScanConfig,
     ServerDetails, ServerOutcome, parse_front_matter, resolve,
 };
-use ctxsync_protocol::{McpIcon, McpTool, ResourceStatus, Snapshot, v1};
+use ctxsync_protocol::{McpIcon, McpTool, ResourceStatus, RunId, Snapshot, v1};
 use proptest::prelude::*;
 use serde_json::json;
 use support::Workspace;
@@ -385,7 +385,7 @@ proptest! {
             mcp_config_paths: Vec::new(),
         };
         let resolution = resolve(&scan, Some(&report));
-        let wire = v1::PushContextStateRequest::from(resolution.to_snapshot(u64::MAX >> 1, Some(&"r".repeat(36)), true));
+        let wire = v1::PushContextStateRequest::from(resolution.to_snapshot(u64::MAX >> 1, RunId::new("r".repeat(36)).as_ref(), true));
         let accepted = Snapshot::try_from(wire);
         prop_assert!(accepted.is_ok(), "the server would refuse it: {:?}", accepted.err());
 

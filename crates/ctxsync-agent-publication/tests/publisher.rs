@@ -128,7 +128,7 @@ async fn registers_before_pushing_with_run_id_and_token() {
     );
     assert_eq!(request.version, 1);
     assert!(request.initial);
-    assert_eq!(request.agent_run_id, run_id);
+    assert_eq!(request.agent_run_id, run_id.as_str());
     assert_eq!(phase(request), Some(Phase::Pending));
     assert_eq!(request.aggregate_hash.len(), 64);
     let sources: Vec<&str> = request
@@ -358,7 +358,7 @@ async fn reconnect_registers_again_with_the_same_run_id_before_pushing() {
     let run_ids: Vec<String> = calls
         .iter()
         .map(|c| match c {
-            Call::Startup { startup, .. } => startup.agent_run_id.clone().unwrap(),
+            Call::Startup { startup, .. } => startup.agent_run_id.clone().unwrap().into_string(),
             Call::Push { request, .. } => request.agent_run_id.clone(),
         })
         .collect();
@@ -642,7 +642,7 @@ fn run_ids_differ_between_publishers() {
     };
     let (a, b) = (make(), make());
     assert_ne!(a.run_id().unwrap(), b.run_id().unwrap());
-    assert_eq!(a.startup().agent_run_id.as_deref(), a.run_id());
+    assert_eq!(a.startup().agent_run_id.as_ref(), a.run_id());
 }
 
 #[test]

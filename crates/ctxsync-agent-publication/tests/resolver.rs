@@ -10,7 +10,7 @@ use ctxsync_agent_publication::{
     ReportPhase, Resolution, ScanConfig, ServerOutcome, resolve,
 };
 use ctxsync_protocol::{
-    DiscoveryPhase, McpTool, Resource, ResourceBody, ResourceStatus, Snapshot, v1,
+    DiscoveryPhase, McpTool, Resource, ResourceBody, ResourceStatus, RunId, Snapshot, v1,
 };
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -63,7 +63,11 @@ fn check_row(resolution: &Resolution, source: &str, status: ResourceStatus, erro
 }
 
 fn wire_accepts(resolution: &Resolution) {
-    let wire = v1::PushContextStateRequest::from(resolution.to_snapshot(1, Some("run"), true));
+    let wire = v1::PushContextStateRequest::from(resolution.to_snapshot(
+        1,
+        RunId::new("run").as_ref(),
+        true,
+    ));
     if let Err(e) = Snapshot::try_from(wire) {
         panic!("the server would refuse this snapshot: {e}");
     }
@@ -832,7 +836,10 @@ fn plugin_packages_publish_their_skills_and_mcp_config_under_the_plugin() {
         Some("its skills were not read"),
     );
     wire_accepts(&resolution);
-    let wire = format!("{:?}", resolution.to_snapshot(1, Some("run"), true));
+    let wire = format!(
+        "{:?}",
+        resolution.to_snapshot(1, RunId::new("run").as_ref(), true)
+    );
     assert!(
         !wire.contains("SECRET-456"),
         "a plugin's mcp.json body never leaves the agent"

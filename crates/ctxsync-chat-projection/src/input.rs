@@ -6,16 +6,16 @@
 //! process's agent row is never paired with another process's snapshot:
 //! - chat with no bound agent → [`Binding::NoAgent`];
 //! - bound agent id for which the read returns no agent row → [`Binding::MissingAgent`];
-//! - otherwise [`Binding::Agent`] with `agent_run_id` = the row's `agent_run_id` (`''`
-//!   stays empty) and `snapshot` = the snapshot row, if any: its `agent_run_id`,
+//! - otherwise [`Binding::Agent`] with `agent_run_id` = the row's run id (`None` for
+//!   the column's `''`) and `snapshot` = the snapshot row, if any: its run id,
 //!   `mcp_discovery_phase` as [`DiscoveryPhase`], `aggregate_hash`, `snapshot_error`
 //!   (empty → `None`), `received_at` as a [`SystemTime`], `pending_servers` as stored, and
-//!   every resource row as a [`Resource`] (with `ResourceBody::from_json`). Empty run ids
-//!   are kept as empty strings, never `None`.
+//!   every resource row as a [`Resource`] (with `ResourceBody::from_json`). A run id is
+//!   a [`RunId`] or `None`, never an empty string.
 
 use std::time::SystemTime;
 
-use ctxsync_protocol::{DiscoveryPhase, PendingServer, Resource};
+use ctxsync_protocol::{DiscoveryPhase, PendingServer, Resource, RunId};
 
 /// What a chat (or an agent-scoped read) is bound to, as read in one transaction.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,8 +33,8 @@ pub enum Binding {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AgentState {
     /// The run id of the agent process that is running now (`workspace_agents.agent_run_id`);
-    /// empty for a legacy agent, which gives no freshness guarantee.
-    pub agent_run_id: String,
+    /// `None` for a legacy agent, which gives no freshness guarantee.
+    pub agent_run_id: Option<RunId>,
     /// `None` until the agent has published a snapshot.
     pub snapshot: Option<SnapshotState>,
 }
@@ -42,8 +42,8 @@ pub struct AgentState {
 /// The agent's stored snapshot and its resources.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SnapshotState {
-    /// The run id stamped on the snapshot; empty when a legacy process published it.
-    pub agent_run_id: String,
+    /// The run id stamped on the snapshot; `None` when a legacy process published it.
+    pub agent_run_id: Option<RunId>,
     /// The discovery phase the snapshot was published in.
     pub phase: DiscoveryPhase,
     /// The snapshot's aggregate hash (instruction files and skills only); used for pinning.

@@ -31,7 +31,7 @@
 //!
 //! ```
 //! use ctxsync_chat_projection::{AgentState, Binding, Phase, SnapshotState, project};
-//! use ctxsync_protocol::{DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody};
+//! use ctxsync_protocol::{DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, RunId};
 //!
 //! let tool = |name: &str| McpTool { name: name.into(), ..Default::default() };
 //! let server = McpServerBody {
@@ -49,12 +49,12 @@
 //!     body: ResourceBody::McpServer(server),
 //! };
 //! let snapshot = SnapshotState {
-//!     agent_run_id: "run-1".into(),
+//!     agent_run_id: RunId::new("run-1"),
 //!     phase: DiscoveryPhase::Complete,
 //!     resources: vec![row],
 //!     ..Default::default()
 //! };
-//! let binding = Binding::Agent(AgentState { agent_run_id: "run-1".into(), snapshot: Some(snapshot) });
+//! let binding = Binding::Agent(AgentState { agent_run_id: RunId::new("run-1"), snapshot: Some(snapshot) });
 //!
 //! let view = project(&binding);
 //! assert_eq!(view.phase(), Phase::Complete);

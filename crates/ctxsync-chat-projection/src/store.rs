@@ -13,8 +13,8 @@ use crate::view::{Phase, View, classify, project};
 
 impl Binding {
     /// The binding for one `read_agent_context` result; `None` (no agent row) is
-    /// [`Binding::MissingAgent`]. A field-by-field mapping: empty run ids stay empty, an
-    /// empty snapshot error is `None`, `received_at` becomes a `SystemTime`.
+    /// [`Binding::MissingAgent`]. A field-by-field mapping: run ids stay as read (`None`
+    /// for none), an empty snapshot error is `None`, `received_at` becomes a `SystemTime`.
     pub fn from_read(context: Option<AgentContext>) -> Self {
         let Some(context) = context else {
             return Self::MissingAgent;
@@ -88,44 +88,31 @@ pub async fn load_agent_context(
     Ok(Some((context, view)))
 }
 
-/// The view a turn of `chat` runs with: the chat's bound agent and that agent's view
-/// from one consistent read; `None` for an unknown chat. Writes nothing (unlike
-/// [`load_chat`], it never stores a missed pin: a turn needs no pin).
-pub async fn load_turn_view(
-    store: &Store,
-    chat: ChatId,
-) -> Result<Option<(Option<AgentId>, View)>, StoreError> {
-    let Some(chat) = store.get_chat(chat).await? else {
-        return Ok(None);
-    };
-    let binding = read_binding(store, chat.agent_id).await?;
-    Ok(Some((chat.agent_id, project(&binding))))
-}
-
 /// The chat with its pin and its bound agent's live state; `None` for an unknown chat.
 ///
 /// Persistence pins a chat's first snapshot itself (when the chat is created or bound,
 /// and on every accepted push for chats still unpinned). One gap remains on PostgreSQL:
 /// a chat created while its agent's first push commits, each transaction not seeing the
 /// other's row (REPEATABLE READ), stays unpinned although a snapshot exists. When this
-/// load finds that, it stores the pin through `refresh_chat` and reads again, so later
-/// loads see the same stored pin.
+/// load finds that, the pin [`ChatContext::new`] decided on is stored through
+/// `store_first_pin` (only while the chat is still unpinned and the agent still holds
+/// that snapshot), so later loads see the same stored pin.
 pub async fn load_chat(store: &Store, chat: ChatId) -> Result<Option<LoadedChat>, StoreError> {
-    let Some(loaded) = read_chat(store, chat).await? else {
+    let Some(mut loaded) = read_chat(store, chat).await? else {
         return Ok(None);
     };
-    if loaded.context.newly_pinned().is_none() {
+    let Some(pin) = loaded.context.newly_pinned() else {
         return Ok(Some(loaded));
+    };
+    let decided = pin.aggregate_hash().to_owned();
+    match store.store_first_pin(chat, decided).await? {
+        Some(row) => {
+            loaded.chat = row;
+            Ok(Some(loaded))
+        }
+        // Deleted between the read and the write: as if the read had not found it.
+        None => Ok(None),
     }
-    match store.refresh_chat(chat).await {
-        Ok(_) => {}
-        // Deleted between the read and the refresh: as if the read had not found it.
-        Err(StoreError::ChatNotFound(_)) => return Ok(None),
-        Err(error) => return Err(error),
-    }
-    // Once: if the agent lost its snapshot meanwhile, there is nothing to pin and the
-    // second read says so.
-    read_chat(store, chat).await
 }
 
 /// One read of the chat and its pin, then one consistent read of its bound agent.

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use ctxsync_protocol::{
     DiscoveryPhase, McpConnectTimings, McpServerBody, McpServerInfo, McpTool, McpToolAnnotations,
-    Resource, ResourceBody, ResourceStatus,
+    Resource, ResourceBody, ResourceStatus, RunId,
 };
 use serde::Serialize;
 
@@ -119,7 +119,7 @@ pub struct View {
     agent: AgentPresence,
     /// The bound agent row's run id; `None` for a legacy, missing or unbound agent.
     #[serde(skip)]
-    current_run: Option<String>,
+    current_run: Option<RunId>,
     phase: Phase,
     stale: bool,
     incomplete: bool,
@@ -148,8 +148,8 @@ impl View {
 
     /// The run id of the agent process running now, as its row says (`None` for a
     /// legacy, missing or unbound agent). Keys per-run state above the projection.
-    pub fn current_run(&self) -> Option<&str> {
-        self.current_run.as_deref()
+    pub fn current_run(&self) -> Option<&RunId> {
+        self.current_run.as_ref()
     }
 
     /// The agent has published a snapshot of the process running now: its phase is
@@ -222,7 +222,7 @@ pub fn project(binding: &Binding) -> View {
 /// pending server's elapsed time; phase and freshness never depend on it.
 pub fn project_at(binding: &Binding, now: SystemTime) -> View {
     let current_run = match binding {
-        Binding::Agent(agent) if !agent.agent_run_id.is_empty() => Some(agent.agent_run_id.clone()),
+        Binding::Agent(agent) => agent.agent_run_id.clone(),
         _ => None,
     };
     let (agent, phase, stale, snapshot) = match binding {
@@ -235,7 +235,7 @@ pub fn project_at(binding: &Binding, now: SystemTime) -> View {
             let decided = snapshot
                 .as_ref()
                 .map(|s| (s.phase, *agent_run_id == s.agent_run_id));
-            let (agent, phase, stale) = classify(agent_run_id.is_empty(), decided);
+            let (agent, phase, stale) = classify(agent_run_id.is_none(), decided);
             (agent, phase, stale, snapshot.as_ref())
         }
     };

@@ -18,7 +18,7 @@ use ctxsync_persistence::test_support::TestStore;
 use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending};
 use ctxsync_protocol::{
     McpConnectTimings, McpServerInfo, McpTool, McpToolAnnotations, PendingServer, Resource,
-    ResourceBody, Snapshot, Startup,
+    ResourceBody, RunId, Snapshot, Startup,
 };
 use serde_json::json;
 
@@ -346,7 +346,7 @@ fn pushed(version: u64, phase: DiscoveryPhase, pending: &[(&str, u64)]) -> Snaps
         aggregate_hash: "agg".into(),
         resources: vec![rich_server()],
         initial: version == 1,
-        agent_run_id: Some("run-1".into()),
+        agent_run_id: RunId::new("run-1"),
         phase,
         pending_servers: pending
             .iter()
@@ -365,7 +365,7 @@ async fn stored_details_reach_the_view(db: TestStore) {
     let startup = Startup {
         version: "1.0.0".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: Some("run-1".into()),
+        agent_run_id: RunId::new("run-1"),
     };
     store.update_startup(agent, startup).await.expect("startup");
     let outcome = store

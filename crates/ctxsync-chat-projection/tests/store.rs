@@ -11,7 +11,7 @@ use ctxsync_chat_projection::{Binding, View, project};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, Store};
 use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending, Unspecified};
-use ctxsync_protocol::{Resource, ResourceBody, Snapshot, Startup};
+use ctxsync_protocol::{Resource, ResourceBody, RunId, Snapshot, Startup};
 
 on_both_backends!(
     phase_table,
@@ -52,7 +52,7 @@ async fn start(store: &Store, agent: AgentId, run: &str) {
     let startup = Startup {
         version: "1.0.0".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: (!run.is_empty()).then(|| run.to_owned()),
+        agent_run_id: RunId::new(run),
     };
     store
         .update_startup(agent, startup)
@@ -76,7 +76,7 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase, resources: Vec<Resou
         resources,
         initial: version == 1,
         snapshot_error: None,
-        agent_run_id: (!run.is_empty()).then(|| run.to_owned()),
+        agent_run_id: RunId::new(run),
         phase,
         ..Default::default()
     }
@@ -370,9 +370,9 @@ async fn agent_rows_and_snapshots_are_never_mixed_across_stores(db: TestStore) {
         let Binding::Agent(state) = &binding else {
             panic!("the agent exists: {binding:?}");
         };
-        let row = run_number(&state.agent_run_id);
+        let row = run_number(RunId::edge(state.agent_run_id.as_ref()));
         let snapshot = state.snapshot.as_ref().expect("pushed before the loop");
-        let snap = run_number(&snapshot.agent_run_id);
+        let snap = run_number(RunId::edge(snapshot.agent_run_id.as_ref()));
         assert!(
             snap == row || snap + 1 == row,
             "agent row run-{row} paired with snapshot run-{snap}"

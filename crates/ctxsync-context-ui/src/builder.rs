@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ctxsync_chat_projection::{AgentPresence, Binding, ChatContext, EligibleTool, Phase, View};
-use ctxsync_protocol::{McpServerInfo, Resource, ResourceStatus, plugin_of_source};
+use ctxsync_protocol::{McpServerInfo, Resource, ResourceStatus, RunId, plugin_of_source};
 
 use crate::model::*;
 
@@ -287,7 +287,7 @@ fn banner(
 /// snapshot the context was loaded with.
 fn header(
     agent: AgentPresence,
-    current_run: Option<&str>,
+    current_run: Option<&RunId>,
     live: Option<&Binding>,
     now: SystemTime,
 ) -> PanelHeader {
@@ -301,10 +301,11 @@ fn header(
         Some(Binding::Agent(state)) if agent == AgentStatus::Reported => state.snapshot.as_ref(),
         _ => None,
     };
-    let run_id = current_run.map(str::to_owned);
+    // The panel is an edge: its JSON says `null` for no run id.
+    let run_id = current_run.map(RunId::to_string);
     let snapshot_run_id = snapshot
-        .map(|s| s.agent_run_id.clone())
-        .filter(|r| !r.is_empty());
+        .and_then(|s| s.agent_run_id.as_ref())
+        .map(RunId::to_string);
     let received = snapshot.and_then(|s| s.received_at);
     let last_snapshot_at = received.map(rfc3339);
     let last_snapshot_age_s =

@@ -20,7 +20,7 @@
 //! ```
 //! use ctxsync_chat_projection::{AgentState, Binding, ChatContext, SnapshotState};
 //! use ctxsync_context_ui::{build_chat_panel, render_fragment, render_text};
-//! use ctxsync_protocol::{DiscoveryPhase, InstructionFileBody, Resource, ResourceBody, ResourceStatus};
+//! use ctxsync_protocol::{DiscoveryPhase, InstructionFileBody, Resource, ResourceBody, ResourceStatus, RunId};
 //!
 //! let file = Resource {
 //!     source: "AGENTS.md".into(),
@@ -32,12 +32,12 @@
 //!     body: ResourceBody::InstructionFile(InstructionFileBody { content: "Answer briefly.".into() }),
 //! };
 //! let snapshot = SnapshotState {
-//!     agent_run_id: "run-1".into(),
+//!     agent_run_id: RunId::new("run-1"),
 //!     phase: DiscoveryPhase::Complete,
 //!     resources: vec![file],
 //!     ..Default::default()
 //! };
-//! let live = Binding::Agent(AgentState { agent_run_id: "run-1".into(), snapshot: Some(snapshot) });
+//! let live = Binding::Agent(AgentState { agent_run_id: RunId::new("run-1"), snapshot: Some(snapshot) });
 //! // A chat without a pin pins what it first sees.
 //! let context = ChatContext::new(None, &live);
 //!

@@ -84,9 +84,9 @@ fn resources() -> Vec<Resource> {
 
 fn binding(row_run: &str, snapshot: Option<(&str, DiscoveryPhase, Vec<Resource>)>) -> Binding {
     Binding::Agent(AgentState {
-        agent_run_id: row_run.into(),
+        agent_run_id: RunId::new(row_run),
         snapshot: snapshot.map(|(run, phase, resources)| SnapshotState {
-            agent_run_id: run.into(),
+            agent_run_id: RunId::new(run),
             phase,
             aggregate_hash: "agg".into(),
             snapshot_error: None,
@@ -371,9 +371,9 @@ fn hostile_titles_are_escaped() {
 
 fn pending_with(servers: &[(&str, u64)]) -> Binding {
     Binding::Agent(AgentState {
-        agent_run_id: "r1".into(),
+        agent_run_id: RunId::new("r1"),
         snapshot: Some(SnapshotState {
-            agent_run_id: "r1".into(),
+            agent_run_id: RunId::new("r1"),
             phase: DiscoveryPhase::Pending,
             resources: resources(),
             // No stored time: the elapsed times are the agent's, exactly.

@@ -21,8 +21,8 @@ use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, ChatId, Store};
 use ctxsync_protocol::{
-    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, Snapshot,
-    Startup,
+    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
+    Snapshot, Startup,
 };
 use serde_json::json;
 use tokio::time::Instant;
@@ -70,7 +70,7 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase) -> Snapshot {
         resources: resources(),
         initial: version == 1,
         snapshot_error: None,
-        agent_run_id: Some(run.to_owned()),
+        agent_run_id: RunId::new(run),
         phase,
         ..Default::default()
     }
@@ -89,7 +89,7 @@ async fn start_pending(store: &Store, agent: AgentId, run: &str) {
     let startup = Startup {
         version: "bench".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: Some(run.to_owned()),
+        agent_run_id: RunId::new(run),
     };
     store
         .update_startup(agent, startup)

@@ -13,6 +13,7 @@ use std::hash::Hash;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use ctxsync_protocol::RunId;
 use tokio::time::Instant;
 
 use crate::source::SourceError;
@@ -58,7 +59,7 @@ pub trait AttemptLog<C, A>: Send + Sync + 'static {
         &self,
         chat: &C,
         agent: &A,
-        run: Option<&str>,
+        run: Option<&RunId>,
     ) -> impl Future<Output = Result<Option<AttemptRecord>, SourceError>> + Send;
 
     /// Records that an attempt for (chat, agent, run) starts now and may wait up to
@@ -68,7 +69,7 @@ pub trait AttemptLog<C, A>: Send + Sync + 'static {
         &self,
         chat: &C,
         agent: &A,
-        run: Option<&str>,
+        run: Option<&RunId>,
         wait_limit: Duration,
         forget_after: Duration,
     ) -> impl Future<Output = Result<(), SourceError>> + Send;
@@ -79,7 +80,7 @@ pub trait AttemptLog<C, A>: Send + Sync + 'static {
         &self,
         chat: &C,
         agent: &A,
-        run: Option<&str>,
+        run: Option<&RunId>,
         result: AttemptResult,
     ) -> impl Future<Output = Result<(), SourceError>> + Send;
 }
@@ -97,7 +98,7 @@ impl MemoryRecord {
     }
 }
 
-type MemoryKey<C, A> = (C, A, Option<String>);
+type MemoryKey<C, A> = (C, A, Option<RunId>);
 
 /// An [`AttemptLog`] in this process's memory, on tokio's clock (so tests on the paused
 /// clock see its ages move): the default of [`FirstTurnGate::new`](crate::FirstTurnGate::new).
@@ -144,8 +145,8 @@ impl<C, A> MemoryAttemptLog<C, A> {
     }
 }
 
-fn key<C: Clone, A: Clone>(chat: &C, agent: &A, run: Option<&str>) -> MemoryKey<C, A> {
-    (chat.clone(), agent.clone(), run.map(str::to_owned))
+fn key<C: Clone, A: Clone>(chat: &C, agent: &A, run: Option<&RunId>) -> MemoryKey<C, A> {
+    (chat.clone(), agent.clone(), run.cloned())
 }
 
 impl<C, A> AttemptLog<C, A> for MemoryAttemptLog<C, A>
@@ -157,7 +158,7 @@ where
         &self,
         chat: &C,
         agent: &A,
-        run: Option<&str>,
+        run: Option<&RunId>,
     ) -> Result<Option<AttemptRecord>, SourceError> {
         let now = Instant::now();
         let records = self.records();
@@ -177,7 +178,7 @@ where
         &self,
         chat: &C,
         agent: &A,
-        run: Option<&str>,
+        run: Option<&RunId>,
         wait_limit: Duration,
         forget_after: Duration,
     ) -> Result<(), SourceError> {
@@ -200,7 +201,7 @@ where
         &self,
         chat: &C,
         agent: &A,
-        run: Option<&str>,
+        run: Option<&RunId>,
         result: AttemptResult,
     ) -> Result<(), SourceError> {
         let now = Instant::now();
@@ -222,7 +223,7 @@ impl<C, A, L: AttemptLog<C, A>> AttemptLog<C, A> for std::sync::Arc<L> {
         &self,
         chat: &C,
         agent: &A,
-        run: Option<&str>,
+        run: Option<&RunId>,
     ) -> impl Future<Output = Result<Option<AttemptRecord>, SourceError>> + Send {
         (**self).read(chat, agent, run)
     }
@@ -231,7 +232,7 @@ impl<C, A, L: AttemptLog<C, A>> AttemptLog<C, A> for std::sync::Arc<L> {
         &self,
         chat: &C,
         agent: &A,
-        run: Option<&str>,
+        run: Option<&RunId>,
         wait_limit: Duration,
         forget_after: Duration,
     ) -> impl Future<Output = Result<(), SourceError>> + Send {
@@ -242,7 +243,7 @@ impl<C, A, L: AttemptLog<C, A>> AttemptLog<C, A> for std::sync::Arc<L> {
         &self,
         chat: &C,
         agent: &A,
-        run: Option<&str>,
+        run: Option<&RunId>,
         result: AttemptResult,
     ) -> impl Future<Output = Result<(), SourceError>> + Send {
         (**self).record_end(chat, agent, run, result)

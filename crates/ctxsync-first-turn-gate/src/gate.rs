@@ -17,6 +17,7 @@ use crate::metrics::{GateMetrics, Recorder, WaitResult};
 use crate::outcome::{Outcome, OutcomeReason, Verdict, current_run, verdict};
 use crate::source::{ChangeSubscription, DiscoverySource, SourceError};
 use ctxsync_chat_projection::View;
+use ctxsync_protocol::RunId;
 
 /// What kind of turn is being prepared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -88,7 +89,7 @@ impl<S: DiscoverySource, L> fmt::Debug for FirstTurnGate<S, L> {
 type AttemptKey<S> = (
     <S as DiscoverySource>::ChatId,
     <S as DiscoverySource>::AgentId,
-    Option<String>,
+    Option<RunId>,
 );
 
 struct Inner<S: DiscoverySource, L> {
@@ -195,18 +196,61 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> FirstTurnGate<S, 
         self.inner.wait(chat, agent, None).await
     }
 
-    /// Prepares a turn of `chat`: in [`TurnMode::Default`] waits for discovery of the
-    /// chat's bound agent first, then reads the view the turn runs with once: its tools,
-    /// its note and the outcome's phase, freshness and counts all come from that read.
+    /// Prepares a turn of `chat`: reads the agent the chat is bound to, then as
+    /// [`Self::prepare_bound_turn`].
     pub async fn prepare_turn(&self, chat: S::ChatId, mode: TurnMode) -> TurnContext<S::Tool> {
+        let inner = &self.inner;
+        let started = Instant::now();
+        let deadline = after(started, inner.config.read_timeout);
+        let bound = inner
+            .bounded(deadline, inner.source.bound_agent(&chat))
+            .await;
+        if let Err(error) = &bound {
+            log_source_error(error, "reading the chat's bound agent");
+        }
+        self.prepare(chat, bound, mode, started).await
+    }
+
+    /// Prepares a turn of `chat`, bound to `agent` as the caller just read it (so a turn
+    /// reads its chat once): in [`TurnMode::Default`] waits for discovery of that agent
+    /// first, then reads the view the turn runs with once: its tools, its note and the
+    /// outcome's phase, freshness and counts all come from that read.
+    pub async fn prepare_bound_turn(
+        &self,
+        chat: S::ChatId,
+        agent: Option<S::AgentId>,
+        mode: TurnMode,
+    ) -> TurnContext<S::Tool> {
+        self.prepare(chat, Ok(agent), mode, Instant::now()).await
+    }
+
+    async fn prepare(
+        &self,
+        chat: S::ChatId,
+        bound: Result<Option<S::AgentId>, SourceError>,
+        mode: TurnMode,
+        started: Instant,
+    ) -> TurnContext<S::Tool> {
         let outcome = match mode {
             TurnMode::Plan => None,
-            TurnMode::Default => Some(self.wait_for_bound_agent(&chat).await),
+            TurnMode::Default => Some(self.wait_for_bound_agent(&chat, &bound, started).await),
+        };
+        let agent = match bound {
+            Ok(agent) => agent,
+            // Nothing to read the inventory of: the turn proceeds without tools.
+            Err(error) => {
+                return TurnContext {
+                    tools: Vec::new(),
+                    note: None,
+                    outcome,
+                    inventory_error: Some(error.message().to_owned()),
+                };
+            }
         };
         let inner = &self.inner;
         let deadline = after(Instant::now(), inner.config.read_timeout);
         match inner
-            .bounded(deadline, inner.source.turn_inventory(&chat))
+            .bounded(deadline, inner.source.turn_inventory(&chat, agent.as_ref()))
             .await
         {
             Ok(inventory) => TurnContext {
@@ -270,29 +314,26 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> FirstTurnGate<S, 
         self.inner.metrics.snapshot(waiting as u64, retained as u64)
     }
 
-    async fn wait_for_bound_agent(&self, chat: &S::ChatId) -> Outcome {
+    async fn wait_for_bound_agent(
+        &self,
+        chat: &S::ChatId,
+        bound: &Result<Option<S::AgentId>, SourceError>,
+        started: Instant,
+    ) -> Outcome {
         let inner = &self.inner;
-        let started = Instant::now();
-        let deadline = after(started, inner.config.read_timeout);
-        let (result, outcome) = match inner
-            .bounded(deadline, inner.source.bound_agent(chat))
-            .await
-        {
-            Ok(Some(agent)) => return inner.wait(chat.clone(), agent, None).await,
+        let (result, outcome) = match bound {
+            Ok(Some(agent)) => return inner.wait(chat.clone(), agent.clone(), None).await,
             Ok(None) => (
                 WaitResult::Immediate,
                 Outcome::unobserved(OutcomeReason::NoBoundAgent, None),
             ),
-            Err(error) => {
-                log_source_error(&error, "reading the chat's bound agent");
-                (
-                    WaitResult::FailedOpen,
-                    Outcome::unobserved(
-                        OutcomeReason::SourceUnavailable,
-                        Some(error.message().to_owned()),
-                    ),
-                )
-            }
+            Err(error) => (
+                WaitResult::FailedOpen,
+                Outcome::unobserved(
+                    OutcomeReason::SourceUnavailable,
+                    Some(error.message().to_owned()),
+                ),
+            ),
         };
         let waited = started.elapsed();
         inner.metrics.wait_finished(result, waited);
@@ -339,7 +380,7 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Inner<S, L> {
     /// cannot be read says nothing: the caller may wait again, but is never failed.
     async fn recorded(&self, key: &AttemptKey<S>, deadline: Instant) -> Recorded {
         let (chat, agent, run) = key;
-        let read = self.log.read(chat, agent, run.as_deref());
+        let read = self.log.read(chat, agent, run.as_ref());
         match self.bounded(deadline, read).await {
             Ok(record) => self.judge(record),
             Err(error) => {
@@ -715,18 +756,18 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Attempt<S, L> {
         let forget_after = config.timed_out_retention.saturating_add(wait_limit);
         let write = inner
             .log
-            .record_start(chat, agent, run.as_deref(), wait_limit, forget_after);
+            .record_start(chat, agent, run.as_ref(), wait_limit, forget_after);
         if let Err(error) = inner.bounded(deadline, write).await {
             log_source_error(&error, "recording the attempt's start");
         }
     }
 
-    async fn record_ends(&self, records: Vec<(Option<String>, AttemptResult)>) {
+    async fn record_ends(&self, records: Vec<(Option<RunId>, AttemptResult)>) {
         let inner = &self.inner;
         let (chat, agent, _) = &self.key;
         for (run, result) in records {
             let deadline = after(Instant::now(), inner.config.read_timeout);
-            let write = inner.log.record_end(chat, agent, run.as_deref(), result);
+            let write = inner.log.record_end(chat, agent, run.as_ref(), result);
             if let Err(error) = inner.bounded(deadline, write).await {
                 log_source_error(&error, "recording the attempt's end");
             }
@@ -821,7 +862,7 @@ impl<S: DiscoverySource, L: AttemptLog<S::ChatId, S::AgentId>> Attempt<S, L> {
         &mut self,
         observation: &View,
         end: &AttemptEnd,
-    ) -> Vec<(Option<String>, AttemptResult)> {
+    ) -> Vec<(Option<RunId>, AttemptResult)> {
         let inner = Arc::clone(&self.inner);
         let mut records = Vec::with_capacity(2);
         let mut attempts = inner.lock_attempts();
@@ -873,6 +914,41 @@ impl<S: DiscoverySource, L> Drop for Attempt<S, L> {
             self.inner
                 .lock_attempts()
                 .remove_if_current(&self.key, self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ctxsync_chat_projection::SnapshotState;
+    use ctxsync_protocol::{DiscoveryPhase, RunId};
+
+    use super::*;
+    use crate::memory::MemorySource;
+
+    /// A turn reads its chat's binding once, and not at all when the caller read the
+    /// chat already; the inventory is read once either way.
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_reads_its_chat_once() {
+        let (chat, agent) = (1, 2);
+        let source = MemorySource::new();
+        source.commit(agent, |record| {
+            record.agent_run_id = RunId::new("run-1");
+            record.snapshot = Some(SnapshotState {
+                agent_run_id: RunId::new("run-1"),
+                phase: DiscoveryPhase::Complete,
+                ..SnapshotState::default()
+            });
+        });
+        source.bind(chat, agent);
+        let gate = FirstTurnGate::new(source.clone(), GateConfig::default());
+        for mode in [TurnMode::Default, TurnMode::Plan] {
+            let (chats, inventories) = (source.chat_reads(), source.inventory_reads());
+            gate.prepare_turn(chat, mode).await;
+            assert_eq!(source.chat_reads() - chats, 1, "{mode:?}");
+            gate.prepare_bound_turn(chat, Some(agent), mode).await;
+            assert_eq!(source.chat_reads() - chats, 1, "{mode:?}: read again");
+            assert_eq!(source.inventory_reads() - inventories, 2, "{mode:?}");
         }
     }
 }

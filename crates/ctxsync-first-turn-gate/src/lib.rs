@@ -41,6 +41,7 @@
 //! use ctxsync_first_turn_gate::memory::MemorySource;
 //! use ctxsync_first_turn_gate::{FirstTurnGate, GateConfig, OutcomeReason};
 //! use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
+//! use ctxsync_protocol::RunId;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -48,9 +49,9 @@
 //! let source = MemorySource::new();
 //! let (chat, agent) = (1, 7);
 //! source.bind(chat, agent);
-//! let snapshot = |phase| SnapshotState { agent_run_id: "run-1".into(), phase, ..Default::default() };
+//! let snapshot = |phase| SnapshotState { agent_run_id: RunId::new("run-1"), phase, ..Default::default() };
 //! source.commit(agent, |a| {
-//!     a.agent_run_id = "run-1".into();
+//!     a.agent_run_id = RunId::new("run-1");
 //!     a.snapshot = Some(snapshot(Pending));
 //! });
 //!

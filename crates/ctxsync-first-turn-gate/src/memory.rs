@@ -36,6 +36,7 @@ struct Shared {
     changes: broadcast::Sender<MemoryId>,
     discovery_reads: AtomicU64,
     inventory_reads: AtomicU64,
+    chat_reads: AtomicU64,
 }
 
 /// See the module documentation. Clones share state.
@@ -59,6 +60,7 @@ impl MemorySource {
                 changes: broadcast::channel(64).0,
                 discovery_reads: AtomicU64::new(0),
                 inventory_reads: AtomicU64::new(0),
+                chat_reads: AtomicU64::new(0),
             }),
         }
     }
@@ -122,6 +124,11 @@ impl MemorySource {
     /// How many inventory (tools and note) reads the gate made so far.
     pub fn inventory_reads(&self) -> u64 {
         self.shared.inventory_reads.load(Ordering::Relaxed)
+    }
+
+    /// How many reads of a chat's bound agent the gate made so far.
+    pub fn chat_reads(&self) -> u64 {
+        self.shared.chat_reads.load(Ordering::Relaxed)
     }
 
     fn binding(&self, agent: Option<MemoryId>) -> Binding {
@@ -193,15 +200,19 @@ impl DiscoverySource for MemorySource {
     }
 
     async fn bound_agent(&self, chat: &MemoryId) -> Result<Option<MemoryId>, SourceError> {
+        self.shared.chat_reads.fetch_add(1, Ordering::Relaxed);
         self.before_read().await?;
         Ok(self.state().bindings.get(chat).copied())
     }
 
-    async fn turn_inventory(&self, chat: &MemoryId) -> Result<TurnInventory<String>, SourceError> {
+    async fn turn_inventory(
+        &self,
+        chat: &MemoryId,
+        agent: Option<&MemoryId>,
+    ) -> Result<TurnInventory<String>, SourceError> {
         self.shared.inventory_reads.fetch_add(1, Ordering::Relaxed);
         self.before_read().await?;
-        let agent = self.state().bindings.get(chat).copied();
-        let view = project(&self.binding(agent));
+        let view = project(&self.binding(agent.copied()));
         // A stale view offers no tools, whatever was set.
         let tools = match view.is_stale() {
             true => Vec::new(),

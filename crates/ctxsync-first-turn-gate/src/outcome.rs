@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use ctxsync_chat_projection::{AgentPresence, Counts, Phase, View};
+use ctxsync_protocol::RunId;
 use serde::Serialize;
 
 /// Why the gate returned. Never an error for the turn: every reason lets it proceed.
@@ -114,8 +115,8 @@ pub(crate) enum Verdict {
 }
 
 /// The agent row's run id, which keys attempts (`None` for a missing or legacy agent).
-pub(crate) fn current_run(view: &View) -> Option<String> {
-    view.current_run().map(str::to_owned)
+pub(crate) fn current_run(view: &View) -> Option<RunId> {
+    view.current_run().cloned()
 }
 
 /// Whether to return or wait, and for how long (SPEC §8), from the projection's view.
@@ -144,9 +145,9 @@ mod tests {
 
     fn agent(run: &str, snapshot: Option<(&str, DiscoveryPhase)>) -> View {
         project(&Binding::Agent(AgentState {
-            agent_run_id: run.to_owned(),
+            agent_run_id: RunId::new(run),
             snapshot: snapshot.map(|(run, phase)| SnapshotState {
-                agent_run_id: run.to_owned(),
+                agent_run_id: RunId::new(run),
                 phase,
                 ..SnapshotState::default()
             }),

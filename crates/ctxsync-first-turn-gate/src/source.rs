@@ -131,11 +131,13 @@ pub trait DiscoverySource: Send + Sync + 'static {
         chat: &Self::ChatId,
     ) -> impl Future<Output = Result<Option<Self::AgentId>, SourceError>> + Send;
 
-    /// The view of the chat's bound agent and its eligible tools, from one read: the
-    /// turn's outcome, tools and note all come from it.
+    /// The view of `agent` (the chat's bound agent as the turn read it; `None` when
+    /// unbound) and its eligible tools, from one read: the turn's outcome, tools and note
+    /// all come from it.
     fn turn_inventory(
         &self,
         chat: &Self::ChatId,
+        agent: Option<&Self::AgentId>,
     ) -> impl Future<Output = Result<TurnInventory<Self::Tool>, SourceError>> + Send;
 }
 

@@ -11,11 +11,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use ctxsync_chat_projection::store::{load_agent_view, load_turn_view};
+use ctxsync_chat_projection::store::load_agent_view;
 use ctxsync_chat_projection::{Binding, EligibleTool, View, project};
 use ctxsync_persistence::{
     AgentId, AgentSubscription, ChatId, GateAttemptRecord, Store, StoreError,
 };
+use ctxsync_protocol::RunId;
 
 use crate::attempt_log::{AttemptLog, AttemptRecord, AttemptResult, RecordedEnd};
 use crate::config::GateConfig;
@@ -53,11 +54,6 @@ impl StoreAttemptLog {
     }
 }
 
-/// A legacy agent's attempts are stored under the empty run id.
-fn stored_run(run: Option<&str>) -> &str {
-    run.unwrap_or("")
-}
-
 /// How long before `now` the stored time `then` was; zero for a writer's clock ahead.
 fn age(now: SystemTime, then: impl Into<SystemTime>) -> Duration {
     now.duration_since(then.into()).unwrap_or_default()
@@ -84,11 +80,11 @@ impl AttemptLog<ChatId, AgentId> for StoreAttemptLog {
         &self,
         chat: &ChatId,
         agent: &AgentId,
-        run: Option<&str>,
+        run: Option<&RunId>,
     ) -> Result<Option<AttemptRecord>, SourceError> {
         let stored = self
             .store
-            .read_gate_attempt(*chat, *agent, stored_run(run))
+            .read_gate_attempt(*chat, *agent, run)
             .await
             .map_err(unavailable)?;
         Ok(stored.map(record))
@@ -98,12 +94,12 @@ impl AttemptLog<ChatId, AgentId> for StoreAttemptLog {
         &self,
         chat: &ChatId,
         agent: &AgentId,
-        run: Option<&str>,
+        run: Option<&RunId>,
         wait_limit: Duration,
         forget_after: Duration,
     ) -> Result<(), SourceError> {
         self.store
-            .start_gate_attempt(*chat, *agent, stored_run(run), wait_limit, forget_after)
+            .start_gate_attempt(*chat, *agent, run, wait_limit, forget_after)
             .await
             .map_err(unavailable)?;
         Ok(())
@@ -113,12 +109,12 @@ impl AttemptLog<ChatId, AgentId> for StoreAttemptLog {
         &self,
         chat: &ChatId,
         agent: &AgentId,
-        run: Option<&str>,
+        run: Option<&RunId>,
         result: AttemptResult,
     ) -> Result<(), SourceError> {
         let timed_out = result == AttemptResult::TimedOut;
         self.store
-            .end_gate_attempt(*chat, *agent, stored_run(run), timed_out)
+            .end_gate_attempt(*chat, *agent, run, timed_out)
             .await
             .map_err(unavailable)?;
         Ok(())
@@ -193,16 +189,16 @@ impl DiscoverySource for StoreSource {
     }
 
     /// The bound agent's view from one read, with its eligible tools (none when stale).
-    /// An unbound or unknown chat has the unbound view: unknown, nothing to offer.
+    /// An unbound chat has the unbound view: unknown, nothing to offer.
     async fn turn_inventory(
         &self,
-        chat: &ChatId,
+        _chat: &ChatId,
+        agent: Option<&AgentId>,
     ) -> Result<TurnInventory<EligibleTool>, SourceError> {
-        let view = match load_turn_view(&self.store, *chat)
-            .await
-            .map_err(unavailable)?
-        {
-            Some((_, view)) => view,
+        let view = match agent {
+            Some(agent) => load_agent_view(&self.store, *agent)
+                .await
+                .map_err(unavailable)?,
             None => project(&Binding::NoAgent),
         };
         Ok(TurnInventory {

@@ -10,7 +10,7 @@ use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate, TurnMode};
 use ctxsync_persistence::test_support::{TestDatabase, TestStore, test_options};
 use ctxsync_persistence::{AgentId, ChatId, Store, StoreOptions};
 use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending, Unspecified};
-use ctxsync_protocol::{McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus};
+use ctxsync_protocol::{McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId};
 use ctxsync_protocol::{Snapshot, Startup};
 
 /// Runs `async fn $name(db: TestStore)` once per backend, as `$name::sqlite` and
@@ -73,7 +73,7 @@ async fn start(store: &Store, agent: AgentId, run: &str) {
     let startup = Startup {
         version: "1.0.0".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: (!run.is_empty()).then(|| run.to_owned()),
+        agent_run_id: RunId::new(run),
     };
     store
         .update_startup(agent, startup)
@@ -123,7 +123,7 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase, resources: Vec<Resou
         resources,
         initial: version == 1,
         snapshot_error: None,
-        agent_run_id: (!run.is_empty()).then(|| run.to_owned()),
+        agent_run_id: RunId::new(run),
         phase,
         ..Default::default()
     }
@@ -437,7 +437,7 @@ async fn a_timeout_on_one_replica_is_not_waited_again_on_another(db: TestStore) 
     let deadline = std::time::Instant::now() + RELEASE_BOUND;
     loop {
         let record = a
-            .read_gate_attempt(chat, agent, "run-2")
+            .read_gate_attempt(chat, agent, RunId::new("run-2").as_ref())
             .await
             .expect("read the attempt log");
         if record.is_some_and(|r| r.ended_at.is_some()) {

@@ -25,7 +25,7 @@ use std::{
 use ctxsync_persistence::test_support::{TestStore, serve_agent_api, with_bearer};
 use ctxsync_protocol::{
     DELTA_DIGEST_SCHEME, DeltaBase, DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool,
-    Resource, ResourceBody, ResourceStatus, SkillBody, Snapshot, Startup, v1,
+    Resource, ResourceBody, ResourceStatus, RunId, SkillBody, Snapshot, Startup, v1,
 };
 use prost::Message;
 use serde_json::json;
@@ -147,7 +147,7 @@ fn snapshot(aggregate_hash: String, resources: Vec<Resource>, phase: DiscoveryPh
     Snapshot {
         aggregate_hash,
         resources,
-        agent_run_id: Some(RUN_ID.into()),
+        agent_run_id: RunId::new(RUN_ID),
         phase,
         ..Default::default()
     }
@@ -441,7 +441,7 @@ async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> f64 {
     let answer = client
         .update_startup(with_bearer(
             v1::UpdateStartupRequest::from(Startup {
-                agent_run_id: Some(RUN_ID.into()),
+                agent_run_id: RunId::new(RUN_ID),
                 ..Startup::default()
             }),
             &token,

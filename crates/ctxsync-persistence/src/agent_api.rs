@@ -17,7 +17,7 @@ use ctxsync_protocol::v1::{
     PushContextStateRequest, PushContextStateResponse, UpdateStartupRequest,
 };
 use ctxsync_protocol::{BODY_DIGEST_BYTES, DELTA_DIGEST_SCHEME};
-use ctxsync_protocol::{McpConnectTimings, Push, Startup, v1};
+use ctxsync_protocol::{McpConnectTimings, Push, RunId, Startup, v1};
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
@@ -576,7 +576,10 @@ impl Agent for AgentApi {
         Ok(Response::new(v1::Startup {
             version: outcome.startup_version,
             expanded_directory: outcome.expanded_directory,
-            agent_run_id: outcome.agent_run_id,
+            agent_run_id: outcome
+                .agent_run_id
+                .map(RunId::into_string)
+                .unwrap_or_default(),
             delta_digest_scheme: if self.offer_deltas {
                 DELTA_DIGEST_SCHEME
             } else {

@@ -21,7 +21,7 @@ pub enum StoreError {
     #[error("agent run {run_id:?} was superseded by a newer agent process")]
     SupersededRun {
         /// The refused run id, one of the agent's retired ones.
-        run_id: String,
+        run_id: ctxsync_protocol::RunId,
     },
     /// The caller passed something the store refuses before touching the database.
     #[error("invalid input: {0}")]

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use ctxsync_protocol::limits::MAX_RUN_ID_BYTES;
+use ctxsync_protocol::RunId;
 use diesel::prelude::*;
 
 use crate::db::{Tx, on_backend};
@@ -70,15 +70,6 @@ struct NewGateAttempt<'a> {
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn check_run(run: &str) -> Result<(), StoreError> {
-    if run.len() > MAX_RUN_ID_BYTES {
-        return Err(StoreError::InvalidInput(format!(
-            "agent_run_id is longer than {MAX_RUN_ID_BYTES} bytes"
-        )));
-    }
-    Ok(())
 }
 
 /// Whether both ends of the attempt's foreign keys exist.
@@ -193,15 +184,15 @@ pub(crate) fn end(
 }
 
 impl Store {
-    /// The gate attempt recorded for (chat, agent, run); `run` is `""` for a legacy agent.
+    /// The gate attempt recorded for (chat, agent, run); `run` is `None` for a legacy
+    /// agent (stored under the column's `''`).
     pub async fn read_gate_attempt(
         &self,
         chat: ChatId,
         agent: AgentId,
-        run: &str,
+        run: Option<&RunId>,
     ) -> Result<Option<GateAttemptRecord>, StoreError> {
-        check_run(run)?;
-        let run = run.to_owned();
+        let run = RunId::edge(run).to_owned();
         self.with_conn(move |conn, _| conn.read(|tx| read(tx, chat, agent, &run)))
             .await
     }
@@ -214,12 +205,11 @@ impl Store {
         &self,
         chat: ChatId,
         agent: AgentId,
-        run: &str,
+        run: Option<&RunId>,
         wait_limit: Duration,
         forget_after: Duration,
     ) -> Result<bool, StoreError> {
-        check_run(run)?;
-        let run = run.to_owned();
+        let run = RunId::edge(run).to_owned();
         self.with_conn(move |conn, _| {
             let now = Utc::now();
             let forget_before = TimeDelta::from_std(forget_after)
@@ -248,11 +238,10 @@ impl Store {
         &self,
         chat: ChatId,
         agent: AgentId,
-        run: &str,
+        run: Option<&RunId>,
         timed_out: bool,
     ) -> Result<bool, StoreError> {
-        check_run(run)?;
-        let run = run.to_owned();
+        let run = RunId::edge(run).to_owned();
         self.with_conn(move |conn, _| {
             conn.write(|tx| end(tx, chat, agent, &run, DbTime(Utc::now()), timed_out))
         })

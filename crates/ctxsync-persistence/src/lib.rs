@@ -62,7 +62,7 @@
 //!
 //! ```
 //! use ctxsync_persistence::{DatabaseConfig, PushOutcome, Store};
-//! use ctxsync_protocol::{DiscoveryPhase, Snapshot, Startup};
+//! use ctxsync_protocol::{DiscoveryPhase, RunId, Snapshot, Startup};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -71,13 +71,13 @@
 //! // The bearer token (`agent.token`) exists only here; the store keeps its hash.
 //! let agent = store.create_agent("laptop").await?;
 //!
-//! let run = "4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01";
-//! let startup = Startup { agent_run_id: Some(run.into()), ..Startup::default() };
+//! let run = RunId::new("4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01");
+//! let startup = Startup { agent_run_id: run.clone(), ..Startup::default() };
 //! store.update_startup(agent.id, startup).await?;
 //! let snapshot = Snapshot {
 //!     version: 1,
 //!     initial: true,
-//!     agent_run_id: Some(run.into()),
+//!     agent_run_id: run.clone(),
 //!     phase: DiscoveryPhase::Complete,
 //!     // sha256 over no resources, as the agent computes it.
 //!     aggregate_hash: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".into(),
@@ -102,19 +102,22 @@ compile_error!(
 );
 
 pub mod agent_api;
+mod agents;
+mod chats;
 mod db;
 mod error;
 mod gate_attempts;
 mod ids;
 mod model;
 mod notify;
-mod ops;
 mod page_sessions;
 #[cfg(feature = "postgres")]
 mod pg_listener;
 #[cfg(feature = "postgres")]
 mod pg_tls;
+mod push;
 mod schema;
+mod shared;
 mod sql_types;
 mod store;
 #[cfg(feature = "test-support")]
@@ -123,6 +126,7 @@ mod token;
 mod turns;
 
 pub use agent_api::{AgentApi, AgentApiCounters, AgentApiMetrics};
+pub use agents::MAX_AGENT_NAME_BYTES;
 pub use db::migrations;
 pub use db::{
     Backend, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, DatabaseConfig,
@@ -138,7 +142,7 @@ pub use model::{
 };
 pub use notify::{AgentSubscription, ChangeEvent, ChatSubscription};
 pub use page_sessions::{MAX_LIVE_PAGE_LINKS, MAX_LIVE_PAGE_SESSIONS};
-pub use store::{MAX_AGENT_NAME_BYTES, Store};
+pub use store::Store;
 pub use token::AgentToken;
 pub use turns::{
     ChatTurnMode, MAX_TOOL_NAME_BYTES, MAX_TURNS_PER_CHAT, NewTurn, TurnActivations, TurnRecord,

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use ctxsync_protocol::{
-    BodyKind, DiscoveryPhase, McpConnectTimings, PendingServer, Resource, ResourceBody,
+    BodyKind, DiscoveryPhase, McpConnectTimings, PendingServer, Resource, ResourceBody, RunId,
 };
 use diesel::prelude::*;
 
@@ -37,15 +37,15 @@ pub struct AgentRecord {
     ///
     /// [`MAX_AGENT_NAME_BYTES`]: crate::MAX_AGENT_NAME_BYTES
     pub name: String,
-    /// The run id of the agent process that is running now; empty for a legacy agent
-    /// or before the first UpdateStartup.
-    pub agent_run_id: String,
+    /// The run id of the agent process that is running now; `None` for a legacy agent
+    /// or before the first UpdateStartup (the column's `''`).
+    pub agent_run_id: Option<RunId>,
     /// `Startup.version` of the last UpdateStartup.
     pub startup_version: String,
     /// `Startup.expanded_directory` of the last UpdateStartup.
     pub expanded_directory: String,
     /// Run ids this agent replaced, oldest first (at most [`MAX_RETIRED_RUN_IDS`]).
-    pub retired_agent_run_ids: Vec<String>,
+    pub retired_agent_run_ids: Vec<RunId>,
     /// When the last UpdateStartup was stored.
     pub started_at: Option<DateTime<Utc>>,
     /// When the agent was created.
@@ -60,8 +60,9 @@ pub const MAX_RETIRED_RUN_IDS: usize = 16;
 /// The stored snapshot header (`workspace_agent_context_snapshots`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotRecord {
-    /// The run id of the process that pushed it; fresh iff equal to the agent row's.
-    pub agent_run_id: String,
+    /// The run id of the process that pushed it (`None`: a legacy agent's); fresh iff
+    /// equal to the agent row's.
+    pub agent_run_id: Option<RunId>,
     /// How far MCP discovery had got when the agent built the snapshot.
     pub phase: DiscoveryPhase,
     /// The pushing process's snapshot counter (its first snapshot is 1).
@@ -93,11 +94,11 @@ pub struct AgentContext {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StartupOutcome {
     /// The row's run id before the update.
-    pub previous_run_id: String,
-    /// The row's run id now (empty for a legacy agent).
-    pub agent_run_id: String,
-    /// The run id this update retired, if it replaced a non-empty one.
-    pub retired_run_id: Option<String>,
+    pub previous_run_id: Option<RunId>,
+    /// The row's run id now (`None` for a legacy agent).
+    pub agent_run_id: Option<RunId>,
+    /// The run id this update retired, if it replaced one.
+    pub retired_run_id: Option<RunId>,
     /// `Startup.version` as stored.
     pub startup_version: String,
     /// `Startup.expanded_directory` as stored.
@@ -105,7 +106,7 @@ pub struct StartupOutcome {
 }
 
 impl StartupOutcome {
-    /// True when the row's run id changed (to or from empty included); only then were
+    /// True when the row's run id changed (to or from none included); only then were
     /// subscribers notified.
     pub fn run_id_changed(&self) -> bool {
         self.previous_run_id != self.agent_run_id
@@ -255,7 +256,8 @@ pub(crate) struct AgentRow {
 }
 
 impl AgentRow {
-    pub(crate) fn retired(&self) -> Result<Vec<String>, StoreError> {
+    /// The retired run ids (a JSON array of non-empty strings in the column).
+    pub(crate) fn retired(&self) -> Result<Vec<RunId>, StoreError> {
         serde_json::from_str(&self.retired_agent_run_ids.0)
             .map_err(|e| StoreError::Corrupt(format!("agent {}: retired run ids: {e}", self.id)))
     }
@@ -265,7 +267,7 @@ impl AgentRow {
         Ok(AgentRecord {
             id: self.id,
             name: self.name,
-            agent_run_id: self.agent_run_id,
+            agent_run_id: RunId::new(self.agent_run_id),
             startup_version: self.startup_version,
             expanded_directory: self.expanded_directory,
             retired_agent_run_ids,
@@ -312,7 +314,7 @@ pub(crate) struct SnapshotRow {
 impl SnapshotRow {
     pub(crate) fn into_record(self) -> Result<SnapshotRecord, StoreError> {
         Ok(SnapshotRecord {
-            agent_run_id: self.agent_run_id,
+            agent_run_id: RunId::new(self.agent_run_id),
             phase: self.mcp_discovery_phase.0,
             version: stored_u64("snapshot version", self.version)?,
             aggregate_hash: self.aggregate_hash,

@@ -26,8 +26,9 @@ pub enum ChangeEvent {
         /// deletion.
         snapshot_version: Option<u64>,
     },
-    /// The chat's own row changed: created, bound to another agent, re-pinned, dirty
-    /// flag cleared. `agent_id` is its binding after the change.
+    /// The chat's own row changed: created, bound to another agent, pinned or re-pinned,
+    /// dirty flag set (a push with another aggregate hash) or cleared. `agent_id` is its
+    /// binding after the change.
     ChatChanged {
         /// The chat whose row changed.
         chat_id: ChatId,

@@ -10,8 +10,8 @@ use ctxsync_persistence::{
     ChangeEvent, MAX_RETIRED_RUN_IDS, PushOutcome, ResourceChanges, StoreError,
 };
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending, Unspecified};
-use ctxsync_protocol::v1;
 use ctxsync_protocol::v1::context_resource::Body;
+use ctxsync_protocol::{RunId, v1};
 use tonic::Code;
 
 both_backends!(
@@ -58,10 +58,10 @@ async fn phase_and_run_id_round_trip(h: Harness) {
     let pushed = snapshot(1, Some(RUN_A), Pending, workspace());
     assert!(h.push(&token, pushed.clone()).await.unwrap());
     let ctx = h.context(agent).await;
-    assert_eq!(ctx.agent.agent_run_id, RUN_A);
+    assert_eq!(RunId::edge(ctx.agent.agent_run_id.as_ref()), RUN_A);
     assert_eq!(ctx.agent.expanded_directory, "/workspace");
     let stored = ctx.snapshot.expect("snapshot stored");
-    assert_eq!(stored.agent_run_id, RUN_A);
+    assert_eq!(RunId::edge(stored.agent_run_id.as_ref()), RUN_A);
     assert_eq!(stored.phase, Pending);
     assert_eq!(stored.version, 1);
     assert_eq!(stored.aggregate_hash, pushed.aggregate_hash);
@@ -87,8 +87,8 @@ async fn a_request_without_discovery_reads_as_unspecified(h: Harness) {
     let ctx = h.context(agent).await;
     let stored = ctx.snapshot.unwrap();
     assert_eq!(stored.phase, Unspecified);
-    assert_eq!(stored.agent_run_id, "");
-    assert_eq!(ctx.agent.agent_run_id, "");
+    assert_eq!(stored.agent_run_id, None);
+    assert_eq!(ctx.agent.agent_run_id, None);
 }
 
 async fn a_stale_run_is_dropped_and_the_row_untouched(h: Harness) {
@@ -114,7 +114,7 @@ async fn a_stale_run_is_dropped_and_the_row_untouched(h: Harness) {
     assert!(!h.push(&token, late).await.unwrap(), "stale run accepted");
 
     let after = h.context(agent).await;
-    assert_eq!(after.agent.agent_run_id, RUN_B);
+    assert_eq!(RunId::edge(after.agent.agent_run_id.as_ref()), RUN_B);
     assert_eq!(
         after.snapshot, before.snapshot,
         "snapshot rewritten by a stale run"
@@ -184,7 +184,11 @@ async fn update_startup_overwrites_the_run_id_empty_included(h: Harness) {
             let echoed = h.startup(token, run).await.unwrap();
             assert_eq!(echoed.agent_run_id, run);
             let row = h.context(agent).await.agent;
-            assert_eq!(row.agent_run_id, run, "after startup {run:?}");
+            assert_eq!(
+                RunId::edge(row.agent_run_id.as_ref()),
+                run,
+                "after startup {run:?}"
+            );
             assert_eq!(row.retired_agent_run_ids, retired, "after startup {run:?}");
             assert!(row.started_at.is_some());
         }
@@ -248,7 +252,10 @@ async fn only_the_last_retired_run_ids_are_kept(h: Harness) {
     for run in &runs {
         h.startup(&token, run).await.unwrap();
     }
-    let retired = h.context(agent).await.agent.retired_agent_run_ids;
+    let retired: Vec<String> = (h.context(agent).await.agent.retired_agent_run_ids)
+        .into_iter()
+        .map(RunId::into_string)
+        .collect();
     let expect = &runs[runs.len() - 1 - MAX_RETIRED_RUN_IDS..runs.len() - 1];
     assert_eq!(retired, expect);
 }
@@ -300,7 +307,11 @@ async fn initial_bypasses_the_version_gate(h: Harness) {
     assert!(h.push(&token, restarted).await.unwrap());
     let stored = h.context(agent).await.snapshot.unwrap();
     assert_eq!(
-        (stored.version, stored.agent_run_id.as_str(), stored.phase),
+        (
+            stored.version,
+            RunId::edge(stored.agent_run_id.as_ref()),
+            stored.phase
+        ),
         (2, RUN_B, Complete)
     );
 
@@ -616,10 +627,24 @@ async fn chats_pin_refresh_rebind_and_clear_dirty(h: Harness) {
     edited[0] = instruction("AGENTS.md", "v2");
     let v2 = snapshot(2, Some(RUN_A), Complete, edited);
     assert!(h.push(&token, v2.clone()).await.unwrap());
-    assert!(matches!(
+    // The push tells the agent's subscribers and, since it marked the chat dirty, the
+    // chat's (the subscription hears both topics, in either order).
+    let mut heard = [
         next_event(events.next()).await,
+        next_event(events.next()).await,
+    ];
+    heard.sort_by_key(|event| matches!(event, ChangeEvent::ChatChanged { .. }));
+    assert!(matches!(
+        heard[0],
         ChangeEvent::AgentContextChanged { agent_id, .. } if agent_id == agent
     ));
+    assert_eq!(
+        heard[1],
+        ChangeEvent::ChatChanged {
+            chat_id: chat.id,
+            agent_id: Some(agent)
+        }
+    );
     assert!(store.get_chat(chat.id).await.unwrap().unwrap().is_dirty());
 
     // clear_dirty keeps the pin; refresh re-pins.
@@ -943,7 +968,10 @@ async fn one_agents_token_cannot_touch_another_agents_rows(h: Harness) {
             .unwrap()
     );
     assert_eq!(h.context(victim).await, before);
-    assert_eq!(h.context(mallory).await.agent.agent_run_id, RUN_B);
+    assert_eq!(
+        RunId::edge(h.context(mallory).await.agent.agent_run_id.as_ref()),
+        RUN_B
+    );
 
     // A token claiming the victim's id with mallory's secret is refused.
     let forged = format!("{victim}.{}", mallory_token.split_once('.').unwrap().1);
@@ -1275,4 +1303,479 @@ async fn pending_servers_are_stored_and_a_new_set_notifies(h: Harness) {
             .pending_servers
             .is_empty()
     );
+}
+// ---- a database written before issue 35 ----------------------------------------------
+//
+// `tests/fixtures/stored-before-35/` holds one database per backend, filled by
+// `fill_stored_fixture` with the code as it was before persistence moved to one module
+// pattern and the run id to one type, and what every read of it answered then. The
+// reads are written out field by field, so a type that changes shape in memory (the run
+// id) but not in the rows still has to answer the same text.
+
+mod stored_fixture {
+    use std::fmt::Write as _;
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use ctxsync_persistence::test_support::{TestStore, postgres_url};
+    use ctxsync_persistence::{AgentId, ChatId, DatabaseConfig, SQLITE_FILE_NAME, Store, TurnId};
+    use ctxsync_persistence::{ChatTurnMode, NewTurn};
+    use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
+    use ctxsync_protocol::{PendingServer, Resource, RunId, Startup};
+    use diesel::connection::SimpleConnection as _;
+    use diesel::prelude::*;
+    use serde_json::json;
+    use uuid::Uuid;
+
+    use crate::common::*;
+
+    const RUN_1: &str = "4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01";
+    const RUN_2: &str = "8e0d2f77-2c1b-4b6e-8d7e-4a2f5c9e0b02";
+    /// Long enough that the fixture's links and sessions outlive this code.
+    const TTL: Duration = Duration::from_secs(60 * 60 * 24 * 365 * 50);
+
+    fn dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stored-before-35")
+    }
+
+    /// What the reads need besides the database: ids no listing returns, and secrets.
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Keys {
+        chats: Vec<Uuid>,
+        turns: Vec<(Uuid, Uuid)>,
+        gate: Vec<(Uuid, Uuid, String)>,
+        link: String,
+        session: String,
+    }
+
+    async fn startup(store: &Store, agent: AgentId, run: &str) {
+        let startup = Startup {
+            version: "1.2.3".into(),
+            expanded_directory: "/workspace".into(),
+            agent_run_id: RunId::new(run),
+        };
+        store.update_startup(agent, startup).await.expect("startup");
+    }
+
+    /// Every kind of row the store writes: agents new, legacy and restarted (a retired
+    /// run), snapshots pending and complete, chats pinned, dirty, unpinned and unbound,
+    /// turns with activations, gate attempts, a page link and a session.
+    async fn fill(store: &Store) -> Keys {
+        let modern = store.create_agent("modern").await.unwrap().id;
+        let legacy = store.create_agent("legacy").await.unwrap().id;
+        let idle = store.create_agent("idle").await.unwrap().id;
+        let _ = idle;
+
+        startup(store, modern, RUN_1).await;
+        let mut first = snapshot(1, Some(RUN_1), Pending, workspace());
+        first.pending_servers = vec![PendingServer {
+            server_name: "jira".into(),
+            elapsed_ms: 1500,
+        }];
+        store.push_context_state(modern, first).await.unwrap();
+        let early = store.create_chat(Some(modern)).await.unwrap().id;
+        startup(store, modern, RUN_2).await;
+        let mut second: Vec<Resource> = workspace();
+        second[0] = instruction("AGENTS.md", "Be briefer.");
+        second.push(failed_server("jira", "connection refused"));
+        store
+            .push_context_state(modern, snapshot(1, Some(RUN_2), Complete, second))
+            .await
+            .unwrap();
+        let late = store.create_chat(Some(modern)).await.unwrap().id;
+        let cleared = store.create_chat(Some(modern)).await.unwrap().id;
+
+        startup(store, legacy, "").await;
+        let mut old = snapshot(
+            1,
+            None,
+            ctxsync_protocol::DiscoveryPhase::Unspecified,
+            vec![
+                instruction("CLAUDE.md", "Legacy."),
+                skill("notes", "Take notes"),
+            ],
+        );
+        old.snapshot_error = Some("one skill was unreadable".into());
+        store.push_context_state(legacy, old).await.unwrap();
+        let legacy_chat = store.create_chat(Some(legacy)).await.unwrap().id;
+        let unbound = store.create_chat(None).await.unwrap().id;
+        let rebound = store.create_chat(None).await.unwrap().id;
+        store.bind_chat(rebound, Some(legacy)).await.unwrap();
+        // The legacy agent's files change: its chats go dirty, one is cleared by hand.
+        store
+            .push_context_state(
+                legacy,
+                snapshot(
+                    2,
+                    None,
+                    ctxsync_protocol::DiscoveryPhase::Unspecified,
+                    vec![instruction("CLAUDE.md", "Legacy, changed.")],
+                ),
+            )
+            .await
+            .unwrap();
+        store.clear_chat_dirty(rebound).await.unwrap();
+        store.refresh_chat(cleared).await.unwrap();
+
+        let mut turns = Vec::new();
+        for (i, mode) in [ChatTurnMode::Default, ChatTurnMode::Plan]
+            .into_iter()
+            .enumerate()
+        {
+            let turn = NewTurn {
+                mode,
+                outcome: json!({"note": format!("turn {i}"), "discovery": "complete"}),
+                tools: json!([{"name": "fs__read"}, {"name": "find_tools"}]),
+            };
+            turns.push((early, store.record_turn(early, &turn).await.unwrap().id));
+        }
+        store
+            .activate_tools(
+                early,
+                turns[1].1,
+                vec!["fs__write".into(), "fs__read".into()],
+            )
+            .await
+            .unwrap();
+
+        let run_2 = RunId::new(RUN_2);
+        let gate = vec![
+            (early, modern, RUN_2.to_owned()),
+            (legacy_chat, legacy, String::new()),
+        ];
+        store
+            .start_gate_attempt(early, modern, run_2.as_ref(), Duration::from_secs(15), TTL)
+            .await
+            .unwrap();
+        store
+            .end_gate_attempt(early, modern, run_2.as_ref(), false)
+            .await
+            .unwrap();
+        store
+            .start_gate_attempt(legacy_chat, legacy, None, Duration::from_secs(15), TTL)
+            .await
+            .unwrap();
+
+        let used = store.mint_page_link(late, TTL).await.unwrap();
+        let session = store
+            .exchange_page_link(late, &used, TTL)
+            .await
+            .unwrap()
+            .expect("a fresh link starts a session");
+        let link = store.mint_page_link(unbound, TTL).await.unwrap();
+        Keys {
+            chats: [early, late, cleared, legacy_chat, unbound, rebound]
+                .iter()
+                .map(ChatId::as_uuid)
+                .collect(),
+            turns: turns
+                .iter()
+                .map(|(chat, turn)| (chat.as_uuid(), turn.as_uuid()))
+                .collect(),
+            gate: gate
+                .into_iter()
+                .map(|(chat, agent, run)| (chat.as_uuid(), agent.as_uuid(), run))
+                .collect(),
+            link,
+            session,
+        }
+    }
+
+    fn resources(out: &mut String, resources: &[Resource]) {
+        for r in resources {
+            writeln!(
+                out,
+                "    resource {:?} path={:?} kind={:?} hash={} size={} status={:?} error={:?}\n      body={}",
+                r.source,
+                r.source_path,
+                r.body.kind(),
+                r.content_hash,
+                r.size_bytes,
+                r.status,
+                r.error,
+                r.body.to_json()
+            )
+            .unwrap();
+        }
+    }
+
+    /// Every read the store offers of what [`fill`] wrote, as text.
+    async fn describe(store: &Store, keys: &Keys) -> String {
+        let mut out = String::new();
+        for agent in store.list_agents().await.unwrap() {
+            writeln!(
+                out,
+                "agent {} {:?} run={:?} startup={:?} dir={:?} retired={:?} started={:?} created={:?} updated={:?}",
+                agent.id,
+                agent.name,
+                RunId::edge(agent.agent_run_id.as_ref()),
+                agent.startup_version,
+                agent.expanded_directory,
+                agent.retired_agent_run_ids,
+                agent.started_at,
+                agent.created_at,
+                agent.updated_at
+            )
+            .unwrap();
+            let context = store.read_agent_context(agent.id).await.unwrap().unwrap();
+            assert_eq!(context.agent, agent);
+            if let Some(s) = &context.snapshot {
+                writeln!(
+                    out,
+                    "  snapshot run={:?} phase={:?} version={} hash={} error={:?} received={:?} pending={:?}",
+                    RunId::edge(s.agent_run_id.as_ref()),
+                    s.phase,
+                    s.version,
+                    s.aggregate_hash,
+                    s.snapshot_error,
+                    s.received_at,
+                    s.pending_servers
+                )
+                .unwrap();
+            }
+            resources(&mut out, &context.resources);
+        }
+        // The aggregate query promises no order.
+        let mut groups: Vec<String> = store
+            .agent_phase_groups()
+            .await
+            .unwrap()
+            .iter()
+            .map(|group| format!("group {group:?}\n"))
+            .collect();
+        groups.sort();
+        out.extend(groups);
+        for chat in keys.chats.iter().map(|c| ChatId::from_uuid(*c)) {
+            let chat = &chat;
+            let context = store.read_chat_context(*chat).await.unwrap().unwrap();
+            assert_eq!(
+                Some(&context.chat),
+                store.get_chat(*chat).await.unwrap().as_ref()
+            );
+            let c = &context.chat;
+            writeln!(
+                out,
+                "chat {} agent={:?} pinned={:?} pinned_at={:?} dirty={:?} error={:?} created={:?} updated={:?}",
+                c.id,
+                c.agent_id.map(|a| a.to_string()),
+                c.pinned_aggregate_hash,
+                c.pinned_at,
+                c.dirty_since,
+                c.context_error,
+                c.created_at,
+                c.updated_at
+            )
+            .unwrap();
+            resources(&mut out, &context.pinned);
+            writeln!(
+                out,
+                "  latest {:?}",
+                store.turn_activations(*chat, None).await.unwrap()
+            )
+            .unwrap();
+        }
+        for (chat, turn) in &keys.turns {
+            let (chat, turn) = (ChatId::from_uuid(*chat), TurnId::from_uuid(*turn));
+            let t = store.get_turn(chat, turn).await.unwrap().unwrap();
+            writeln!(
+                out,
+                "turn {} chat={} number={} mode={:?} outcome={} tools={} activated={:?} created={:?}",
+                t.id, t.chat_id, t.number, t.mode, t.outcome, t.tools, t.activated, t.created_at
+            )
+            .unwrap();
+        }
+        for (chat, agent, run) in &keys.gate {
+            let (chat, agent) = (ChatId::from_uuid(*chat), AgentId::from_uuid(*agent));
+            let attempt = store
+                .read_gate_attempt(chat, agent, RunId::new(run.as_str()).as_ref())
+                .await
+                .unwrap();
+            writeln!(out, "gate {chat} {agent} {run:?} {attempt:?}").unwrap();
+        }
+        writeln!(
+            out,
+            "link {:?}",
+            store.page_link_chat(&keys.link).await.unwrap()
+        )
+        .unwrap();
+        writeln!(
+            out,
+            "session {:?}",
+            store.page_session_chat(&keys.session).await.unwrap()
+        )
+        .unwrap();
+        out
+    }
+
+    fn read_keys(backend: &str) -> Keys {
+        let text = std::fs::read_to_string(dir().join(format!("{backend}.keys.json")))
+            .expect("the fixture's keys");
+        serde_json::from_str(&text).expect("the fixture's keys parse")
+    }
+
+    fn expected(backend: &str) -> String {
+        std::fs::read_to_string(dir().join(format!("{backend}.reads.txt")))
+            .expect("the fixture's reads")
+    }
+
+    fn write(backend: &str, keys: &Keys, reads: &str) {
+        std::fs::write(
+            dir().join(format!("{backend}.keys.json")),
+            serde_json::to_string_pretty(keys).unwrap() + "\n",
+        )
+        .unwrap();
+        std::fs::write(dir().join(format!("{backend}.reads.txt")), reads).unwrap();
+    }
+
+    /// Writes the fixture (both backends) from the code as it is: run only to make it
+    /// again, with `--ignored`.
+    #[tokio::test]
+    #[ignore = "writes the committed fixture"]
+    async fn fill_stored_fixture() {
+        std::fs::create_dir_all(dir()).unwrap();
+        let sqlite = TestStore::sqlite().await;
+        let keys = fill(sqlite.store()).await;
+        let reads = describe(sqlite.store(), &keys).await;
+        let target = dir().join("sqlite.sqlite3");
+        let _ = std::fs::remove_file(&target);
+        let source = sqlite.sqlite_data_dir().unwrap().join(SQLITE_FILE_NAME);
+        let mut conn = SqliteConnection::establish(source.to_str().unwrap()).unwrap();
+        diesel::sql_query(format!("VACUUM INTO '{}'", target.display()))
+            .execute(&mut conn)
+            .unwrap();
+        write("sqlite", &keys, &reads);
+
+        let postgres = TestStore::postgres()
+            .await
+            .expect("PostgreSQL for the fixture");
+        let keys = fill(postgres.store()).await;
+        let reads = describe(postgres.store(), &keys).await;
+        let dump = std::process::Command::new("pg_dump")
+            .args(["--no-owner", "--no-privileges", "--inserts", "--dbname"])
+            .arg(postgres.postgres_database().unwrap().url())
+            .output()
+            .expect("pg_dump runs");
+        assert!(
+            dump.status.success(),
+            "{}",
+            String::from_utf8_lossy(&dump.stderr)
+        );
+        std::fs::write(dir().join("postgres.sql"), dump.stdout).unwrap();
+        write("postgres", &keys, &reads);
+    }
+
+    #[tokio::test]
+    async fn a_sqlite_database_written_before_reads_the_same() {
+        let data = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            dir().join("sqlite.sqlite3"),
+            data.path().join(SQLITE_FILE_NAME),
+        )
+        .unwrap();
+        let store = Store::open(DatabaseConfig::sqlite_in(data.path()))
+            .await
+            .unwrap();
+        let reads = describe(&store, &read_keys("sqlite")).await;
+        assert_eq!(reads, expected("sqlite"));
+    }
+
+    #[tokio::test]
+    async fn a_postgres_database_written_before_reads_the_same() {
+        // An empty database of its own (not the migrated template): the dump brings the
+        // schema and the migrations table as they were.
+        let server = postgres_url();
+        let Ok(mut admin) = PgConnection::establish(&server) else {
+            if std::env::var_os("CI").is_some() {
+                panic!("PostgreSQL is unreachable at {server}");
+            }
+            return;
+        };
+        let name = format!("ctxsync_fixture_{}", std::process::id());
+        for statement in [
+            format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            format!("CREATE DATABASE {name} TEMPLATE template0"),
+        ] {
+            admin.batch_execute(&statement).unwrap();
+        }
+        let url = match server.rsplit_once('/') {
+            Some((base, _)) => format!("{base}/{name}"),
+            None => unreachable!("a PostgreSQL URL names its database"),
+        };
+        // psql meta-commands (pg_dump's `\restrict`) are not SQL.
+        let dump: String = std::fs::read_to_string(dir().join("postgres.sql"))
+            .unwrap()
+            .lines()
+            .filter(|line| !line.starts_with('\\'))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        PgConnection::establish(&url)
+            .unwrap()
+            .batch_execute(&dump)
+            .unwrap();
+        let store = Store::open(DatabaseConfig::Postgres { url }).await.unwrap();
+        let reads = describe(&store, &read_keys("postgres")).await;
+        drop(store);
+        admin
+            .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+            .unwrap();
+        assert_eq!(reads, expected("postgres"));
+    }
+}
+
+// ---- a push tells the chats it changes -------------------------------------------------
+
+mod push_chat_events {
+    use super::*;
+
+    both_backends!(a_push_that_marks_chats_dirty_tells_their_subscribers);
+
+    /// The next `ChatChanged` of `chat` (agent events on the way are skipped).
+    async fn chat_changed(events: &mut ctxsync_persistence::ChatSubscription) -> ChangeEvent {
+        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+        loop {
+            let event = tokio::time::timeout_at(deadline, events.next())
+                .await
+                .expect("no ChatChanged within the deadline")
+                .expect("store closed");
+            if matches!(event, ChangeEvent::ChatChanged { .. }) {
+                return event;
+            }
+        }
+    }
+
+    async fn a_push_that_marks_chats_dirty_tells_their_subscribers(h: Harness) {
+        let (agent, token) = h.agent("dirty").await;
+        h.startup(&token, RUN_A).await.unwrap();
+        assert!(
+            h.push(&token, snapshot(1, Some(RUN_A), Complete, workspace()))
+                .await
+                .unwrap()
+        );
+        let chat = h.store().create_chat(Some(agent)).await.unwrap().id;
+        let mut events = h.store().subscribe_chat(chat).await.unwrap();
+        let expected = ChangeEvent::ChatChanged {
+            chat_id: chat,
+            agent_id: Some(agent),
+        };
+
+        let mut changed = workspace();
+        changed[0] = instruction("AGENTS.md", "Be briefer.");
+        assert!(
+            h.push(&token, snapshot(2, Some(RUN_A), Complete, changed))
+                .await
+                .unwrap()
+        );
+        let row = h.store().get_chat(chat).await.unwrap().unwrap();
+        assert!(row.is_dirty(), "the push did not mark the chat dirty");
+        assert_eq!(chat_changed(&mut events).await, expected, "marked dirty");
+
+        // Back to the pinned files: the flag clears, and that is a change of the row too.
+        assert!(
+            h.push(&token, snapshot(3, Some(RUN_A), Complete, workspace()))
+                .await
+                .unwrap()
+        );
+        assert!(!h.store().get_chat(chat).await.unwrap().unwrap().is_dirty());
+        assert_eq!(chat_changed(&mut events).await, expected, "cleared");
+    }
 }

@@ -10,7 +10,9 @@ use common::*;
 use ctxsync_persistence::test_support::with_bearer;
 use ctxsync_persistence::{AgentId, ChangeEvent};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
-use ctxsync_protocol::{DELTA_DIGEST_SCHEME, DeltaBase, Resource, ResourceStatus, Snapshot, v1};
+use ctxsync_protocol::{
+    DELTA_DIGEST_SCHEME, DeltaBase, Resource, ResourceStatus, RunId, Snapshot, v1,
+};
 
 both_backends!(
     the_server_offers_deltas_and_a_legacy_full_push_still_works,
@@ -76,7 +78,11 @@ async fn stored(
     let context = h.context(agent).await;
     let snapshot = context.snapshot.map(|s| {
         (
-            format!("{}:{}", s.agent_run_id, s.phase.as_str()),
+            format!(
+                "{}:{}",
+                RunId::edge(s.agent_run_id.as_ref()),
+                s.phase.as_str()
+            ),
             s.aggregate_hash,
             s.version,
             s.snapshot_error,
@@ -289,21 +295,21 @@ async fn a_delta_of_another_run_or_a_changed_row_is_refused(h: Harness) {
     let mut restarted = third.clone();
     restarted.version = 1;
     restarted.initial = true;
-    restarted.agent_run_id = Some(OTHER_RUN.into());
+    restarted.agent_run_id = RunId::new(OTHER_RUN);
     assert_eq!(
         send(&h, &token, delta(&third, restarted.clone(), all)).await,
         BASE_MISSING
     );
     let context = h.context(agent).await;
     assert_eq!(
-        context.snapshot.map(|s| s.agent_run_id),
-        Some(RUN.to_owned())
+        context.snapshot.and_then(|s| s.agent_run_id),
+        RunId::new(RUN)
     );
     assert_eq!(send(&h, &token, restarted.into()).await, ACCEPTED);
     let context = h.context(agent).await;
     assert_eq!(
-        context.snapshot.map(|s| s.agent_run_id),
-        Some(OTHER_RUN.to_owned())
+        context.snapshot.and_then(|s| s.agent_run_id),
+        RunId::new(OTHER_RUN)
     );
 }
 

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use ctxsync_persistence::test_support::TestStore;
-use ctxsync_persistence::{AgentId, ChatId, GateAttemptRecord, Store, StoreError};
+use ctxsync_persistence::{AgentId, ChatId, GateAttemptRecord, Store};
+use ctxsync_protocol::RunId;
 
 /// Runs `async fn $name(db: TestStore)` once per backend, as `$name::sqlite` and
 /// `$name::postgres`.
@@ -48,7 +49,7 @@ async fn chat_and_agent(store: &Store) -> (ChatId, AgentId) {
 
 async fn read(store: &Store, chat: ChatId, agent: AgentId, run: &str) -> Option<GateAttemptRecord> {
     store
-        .read_gate_attempt(chat, agent, run)
+        .read_gate_attempt(chat, agent, RunId::new(run).as_ref())
         .await
         .expect("read the attempt")
 }
@@ -59,7 +60,13 @@ async fn a_start_and_its_end_are_read_back_by_another_store(db: TestStore) {
     assert_eq!(read(&other, chat, agent, "run-1").await, None);
 
     let written = db
-        .start_gate_attempt(chat, agent, "run-1", LIMIT, FORGET_AFTER)
+        .start_gate_attempt(
+            chat,
+            agent,
+            RunId::new("run-1").as_ref(),
+            LIMIT,
+            FORGET_AFTER,
+        )
         .await
         .expect("start");
     assert!(written);
@@ -70,7 +77,7 @@ async fn a_start_and_its_end_are_read_back_by_another_store(db: TestStore) {
     );
 
     assert!(
-        db.end_gate_attempt(chat, agent, "run-1", true)
+        db.end_gate_attempt(chat, agent, RunId::new("run-1").as_ref(), true)
             .await
             .expect("end")
     );
@@ -87,7 +94,7 @@ async fn a_new_start_of_the_same_run_replaces_its_record(db: TestStore) {
     let (chat, agent) = chat_and_agent(db.store()).await;
     // An end without a start (a re-keyed wait) starts and ends at once.
     assert!(
-        db.end_gate_attempt(chat, agent, "", true)
+        db.end_gate_attempt(chat, agent, None, true)
             .await
             .expect("end")
     );
@@ -95,14 +102,14 @@ async fn a_new_start_of_the_same_run_replaces_its_record(db: TestStore) {
     assert_eq!(ended.ended_at, Some(ended.started_at));
     assert_eq!(ended.wait_limit, Duration::ZERO);
 
-    db.start_gate_attempt(chat, agent, "", LIMIT, FORGET_AFTER)
+    db.start_gate_attempt(chat, agent, None, LIMIT, FORGET_AFTER)
         .await
         .expect("start");
     let restarted = read(&db, chat, agent, "").await.expect("recorded");
     assert_eq!((restarted.ended_at, restarted.timed_out), (None, false));
     assert!(restarted.started_at >= ended.started_at);
     assert!(
-        db.end_gate_attempt(chat, agent, "", false)
+        db.end_gate_attempt(chat, agent, None, false)
             .await
             .expect("end")
     );
@@ -114,23 +121,35 @@ async fn old_runs_of_the_pair_are_forgotten_on_a_start(db: TestStore) {
     let (chat, agent) = chat_and_agent(db.store()).await;
     let other_chat = db.create_chat(Some(agent)).await.expect("chat").id;
     for (chat, run) in [(chat, "run-1"), (other_chat, "run-1")] {
-        db.start_gate_attempt(chat, agent, run, LIMIT, FORGET_AFTER)
+        db.start_gate_attempt(chat, agent, RunId::new(run).as_ref(), LIMIT, FORGET_AFTER)
             .await
             .expect("start");
-        db.end_gate_attempt(chat, agent, run, true)
+        db.end_gate_attempt(chat, agent, RunId::new(run).as_ref(), true)
             .await
             .expect("end");
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
 
     // Kept while younger than `forget_after`; forgotten once older, for this pair only.
-    db.start_gate_attempt(chat, agent, "run-2", LIMIT, FORGET_AFTER)
-        .await
-        .expect("start");
+    db.start_gate_attempt(
+        chat,
+        agent,
+        RunId::new("run-2").as_ref(),
+        LIMIT,
+        FORGET_AFTER,
+    )
+    .await
+    .expect("start");
     assert!(read(&db, chat, agent, "run-1").await.is_some());
-    db.start_gate_attempt(chat, agent, "run-3", LIMIT, Duration::from_millis(1))
-        .await
-        .expect("start");
+    db.start_gate_attempt(
+        chat,
+        agent,
+        RunId::new("run-3").as_ref(),
+        LIMIT,
+        Duration::from_millis(1),
+    )
+    .await
+    .expect("start");
     assert_eq!(read(&db, chat, agent, "run-1").await, None);
     assert!(read(&db, chat, agent, "run-3").await.is_some());
     assert!(read(&db, other_chat, agent, "run-1").await.is_some());
@@ -141,29 +160,35 @@ async fn unknown_chats_and_agents_have_no_attempts(db: TestStore) {
     let (unknown_chat, unknown_agent) = (ChatId::new_random(), AgentId::new_random());
     for (chat, agent) in [(unknown_chat, agent), (chat, unknown_agent)] {
         let started = db
-            .start_gate_attempt(chat, agent, "run-1", LIMIT, FORGET_AFTER)
+            .start_gate_attempt(
+                chat,
+                agent,
+                RunId::new("run-1").as_ref(),
+                LIMIT,
+                FORGET_AFTER,
+            )
             .await
             .expect("start");
         let ended = db
-            .end_gate_attempt(chat, agent, "run-1", true)
+            .end_gate_attempt(chat, agent, RunId::new("run-1").as_ref(), true)
             .await
             .expect("end");
         assert_eq!((started, ended), (false, false));
         assert_eq!(read(&db, chat, agent, "run-1").await, None);
     }
-    let too_long = "r".repeat(65);
-    assert!(matches!(
-        db.start_gate_attempt(chat, agent, &too_long, LIMIT, FORGET_AFTER)
-            .await,
-        Err(StoreError::InvalidInput(_))
-    ));
 }
 
 async fn attempts_go_with_their_chat_and_agent(db: TestStore) {
     let (chat, agent) = chat_and_agent(db.store()).await;
-    db.start_gate_attempt(chat, agent, "run-1", LIMIT, FORGET_AFTER)
-        .await
-        .expect("start");
+    db.start_gate_attempt(
+        chat,
+        agent,
+        RunId::new("run-1").as_ref(),
+        LIMIT,
+        FORGET_AFTER,
+    )
+    .await
+    .expect("start");
     db.delete_agent(agent).await.expect("delete agent");
     assert_eq!(read(&db, chat, agent, "run-1").await, None);
 }

@@ -9,7 +9,7 @@ use common::*;
 use ctxsync_persistence::test_support::{TestStore, serve_agent_api, test_options, with_bearer};
 use ctxsync_persistence::{ChangeEvent, Store, StoreOptions};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
-use ctxsync_protocol::v1;
+use ctxsync_protocol::{RunId, v1};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use tonic::Code;
@@ -64,7 +64,7 @@ async fn racing_processes_never_leave_a_foreign_snapshot() {
         let (old_run, new_run) = (format!("old-{seed}"), format!("new-{seed}"));
         let startup = |run: &str| -> v1::UpdateStartupRequest {
             ctxsync_protocol::Startup {
-                agent_run_id: Some(run.to_owned()),
+                agent_run_id: RunId::new(run),
                 ..Default::default()
             }
             .into()
@@ -150,8 +150,8 @@ async fn racing_processes_never_leave_a_foreign_snapshot() {
                     let stored = ctx.snapshot.expect("snapshot");
                     assert_eq!(
                         (
-                            ctx.agent.agent_run_id.as_str(),
-                            stored.agent_run_id.as_str()
+                            RunId::edge(ctx.agent.agent_run_id.as_ref()),
+                            RunId::edge(stored.agent_run_id.as_ref())
                         ),
                         (run.as_str(), run.as_str())
                     );
@@ -166,7 +166,8 @@ async fn racing_processes_never_leave_a_foreign_snapshot() {
         let ctx = db.read_agent_context(agent).await.unwrap().unwrap();
         let stored = ctx.snapshot.expect("snapshot");
         assert_eq!(
-            ctx.agent.agent_run_id, new_run,
+            RunId::edge(ctx.agent.agent_run_id.as_ref()),
+            new_run,
             "seed {seed}: the old run reclaimed the row"
         );
         assert_eq!(

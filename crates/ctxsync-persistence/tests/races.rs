@@ -17,7 +17,7 @@ use common::*;
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, PushOutcome, Store, StoreError};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
-use ctxsync_protocol::{Resource, Startup};
+use ctxsync_protocol::{Resource, RunId, Startup};
 
 const ROUNDS: u64 = 6;
 const AGENTS: usize = 8;
@@ -102,7 +102,7 @@ async fn process(
     let startup = Startup {
         version: "race".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: Some(run.clone()),
+        agent_run_id: RunId::new(run.clone()),
     };
     let mut initial = true;
     for version in 1..=PUSHES {
@@ -111,9 +111,9 @@ async fn process(
             let store = &stores[rng.below(2) as usize];
             match retry(&counts, || store.update_startup(agent, startup.clone())).await {
                 Ok(outcome) => {
-                    assert_eq!(outcome.agent_run_id, run);
+                    assert_eq!(RunId::edge(outcome.agent_run_id.as_ref()), run);
                     // Whatever this update replaced is retired from now on (committed).
-                    if let Some(retired) = outcome.retired_run_id {
+                    if let Some(retired) = outcome.retired_run_id.map(RunId::into_string) {
                         assert_ne!(retired, run, "a process retired itself");
                         ledger.lock().unwrap().retired.insert(retired);
                     }
@@ -183,32 +183,31 @@ async fn reader(
             ledger.lock().unwrap().pushed.iter().cloned().collect();
         let ctx = store.read_agent_context(agent).await.unwrap().unwrap();
         if let Some(snapshot) = &ctx.snapshot {
-            let row_run = &ctx.agent.agent_run_id;
+            let row_run = RunId::edge(ctx.agent.agent_run_id.as_ref());
+            let snapshot_run = RunId::edge(snapshot.agent_run_id.as_ref()).to_owned();
             if pushed_before.contains(row_run) {
                 assert_eq!(
-                    &snapshot.agent_run_id, row_run,
+                    snapshot_run, row_run,
                     "the current process had pushed, yet the snapshot is another run's"
                 );
             }
-            let last = last_version
-                .entry(snapshot.agent_run_id.clone())
-                .or_insert(0);
+            let last = last_version.entry(snapshot_run.clone()).or_insert(0);
             assert!(
                 snapshot.version >= *last,
                 "run {} went back from v{last} to v{}",
-                snapshot.agent_run_id,
+                snapshot_run,
                 snapshot.version
             );
             *last = snapshot.version;
             let ledger = ledger.lock().unwrap();
             let sent = ledger
                 .sent
-                .get(&(snapshot.agent_run_id.clone(), snapshot.version))
+                .get(&(snapshot_run.clone(), snapshot.version))
                 .expect("the stored snapshot was sent by someone");
             assert_eq!(
                 &ctx.resources, sent,
                 "stored resources differ from what {} v{} sent",
-                snapshot.agent_run_id, snapshot.version
+                snapshot_run, snapshot.version
             );
             counts.lock().unwrap().reads_checked += 1;
         }
@@ -280,12 +279,12 @@ async fn many_agents_and_restarts_through_two_stores_keep_every_invariant() {
         // is its newest push, exactly.
         for (agent, runs, ledger) in finals {
             let ctx = db.read_agent_context(agent).await.unwrap().unwrap();
-            let row_run = ctx.agent.agent_run_id.clone();
+            let row_run = RunId::edge(ctx.agent.agent_run_id.as_ref()).to_owned();
             assert!(runs.contains(&row_run), "row run {row_run}");
             let ledger = ledger.lock().unwrap();
             if ledger.pushed.contains(&row_run) {
                 let snapshot = ctx.snapshot.expect("snapshot");
-                assert_eq!(snapshot.agent_run_id, row_run);
+                assert_eq!(RunId::edge(snapshot.agent_run_id.as_ref()), row_run);
                 assert_eq!(
                     &ctx.resources,
                     &ledger.sent[&(row_run.clone(), snapshot.version)]

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::digest::BodyDigest;
+use crate::run_id::RunId;
 use crate::v1;
 use crate::v1::context_resource::{Body as WireBody, Status as WireStatus};
 use crate::v1::push_context_state_request::McpDiscovery;
@@ -52,7 +53,7 @@ pub struct Startup {
     /// The workspace directory with variables and `~` expanded.
     pub expanded_directory: String,
     /// `None` for a legacy agent, which gives no freshness guarantee.
-    pub agent_run_id: Option<String>,
+    pub agent_run_id: Option<RunId>,
 }
 
 /// One context snapshot as an agent pushes it.
@@ -71,7 +72,7 @@ pub struct Snapshot {
     /// Why the snapshot is incomplete, when the reason is not one row's; already sanitized.
     pub snapshot_error: Option<String>,
     /// `None` for a legacy agent or one without MCP discovery.
-    pub agent_run_id: Option<String>,
+    pub agent_run_id: Option<RunId>,
     /// How far MCP discovery had got when the snapshot was built.
     pub phase: DiscoveryPhase,
     /// While pending: the servers still connecting, by name (empty otherwise).
@@ -432,7 +433,7 @@ impl TryFrom<v1::Startup> for Startup {
         Ok(Self {
             version: wire.version,
             expanded_directory: wire.expanded_directory,
-            agent_run_id: non_empty(wire.agent_run_id),
+            agent_run_id: RunId::new(wire.agent_run_id),
         })
     }
 }
@@ -565,7 +566,7 @@ impl TryFrom<v1::PushContextStateRequest> for Push {
                 resources,
                 initial: wire.initial,
                 snapshot_error: non_empty(wire.snapshot_error),
-                agent_run_id: non_empty(wire.agent_run_id),
+                agent_run_id: RunId::new(wire.agent_run_id),
                 phase,
                 pending_servers,
             },
@@ -714,7 +715,10 @@ impl From<Startup> for v1::Startup {
         Self {
             version: startup.version,
             expanded_directory: startup.expanded_directory,
-            agent_run_id: startup.agent_run_id.unwrap_or_default(),
+            agent_run_id: startup
+                .agent_run_id
+                .map(RunId::into_string)
+                .unwrap_or_default(),
             delta_digest_scheme: 0,
         }
     }
@@ -770,7 +774,10 @@ impl From<Snapshot> for v1::PushContextStateRequest {
             resources: snapshot.resources.into_iter().map(Into::into).collect(),
             initial: snapshot.initial,
             snapshot_error: snapshot.snapshot_error.unwrap_or_default(),
-            agent_run_id: snapshot.agent_run_id.unwrap_or_default(),
+            agent_run_id: snapshot
+                .agent_run_id
+                .map(RunId::into_string)
+                .unwrap_or_default(),
             mcp_discovery,
             delta: false,
         }

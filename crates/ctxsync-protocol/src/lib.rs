@@ -28,6 +28,9 @@
 //! };
 //! let startup = Startup::try_from(wire).expect("a valid request");
 //! assert_eq!(startup.agent_run_id.as_deref(), Some(run));
+//! // An empty run id on the wire is no run id in memory.
+//! let legacy = v1::Startup { agent_run_id: String::new(), ..Default::default() };
+//! assert_eq!(Startup::try_from(legacy).expect("valid").agent_run_id, None);
 //!
 //! let missing = Startup::try_from(v1::UpdateStartupRequest { startup: None }).unwrap_err();
 //! assert_eq!((missing.field.as_str(), &missing.problem), ("startup", &Problem::Missing));
@@ -44,6 +47,7 @@ pub mod codec;
 mod digest;
 pub mod domain;
 pub mod limits;
+mod run_id;
 mod validate;
 
 pub use digest::{BODY_DIGEST_BYTES, BodyDigest, DELTA_DIGEST_SCHEME, DeltaBase};
@@ -52,6 +56,7 @@ pub use domain::{
     McpServerBody, McpServerInfo, McpTool, McpToolAnnotations, PendingServer, Push, Resource,
     ResourceBody, ResourceStatus, SkillBody, Snapshot, Startup, plugin_of_source,
 };
+pub use run_id::RunId;
 pub use validate::{Problem, WireError, body_len};
 
 /// Generated code for package `ctxsync.agent.v1`: messages, the `Agent` client and server.

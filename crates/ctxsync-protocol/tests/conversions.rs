@@ -20,7 +20,7 @@ fn sample(phase: DiscoveryPhase, run: Option<&str>) -> Snapshot {
         aggregate_hash: "ab".repeat(32),
         initial: false,
         snapshot_error: Some("too many files".into()),
-        agent_run_id: run.map(Into::into),
+        agent_run_id: run.and_then(RunId::new),
         phase,
         pending_servers: match phase {
             DiscoveryPhase::Pending => vec![PendingServer {
@@ -292,7 +292,7 @@ fn startup_sends_no_delta_scheme() {
     let wire = v1::Startup::from(Startup {
         version: "1".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: Some("r".into()),
+        agent_run_id: RunId::new("r"),
     });
     assert_eq!(wire.delta_digest_scheme, 0);
     // A server's answer naming the scheme still reads as a startup.

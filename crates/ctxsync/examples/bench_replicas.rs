@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use ctxsync_persistence::test_support::{TestDatabase, with_bearer};
 use ctxsync_protocol::{
-    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, Snapshot,
-    Startup, v1,
+    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
+    Snapshot, Startup, v1,
 };
 use serde_json::{Value, json};
 use tonic::transport::Channel;
@@ -68,7 +68,7 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase) -> Snapshot {
         resources,
         initial: version == 1,
         snapshot_error: None,
-        agent_run_id: Some(run.to_owned()),
+        agent_run_id: RunId::new(run),
         phase,
         ..Default::default()
     }
@@ -86,7 +86,7 @@ impl Agent {
         let startup = v1::UpdateStartupRequest::from(Startup {
             version: "bench".into(),
             expanded_directory: "/ws".into(),
-            agent_run_id: Some(run.to_owned()),
+            agent_run_id: RunId::new(run),
         });
         self.client
             .update_startup(with_bearer(startup, &self.token))

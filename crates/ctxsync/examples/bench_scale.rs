@@ -53,7 +53,7 @@ use anyhow::{Context, Result};
 use ctxsync_persistence::test_support::{TestStore, with_bearer};
 use ctxsync_protocol::{
     DELTA_DIGEST_SCHEME, DeltaBase, DiscoveryPhase, InstructionFileBody, Resource, ResourceBody,
-    ResourceStatus, Snapshot, Startup, v1,
+    ResourceStatus, RunId, Snapshot, Startup, v1,
 };
 use futures::StreamExt;
 use hyper_util::rt::TokioIo;
@@ -123,7 +123,7 @@ fn request(agent: usize, run_id: &str, generation: usize) -> v1::PushContextStat
         resources: resources(agent, generation),
         initial: generation == 0,
         snapshot_error: None,
-        agent_run_id: Some(run_id.to_owned()),
+        agent_run_id: RunId::new(run_id),
         phase: DiscoveryPhase::Complete,
         ..Default::default()
     }
@@ -799,7 +799,7 @@ async fn prepare_agents(
     let agents: Vec<SimulatedAgent> = futures::stream::iter(agents)
         .map(|mut agent| async move {
             let startup = v1::UpdateStartupRequest::from(Startup {
-                agent_run_id: Some(agent.run_id.clone()),
+                agent_run_id: RunId::new(agent.run_id.clone()),
                 ..Startup::default()
             });
             let answer = agent

@@ -155,7 +155,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         Ok(publisher) => {
             tracing::info!(
                 workspace = %workspace.display(),
-                run_id = publisher.run_id().unwrap_or("(none: --no-mcp)"),
+                run_id = publisher.run_id().map_or("(none: --no-mcp)", |run| run.as_str()),
                 mcp_discovery = engine.is_some(),
                 "agent started"
             );

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use ctxsync_persistence::AgentContext;
 use ctxsync_protocol::v1::agent_server::{Agent, AgentServer};
-use ctxsync_protocol::{DiscoveryPhase, Resource, ResourceBody, ResourceStatus, v1};
+use ctxsync_protocol::{DiscoveryPhase, Resource, ResourceBody, ResourceStatus, RunId, v1};
 use processes::{
     AgentProcess, Backend, Logs, MISSING_COMMAND, ServerProcess, Workspace, database,
     wait_for_context, wait_for_log, wait_until_gone,
@@ -47,7 +47,12 @@ fn snapshot_run_id(context: &AgentContext) -> &str {
     context
         .snapshot
         .as_ref()
-        .map_or("", |s| s.agent_run_id.as_str())
+        .map_or("", |s| RunId::edge(s.agent_run_id.as_ref()))
+}
+
+/// The agent row's run id as the API's JSON says it (`""` for none).
+fn row_run_id(context: &AgentContext) -> &str {
+    RunId::edge(context.agent.agent_run_id.as_ref())
 }
 
 /// The complete state every scenario's workspace reaches.
@@ -106,18 +111,15 @@ async fn pending_then_complete(backend: Backend) {
         phase(c) == Some(DiscoveryPhase::Pending)
     })
     .await;
-    assert_eq!(snapshot_run_id(&pending), pending.agent.agent_run_id);
+    assert_eq!(snapshot_run_id(&pending), row_run_id(&pending));
     let complete = wait_for_context(&store, agent.id, &logs, "a complete snapshot", |c| {
         phase(c) == Some(DiscoveryPhase::Complete)
     })
     .await;
-    let run_id = &complete.agent.agent_run_id;
+    let run_id = row_run_id(&complete);
     assert!(uuid::Uuid::parse_str(run_id).is_ok(), "{run_id:?}");
     assert_eq!(snapshot_run_id(&complete), run_id);
-    assert_eq!(
-        run_id, &pending.agent.agent_run_id,
-        "one process, one run id"
-    );
+    assert_eq!(run_id, row_run_id(&pending), "one process, one run id");
     assert_complete_rows(&complete);
     assert_eq!(
         complete.agent.expanded_directory,
@@ -204,7 +206,7 @@ async fn a_restarted_agent_replaces_the_snapshot(backend: Backend) {
         |c| phase(c) == Some(DiscoveryPhase::Complete),
     )
     .await;
-    let old_run = before.agent.agent_run_id.clone();
+    let old_run = row_run_id(&before).to_owned();
     first.kill().await;
 
     let mut second = AgentProcess::start(
@@ -220,7 +222,7 @@ async fn a_restarted_agent_replaces_the_snapshot(backend: Backend) {
     let mut replaced = false;
     let after = wait_for_context(&store, agent.id, &logs, "the new process's snapshot", |c| {
         let snapshot_run = snapshot_run_id(c);
-        let row_run = c.agent.agent_run_id.as_str();
+        let row_run = row_run_id(c);
         if snapshot_run == old_run {
             assert!(!replaced, "the old process's snapshot came back: {c:#?}");
             assert_eq!(
@@ -237,11 +239,15 @@ async fn a_restarted_agent_replaces_the_snapshot(backend: Backend) {
         replaced && phase(c) == Some(DiscoveryPhase::Complete)
     })
     .await;
-    let new_run = &after.agent.agent_run_id;
-    assert_ne!(new_run, &old_run);
+    let new_run = row_run_id(&after);
+    assert_ne!(new_run, old_run);
     assert!(uuid::Uuid::parse_str(new_run).is_ok());
     assert!(
-        after.agent.retired_agent_run_ids.contains(&old_run),
+        after
+            .agent
+            .retired_agent_run_ids
+            .iter()
+            .any(|r| r.as_str() == old_run),
         "{:?}",
         after.agent.retired_agent_run_ids
     );
@@ -298,7 +304,7 @@ async fn a_server_restart_loses_nothing() {
         after.agent.agent_run_id, before.agent.agent_run_id,
         "the same process"
     );
-    assert_eq!(snapshot_run_id(&after), before.agent.agent_run_id);
+    assert_eq!(snapshot_run_id(&after), row_run_id(&before));
     assert_eq!(phase(&after), Some(DiscoveryPhase::Complete));
     assert!(after.snapshot.unwrap().version > before.snapshot.unwrap().version);
     assert!(process.is_running(), "{}", logs.read("agent"));
@@ -347,7 +353,7 @@ async fn a_delta_on_changed_rows_is_refused_then_sent_whole(backend: Backend) {
         resources,
         initial: true,
         snapshot_error: stored.snapshot_error.clone(),
-        agent_run_id: Some(stored.agent_run_id.clone()),
+        agent_run_id: stored.agent_run_id.clone(),
         phase: stored.phase,
         pending_servers: Vec::new(),
     };
@@ -365,7 +371,10 @@ async fn a_delta_on_changed_rows_is_refused_then_sent_whole(backend: Backend) {
                 })
     })
     .await;
-    assert_eq!(snapshot_run_id(&healed), stored.agent_run_id);
+    assert_eq!(
+        snapshot_run_id(&healed),
+        RunId::edge(stored.agent_run_id.as_ref())
+    );
     let metrics = metrics(&server).await;
     let refused = counter(
         &metrics,
@@ -515,9 +524,9 @@ async fn a_superseded_agent_exits_with_a_clear_message() {
         &logs,
         "the second process's snapshot",
         |c| {
-            !c.agent.agent_run_id.is_empty()
+            c.agent.agent_run_id.is_some()
                 && c.agent.agent_run_id != old_run
-                && snapshot_run_id(c) == c.agent.agent_run_id
+                && snapshot_run_id(c) == row_run_id(c)
         },
     )
     .await;

@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use ctxsync_protocol::{DiscoveryPhase, Snapshot, Startup};
+use ctxsync_protocol::{DiscoveryPhase, RunId, Snapshot, Startup};
 use support::webdriver::{Browser, browser_available, browser_paths};
 use support::*;
 
@@ -178,7 +178,7 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
         ],
         initial: false,
         snapshot_error: None,
-        agent_run_id: Some("run-1".into()),
+        agent_run_id: RunId::new("run-1"),
         phase: DiscoveryPhase::Complete,
         ..Default::default()
     };
@@ -209,7 +209,7 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
     let restarted = Startup {
         version: "test".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: Some("run-2".into()),
+        agent_run_id: RunId::new("run-2"),
     };
     h.server
         .store
@@ -346,7 +346,7 @@ async fn publish(
     let startup = Startup {
         version: "test".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: Some(run.into()),
+        agent_run_id: RunId::new(run),
     };
     store.update_startup(agent, startup).await.expect("startup");
     let snapshot = Snapshot {
@@ -355,7 +355,7 @@ async fn publish(
         resources,
         initial: true,
         snapshot_error: None,
-        agent_run_id: Some(run.into()),
+        agent_run_id: RunId::new(run),
         phase,
         pending_servers: connecting
             .iter()
@@ -763,7 +763,7 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
     let restarted = Startup {
         version: "test".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: Some(RUN_2.into()),
+        agent_run_id: RunId::new(RUN_2),
     };
     h.server
         .store
@@ -821,7 +821,7 @@ async fn a_stale_banner_clears_live_when_the_fresh_run_publishes() {
     let restarted = Startup {
         version: "test".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: Some(RUN_2.into()),
+        agent_run_id: RunId::new(RUN_2),
     };
     h.server
         .store

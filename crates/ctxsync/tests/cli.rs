@@ -146,8 +146,8 @@ async fn without_mcp_the_agent_publishes_unspecified_and_no_run_id() {
     .await;
     let snapshot = context.snapshot.as_ref().unwrap();
     assert_eq!(snapshot.phase, DiscoveryPhase::Unspecified);
-    assert_eq!(snapshot.agent_run_id, "");
-    assert_eq!(context.agent.agent_run_id, "");
+    assert_eq!(snapshot.agent_run_id, None);
+    assert_eq!(context.agent.agent_run_id, None);
     assert!(
         context
             .resources

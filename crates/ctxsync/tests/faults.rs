@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ctxsync::server::ServerConfig;
 use ctxsync_mcp_fixture::FixtureConfig;
 use ctxsync_persistence::test_support::{TestStore, postgres_url};
-use ctxsync_protocol::{DiscoveryPhase, ResourceBody};
+use ctxsync_protocol::{DiscoveryPhase, ResourceBody, RunId};
 use processes::{AgentProcess, Backend, Logs, ServerProcess, Workspace, database};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -29,7 +29,7 @@ fn first_complete_snapshot(run: &str, aggregate_hash: &str) -> ctxsync_protocol:
         resources: vec![],
         initial: true,
         snapshot_error: None,
-        agent_run_id: Some(run.into()),
+        agent_run_id: RunId::new(run),
         phase: DiscoveryPhase::Complete,
         ..Default::default()
     }
@@ -65,7 +65,7 @@ async fn a_waiter_whose_client_disconnects_does_not_break_later_turns() {
     let startup = ctxsync_protocol::Startup {
         version: "t".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: Some("run-1".into()),
+        agent_run_id: RunId::new("run-1"),
     };
     store.update_startup(agent.id, startup).await.unwrap();
     // Three clients give up 200 ms into a wait of up to 3 s.
@@ -420,7 +420,7 @@ async fn outage(fault: Path) {
         .await;
     let before_version = before.snapshot.as_ref().unwrap().version;
     let run_id = before.agent.agent_run_id.clone();
-    assert!(!run_id.is_empty(), "{before:#?}");
+    assert!(run_id.is_some(), "{before:#?}");
     let grpc_url = server.url();
     let grpc = grpc_url.as_str();
     assert_eq!(grpc_health(grpc).await, Some(Serving::Serving));
@@ -582,7 +582,7 @@ async fn outage(fault: Path) {
             ctxsync_protocol::Startup {
                 version: "t".into(),
                 expanded_directory: "/probe".into(),
-                agent_run_id: Some("probe-run".into()),
+                agent_run_id: RunId::new("probe-run"),
             },
         )
         .await

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BufMut, Bytes};
 use ctxsync_persistence::AgentId;
 use ctxsync_persistence::test_support::TestStore;
-use ctxsync_protocol::{DiscoveryPhase, Snapshot, Startup};
+use ctxsync_protocol::{DiscoveryPhase, RunId, Snapshot, Startup};
 use processes::{AgentProcess, Logs, ServerProcess, WAIT, Workspace, wait_for_context};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Status;
@@ -314,7 +314,7 @@ async fn waiting_chat(db: &TestStore, http_url: &str, token: &str) -> (AgentId, 
             Startup {
                 version: "1".into(),
                 expanded_directory: "/ws".into(),
-                agent_run_id: Some("run-1".into()),
+                agent_run_id: RunId::new("run-1"),
             },
         )
         .await
@@ -376,7 +376,7 @@ async fn sigterm_lets_an_in_flight_turn_finish_and_a_second_signal_exits_at_once
         resources: Vec::new(),
         initial: true,
         snapshot_error: None,
-        agent_run_id: Some("run-1".into()),
+        agent_run_id: RunId::new("run-1"),
         phase: DiscoveryPhase::Complete,
         ..Default::default()
     };

@@ -6,6 +6,7 @@ mod support;
 use std::time::Duration;
 
 use ctxsync_protocol::DiscoveryPhase;
+use ctxsync_protocol::RunId;
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::*;
@@ -403,7 +404,7 @@ async fn refresh_repins_the_chat(h: Harness) {
         resources: vec![changed],
         initial: false,
         snapshot_error: None,
-        agent_run_id: Some("r".into()),
+        agent_run_id: RunId::new("r"),
         phase: DiscoveryPhase::Complete,
         ..Default::default()
     };

@@ -53,7 +53,7 @@ async fn push(
         let startup = Startup {
             version: "test".into(),
             expanded_directory: "/ws".into(),
-            agent_run_id: Some("run-1".into()),
+            agent_run_id: RunId::new("run-1"),
         };
         store.update_startup(agent, startup).await.expect("startup");
     }
@@ -62,7 +62,7 @@ async fn push(
         aggregate_hash: "agg".into(),
         resources,
         initial: version == 1,
-        agent_run_id: Some("run-1".into()),
+        agent_run_id: RunId::new("run-1"),
         phase,
         pending_servers: pending
             .iter()

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use ctxsync_persistence::test_support::with_bearer;
 use ctxsync_protocol::v1::agent_client::AgentClient;
-use ctxsync_protocol::{DiscoveryPhase, McpConnectTimings, ResourceBody, Snapshot, Startup, v1};
+use ctxsync_protocol::{
+    DiscoveryPhase, McpConnectTimings, ResourceBody, RunId, Snapshot, Startup, v1,
+};
 use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -128,7 +130,7 @@ fn snapshot(version: u64, initial: bool, resources: Vec<ctxsync_protocol::Resour
         aggregate_hash: "agg".into(),
         resources,
         initial,
-        agent_run_id: Some("run-1".into()),
+        agent_run_id: RunId::new("run-1"),
         phase: DiscoveryPhase::Complete,
         ..Default::default()
     }
@@ -162,7 +164,7 @@ async fn metrics_parse_as_prometheus_text_and_move() {
     let startup = Startup {
         version: "test".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: Some("run-1".into()),
+        agent_run_id: RunId::new("run-1"),
     };
     client
         .update_startup(with_bearer(v1::UpdateStartupRequest::from(startup), &token))

@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use ctxsync_persistence::{AgentId, DatabaseConfig, Store};
-use ctxsync_protocol::{DiscoveryPhase, Snapshot, Startup};
+use ctxsync_protocol::{DiscoveryPhase, RunId, Snapshot, Startup};
 use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -43,7 +43,7 @@ fn startup(run: Option<&str>) -> Startup {
     Startup {
         version: "test".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: run.map(str::to_owned),
+        agent_run_id: run.and_then(RunId::new),
     }
 }
 
@@ -54,7 +54,7 @@ fn snapshot(version: u64, run: Option<&str>, phase: DiscoveryPhase) -> Snapshot 
         resources: vec![config_file(), server("fs", &[("read", "Read a file")])],
         initial: true,
         snapshot_error: None,
-        agent_run_id: run.map(str::to_owned),
+        agent_run_id: run.and_then(RunId::new),
         phase,
         ..Default::default()
     }

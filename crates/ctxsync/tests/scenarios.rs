@@ -9,6 +9,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use ctxsync_mcp_fixture::{FixtureConfig, FixtureLifecycle, ToolSpec};
+use ctxsync_protocol::RunId;
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::*;
@@ -370,7 +371,7 @@ async fn a_restarted_agent_never_offers_the_old_process_tools(s: Scenario) {
     let startup = ctxsync_protocol::Startup {
         version: "e2e".into(),
         expanded_directory: s.workspace.path().display().to_string(),
-        agent_run_id: Some("a-process-that-has-not-pushed-yet".into()),
+        agent_run_id: RunId::new("a-process-that-has-not-pushed-yet"),
     };
     store
         .update_startup(s.agent.parse().unwrap(), startup)

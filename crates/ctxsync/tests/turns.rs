@@ -12,6 +12,7 @@ use ctxsync_chat_projection::ToolBudget;
 use ctxsync_persistence::test_support::TestDatabase;
 use ctxsync_persistence::{AgentId, DatabaseConfig};
 use ctxsync_protocol::DiscoveryPhase;
+use ctxsync_protocol::RunId;
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::*;
@@ -114,7 +115,7 @@ async fn push(
     let startup = ctxsync_protocol::Startup {
         version: "test".into(),
         expanded_directory: "/ws".into(),
-        agent_run_id: Some(run.into()),
+        agent_run_id: RunId::new(run),
     };
     store.update_startup(agent, startup).await.unwrap();
     let snapshot = ctxsync_protocol::Snapshot {
@@ -123,7 +124,7 @@ async fn push(
         resources,
         initial: true,
         snapshot_error: None,
-        agent_run_id: Some(run.into()),
+        agent_run_id: RunId::new(run),
         phase,
         ..Default::default()
     };

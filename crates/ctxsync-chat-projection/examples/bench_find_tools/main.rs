@@ -36,7 +36,7 @@ use ctxsync_chat_projection::{
     ToolBudget, ToolCatalog, definition_bytes, find_tools, plan_turn_tools, project, search_terms,
 };
 use ctxsync_protocol::{
-    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus,
+    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -357,13 +357,13 @@ fn catalog_of(servers: &[McpServerBody], rename: impl Fn(&str) -> String) -> Too
         })
         .collect();
     let snapshot = SnapshotState {
-        agent_run_id: "bench".into(),
+        agent_run_id: RunId::new("bench"),
         phase: DiscoveryPhase::Complete,
         resources,
         ..Default::default()
     };
     let binding = Binding::Agent(AgentState {
-        agent_run_id: "bench".into(),
+        agent_run_id: RunId::new("bench"),
         snapshot: Some(snapshot),
     });
     project(&binding).tools().clone()

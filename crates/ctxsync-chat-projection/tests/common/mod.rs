@@ -5,7 +5,7 @@
 use ctxsync_chat_projection::{AgentState, Binding, SnapshotState};
 use ctxsync_protocol::{
     DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody,
-    ResourceStatus, SkillBody,
+    ResourceStatus, RunId, SkillBody,
 };
 use serde_json::json;
 
@@ -130,7 +130,7 @@ pub fn skill(name: &str) -> Resource {
 
 pub fn snapshot(run: &str, phase: DiscoveryPhase, resources: Vec<Resource>) -> SnapshotState {
     SnapshotState {
-        agent_run_id: run.to_owned(),
+        agent_run_id: RunId::new(run),
         phase,
         aggregate_hash: "agg-1".to_owned(),
         snapshot_error: None,
@@ -142,7 +142,7 @@ pub fn snapshot(run: &str, phase: DiscoveryPhase, resources: Vec<Resource>) -> S
 /// An agent whose row carries `row_run` and whose stored snapshot is `snapshot`.
 pub fn agent(row_run: &str, snapshot: Option<SnapshotState>) -> Binding {
     Binding::Agent(AgentState {
-        agent_run_id: row_run.to_owned(),
+        agent_run_id: RunId::new(row_run),
         snapshot,
     })
 }

@@ -14,7 +14,7 @@ use ctxsync_first_turn_gate::{
     DiscoverySource, FirstTurnGate, GateConfig, Outcome, SourceError, TurnInventory,
 };
 use ctxsync_protocol::{
-    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus,
+    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -58,7 +58,7 @@ fn gate(source: &MemorySource) -> FirstTurnGate<MemorySource> {
 /// The agent (re)started as process `run` (`None`: a legacy or never-connected agent).
 fn start(source: &MemorySource, agent: MemoryId, run: Option<&str>) {
     source.commit(agent, |record| {
-        record.agent_run_id = run.unwrap_or_default().to_owned();
+        record.agent_run_id = run.and_then(RunId::new);
     });
 }
 
@@ -95,7 +95,7 @@ fn server(name: &str, status: ResourceStatus, tools: usize) -> Resource {
 fn snapshot(run: Option<&str>, phase: DiscoveryPhase) -> SnapshotState {
     use ResourceStatus::{Invalid, Ok, Unreadable};
     SnapshotState {
-        agent_run_id: run.unwrap_or_default().to_owned(),
+        agent_run_id: run.and_then(RunId::new),
         phase,
         resources: vec![
             server("a", Ok, 1),
@@ -185,8 +185,12 @@ impl DiscoverySource for HookedSource {
         self.inner.bound_agent(chat).await
     }
 
-    async fn turn_inventory(&self, chat: &MemoryId) -> Result<TurnInventory<String>, SourceError> {
-        self.inner.turn_inventory(chat).await
+    async fn turn_inventory(
+        &self,
+        chat: &MemoryId,
+        agent: Option<&MemoryId>,
+    ) -> Result<TurnInventory<String>, SourceError> {
+        self.inner.turn_inventory(chat, agent).await
     }
 }
 

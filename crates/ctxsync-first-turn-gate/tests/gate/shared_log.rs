@@ -108,7 +108,8 @@ async fn an_attempt_whose_waiter_died_counts_once_its_budget_has_passed() {
     push(&source, AGENT, Some("run-a"), Pending);
     let (_, b, log) = replicas(&source);
     // A replica recorded a start and died without recording the end.
-    log.record_start(&CHAT, &AGENT, Some("run-a"), BUDGET, RETENTION)
+    let run = RunId::new("run-a");
+    log.record_start(&CHAT, &AGENT, run.as_ref(), BUDGET, RETENTION)
         .await
         .unwrap();
 
@@ -124,7 +125,7 @@ async fn an_attempt_whose_waiter_died_counts_once_its_budget_has_passed() {
     assert!(b.wait_for_discovery(CHAT, AGENT).await.wait_timed_out);
     assert_eq!(started.elapsed(), BUDGET);
     // Its end is recorded like any other's, and the next turn is spared again.
-    let record = log.read(&CHAT, &AGENT, Some("run-a")).await.unwrap();
+    let record = log.read(&CHAT, &AGENT, run.as_ref()).await.unwrap();
     assert_eq!(
         record.and_then(|r| r.end).map(|end| end.result),
         Some(AttemptResult::TimedOut)

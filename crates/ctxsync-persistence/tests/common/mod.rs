@@ -35,7 +35,7 @@ use ctxsync_persistence::{AgentContext, AgentId, ChangeEvent, Store};
 use ctxsync_protocol::v1::agent_client::AgentClient;
 use ctxsync_protocol::{
     DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody,
-    ResourceStatus, SkillBody, Snapshot, Startup, v1,
+    ResourceStatus, RunId, SkillBody, Snapshot, Startup, v1,
 };
 use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
@@ -90,7 +90,7 @@ impl Harness {
         let startup = Startup {
             version: "1.2.3".into(),
             expanded_directory: "/workspace".into(),
-            agent_run_id: (!run.is_empty()).then(|| run.to_owned()),
+            agent_run_id: RunId::new(run),
         };
         self.startup_wire(token, startup.into()).await
     }
@@ -171,7 +171,7 @@ impl ServedStore {
 
     pub async fn startup(&self, token: &str, run: &str) -> Result<v1::Startup, Status> {
         let startup = Startup {
-            agent_run_id: Some(run.to_owned()),
+            agent_run_id: RunId::new(run),
             ..Startup::default()
         };
         let mut client = self.client.clone();
@@ -305,7 +305,7 @@ pub fn snapshot(
         resources,
         initial: version == 1,
         snapshot_error: None,
-        agent_run_id: run.map(str::to_owned),
+        agent_run_id: run.and_then(RunId::new),
         phase,
         ..Default::default()
     }

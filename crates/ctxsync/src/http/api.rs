@@ -8,7 +8,7 @@ use ctxsync_context_ui::{DiscoveryWords, Panel};
 use ctxsync_first_turn_gate::Outcome;
 use ctxsync_persistence::{AgentContext, AgentRecord, ChatTurnMode, TurnRecord};
 use ctxsync_protocol::{
-    BodyKind, InstructionFileBody, McpServerBody, ResourceBody, ResourceStatus, SkillBody,
+    BodyKind, InstructionFileBody, McpServerBody, ResourceBody, ResourceStatus, RunId, SkillBody,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -93,7 +93,7 @@ impl From<&AgentRecord> for AgentSummary {
         Self {
             id: agent.id.to_string(),
             name: agent.name.clone(),
-            agent_run_id: agent.agent_run_id.clone(),
+            agent_run_id: RunId::edge(agent.agent_run_id.as_ref()).to_owned(),
             agent_version: agent.startup_version.clone(),
             expanded_directory: agent.expanded_directory.clone(),
             started_at: agent.started_at.map(|t| t.to_rfc3339()),
@@ -201,7 +201,7 @@ impl AgentContextBody {
     /// the same read.
     pub fn of(context: AgentContext, view: &ctxsync_chat_projection::View) -> Self {
         let snapshot = context.snapshot.map(|s| SnapshotRow {
-            agent_run_id: s.agent_run_id,
+            agent_run_id: RunId::edge(s.agent_run_id.as_ref()).to_owned(),
             phase: view.phase(),
             version: s.version,
             aggregate_hash: s.aggregate_hash,
@@ -238,7 +238,7 @@ impl AgentContextBody {
         Self {
             agent_id: context.agent.id.to_string(),
             name: context.agent.name,
-            agent_run_id: context.agent.agent_run_id,
+            agent_run_id: RunId::edge(context.agent.agent_run_id.as_ref()).to_owned(),
             mcp_discovery: DiscoveryWords::of(view),
             stale: view.is_stale(),
             snapshot,

@@ -247,11 +247,16 @@ pub async fn turn(
         TurnModeName::Plan => (TurnMode::Plan, ChatTurnMode::Plan),
     };
     let chat: ChatId = parse_id(&raw, "chat")?;
-    if state.store.get_chat(chat).await?.is_none() {
+    // The turn's one read of its chat: the gate waits for, and the inventory reads, the
+    // agent bound now.
+    let Some(record) = state.store.get_chat(chat).await? else {
         return Err(ApiError::not_found(format!("chat {chat} not found")));
-    }
+    };
     let started = std::time::Instant::now();
-    let context = state.gate.prepare_turn(chat, mode).await;
+    let context = state
+        .gate
+        .prepare_bound_turn(chat, record.agent_id, mode)
+        .await;
     // The projection's model-facing shape: name, description and input schema, plus the
     // title, output schema and `annotations_untrusted` when the server gave them; over
     // the budget, the tools that stay loaded and find_tools (a new turn activated none).

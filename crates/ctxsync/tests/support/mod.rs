@@ -139,7 +139,7 @@ impl Harness {
         let startup = Startup {
             version: "test".into(),
             expanded_directory: "/ws".into(),
-            agent_run_id: Some(run.into()),
+            agent_run_id: RunId::new(run),
         };
         store.update_startup(agent, startup).await.expect("startup");
         let snapshot = Snapshot {
@@ -148,7 +148,7 @@ impl Harness {
             resources,
             initial: true,
             snapshot_error: None,
-            agent_run_id: Some(run.into()),
+            agent_run_id: RunId::new(run),
             phase,
             ..Default::default()
         };

@@ -4,30 +4,74 @@
 
 use std::collections::HashMap;
 
+use chrono::Utc;
 use ctxsync_protocol::{
     KeptResource, McpConnectTimings, McpServerBody, PendingServer, Push, Resource, ResourceBody,
+    RunId,
 };
 use diesel::prelude::*;
 #[cfg(feature = "sqlite")]
 use diesel::upsert::excluded;
 
-use super::agents::{RowLock, lock_agent};
-use super::chats::{PinSource, PinnedCopy, write_pin};
-use super::reads::load_resources;
-use super::shared::{ROWS_PER_STATEMENT, agent_event, body_json, check_run_id, notify_in_tx};
+use crate::agents::{RowLock, lock_agent};
+use crate::chats::pin_stored_snapshot;
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId};
 use crate::model::*;
+use crate::notify::ChangeEvent;
 use crate::schema::*;
+use crate::shared::{ROWS_PER_STATEMENT, agent_event, body_json, notify_in_tx};
 use crate::sql_types::{DbBodyKind, DbPhase, DbStatus, DbTime, JsonText};
+use crate::store::Store;
+
+impl Store {
+    /// SPEC §5.4, in one transaction: the run gate, the version gate, the snapshot and
+    /// resource upserts, chat pinning and dirty-marking; commit; then notify when
+    /// anything changed: the agent's subscribers, and each chat whose row the push
+    /// changed (a first pin, marked or cleared dirty).
+    ///
+    /// Takes a [`ctxsync_protocol::Snapshot`] (a full push) or a [`Push`] as decoded from
+    /// the wire, which may be a delta: applied under the same rules, or refused with
+    /// [`PushOutcome::DeltaBaseMissing`] when its base is not stored.
+    pub async fn push_context_state(
+        &self,
+        agent: AgentId,
+        push: impl Into<Push>,
+    ) -> Result<PushOutcome, StoreError> {
+        let push = push.into();
+        let version = push.snapshot.version;
+        let (outcome, chats) = self
+            .with_conn(move |conn, origin| {
+                let prepared = prepare_push(push)?;
+                conn.write(|tx| apply(tx, agent, &prepared, DbTime(Utc::now()), origin))
+            })
+            .await?;
+        if let PushOutcome::Accepted(changes) = &outcome
+            && changes.is_change()
+        {
+            self.deliver(&agent_event(agent, Some(version)));
+        }
+        for chat_id in chats {
+            self.deliver(&chat_changed(chat_id, agent));
+        }
+        Ok(outcome)
+    }
+}
+
+fn chat_changed(chat_id: ChatId, agent_id: AgentId) -> ChangeEvent {
+    ChangeEvent::ChatChanged {
+        chat_id,
+        agent_id: Some(agent_id),
+    }
+}
 
 /// A push checked before the transaction starts, so nothing is converted inside a
 /// retry or under the write lock. Body digests come with the push: the protocol layer
 /// computed them from the bodies as sent (scheme 1), and a delta names the digests of the
 /// bodies it left out.
-pub(crate) struct PreparedPush {
-    run_id: String,
+struct PreparedPush {
+    run_id: Option<RunId>,
     version: i64,
     push: Push,
     /// Per `push.snapshot.resources[i]` and per `push.kept[i]`: its size as stored.
@@ -35,10 +79,9 @@ pub(crate) struct PreparedPush {
     kept_sizes: Vec<i64>,
 }
 
-pub(crate) fn prepare_push(push: Push) -> Result<PreparedPush, StoreError> {
+fn prepare_push(push: Push) -> Result<PreparedPush, StoreError> {
     let snapshot = &push.snapshot;
-    let run_id = snapshot.agent_run_id.clone().unwrap_or_default();
-    check_run_id(&run_id)?;
+    let run_id = snapshot.agent_run_id.clone();
     let version = to_i64("version", snapshot.version)?;
     if push.digests.len() != snapshot.resources.len() {
         return Err(StoreError::InvalidInput(format!(
@@ -66,20 +109,24 @@ pub(crate) fn prepare_push(push: Push) -> Result<PreparedPush, StoreError> {
     })
 }
 
-/// SPEC §5.4 steps 1–4; the caller commits and then notifies in-process.
-pub(crate) fn push(
+/// SPEC §5.4 steps 1–4, with the chats whose rows it changed; the caller commits and
+/// then notifies in-process.
+fn apply(
     tx: &mut Tx<'_>,
     agent_id: AgentId,
     push: &PreparedPush,
     now: DbTime,
     origin: u64,
-) -> Result<PushOutcome, StoreError> {
+) -> Result<(PushOutcome, Vec<ChatId>), StoreError> {
     // 1. The run gate: only the agent row's current run may write.
     let agent = lock_agent(tx, agent_id, RowLock::Share)?;
-    if (!agent.agent_run_id.is_empty() && agent.agent_run_id != push.run_id)
-        || (!push.run_id.is_empty() && agent.retired()?.contains(&push.run_id))
-    {
-        return Ok(PushOutcome::DroppedStaleRun);
+    let current = RunId::new(agent.agent_run_id.as_str());
+    let retired = match &push.run_id {
+        Some(run) => agent.retired()?.contains(run),
+        None => false,
+    };
+    if (current.is_some() && current != push.run_id) || retired {
+        return Ok((PushOutcome::DroppedStaleRun, Vec::new()));
     }
 
     // 2. The version gate.
@@ -93,16 +140,18 @@ pub(crate) fn push(
     if let Some(previous) = &previous
         && is_stale_version(push, previous)
     {
-        return Ok(PushOutcome::DroppedStaleVersion {
-            stored_version: stored_u64("snapshot version", previous.version)?,
-        });
+        let stored_version = stored_u64("snapshot version", previous.version)?;
+        return Ok((
+            PushOutcome::DroppedStaleVersion { stored_version },
+            Vec::new(),
+        ));
     }
 
     // 3. A delta's base: the stored snapshot is this run's and holds every body the delta
     // left out, with the digest it names. Checked before anything is written.
     let stored = load_fingerprints(tx, agent_id)?;
     if push.push.delta && !has_base(push, previous.as_ref(), &stored) {
-        return Ok(PushOutcome::DeltaBaseMissing);
+        return Ok((PushOutcome::DeltaBaseMissing, Vec::new()));
     }
 
     // 4. Snapshot header and resources.
@@ -114,7 +163,7 @@ pub(crate) fn push(
             .is_none_or(|p| p.mcp_discovery_phase.0 != snapshot.phase),
         run_id_changed: previous
             .as_ref()
-            .is_none_or(|p| p.agent_run_id != push.run_id),
+            .is_none_or(|p| p.agent_run_id != RunId::edge(push.run_id.as_ref())),
         aggregate_hash_changed: previous
             .as_ref()
             .is_none_or(|p| p.aggregate_hash != snapshot.aggregate_hash),
@@ -128,7 +177,7 @@ pub(crate) fn push(
     };
     let header = SnapshotRow {
         agent_id,
-        agent_run_id: push.run_id.clone(),
+        agent_run_id: RunId::edge(push.run_id.as_ref()).to_owned(),
         mcp_discovery_phase: DbPhase(snapshot.phase),
         version: push.version,
         aggregate_hash: snapshot.aggregate_hash.clone(),
@@ -172,20 +221,30 @@ pub(crate) fn push(
         .filter(|(_, pin, _)| pin.is_none())
         .map(|(id, _, _)| *id)
         .collect();
-    adopt_first_pin(tx, agent_id, snapshot, &unpinned, now)?;
+    // The snapshot a chat "first sees" (SPEC §7), as just stored.
+    pin_stored_snapshot(tx, &unpinned, Some(agent_id), now)?;
+    let mut changed_chats = unpinned;
     let hash = &snapshot.aggregate_hash;
-    let dirt_moves = bound.iter().any(|(_, pin, dirty)| match pin {
-        None => false,
-        Some(pin) => (pin != hash && dirty.is_none()) || (pin == hash && dirty.is_some()),
-    });
-    if changes.aggregate_hash_changed && dirt_moves {
+    let dirt_moves: Vec<ChatId> = bound
+        .iter()
+        .filter(|(_, pin, dirty)| match pin {
+            None => false,
+            Some(pin) => (pin != hash && dirty.is_none()) || (pin == hash && dirty.is_some()),
+        })
+        .map(|(id, _, _)| *id)
+        .collect();
+    if changes.aggregate_hash_changed && !dirt_moves.is_empty() {
         changes.chats_marked_dirty = mark_chats_dirty(tx, agent_id, hash, now)?;
+        changed_chats.extend(dirt_moves);
     }
 
     if changes.is_change() {
         notify_in_tx(tx, origin, &agent_event(agent_id, Some(snapshot.version)))?;
     }
-    Ok(PushOutcome::Accepted(changes))
+    for &chat_id in &changed_chats {
+        notify_in_tx(tx, origin, &chat_changed(chat_id, agent_id))?;
+    }
+    Ok((PushOutcome::Accepted(changes), changed_chats))
 }
 
 /// Whether the stored pending list (JSON) names the same servers as `pending`, in order.
@@ -205,13 +264,16 @@ fn same_names(stored: &JsonText, pending: &[PendingServer]) -> bool {
 /// committed late (say, retried after a serialization conflict while the agent had
 /// reconnected and pushed a newer one) and is dropped, `initial` or not; the same
 /// version is the same snapshot sent again on a reconnect, an idempotent repeat that is
-/// accepted and changes nothing. Legacy agents (empty run id) cannot tell a reconnect
+/// accepted and changes nothing. Legacy agents (no run id) cannot tell a reconnect
 /// from a restart, so their `initial` pushes bypass the gate.
 fn is_stale_version(push: &PreparedPush, stored: &SnapshotRow) -> bool {
     if !push.push.snapshot.initial {
         return push.version <= stored.version;
     }
-    let same_run = !push.run_id.is_empty() && push.run_id == stored.agent_run_id;
+    let same_run = push
+        .run_id
+        .as_ref()
+        .is_some_and(|run| *run == *stored.agent_run_id);
     same_run && push.version < stored.version
 }
 
@@ -235,8 +297,11 @@ fn has_base(
     previous: Option<&SnapshotRow>,
     stored: &[ResourceFingerprint],
 ) -> bool {
-    let same_run =
-        previous.is_some_and(|p| !push.run_id.is_empty() && p.agent_run_id == push.run_id);
+    let same_run = previous.is_some_and(|p| {
+        push.run_id
+            .as_ref()
+            .is_some_and(|run| *run == *p.agent_run_id)
+    });
     if !same_run {
         return false;
     }
@@ -527,39 +592,6 @@ impl ResourceCandidate<'_> {
             updated_at: now,
         }
     }
-}
-
-/// Chats bound to this agent that have never pinned anything pin this snapshot: the
-/// snapshot a chat "first sees" (SPEC §7). Its rows are read back as just written, since
-/// a delta does not carry the bodies it kept.
-fn adopt_first_pin(
-    tx: &mut Tx<'_>,
-    agent_id: AgentId,
-    snapshot: &ctxsync_protocol::Snapshot,
-    unpinned: &[ChatId],
-    now: DbTime,
-) -> Result<(), StoreError> {
-    if unpinned.is_empty() {
-        return Ok(());
-    }
-    let pinnable: Vec<PinnedCopy> = load_resources(tx, agent_id)?
-        .into_iter()
-        .filter(|r| is_pinned_kind(r.body_kind))
-        .map(PinnedCopy::from_stored)
-        .collect();
-    for &chat_id in unpinned {
-        write_pin(
-            tx,
-            chat_id,
-            Some(PinSource {
-                aggregate_hash: &snapshot.aggregate_hash,
-                snapshot_error: snapshot.snapshot_error.as_deref(),
-                resources: &pinnable,
-            }),
-            now,
-        )?;
-    }
-    Ok(())
 }
 
 /// Marks chats pinned to another hash dirty (keeping an earlier `dirty_since`) and

@@ -1,17 +1,21 @@
-//! Helpers several operation files share: the in-transaction NOTIFY, the agent event,
-//! the run id length check, the stored JSON form of a body and the statement size.
+//! What several concerns' transactions share: the in-transaction NOTIFY, the change
+//! events, an agent's stored resources, the stored JSON form
+//! of a body and the statement size.
 
 use ctxsync_protocol::ResourceBody;
-use ctxsync_protocol::limits::MAX_RUN_ID_BYTES;
 
-use crate::db::Tx;
+use diesel::prelude::*;
+
+use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use crate::ids::AgentId;
+use crate::model::{ChatRecord, StoredResource};
 use crate::notify::ChangeEvent;
+use crate::schema::workspace_agent_context_resources;
 use crate::sql_types::JsonText;
 
 /// Rows per multi-row statement: well under both backends' bind limits (12 binds a row).
-pub(super) const ROWS_PER_STATEMENT: usize = 256;
+pub(crate) const ROWS_PER_STATEMENT: usize = 256;
 
 /// Queues a NOTIFY inside the transaction (PostgreSQL delivers it at commit, and only if
 /// the transaction commits). SQLite has no other processes to tell: the store delivers
@@ -43,20 +47,31 @@ pub(crate) fn agent_event(agent_id: AgentId, snapshot_version: Option<u64>) -> C
     }
 }
 
-pub(super) fn check_run_id(run_id: &str) -> Result<(), StoreError> {
-    if run_id.len() > MAX_RUN_ID_BYTES {
-        return Err(StoreError::InvalidInput(format!(
-            "agent_run_id is {} bytes, at most {MAX_RUN_ID_BYTES} allowed",
-            run_id.len()
-        )));
+pub(crate) fn chat_event(chat: &ChatRecord) -> ChangeEvent {
+    ChangeEvent::ChatChanged {
+        chat_id: chat.id,
+        agent_id: chat.agent_id,
     }
-    Ok(())
+}
+
+/// The agent's stored resources, sorted by source.
+pub(crate) fn load_resources(
+    tx: &mut Tx<'_>,
+    agent_id: AgentId,
+) -> Result<Vec<StoredResource>, StoreError> {
+    Ok(on_backend!(tx, |c| {
+        workspace_agent_context_resources::table
+            .filter(workspace_agent_context_resources::agent_id.eq(agent_id))
+            .order(workspace_agent_context_resources::source)
+            .select(StoredResource::as_select())
+            .load(c)
+    })?)
 }
 
 /// The stored JSON form of a body: the variant's fields under their proto names (as
 /// [`ResourceBody::to_json`], without building a `Value` first); an MCP config body is
 /// always `{}`.
-pub(super) fn body_json(body: &ResourceBody) -> JsonText {
+pub(crate) fn body_json(body: &ResourceBody) -> JsonText {
     let json = match body {
         ResourceBody::InstructionFile(b) => serde_json::to_string(b),
         ResourceBody::Skill(b) => serde_json::to_string(b),
