@@ -499,6 +499,22 @@ struct Deliver {
 /// push at most this many times.
 const MAX_DELTA_REFUSALS: u32 = 3;
 
+/// What one connection's push loop knows between pushes.
+struct Session {
+    /// This connection sends deltas (the server takes them and nothing refused them too often).
+    deltas: bool,
+    /// Delta pushes refused in a row for a missing base.
+    delta_refusals: u32,
+    /// The next push is the connection's first delivered one.
+    initial: bool,
+    /// The newest version pushed and answered (or refused for good).
+    attempted: u64,
+    /// False once the server said it does not implement pushes.
+    pushing: bool,
+    /// Some push on this connection was answered.
+    answered: bool,
+}
+
 /// How a session whose connection closed ended.
 enum SessionEnd {
     /// At least one push was answered: the connection worked; reconnect at once.
@@ -566,6 +582,33 @@ impl Deliver {
         mut connection: Connection,
         published: &mut watch::Receiver<Option<Arc<Published>>>,
     ) -> Result<SessionEnd, Failure> {
+        let answer = self.register(&mut connection).await?;
+        let mut session = Session {
+            // Deltas need a run id: without one the server cannot tell this process's rows
+            // from a predecessor's, and refuses every delta.
+            deltas: answer.delta_digest_scheme == DELTA_DIGEST_SCHEME
+                && self.startup.agent_run_id.is_some(),
+            delta_refusals: 0,
+            initial: true,
+            attempted: 0,
+            pushing: true,
+            answered: false,
+        };
+        loop {
+            let snapshot = tokio::select! {
+                () = connection.closed() => {
+                    info!("the connection to the server closed; reconnecting");
+                    return Ok(if session.answered { SessionEnd::AfterRoundTrip } else { SessionEnd::Early });
+                }
+                snapshot = newer_than(published, session.attempted), if session.pushing => snapshot,
+            };
+            self.push(&mut connection, &snapshot, &mut session).await?;
+        }
+    }
+
+    /// `UpdateStartup` on a new connection; the server's answer says whether it takes
+    /// deltas.
+    async fn register(&mut self, connection: &mut Connection) -> Result<v1::Startup, Failure> {
         let request = v1::UpdateStartupRequest::from(self.startup.clone());
         let answer = match connection.client.update_startup(request).await {
             Ok(answer) => answer.into_inner(),
@@ -593,122 +636,118 @@ impl Deliver {
             "registered with the server"
         );
         self.set_connection(ConnectionState::Ready);
-        // Deltas need a run id: without one the server cannot tell this process's rows
-        // from a predecessor's, and refuses every delta.
-        let mut deltas = answer.delta_digest_scheme == DELTA_DIGEST_SCHEME
-            && self.startup.agent_run_id.is_some();
-        let mut delta_refusals = 0u32;
+        Ok(answer)
+    }
 
-        let mut initial = true;
-        let mut attempted = 0u64;
-        let mut pushing = true;
-        let mut answered = false;
-        loop {
-            let snapshot = tokio::select! {
-                () = connection.closed() => {
-                    info!("the connection to the server closed; reconnecting");
-                    return Ok(if answered { SessionEnd::AfterRoundTrip } else { SessionEnd::Early });
-                }
-                snapshot = newer_than(published, attempted), if pushing => snapshot,
-            };
-            let version = snapshot.version;
-            let run_id = self.startup.agent_run_id.as_ref();
-            let mut request = v1::PushContextStateRequest::from(
-                snapshot.resolution.to_snapshot(version, run_id, initial),
-            );
-            let (next_base, omitted) = match self.base.as_ref().filter(|_| deltas) {
-                Some(base) => {
-                    let next = base.into_delta(&mut request);
-                    let omitted = request.resources.iter().filter(|r| r.body.is_none());
-                    (next, omitted.count())
-                }
-                // Digests only matter to a server that takes deltas.
-                None if deltas => (DeltaBase::of_full(&request), 0),
-                None => (DeltaBase::default(), 0),
-            };
-            let delta = request.delta;
-            // Unknown until answered: a push that fails may or may not have been stored.
-            self.base = None;
-            match connection.client.push_context_state(request).await {
-                Ok(response) => {
-                    // A full round trip: the connection works, so backoff starts over.
-                    self.backoff.reset();
-                    answered = true;
-                    let response = response.into_inner();
-                    if response.delta_base_missing {
-                        delta_refusals += 1;
-                        if delta_refusals >= MAX_DELTA_REFUSALS {
-                            warn!(
-                                refusals = delta_refusals,
-                                "the server keeps refusing delta pushes for their base; sending full pushes on this connection"
-                            );
-                            deltas = false;
-                        } else {
-                            info!(
-                                version,
-                                "the server does not hold the bodies a delta left out (another run's rows, or a restored database); sending the full snapshot"
-                            );
-                        }
-                        // `attempted` stays below `version`: the same snapshot goes again, whole.
-                        continue;
-                    }
-                    let accepted = response.accepted;
-                    if accepted && deltas {
-                        self.base = Some(next_base);
-                        if delta {
-                            delta_refusals = 0;
-                            debug!(
-                                version,
-                                omitted, "the delta left out bodies the server holds"
-                            );
-                        }
-                    }
-                    attempted = version;
-                    initial = false;
-                    self.status
-                        .send_modify(|s| s.last_push = Some((version, accepted)));
-                    if accepted {
-                        info!(version, "the server accepted the snapshot");
-                    } else {
-                        warn!(
-                            version,
-                            "the server did not accept the snapshot (a newer agent process, or a replayed version); waiting for the next change"
-                        );
-                    }
-                }
-                Err(status) => match status.code() {
-                    Code::Unimplemented => {
-                        self.backoff.reset();
-                        answered = true;
-                        warn!(
-                            "the server does not implement PushContextState (an older server); no more pushes on this connection"
-                        );
-                        pushing = false;
-                        self.set_connection(ConnectionState::PushesUnsupported);
-                    }
-                    Code::Unauthenticated | Code::PermissionDenied => {
-                        return Err(Failure::TokenRefused(status));
-                    }
-                    // OutOfRange: the server's gRPC message size limit is below the wire
-                    // limits (its configuration must allow a maximal push).
-                    Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
-                        // Retrying the same snapshot cannot help; a later one may differ.
-                        answered = true;
-                        error!(
-                            version,
-                            error = %describe(&status),
-                            "the server refused the snapshot; waiting for the next change"
-                        );
-                        attempted = version;
-                    }
-                    _ => {
-                        self.wait_to_retry(&format!("push failed: {}", describe(&status)))
-                            .await;
-                        return Err(Failure::Transient);
-                    }
-                },
+    /// Pushes the newest snapshot (as a delta when this session may) and follows the
+    /// server's answer; `session.attempted` stays below the version when the same snapshot
+    /// must go again.
+    async fn push(
+        &mut self,
+        connection: &mut Connection,
+        snapshot: &Published,
+        session: &mut Session,
+    ) -> Result<(), Failure> {
+        let version = snapshot.version;
+        let run_id = self.startup.agent_run_id.as_ref();
+        let mut request = v1::PushContextStateRequest::from(snapshot.resolution.to_snapshot(
+            version,
+            run_id,
+            session.initial,
+        ));
+        let (next_base, omitted) = match self.base.as_ref().filter(|_| session.deltas) {
+            Some(base) => {
+                let next = base.into_delta(&mut request);
+                let omitted = request.resources.iter().filter(|r| r.body.is_none());
+                (next, omitted.count())
             }
+            // Digests only matter to a server that takes deltas.
+            None if session.deltas => (DeltaBase::of_full(&request), 0),
+            None => (DeltaBase::default(), 0),
+        };
+        let delta = request.delta;
+        // Unknown until answered: a push that fails may or may not have been stored.
+        self.base = None;
+        match connection.client.push_context_state(request).await {
+            Ok(response) => {
+                // A full round trip: the connection works, so backoff starts over.
+                self.backoff.reset();
+                session.answered = true;
+                let response = response.into_inner();
+                if response.delta_base_missing {
+                    session.delta_refusals += 1;
+                    if session.delta_refusals >= MAX_DELTA_REFUSALS {
+                        warn!(
+                            refusals = session.delta_refusals,
+                            "the server keeps refusing delta pushes for their base; sending full pushes on this connection"
+                        );
+                        session.deltas = false;
+                    } else {
+                        info!(
+                            version,
+                            "the server does not hold the bodies a delta left out (another run's rows, or a restored database); sending the full snapshot"
+                        );
+                    }
+                    // `session.attempted` stays below `version`: the same snapshot goes again, whole.
+                    return Ok(());
+                }
+                let accepted = response.accepted;
+                if accepted && session.deltas {
+                    self.base = Some(next_base);
+                    if delta {
+                        session.delta_refusals = 0;
+                        debug!(
+                            version,
+                            omitted, "the delta left out bodies the server holds"
+                        );
+                    }
+                }
+                session.attempted = version;
+                session.initial = false;
+                self.status
+                    .send_modify(|s| s.last_push = Some((version, accepted)));
+                if accepted {
+                    info!(version, "the server accepted the snapshot");
+                } else {
+                    warn!(
+                        version,
+                        "the server did not accept the snapshot (a newer agent process, or a replayed version); waiting for the next change"
+                    );
+                }
+            }
+            Err(status) => match status.code() {
+                Code::Unimplemented => {
+                    self.backoff.reset();
+                    session.answered = true;
+                    warn!(
+                        "the server does not implement PushContextState (an older server); no more pushes on this connection"
+                    );
+                    session.pushing = false;
+                    self.set_connection(ConnectionState::PushesUnsupported);
+                }
+                Code::Unauthenticated | Code::PermissionDenied => {
+                    return Err(Failure::TokenRefused(status));
+                }
+                // OutOfRange: the server's gRPC message size limit is below the wire
+                // limits (its configuration must allow a maximal push).
+                Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+                    // Retrying the same snapshot cannot help; a later one may differ.
+                    session.answered = true;
+                    error!(
+                        version,
+                        error = %describe(&status),
+                        "the server refused the snapshot; waiting for the next change"
+                    );
+                    session.attempted = version;
+                }
+                _ => {
+                    self.wait_to_retry(&format!("push failed: {}", describe(&status)))
+                        .await;
+                    return Err(Failure::Transient);
+                }
+            },
         }
+        Ok(())
     }
 
     async fn wait_to_retry(&mut self, reason: &str) {
