@@ -197,3 +197,86 @@ pub struct Progress {
     /// Servers still connecting, sorted by name.
     pub connecting: Vec<String>,
 }
+
+/// Golden vector: the report's JSON (what `discover --json` prints) with every tool and
+/// server field set, so a change in the types behind it cannot change its form.
+#[cfg(test)]
+mod golden {
+    use std::time::{Duration, SystemTime};
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn report() -> Report {
+        Report {
+            phase: Phase::Pending,
+            servers: vec![ServerReport {
+                name: "fs".into(),
+                connected: true,
+                tools: vec![
+                    ToolInfo {
+                        name: "read".into(),
+                        description: "Reads a file.".into(),
+                        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                        title: "Read".into(),
+                        annotations: Some(ToolAnnotations {
+                            title: "Read file".into(),
+                            read_only_hint: Some(true),
+                            destructive_hint: Some(false),
+                            idempotent_hint: None,
+                            open_world_hint: Some(false),
+                        }),
+                        output_schema: Some(json!({"type": "object"})),
+                        icons: vec![ToolIcon {
+                            src: "data:image/png;base64,AAAA".into(),
+                            mime_type: "image/png".into(),
+                            sizes: vec!["48x48".into()],
+                            theme: "dark".into(),
+                        }],
+                        meta: Some(json!({"ui": {"resourceUri": "ui://read"}})),
+                    },
+                    ToolInfo {
+                        name: "ping".into(),
+                        input_schema: json!({}),
+                        ..Default::default()
+                    },
+                ],
+                error: None,
+                warning: Some("kept".into()),
+                details: Some(ServerDetails {
+                    protocol_version: "2025-11-25".into(),
+                    name: "fs-server".into(),
+                    version: "1.2.3".into(),
+                    title: Some("Files".into()),
+                    description: None,
+                    instructions: Some("Read first.".into()),
+                    timings: ConnectTimings {
+                        start_ms: Some(12),
+                        handshake_ms: 34,
+                        tools_ms: 56,
+                    },
+                }),
+                always_load: true,
+            }],
+            config_outcomes: vec![ConfigOutcome {
+                path: "/w/.mcp.json".into(),
+                error: None,
+                warning: Some("duplicate".into()),
+            }],
+            pending: vec![PendingServer {
+                name: "slow".into(),
+                since: SystemTime::UNIX_EPOCH + Duration::from_millis(1_500),
+            }],
+        }
+    }
+
+    const JSON: &str = r#"{"phase":"pending","servers":[{"name":"fs","connected":true,"tools":[{"name":"read","description":"Reads a file.","input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"title":"Read","annotations":{"title":"Read file","read_only_hint":true,"destructive_hint":false,"open_world_hint":false},"output_schema":{"type":"object"},"icons":[{"src":"data:image/png;base64,AAAA","mime_type":"image/png","sizes":["48x48"],"theme":"dark"}],"_meta":{"ui":{"resourceUri":"ui://read"}}},{"name":"ping","description":"","input_schema":{}}],"error":null,"warning":"kept","details":{"protocol_version":"2025-11-25","name":"fs-server","version":"1.2.3","title":"Files","instructions":"Read first.","timings":{"start_ms":12,"handshake_ms":34,"tools_ms":56}},"always_load":true}],"config_outcomes":[{"path":"/w/.mcp.json","error":null,"warning":"duplicate"}],"pending":[{"name":"slow","since":{"secs_since_epoch":1,"nanos_since_epoch":500000000}}]}"#;
+
+    #[test]
+    fn the_report_keeps_its_json_form() {
+        let report = report();
+        assert_eq!(serde_json::to_string(&report).unwrap(), JSON);
+        assert_eq!(serde_json::from_str::<Report>(JSON).unwrap(), report);
+    }
+}

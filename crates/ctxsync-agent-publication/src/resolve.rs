@@ -1310,3 +1310,113 @@ mod tests {
         );
     }
 }
+
+/// Golden vectors: today's server row (content hash, size, stored JSON, encoded size) and
+/// per-tool wire sizes for tools with every field set, so a change in how they are built
+/// or measured cannot change their bytes.
+#[cfg(test)]
+mod golden {
+    use ctxsync_protocol::{McpConnectTimings, McpIcon, McpToolAnnotations};
+    use serde_json::json;
+
+    use super::*;
+    use crate::report::ServerDetails;
+
+    fn tools() -> Vec<McpTool> {
+        vec![
+            McpTool {
+                name: "read".into(),
+                description: "Reads a file.".into(),
+                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                title: "Read".into(),
+                annotations: Some(McpToolAnnotations {
+                    title: "Read file".into(),
+                    read_only_hint: Some(true),
+                    destructive_hint: Some(false),
+                    idempotent_hint: None,
+                    open_world_hint: Some(false),
+                }),
+                output_schema: Some(json!({"type": "object", "required": ["text"]})),
+                icons: vec![
+                    McpIcon {
+                        src: "data:image/png;base64,AAAA".into(),
+                        mime_type: "image/png".into(),
+                        sizes: vec!["48x48".into(), "any".into()],
+                        theme: "dark".into(),
+                    },
+                    McpIcon {
+                        src: "https://example.com/i.svg".into(),
+                        ..Default::default()
+                    },
+                ],
+                meta: Some(json!({"ui": {"resourceUri": "ui://read"}, "é": [1, null]})),
+            },
+            McpTool {
+                name: "ping".into(),
+                input_schema: json!({"type": "object"}),
+                annotations: Some(McpToolAnnotations::default()),
+                ..Default::default()
+            },
+        ]
+    }
+
+    fn outcome() -> ServerOutcome {
+        ServerOutcome {
+            name: "fs".into(),
+            connected: true,
+            tools: tools(),
+            error: None,
+            warning: Some("kept".into()),
+            details: Some(details()),
+            always_load: true,
+        }
+    }
+
+    fn details() -> ServerDetails {
+        ServerDetails {
+            protocol_version: "2025-11-25".into(),
+            server_info: McpServerInfo {
+                name: "fs-server".into(),
+                version: "1.2.3".into(),
+                title: "Files".into(),
+                description: "Serves files.".into(),
+            },
+            instructions: "Read before you write.".into(),
+            timings: McpConnectTimings {
+                start_ms: Some(12),
+                handshake_ms: 34,
+                tools_ms: 56,
+            },
+        }
+    }
+
+    #[test]
+    fn tool_sizes() {
+        let sizes: Vec<usize> = tools().iter().map(tool_len).collect();
+        assert_eq!(sizes, [285, 29]);
+    }
+
+    #[test]
+    fn a_server_row_with_every_field_set() {
+        let report = DiscoveryReport {
+            phase: ReportPhase::Complete,
+            servers: vec![outcome()],
+            ..Default::default()
+        };
+        let servers = sorted_servers(&report);
+        let mut budget = MAX_TOTAL_BODY_BYTES;
+        let row = server_row("mcp:fs".into(), &servers[0], false, &mut budget);
+        assert_eq!(
+            row.content_hash,
+            "d244d243fc0e2e87322fd71a5f5e9c3b2b4d55e7ab0da2586927ab5d677870a9"
+        );
+        assert_eq!(row.size_bytes, 608);
+        assert_eq!(row.error.as_deref(), Some("kept"));
+        assert_eq!(
+            row.body.to_json().to_string(),
+            r#"{"always_load":true,"description":"","instructions":"Read before you write.","protocol_version":"2025-11-25","server_info":{"description":"Serves files.","name":"fs-server","title":"Files","version":"1.2.3"},"server_name":"fs","timings":{"handshake_ms":34,"start_ms":12,"tools_ms":56},"tools":[{"annotations":{"destructive_hint":false,"open_world_hint":false,"read_only_hint":true,"title":"Read file"},"description":"Reads a file.","icons":[{"mime_type":"image/png","sizes":["48x48","any"],"src":"data:image/png;base64,AAAA","theme":"dark"},{"src":"https://example.com/i.svg"}],"input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"meta":{"ui":{"resourceUri":"ui://read"},"é":[1,null]},"name":"read","output_schema":{"required":["text"],"type":"object"},"title":"Read"},{"annotations":{},"description":"","input_schema":{"type":"object"},"name":"ping"}]}"#
+        );
+        assert_eq!(wire_body_len(&row.body), 406);
+        assert_eq!(MAX_TOTAL_BODY_BYTES - budget, 400);
+    }
+}
