@@ -10,6 +10,11 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
+use crate::domain::{
+    InstructionFileBody, McpConnectTimings, McpIcon, McpServerBody, McpServerInfo, McpTool,
+    McpToolAnnotations, ResourceBody, SkillBody,
+};
+use crate::limits::json_text_len;
 use crate::v1;
 use crate::v1::context_resource::Body;
 
@@ -55,18 +60,32 @@ impl BodyDigest {
         Self(h.0.finalize().into())
     }
 
-    /// The digest of a domain body: that of its wire form.
-    pub fn of(body: &crate::ResourceBody) -> Self {
-        let wire = v1::ContextResource::from(crate::Resource {
-            source: String::new(),
-            source_path: None,
-            content_hash: String::new(),
-            size_bytes: 0,
-            status: crate::ResourceStatus::Ok,
-            error: None,
-            body: body.clone(),
-        });
-        Self::of_wire(wire.body.as_ref().expect("a converted resource has a body"))
+    /// The digest of a domain body: that of its wire form, computed from the domain
+    /// types without building it (the golden vectors below hold the two equal).
+    pub fn of(body: &ResourceBody) -> Self {
+        let mut h = Canonical(Sha256::new());
+        match body {
+            ResourceBody::InstructionFile(InstructionFileBody { content }) => {
+                h.text("instruction_file");
+                h.text(content);
+            }
+            ResourceBody::Skill(SkillBody {
+                meta,
+                name,
+                description,
+            }) => {
+                h.text("skill");
+                h.text(meta);
+                h.text(name);
+                h.text(description);
+            }
+            ResourceBody::McpConfig => h.text("mcp_config"),
+            ResourceBody::McpServer(server) => {
+                h.text("mcp_server");
+                h.domain_server(server);
+            }
+        }
+        Self(h.0.finalize().into())
     }
 
     /// Reads a digest sent on the wire; `None` unless it is exactly 32 bytes.
@@ -219,6 +238,123 @@ impl Canonical {
             self.text(theme);
         }
         self.text(meta);
+    }
+}
+
+/// The same encoding read from the domain types: every field as its wire form would
+/// carry it (JSON as its compact text, an absent JSON value as the empty string).
+impl Canonical {
+    fn json(&mut self, value: Option<&serde_json::Value>) {
+        struct Feed<'a>(&'a mut Sha256);
+        impl std::io::Write for Feed<'_> {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.update(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let Some(value) = value else {
+            return self.len(0);
+        };
+        self.len(json_text_len(value));
+        serde_json::to_writer(Feed(&mut self.0), value).expect("a JSON value serializes");
+    }
+
+    fn domain_server(&mut self, server: &McpServerBody) {
+        let McpServerBody {
+            server_name,
+            description,
+            tools,
+            protocol_version,
+            server_info,
+            instructions,
+            timings,
+            always_load,
+        } = server;
+        self.text(server_name);
+        self.text(description);
+        self.len(tools.len());
+        for tool in tools {
+            self.domain_tool(tool);
+        }
+        self.text(protocol_version);
+        if let Some(info) = self.present(server_info.as_ref()) {
+            let McpServerInfo {
+                name,
+                version,
+                title,
+                description,
+            } = info;
+            self.text(name);
+            self.text(version);
+            self.text(title);
+            self.text(description);
+        }
+        self.text(instructions);
+        if let Some(timings) = self.present(timings.as_ref()) {
+            let McpConnectTimings {
+                start_ms,
+                handshake_ms,
+                tools_ms,
+            } = timings;
+            if let Some(start) = self.present(*start_ms) {
+                self.number(start);
+            }
+            self.number(*handshake_ms);
+            self.number(*tools_ms);
+        }
+        self.bool(*always_load);
+    }
+
+    fn domain_tool(&mut self, tool: &McpTool) {
+        let McpTool {
+            name,
+            description,
+            input_schema,
+            title,
+            annotations,
+            output_schema,
+            icons,
+            meta,
+        } = tool;
+        self.text(name);
+        self.text(description);
+        self.json(Some(input_schema));
+        self.text(title);
+        if let Some(annotations) = self.present(annotations.as_ref()) {
+            let McpToolAnnotations {
+                title,
+                read_only_hint,
+                destructive_hint,
+                idempotent_hint,
+                open_world_hint,
+            } = annotations;
+            self.text(title);
+            self.flag(*read_only_hint);
+            self.flag(*destructive_hint);
+            self.flag(*idempotent_hint);
+            self.flag(*open_world_hint);
+        }
+        self.json(output_schema.as_ref());
+        self.len(icons.len());
+        for McpIcon {
+            src,
+            mime_type,
+            sizes,
+            theme,
+        } in icons
+        {
+            self.text(src);
+            self.text(mime_type);
+            self.len(sizes.len());
+            for size in sizes {
+                self.text(size);
+            }
+            self.text(theme);
+        }
+        self.json(meta.as_ref());
     }
 }
 
