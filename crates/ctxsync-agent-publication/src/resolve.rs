@@ -14,11 +14,12 @@ use ctxsync_protocol::limits::{
     MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_ICON_FIELD_BYTES, MAX_ICON_SIZES, MAX_ICON_SRC_BYTES,
     MAX_ICONS_PER_TOOL, MAX_INSTRUCTIONS_BYTES, MAX_PENDING_SERVERS, MAX_PROTOCOL_VERSION_BYTES,
     MAX_RESOURCES, MAX_SERVER_DESCRIPTION_BYTES, MAX_SERVER_INFO_BYTES, MAX_SOURCE_BYTES,
-    MAX_TOOL_META_BYTES, MAX_TOOL_TITLE_BYTES, MAX_TOTAL_BODY_BYTES, truncate_to_boundary,
+    MAX_TOOL_META_BYTES, MAX_TOOL_TITLE_BYTES, MAX_TOTAL_BODY_BYTES, encoded_body_len,
+    encoded_server_len_without_tools, encoded_tool_entry_len, truncate_to_boundary,
 };
 use ctxsync_protocol::{
     DiscoveryPhase, InstructionFileBody, McpServerBody, McpServerInfo, McpTool, PendingServer,
-    Resource, ResourceBody, ResourceStatus, SkillBody, Snapshot, body_len, v1,
+    Resource, ResourceBody, ResourceStatus, SkillBody, Snapshot,
 };
 
 use crate::front_matter::parse_front_matter;
@@ -680,18 +681,20 @@ fn add_details(
     budget: &mut usize,
 ) -> Option<String> {
     let details = server.details.as_ref()?;
-    let bound = |text: &str, max: usize| truncate_to_boundary(text, max).to_owned();
-    let info = &details.server_info;
+    // What the server left unsaid is stored as an empty string.
+    let bound = |text: Option<&str>, max: usize| {
+        truncate_to_boundary(text.unwrap_or_default(), max).to_owned()
+    };
     let bare = server_body_len(body);
-    body.protocol_version = bound(&details.protocol_version, MAX_PROTOCOL_VERSION_BYTES);
+    body.protocol_version = bound(Some(&details.protocol_version), MAX_PROTOCOL_VERSION_BYTES);
     body.server_info = Some(McpServerInfo {
-        name: bound(&info.name, MAX_SERVER_INFO_BYTES),
-        version: bound(&info.version, MAX_SERVER_INFO_BYTES),
-        title: bound(&info.title, MAX_SERVER_INFO_BYTES),
-        description: bound(&info.description, MAX_SERVER_DESCRIPTION_BYTES),
+        name: bound(Some(&details.name), MAX_SERVER_INFO_BYTES),
+        version: bound(Some(&details.version), MAX_SERVER_INFO_BYTES),
+        title: bound(details.title.as_deref(), MAX_SERVER_INFO_BYTES),
+        description: bound(details.description.as_deref(), MAX_SERVER_DESCRIPTION_BYTES),
     });
     body.timings = Some(details.timings);
-    body.instructions = bound(&details.instructions, MAX_INSTRUCTIONS_BYTES);
+    body.instructions = bound(details.instructions.as_deref(), MAX_INSTRUCTIONS_BYTES);
     let mut note = None;
     if server_body_len(body) - bare > *budget && !body.instructions.is_empty() {
         body.instructions.clear();
@@ -859,20 +862,14 @@ fn join_words(words: &[&str]) -> String {
 }
 
 /// The wire size one tool adds to a server body: its field key, length and message, as the
-/// protocol measures it.
+/// protocol measures it (without building the wire message).
 fn tool_len(tool: &McpTool) -> usize {
-    use prost::Message;
-    use prost::encoding::{encoded_len_varint, key_len};
-    let message = v1::McpTool::from(tool.clone()).encoded_len();
-    key_len(3) + encoded_len_varint(message as u64) + message
+    encoded_tool_entry_len(tool)
 }
 
 /// A server body's size without its tools.
 fn server_body_len(body: &McpServerBody) -> usize {
-    wire_body_len(&ResourceBody::McpServer(McpServerBody {
-        tools: Vec::new(),
-        ..body.clone()
-    }))
+    encoded_server_len_without_tools(body)
 }
 
 fn minimal_server_body_len(name: &str) -> usize {
@@ -884,19 +881,7 @@ fn minimal_server_body_len(name: &str) -> usize {
 
 /// The body's size as the server measures it.
 fn wire_body_len(body: &ResourceBody) -> usize {
-    let resource = Resource {
-        source: String::new(),
-        source_path: None,
-        content_hash: String::new(),
-        size_bytes: 0,
-        status: ResourceStatus::Ok,
-        error: None,
-        body: body.clone(),
-    };
-    v1::ContextResource::from(resource)
-        .body
-        .as_ref()
-        .map_or(0, body_len)
+    encoded_body_len(body)
 }
 
 fn has_content(row: &Resource) -> bool {
@@ -1011,7 +996,7 @@ pub(crate) fn merge_snapshot_errors(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxsync_protocol::McpIcon;
+    use ctxsync_protocol::{McpIcon, v1};
 
     #[test]
     fn snapshot_errors_merge_within_the_limit() {
@@ -1242,9 +1227,10 @@ mod tests {
                     name: "t".into(),
                     input_schema: serde_json::json!({"type": "object"}),
                     ..Default::default()
-                }],
+                }]
+                .into(),
                 details: Some(crate::report::ServerDetails {
-                    instructions: "i".repeat(100),
+                    instructions: Some("i".repeat(100)),
                     ..Default::default()
                 }),
                 always_load: true,
@@ -1364,7 +1350,7 @@ mod golden {
         ServerOutcome {
             name: "fs".into(),
             connected: true,
-            tools: tools(),
+            tools: tools().into(),
             error: None,
             warning: Some("kept".into()),
             details: Some(details()),
@@ -1375,13 +1361,11 @@ mod golden {
     fn details() -> ServerDetails {
         ServerDetails {
             protocol_version: "2025-11-25".into(),
-            server_info: McpServerInfo {
-                name: "fs-server".into(),
-                version: "1.2.3".into(),
-                title: "Files".into(),
-                description: "Serves files.".into(),
-            },
-            instructions: "Read before you write.".into(),
+            name: "fs-server".into(),
+            version: "1.2.3".into(),
+            title: Some("Files".into()),
+            description: Some("Serves files.".into()),
+            instructions: Some("Read before you write.".into()),
             timings: McpConnectTimings {
                 start_ms: Some(12),
                 handshake_ms: 34,
