@@ -1,6 +1,7 @@
 //! The projection: [`project`] turns what the store read into a [`View`] by the phase
 //! table and the freshness rule of SPEC §7.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ctxsync_protocol::{
@@ -10,7 +11,7 @@ use ctxsync_protocol::{
 use serde::Serialize;
 
 use crate::input::{AgentState, Binding, SnapshotState};
-use crate::naming::{ToolCatalog, ToolSpec};
+use crate::naming::{EligibleTool, ToolCatalog};
 
 /// Discovery completeness as a chat sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -340,7 +341,7 @@ fn phase_of(phase: DiscoveryPhase) -> Phase {
 fn outcomes(
     snapshot: &SnapshotState,
     with_tools: bool,
-) -> (Vec<ServerOutcome>, Vec<ConfigOutcome>, Vec<ToolSpec>) {
+) -> (Vec<ServerOutcome>, Vec<ConfigOutcome>, Vec<EligibleTool>) {
     let mut server_rows: Vec<(&str, &Resource, &McpServerBody)> = Vec::new();
     let mut configs = Vec::new();
     for resource in &snapshot.resources {
@@ -390,20 +391,24 @@ fn outcomes(
             timings: body.timings,
         });
         if ok && with_tools {
+            // One copy of the instructions per server, shared by its tools.
+            let instructions: Arc<str> = body.instructions.as_str().into();
             tools.extend(body.tools.iter().map(|tool| {
-                ToolSpec {
+                EligibleTool {
+                    // Named with the whole catalog, in `ToolCatalog::build`.
+                    name: String::new(),
                     server: name.to_owned(),
                     tool: tool.name.clone(),
                     description: tool.description.clone(),
                     input_schema: tool.input_schema.clone(),
                     title: display_title(tool),
                     output_schema: tool.output_schema.clone(),
-                    annotations: tool
+                    annotations_untrusted: tool
                         .annotations
                         .clone()
                         .filter(|a| *a != McpToolAnnotations::default()),
                     always_load: body.always_load,
-                    server_instructions: body.instructions.clone(),
+                    server_instructions: instructions.clone(),
                 }
             }));
         }
@@ -527,7 +532,7 @@ mod golden {
         let definitions: Vec<crate::ModelTool> = view
             .tools()
             .iter()
-            .map(crate::EligibleTool::model_definition)
+            .map(EligibleTool::model_definition)
             .collect();
         assert_eq!(
             serde_json::to_string(&definitions).unwrap(),
