@@ -504,6 +504,8 @@ pub(crate) mod golden {
         assert_eq!(body_len(&wire), encoded, "encoded length");
         let read = ResourceBody::from_json(body.kind(), serde_json::from_str(stored).unwrap());
         assert_eq!(read.unwrap(), body, "read back");
+        let read = ResourceBody::from_json_text(body.kind(), stored);
+        assert_eq!(read.unwrap(), body, "read back from the text, parsed once");
     }
 
     #[test]
@@ -560,5 +562,9 @@ pub(crate) mod golden {
             "{}",
             0,
         );
+        // Stored text that is not JSON is refused for every kind, as a JSON tree refused it.
+        for kind in crate::BodyKind::ALL {
+            assert!(ResourceBody::from_json_text(kind, "{").is_err(), "{kind:?}");
+        }
     }
 }

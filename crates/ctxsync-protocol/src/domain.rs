@@ -321,6 +321,27 @@ impl ResourceBody {
             BodyKind::McpServer => Self::McpServer(serde_json::from_value(value).map_err(err)?),
         })
     }
+
+    /// Reads [`Self::to_json`]'s output from its stored text, parsing the text once,
+    /// straight into the kind's body (no intermediate JSON tree). A config body's text
+    /// must still be JSON, though it carries nothing.
+    pub fn from_json_text(kind: BodyKind, text: &str) -> Result<Self, BodyJsonError> {
+        let err = |source| BodyJsonError {
+            kind: kind.as_str(),
+            source,
+        };
+        Ok(match kind {
+            BodyKind::InstructionFile => {
+                Self::InstructionFile(serde_json::from_str(text).map_err(err)?)
+            }
+            BodyKind::Skill => Self::Skill(serde_json::from_str(text).map_err(err)?),
+            BodyKind::McpConfig => {
+                serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(err)?;
+                Self::McpConfig
+            }
+            BodyKind::McpServer => Self::McpServer(serde_json::from_str(text).map_err(err)?),
+        })
+    }
 }
 
 // ---- wire → domain -------------------------------------------------------------------
