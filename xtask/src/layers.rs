@@ -3,9 +3,11 @@
 
 use serde_json::Value;
 
-/// The crates of SPEC §2, bottom to top; the index is the layer.
+/// The crates of SPEC §2, bottom to top; the index is the layer, except that a crate in
+/// [`SHARES_FLOOR_BELOW`] stands on the floor of the one listed before it.
 pub const LAYERS: &[&str] = &[
     "ctxsync-mcp-fixture",
+    "ctxsync-mcp-model",
     "ctxsync-agent-diagnostics",
     "ctxsync-protocol",
     "ctxsync-persistence",
@@ -21,8 +23,16 @@ const BINARY: &str = "ctxsync";
 /// Automation lives beside the layers: it may use any crate, and no crate may use it.
 const TOOLING: &str = "xtask";
 
+/// The leaves of layer 0 stand side by side: neither may use the other.
+const SHARES_FLOOR_BELOW: &[&str] = &["ctxsync-mcp-model"];
+
 fn layer_of(name: &str) -> Option<usize> {
-    LAYERS.iter().position(|l| *l == name)
+    let index = LAYERS.iter().position(|l| *l == name)?;
+    let shared = LAYERS[..=index]
+        .iter()
+        .filter(|l| SHARES_FLOOR_BELOW.contains(l))
+        .count();
+    Some(index - shared)
 }
 
 /// Checks `cargo metadata --format-version 1 --no-deps` output and returns every
@@ -154,6 +164,25 @@ mod tests {
                 ("xtask", &[("ctxsync", "normal")]),
             ],
             &[],
+        );
+    }
+
+    #[test]
+    fn the_two_leaves_share_layer_zero() {
+        assert_eq!(layer_of("ctxsync-mcp-fixture"), Some(0));
+        assert_eq!(layer_of("ctxsync-mcp-model"), Some(0));
+        assert_eq!(layer_of("ctxsync-agent-diagnostics"), Some(1));
+        assert_eq!(layer_of("ctxsync"), Some(8));
+        check_edges(
+            &[
+                ("ctxsync-mcp-fixture", &[]),
+                ("ctxsync-mcp-model", &[("ctxsync-mcp-fixture", "dev")]),
+                (
+                    "ctxsync-agent-diagnostics",
+                    &[("ctxsync-mcp-model", "normal")],
+                ),
+            ],
+            &["same-layer dev dependency on `ctxsync-mcp-fixture`"],
         );
     }
 

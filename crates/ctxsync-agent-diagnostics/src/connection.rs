@@ -86,7 +86,7 @@ pub(crate) struct ServerEvent {
 pub(crate) enum EventKind {
     /// The first complete tool listing succeeded.
     Connected {
-        tools: Vec<ToolInfo>,
+        tools: Arc<[ToolInfo]>,
         warning: Option<String>,
         details: ServerDetails,
     },
@@ -94,7 +94,7 @@ pub(crate) enum EventKind {
     ConnectFailed { error: String },
     /// A re-list after `tools/list_changed` succeeded.
     ToolsChanged {
-        tools: Vec<ToolInfo>,
+        tools: Arc<[ToolInfo]>,
         warning: Option<String>,
     },
     /// A re-list after `tools/list_changed` failed on a working connection: the previous
@@ -214,10 +214,11 @@ impl ConnectionTask {
     /// A listing's tools and warning as they may leave this task: the tools redacted of
     /// the server's own secrets, the warning (which names server-supplied tool names)
     /// sanitized.
-    fn clean(&self, listing: Listing) -> (Vec<ToolInfo>, Option<String>) {
-        let tools = redact_tools(listing.tools, &self.tool_secrets);
+    fn clean(&self, listing: Listing) -> (Arc<[ToolInfo]>, Option<String>) {
+        let mut tools = listing.tools;
+        redact_tools(&mut tools, &self.tool_secrets);
         let warning = listing.warning.map(|warning| self.sanitize(&warning));
-        (tools, warning)
+        (tools.into(), warning)
     }
 
     /// Lists the tools again (after a change, or when the last list expired) and returns

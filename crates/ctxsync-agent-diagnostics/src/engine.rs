@@ -392,7 +392,7 @@ struct TaskHandle {
 struct Live {
     entry: ServerEntry,
     task: TaskHandle,
-    tools: Vec<ToolInfo>,
+    tools: Arc<[ToolInfo]>,
     list_warning: Option<String>,
     /// What the server said about itself when this connection was made.
     details: ServerDetails,
@@ -448,7 +448,7 @@ impl Slot {
         self.failed.as_ref().map(|(entry, error)| ServerReport {
             name: name.to_owned(),
             connected: false,
-            tools: Vec::new(),
+            tools: Arc::default(),
             error: Some(error.clone()),
             warning: None,
             details: None,

@@ -1,5 +1,7 @@
 //! The discovery report: phase, per-server outcomes and per-config-file outcomes.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 pub use crate::config::ConfigOutcome;
@@ -14,79 +16,17 @@ pub enum Phase {
     Complete,
 }
 
-/// One tool as the server described it. Everything but the name is the server's word and
-/// untrusted; its own secrets are redacted from all of it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ToolInfo {
-    /// Tool name as offered by the server.
-    pub name: String,
-    /// Description (empty when the server gave none).
-    pub description: String,
-    /// JSON schema of the tool's input.
-    pub input_schema: serde_json::Value,
-    /// Display title (empty when none).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub title: String,
-    /// Behaviour hints: untrusted unless the server is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub annotations: Option<ToolAnnotations>,
-    /// JSON schema of the tool's structured result.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_schema: Option<serde_json::Value>,
-    /// Icons the server offers for the tool; empty when none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub icons: Vec<ToolIcon>,
-    /// The tool's `_meta` object (MCP Apps put their `ui` entry here).
-    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<serde_json::Value>,
-}
-
-/// A tool's behaviour hints as its server states them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ToolAnnotations {
-    /// A display name; empty when none.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub title: String,
-    /// The tool does not modify its environment.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub read_only_hint: Option<bool>,
-    /// The tool may perform destructive updates (meaningful only when not read-only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub destructive_hint: Option<bool>,
-    /// Calling it again with the same arguments has no further effect.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub idempotent_hint: Option<bool>,
-    /// The tool interacts with an open world of external entities.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub open_world_hint: Option<bool>,
-}
-
+/// Milliseconds spent in each step of one successful connect.
+pub use ctxsync_mcp_model::McpConnectTimings as ConnectTimings;
 /// One icon of a tool: a URL or a `data:` URI.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ToolIcon {
-    /// A URL or a `data:` URI.
-    pub src: String,
-    /// The image's MIME type; empty when not given.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub mime_type: String,
-    /// The sizes it suits (e.g. `48x48`, `any`); empty when not given.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub sizes: Vec<String>,
-    /// `light` or `dark`; empty for any background.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub theme: String,
-}
-
-/// A server of the initial discovery that has no result yet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PendingServer {
-    /// The server's name, as declared in its config file.
-    pub name: String,
-    /// When its connect attempt started (wall clock, for "connecting for 4 s").
-    pub since: std::time::SystemTime,
-}
+pub use ctxsync_mcp_model::McpIcon as ToolIcon;
+/// One tool as the server described it. Everything but the name is the server's word and
+/// untrusted; its own secrets are redacted from all of it. The report prints its meta as
+/// MCP spells it, `_meta`.
+pub use ctxsync_mcp_model::McpTool as ToolInfo;
+/// A tool's behaviour hints as its server states them.
+pub use ctxsync_mcp_model::McpToolAnnotations as ToolAnnotations;
+pub use ctxsync_mcp_model::{PendingServer, ServerDetails};
 
 /// The outcome for one declared server that has reached a result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,8 +35,10 @@ pub struct ServerReport {
     pub name: String,
     /// Whether tools come from a live connection (possibly retained after a failed reconnect).
     pub connected: bool,
-    /// The tools (at most 1000); empty for a failed server or one with no tools.
-    pub tools: Vec<ToolInfo>,
+    /// The tools (at most 1000); empty for a failed server or one with no tools. Shared
+    /// with the connection and with every later report that still lists them.
+    #[serde(with = "ctxsync_mcp_model::mcp_spelling")]
+    pub tools: Arc<[ToolInfo]>,
     /// Sanitized, bounded failure diagnostic (only when not connected).
     pub error: Option<String>,
     /// Sanitized, bounded warning on a connected server.
@@ -117,42 +59,6 @@ impl ServerReport {
     pub fn plugin(&self) -> Option<&str> {
         self.name.split_once('/').map(|(plugin, _)| plugin)
     }
-}
-
-/// What a connected server said about itself, and how long connecting took. Its text is the
-/// server's, untrusted: bounded, with the server's own secrets redacted.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ServerDetails {
-    /// The negotiated MCP revision, e.g. `2026-07-28` (through `server/discover`) or
-    /// `2025-11-25` (through `initialize`).
-    pub protocol_version: String,
-    /// The implementation's name (at most 256 bytes; empty when it gave none).
-    pub name: String,
-    /// Its version (at most 256 bytes).
-    pub version: String,
-    /// Its display title (at most 256 bytes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    /// Its description (at most 1 KiB).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// Its instructions for the model (at most 8 KiB).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub instructions: Option<String>,
-    /// How long each step of the connect took.
-    pub timings: ConnectTimings,
-}
-
-/// Milliseconds spent in each step of one successful connect.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConnectTimings {
-    /// Starting the process (stdio); absent for HTTP, whose connect is in the handshake.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_ms: Option<u64>,
-    /// The lifecycle handshake (`server/discover` or `initialize`, with any fallback).
-    pub handshake_ms: u64,
-    /// The first complete tool list.
-    pub tools_ms: u64,
 }
 
 /// Everything the engine knows, as one immutable value.
@@ -196,4 +102,88 @@ pub struct Progress {
     pub finished: usize,
     /// Servers still connecting, sorted by name.
     pub connecting: Vec<String>,
+}
+
+/// Golden vector: the report's JSON (what `discover --json` prints) with every tool and
+/// server field set, so a change in the types behind it cannot change its form.
+#[cfg(test)]
+mod golden {
+    use std::time::{Duration, SystemTime};
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn report() -> Report {
+        Report {
+            phase: Phase::Pending,
+            servers: vec![ServerReport {
+                name: "fs".into(),
+                connected: true,
+                tools: vec![
+                    ToolInfo {
+                        name: "read".into(),
+                        description: "Reads a file.".into(),
+                        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                        title: "Read".into(),
+                        annotations: Some(ToolAnnotations {
+                            title: "Read file".into(),
+                            read_only_hint: Some(true),
+                            destructive_hint: Some(false),
+                            idempotent_hint: None,
+                            open_world_hint: Some(false),
+                        }),
+                        output_schema: Some(json!({"type": "object"})),
+                        icons: vec![ToolIcon {
+                            src: "data:image/png;base64,AAAA".into(),
+                            mime_type: "image/png".into(),
+                            sizes: vec!["48x48".into()],
+                            theme: "dark".into(),
+                        }],
+                        meta: Some(json!({"ui": {"resourceUri": "ui://read"}})),
+                    },
+                    ToolInfo {
+                        name: "ping".into(),
+                        input_schema: json!({}),
+                        ..Default::default()
+                    },
+                ]
+                .into(),
+                error: None,
+                warning: Some("kept".into()),
+                details: Some(ServerDetails {
+                    protocol_version: "2025-11-25".into(),
+                    name: "fs-server".into(),
+                    version: "1.2.3".into(),
+                    title: Some("Files".into()),
+                    description: None,
+                    instructions: Some("Read first.".into()),
+                    timings: ConnectTimings {
+                        start_ms: Some(12),
+                        handshake_ms: 34,
+                        tools_ms: 56,
+                    },
+                }),
+                always_load: true,
+            }],
+            config_outcomes: vec![ConfigOutcome {
+                path: "/w/.mcp.json".into(),
+                error: None,
+                warning: Some("duplicate".into()),
+            }],
+            pending: vec![PendingServer {
+                name: "slow".into(),
+                since: SystemTime::UNIX_EPOCH + Duration::from_millis(1_500),
+            }],
+        }
+    }
+
+    const JSON: &str = r#"{"phase":"pending","servers":[{"name":"fs","connected":true,"tools":[{"name":"read","description":"Reads a file.","input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"title":"Read","annotations":{"title":"Read file","read_only_hint":true,"destructive_hint":false,"open_world_hint":false},"output_schema":{"type":"object"},"icons":[{"src":"data:image/png;base64,AAAA","mime_type":"image/png","sizes":["48x48"],"theme":"dark"}],"_meta":{"ui":{"resourceUri":"ui://read"}}},{"name":"ping","description":"","input_schema":{}}],"error":null,"warning":"kept","details":{"protocol_version":"2025-11-25","name":"fs-server","version":"1.2.3","title":"Files","instructions":"Read first.","timings":{"start_ms":12,"handshake_ms":34,"tools_ms":56}},"always_load":true}],"config_outcomes":[{"path":"/w/.mcp.json","error":null,"warning":"duplicate"}],"pending":[{"name":"slow","since":{"secs_since_epoch":1,"nanos_since_epoch":500000000}}]}"#;
+
+    #[test]
+    fn the_report_keeps_its_json_form() {
+        let report = report();
+        assert_eq!(serde_json::to_string(&report).unwrap(), JSON);
+        assert_eq!(serde_json::from_str::<Report>(JSON).unwrap(), report);
+    }
 }

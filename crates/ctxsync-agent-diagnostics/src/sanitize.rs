@@ -287,40 +287,40 @@ pub(crate) fn redact_known(text: &str, secrets: &SecretSet) -> String {
     replace_ranges(text, known_ranges(text, &secrets.all_forms()))
 }
 
-/// A server's tools with its own secrets (and the agent's) redacted from names,
-/// descriptions and schemas. Only known secrets: a description that documents
-/// `--token=<token>` is not leaking one, and another server's values are no concern here.
-pub(crate) fn redact_tools(tools: Vec<ToolInfo>, secrets: &SecretSet) -> Vec<ToolInfo> {
+/// Redacts a server's own secrets (and the agent's) from its tools in place: names,
+/// descriptions, schemas, titles, icons and `_meta`. Only known secrets: a description that
+/// documents `--token=<token>` is not leaking one, and another server's values are no
+/// concern here.
+pub(crate) fn redact_tools(tools: &mut [ToolInfo], secrets: &SecretSet) {
     if secrets.is_empty() {
-        return tools;
+        return;
     }
     let forms = secrets.all_forms();
-    let redact = |text: &str| replace_ranges(text, known_ranges(text, &forms));
-    tools
-        .into_iter()
-        .map(|tool| ToolInfo {
-            name: redact(&tool.name),
-            description: redact(&tool.description),
-            input_schema: redact_json(tool.input_schema, &redact),
-            title: redact(&tool.title),
-            annotations: tool.annotations.map(|a| crate::report::ToolAnnotations {
-                title: redact(&a.title),
-                ..a
-            }),
-            output_schema: tool.output_schema.map(|s| redact_json(s, &redact)),
-            icons: tool
-                .icons
-                .into_iter()
-                .map(|icon| crate::report::ToolIcon {
-                    src: redact(&icon.src),
-                    mime_type: redact(&icon.mime_type),
-                    sizes: icon.sizes.iter().map(|size| redact(size)).collect(),
-                    theme: redact(&icon.theme),
-                })
-                .collect(),
-            meta: tool.meta.map(|m| redact_json(m, &redact)),
-        })
-        .collect()
+    let redact = |text: &mut String| *text = replace_ranges(text, known_ranges(text, &forms));
+    let redact_str = |text: &str| replace_ranges(text, known_ranges(text, &forms));
+    let redact_value =
+        |value: &mut serde_json::Value| *value = redact_json(std::mem::take(value), &redact_str);
+    for tool in tools {
+        redact(&mut tool.name);
+        redact(&mut tool.description);
+        redact_value(&mut tool.input_schema);
+        redact(&mut tool.title);
+        if let Some(annotations) = &mut tool.annotations {
+            redact(&mut annotations.title);
+        }
+        if let Some(schema) = &mut tool.output_schema {
+            redact_value(schema);
+        }
+        for icon in &mut tool.icons {
+            redact(&mut icon.src);
+            redact(&mut icon.mime_type);
+            icon.sizes.iter_mut().for_each(&redact);
+            redact(&mut icon.theme);
+        }
+        if let Some(meta) = &mut tool.meta {
+            redact_value(meta);
+        }
+    }
 }
 
 fn redact_json(value: serde_json::Value, redact: &impl Fn(&str) -> String) -> serde_json::Value {
@@ -725,7 +725,7 @@ mod tests {
             s.insert("own-env-secret");
             s.insert("agent-token-123");
         });
-        let tools = vec![ToolInfo {
+        let mut out = vec![ToolInfo {
             name: "read_own-env-secret".into(),
             description: "uses agent-token-123; pass --token=<token>; CI is true".into(),
             input_schema: serde_json::json!({
@@ -745,7 +745,7 @@ mod tests {
             }],
             meta: Some(serde_json::json!({"ui": {"token": "agent-token-123"}})),
         }];
-        let out = redact_tools(tools, &own);
+        redact_tools(&mut out, &own);
         let rest = serde_json::to_string(&(
             &out[0].title,
             &out[0].annotations,

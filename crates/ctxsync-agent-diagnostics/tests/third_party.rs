@@ -74,7 +74,7 @@ fn connected<'a>(report: &'a Report, name: &str, revision: &str) -> &'a ServerRe
     assert!(server.connected, "{server:#?}");
     let details = server.details.as_ref().expect("details");
     assert_eq!(details.protocol_version, revision, "{details:#?}");
-    for tool in &server.tools {
+    for tool in server.tools.iter() {
         assert!(tool.input_schema.is_object(), "{tool:?}");
     }
     server

@@ -1,15 +1,16 @@
 //! The adapter from the MCP engine (layer 1) to the publisher: maps the engine's
 //! [`Report`] to this crate's [`DiscoveryReport`] and follows the engine's subscription.
+//! Tools, server details and pending servers are the engine's own records (tool lists
+//! shared, not copied).
 
 use std::sync::Arc;
 
-use ctxsync_agent_diagnostics::{Engine, Phase, Report, ToolInfo};
-use ctxsync_protocol::{McpConnectTimings, McpIcon, McpServerInfo, McpTool, McpToolAnnotations};
+use ctxsync_agent_diagnostics::{Engine, Phase, Report};
 use tokio::sync::watch;
 
 use crate::report::{
-    ChangedFuture, ConfigOutcome, DiscoveryReport, PendingOutcome, ReportPhase, ReportSource,
-    ServerDetails, ServerOutcome, SourceClosed,
+    ChangedFuture, ConfigOutcome, DiscoveryReport, ReportPhase, ReportSource, ServerOutcome,
+    SourceClosed,
 };
 
 /// The engine's report in the publisher's terms: phase, every server with a result (with
@@ -27,10 +28,10 @@ pub fn discovery_report(report: &Report) -> DiscoveryReport {
             .map(|server| ServerOutcome {
                 name: server.name.clone(),
                 connected: server.connected,
-                tools: server.tools.iter().map(tool).collect(),
+                tools: server.tools.clone(),
                 error: server.error.clone(),
                 warning: server.warning.clone(),
-                details: server.details.as_ref().map(details),
+                details: server.details.clone(),
                 always_load: server.always_load,
             })
             .collect(),
@@ -43,60 +44,7 @@ pub fn discovery_report(report: &Report) -> DiscoveryReport {
                 warning: outcome.warning.clone(),
             })
             .collect(),
-        pending: report
-            .pending
-            .iter()
-            .map(|pending| PendingOutcome {
-                name: pending.name.clone(),
-                since: pending.since,
-            })
-            .collect(),
-    }
-}
-
-fn tool(tool: &ToolInfo) -> McpTool {
-    McpTool {
-        name: tool.name.clone(),
-        description: tool.description.clone(),
-        input_schema: tool.input_schema.clone(),
-        title: tool.title.clone(),
-        annotations: tool.annotations.as_ref().map(|a| McpToolAnnotations {
-            title: a.title.clone(),
-            read_only_hint: a.read_only_hint,
-            destructive_hint: a.destructive_hint,
-            idempotent_hint: a.idempotent_hint,
-            open_world_hint: a.open_world_hint,
-        }),
-        output_schema: tool.output_schema.clone(),
-        icons: tool
-            .icons
-            .iter()
-            .map(|icon| McpIcon {
-                src: icon.src.clone(),
-                mime_type: icon.mime_type.clone(),
-                sizes: icon.sizes.clone(),
-                theme: icon.theme.clone(),
-            })
-            .collect(),
-        meta: tool.meta.clone(),
-    }
-}
-
-fn details(details: &ctxsync_agent_diagnostics::ServerDetails) -> ServerDetails {
-    ServerDetails {
-        protocol_version: details.protocol_version.clone(),
-        server_info: McpServerInfo {
-            name: details.name.clone(),
-            version: details.version.clone(),
-            title: details.title.clone().unwrap_or_default(),
-            description: details.description.clone().unwrap_or_default(),
-        },
-        instructions: details.instructions.clone().unwrap_or_default(),
-        timings: McpConnectTimings {
-            start_ms: details.timings.start_ms,
-            handshake_ms: details.timings.handshake_ms,
-            tools_ms: details.timings.tools_ms,
-        },
+        pending: report.pending.clone(),
     }
 }
 
@@ -148,6 +96,7 @@ mod tests {
     use std::path::PathBuf;
 
     use ctxsync_agent_diagnostics::{ServerReport, ToolInfo};
+    use ctxsync_protocol::McpTool;
 
     use super::*;
 
@@ -170,7 +119,8 @@ mod tests {
                             description: "Reads".into(),
                             input_schema: schema.clone(),
                             ..Default::default()
-                        }],
+                        }]
+                        .into(),
                         error: None,
                         warning: Some("kept old tools".into()),
                         details: None,
@@ -179,7 +129,7 @@ mod tests {
                     ServerReport {
                         name: "gone".into(),
                         connected: false,
-                        tools: vec![],
+                        tools: Arc::default(),
                         error: Some("command not found: gone".into()),
                         warning: None,
                         details: None,
@@ -204,7 +154,8 @@ mod tests {
                             description: "Reads".into(),
                             input_schema: schema,
                             ..Default::default()
-                        }],
+                        }]
+                        .into(),
                         error: None,
                         warning: Some("kept old tools".into()),
                         always_load: true,
@@ -213,7 +164,7 @@ mod tests {
                     ServerOutcome {
                         name: "gone".into(),
                         connected: false,
-                        tools: vec![],
+                        tools: Arc::default(),
                         error: Some("command not found: gone".into()),
                         warning: None,
                         ..Default::default()
@@ -227,6 +178,29 @@ mod tests {
                 ..Default::default()
             },
         );
+    }
+
+    #[test]
+    fn tool_lists_are_shared_with_the_engine_not_copied() {
+        let report = Report {
+            phase: Phase::Complete,
+            servers: vec![ServerReport {
+                name: "fs".into(),
+                connected: true,
+                tools: vec![ToolInfo::default(); 3].into(),
+                error: None,
+                warning: None,
+                details: None,
+                always_load: false,
+            }],
+            config_outcomes: vec![],
+            pending: Vec::new(),
+        };
+        let converted = discovery_report(&report);
+        assert!(Arc::ptr_eq(
+            &report.servers[0].tools,
+            &converted.servers[0].tools
+        ));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use ctxsync_protocol::{McpConnectTimings, McpServerInfo, McpTool};
+use ctxsync_protocol::McpTool;
 use tokio::sync::watch;
 
 /// How far the engine's initial reload has got. There is no "unspecified" here: a process
@@ -35,14 +35,12 @@ pub struct DiscoveryReport {
     pub pending: Vec<PendingOutcome>,
 }
 
-/// A server of the initial discovery with no result yet.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PendingOutcome {
-    /// The server's name, as declared in its config file.
-    pub name: String,
-    /// When its connect started; the snapshot says how long ago that was when it is sent.
-    pub since: std::time::SystemTime,
-}
+/// A server of the initial discovery with no result yet: its name and when its connect
+/// started; the snapshot says how long ago that was when it is sent.
+pub use ctxsync_mcp_model::PendingServer as PendingOutcome;
+/// A connected server's revision, self-description and connect timings, as the engine
+/// reported them (the server's text, already bounded and redacted by the engine).
+pub use ctxsync_mcp_model::ServerDetails;
 
 /// One declared MCP server as the engine sees it now.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -51,8 +49,9 @@ pub struct ServerOutcome {
     pub name: String,
     /// True while a connection (possibly a retained previous one) serves `tools`.
     pub connected: bool,
-    /// The tools of the connection; empty for a failed server.
-    pub tools: Vec<McpTool>,
+    /// The tools of the connection; empty for a failed server. Shared with the engine's
+    /// report, never copied.
+    pub tools: Arc<[McpTool]>,
     /// Why the server failed, already sanitized by the engine.
     pub error: Option<String>,
     /// A note on a connected server (e.g. tools from a retained previous connection).
@@ -64,19 +63,6 @@ pub struct ServerOutcome {
     /// every turn, even one that defers tools; the entry the file holds now, also while a
     /// retained previous connection serves `tools`.
     pub always_load: bool,
-}
-
-/// A connected server's revision, self-description and connect timings.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServerDetails {
-    /// The negotiated MCP revision; empty when unknown.
-    pub protocol_version: String,
-    /// What the server said about itself; empty strings where it said nothing.
-    pub server_info: McpServerInfo,
-    /// The server's instructions for the model; empty when none.
-    pub instructions: String,
-    /// How long each step of the connect took.
-    pub timings: McpConnectTimings,
 }
 
 /// A config file's structural or semantic diagnostics.

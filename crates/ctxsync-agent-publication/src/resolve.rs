@@ -14,11 +14,12 @@ use ctxsync_protocol::limits::{
     MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_ICON_FIELD_BYTES, MAX_ICON_SIZES, MAX_ICON_SRC_BYTES,
     MAX_ICONS_PER_TOOL, MAX_INSTRUCTIONS_BYTES, MAX_PENDING_SERVERS, MAX_PROTOCOL_VERSION_BYTES,
     MAX_RESOURCES, MAX_SERVER_DESCRIPTION_BYTES, MAX_SERVER_INFO_BYTES, MAX_SOURCE_BYTES,
-    MAX_TOOL_META_BYTES, MAX_TOOL_TITLE_BYTES, MAX_TOTAL_BODY_BYTES, truncate_to_boundary,
+    MAX_TOOL_META_BYTES, MAX_TOOL_TITLE_BYTES, MAX_TOTAL_BODY_BYTES, encoded_body_len,
+    encoded_server_len_without_tools, encoded_tool_entry_len, truncate_to_boundary,
 };
 use ctxsync_protocol::{
     DiscoveryPhase, InstructionFileBody, McpServerBody, McpServerInfo, McpTool, PendingServer,
-    Resource, ResourceBody, ResourceStatus, RunId, SkillBody, Snapshot, body_len, v1,
+    Resource, ResourceBody, ResourceStatus, RunId, SkillBody, Snapshot,
 };
 
 use crate::front_matter::parse_front_matter;
@@ -685,18 +686,20 @@ fn add_details(
     budget: &mut usize,
 ) -> Option<String> {
     let details = server.details.as_ref()?;
-    let bound = |text: &str, max: usize| truncate_to_boundary(text, max).to_owned();
-    let info = &details.server_info;
+    // What the server left unsaid is stored as an empty string.
+    let bound = |text: Option<&str>, max: usize| {
+        truncate_to_boundary(text.unwrap_or_default(), max).to_owned()
+    };
     let bare = server_body_len(body);
-    body.protocol_version = bound(&details.protocol_version, MAX_PROTOCOL_VERSION_BYTES);
+    body.protocol_version = bound(Some(&details.protocol_version), MAX_PROTOCOL_VERSION_BYTES);
     body.server_info = Some(McpServerInfo {
-        name: bound(&info.name, MAX_SERVER_INFO_BYTES),
-        version: bound(&info.version, MAX_SERVER_INFO_BYTES),
-        title: bound(&info.title, MAX_SERVER_INFO_BYTES),
-        description: bound(&info.description, MAX_SERVER_DESCRIPTION_BYTES),
+        name: bound(Some(&details.name), MAX_SERVER_INFO_BYTES),
+        version: bound(Some(&details.version), MAX_SERVER_INFO_BYTES),
+        title: bound(details.title.as_deref(), MAX_SERVER_INFO_BYTES),
+        description: bound(details.description.as_deref(), MAX_SERVER_DESCRIPTION_BYTES),
     });
     body.timings = Some(details.timings);
-    body.instructions = bound(&details.instructions, MAX_INSTRUCTIONS_BYTES);
+    body.instructions = bound(details.instructions.as_deref(), MAX_INSTRUCTIONS_BYTES);
     let mut note = None;
     if server_body_len(body) - bare > *budget && !body.instructions.is_empty() {
         body.instructions.clear();
@@ -864,20 +867,14 @@ fn join_words(words: &[&str]) -> String {
 }
 
 /// The wire size one tool adds to a server body: its field key, length and message, as the
-/// protocol measures it.
+/// protocol measures it (without building the wire message).
 fn tool_len(tool: &McpTool) -> usize {
-    use prost::Message;
-    use prost::encoding::{encoded_len_varint, key_len};
-    let message = v1::McpTool::from(tool.clone()).encoded_len();
-    key_len(3) + encoded_len_varint(message as u64) + message
+    encoded_tool_entry_len(tool)
 }
 
 /// A server body's size without its tools.
 fn server_body_len(body: &McpServerBody) -> usize {
-    wire_body_len(&ResourceBody::McpServer(McpServerBody {
-        tools: Vec::new(),
-        ..body.clone()
-    }))
+    encoded_server_len_without_tools(body)
 }
 
 fn minimal_server_body_len(name: &str) -> usize {
@@ -889,19 +886,7 @@ fn minimal_server_body_len(name: &str) -> usize {
 
 /// The body's size as the server measures it.
 fn wire_body_len(body: &ResourceBody) -> usize {
-    let resource = Resource {
-        source: String::new(),
-        source_path: None,
-        content_hash: String::new(),
-        size_bytes: 0,
-        status: ResourceStatus::Ok,
-        error: None,
-        body: body.clone(),
-    };
-    v1::ContextResource::from(resource)
-        .body
-        .as_ref()
-        .map_or(0, body_len)
+    encoded_body_len(body)
 }
 
 fn has_content(row: &Resource) -> bool {
@@ -1016,7 +1001,7 @@ pub(crate) fn merge_snapshot_errors(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxsync_protocol::McpIcon;
+    use ctxsync_protocol::{McpIcon, v1};
 
     #[test]
     fn snapshot_errors_merge_within_the_limit() {
@@ -1247,9 +1232,10 @@ mod tests {
                     name: "t".into(),
                     input_schema: serde_json::json!({"type": "object"}),
                     ..Default::default()
-                }],
+                }]
+                .into(),
                 details: Some(crate::report::ServerDetails {
-                    instructions: "i".repeat(100),
+                    instructions: Some("i".repeat(100)),
                     ..Default::default()
                 }),
                 always_load: true,
@@ -1313,5 +1299,113 @@ mod tests {
             "pdf",
             Err("invalid SKILL.md front matter"),
         );
+    }
+}
+
+/// Golden vectors: today's server row (content hash, size, stored JSON, encoded size) and
+/// per-tool wire sizes for tools with every field set, so a change in how they are built
+/// or measured cannot change their bytes.
+#[cfg(test)]
+mod golden {
+    use ctxsync_protocol::{McpConnectTimings, McpIcon, McpToolAnnotations};
+    use serde_json::json;
+
+    use super::*;
+    use crate::report::ServerDetails;
+
+    fn tools() -> Vec<McpTool> {
+        vec![
+            McpTool {
+                name: "read".into(),
+                description: "Reads a file.".into(),
+                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                title: "Read".into(),
+                annotations: Some(McpToolAnnotations {
+                    title: "Read file".into(),
+                    read_only_hint: Some(true),
+                    destructive_hint: Some(false),
+                    idempotent_hint: None,
+                    open_world_hint: Some(false),
+                }),
+                output_schema: Some(json!({"type": "object", "required": ["text"]})),
+                icons: vec![
+                    McpIcon {
+                        src: "data:image/png;base64,AAAA".into(),
+                        mime_type: "image/png".into(),
+                        sizes: vec!["48x48".into(), "any".into()],
+                        theme: "dark".into(),
+                    },
+                    McpIcon {
+                        src: "https://example.com/i.svg".into(),
+                        ..Default::default()
+                    },
+                ],
+                meta: Some(json!({"ui": {"resourceUri": "ui://read"}, "é": [1, null]})),
+            },
+            McpTool {
+                name: "ping".into(),
+                input_schema: json!({"type": "object"}),
+                annotations: Some(McpToolAnnotations::default()),
+                ..Default::default()
+            },
+        ]
+    }
+
+    fn outcome() -> ServerOutcome {
+        ServerOutcome {
+            name: "fs".into(),
+            connected: true,
+            tools: tools().into(),
+            error: None,
+            warning: Some("kept".into()),
+            details: Some(details()),
+            always_load: true,
+        }
+    }
+
+    fn details() -> ServerDetails {
+        ServerDetails {
+            protocol_version: "2025-11-25".into(),
+            name: "fs-server".into(),
+            version: "1.2.3".into(),
+            title: Some("Files".into()),
+            description: Some("Serves files.".into()),
+            instructions: Some("Read before you write.".into()),
+            timings: McpConnectTimings {
+                start_ms: Some(12),
+                handshake_ms: 34,
+                tools_ms: 56,
+            },
+        }
+    }
+
+    #[test]
+    fn tool_sizes() {
+        let sizes: Vec<usize> = tools().iter().map(tool_len).collect();
+        assert_eq!(sizes, [285, 29]);
+    }
+
+    #[test]
+    fn a_server_row_with_every_field_set() {
+        let report = DiscoveryReport {
+            phase: ReportPhase::Complete,
+            servers: vec![outcome()],
+            ..Default::default()
+        };
+        let servers = sorted_servers(&report);
+        let mut budget = MAX_TOTAL_BODY_BYTES;
+        let row = server_row("mcp:fs".into(), &servers[0], false, &mut budget);
+        assert_eq!(
+            row.content_hash,
+            "d244d243fc0e2e87322fd71a5f5e9c3b2b4d55e7ab0da2586927ab5d677870a9"
+        );
+        assert_eq!(row.size_bytes, 608);
+        assert_eq!(row.error.as_deref(), Some("kept"));
+        assert_eq!(
+            row.body.to_json().to_string(),
+            r#"{"always_load":true,"description":"","instructions":"Read before you write.","protocol_version":"2025-11-25","server_info":{"description":"Serves files.","name":"fs-server","title":"Files","version":"1.2.3"},"server_name":"fs","timings":{"handshake_ms":34,"start_ms":12,"tools_ms":56},"tools":[{"annotations":{"destructive_hint":false,"open_world_hint":false,"read_only_hint":true,"title":"Read file"},"description":"Reads a file.","icons":[{"mime_type":"image/png","sizes":["48x48","any"],"src":"data:image/png;base64,AAAA","theme":"dark"},{"src":"https://example.com/i.svg"}],"input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"meta":{"ui":{"resourceUri":"ui://read"},"é":[1,null]},"name":"read","output_schema":{"required":["text"],"type":"object"},"title":"Read"},{"annotations":{},"description":"","input_schema":{"type":"object"},"name":"ping"}]}"#
+        );
+        assert_eq!(wire_body_len(&row.body), 406);
+        assert_eq!(MAX_TOTAL_BODY_BYTES - budget, 400);
     }
 }

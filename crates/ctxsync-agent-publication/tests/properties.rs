@@ -360,7 +360,7 @@ proptest! {
                 warning: (i % 5 == 0).then(|| text(case.error_bytes, !case.multibyte, i)),
                 details: (i % 2 == 1).then(|| ServerDetails {
                     protocol_version: text(case.error_bytes / 8, case.multibyte, i),
-                    instructions: text(case.error_bytes * 3, case.multibyte, i),
+                    instructions: Some(text(case.error_bytes * 3, case.multibyte, i)),
                     ..Default::default()
                 }),
                 always_load: i % 4 == 1,

@@ -36,7 +36,8 @@ fn report(phase: ReportPhase, servers: &[&str]) -> Arc<DiscoveryReport> {
                     description: String::new(),
                     input_schema: serde_json::json!({"type": "object"}),
                     ..Default::default()
-                }],
+                }]
+                .into(),
                 ..ServerOutcome::default()
             })
             .collect(),

@@ -86,7 +86,7 @@ fn server(name: &str, connected: bool, tools: Vec<McpTool>) -> ServerOutcome {
     ServerOutcome {
         name: name.into(),
         connected,
-        tools,
+        tools: tools.into(),
         ..ServerOutcome::default()
     }
 }
@@ -626,7 +626,7 @@ fn server_rows_from_the_report() {
         row(&resolution, "mcp:retained").content_hash
     );
     let mut changed = servers;
-    changed[2].tools.push(tool("new"));
+    changed[2].tools = [&changed[2].tools[..], &[tool("new")]].concat().into();
     let changed = resolve(&scan(&ws), Some(&report(ReportPhase::Complete, changed)));
     assert_ne!(
         row(&changed, "mcp:retained").content_hash,

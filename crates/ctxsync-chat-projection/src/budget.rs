@@ -250,7 +250,7 @@ mod tests {
                 output_schema: None,
                 annotations_untrusted: None,
                 always_load: i == 0,
-                server_instructions: String::new(),
+                server_instructions: "".into(),
             })
             .collect()
     }

@@ -3,6 +3,7 @@
 //! name, and always mapped back to the `(server, tool)` pair the agent invokes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use ctxsync_protocol::McpToolAnnotations;
 use serde::Serialize;
@@ -43,8 +44,9 @@ pub struct EligibleTool {
     /// ([`EligibleTool::model_definition`]).
     pub always_load: bool,
     /// The server's instructions for the model (untrusted), which find_tools also
-    /// searches; empty when none. Never part of a tool's definition.
-    pub server_instructions: String,
+    /// searches; empty when none. Never part of a tool's definition. One text per server,
+    /// shared by its tools.
+    pub server_instructions: Arc<str>,
 }
 
 impl EligibleTool {
@@ -122,33 +124,21 @@ impl ToolCatalog {
         self.tools.is_empty()
     }
 
-    /// Names every `(server, tool)` pair. Pairs are deduplicated (the first occurrence
-    /// wins), so callers pass them in a deterministic order.
-    pub(crate) fn build(tools: Vec<ToolSpec>) -> Self {
-        let mut unique: BTreeMap<(String, String), ToolSpec> = BTreeMap::new();
-        for spec in tools {
+    /// Names every `(server, tool)` pair; `name` is assigned here, whatever it held.
+    /// Pairs are deduplicated (the first occurrence wins), so callers pass them in a
+    /// deterministic order.
+    pub(crate) fn build(tools: Vec<EligibleTool>) -> Self {
+        let mut unique: BTreeMap<(String, String), EligibleTool> = BTreeMap::new();
+        for tool in tools {
             unique
-                .entry((spec.server.clone(), spec.tool.clone()))
-                .or_insert(spec);
+                .entry((tool.server.clone(), tool.tool.clone()))
+                .or_insert(tool);
         }
-        let specs: Vec<ToolSpec> = unique.into_values().collect();
-        let names = assign_names(&specs);
-        let tools: Vec<EligibleTool> = specs
-            .into_iter()
-            .zip(names)
-            .map(|(spec, name)| EligibleTool {
-                name,
-                server: spec.server,
-                tool: spec.tool,
-                description: spec.description,
-                input_schema: spec.input_schema,
-                title: spec.title,
-                output_schema: spec.output_schema,
-                annotations_untrusted: spec.annotations,
-                always_load: spec.always_load,
-                server_instructions: spec.server_instructions,
-            })
-            .collect();
+        let mut tools: Vec<EligibleTool> = unique.into_values().collect();
+        let names = assign_names(&tools);
+        for (tool, name) in tools.iter_mut().zip(names) {
+            tool.name = name;
+        }
         let by_name = tools
             .iter()
             .enumerate()
@@ -171,23 +161,6 @@ impl Serialize for ToolCatalog {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_seq(&self.tools)
     }
-}
-
-/// A tool as reported on an OK server row, before naming.
-#[derive(Clone, Debug)]
-pub(crate) struct ToolSpec {
-    pub server: String,
-    pub tool: String,
-    pub description: String,
-    pub input_schema: Value,
-    pub title: String,
-    pub output_schema: Option<Value>,
-    pub annotations: Option<McpToolAnnotations>,
-    /// The tool's server asked (`alwaysLoad` in `.mcp.json`) to stay loaded in every turn,
-    /// even one that defers tools.
-    pub always_load: bool,
-    /// The server's instructions, for find_tools.
-    pub server_instructions: String,
 }
 
 /// Whether `name` is a valid model-facing tool name.
@@ -220,7 +193,7 @@ fn sanitize(part: &str) -> String {
 ///    name beats a sanitized look-alike);
 /// 3. every other pair gets the candidate cut short plus `_` and a hash of the original
 ///    pair, re-hashed with an attempt counter while that name is taken, in pair order.
-fn assign_names(specs: &[ToolSpec]) -> Vec<String> {
+fn assign_names(specs: &[EligibleTool]) -> Vec<String> {
     let candidates: Vec<String> = specs
         .iter()
         .map(|s| format!("{}{SEPARATOR}{}", sanitize(&s.server), sanitize(&s.tool)))
@@ -312,16 +285,17 @@ mod tests {
         ToolCatalog::build(
             pairs
                 .iter()
-                .map(|(server, tool)| ToolSpec {
+                .map(|(server, tool)| EligibleTool {
+                    name: String::new(),
                     server: (*server).to_owned(),
                     tool: (*tool).to_owned(),
                     description: String::new(),
                     input_schema: serde_json::json!({"type": "object"}),
                     title: String::new(),
                     output_schema: None,
-                    annotations: None,
+                    annotations_untrusted: None,
                     always_load: false,
-                    server_instructions: String::new(),
+                    server_instructions: Arc::default(),
                 })
                 .collect(),
         )

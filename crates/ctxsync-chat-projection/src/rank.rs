@@ -117,7 +117,7 @@ impl Scores {
                     lengths[i * FIELD_COUNT + field] += matcher.read(text, counts);
                 });
                 let (counts, length) = instructions
-                    .entry(tool.server_instructions.as_str())
+                    .entry(&*tool.server_instructions)
                     .or_insert_with(|| {
                         let mut counts = vec![0f32; t];
                         let text = prefix_within_bytes(

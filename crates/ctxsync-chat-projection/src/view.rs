@@ -1,6 +1,7 @@
 //! The projection: [`project`] turns what the store read into a [`View`] by the phase
 //! table and the freshness rule of SPEC §7.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ctxsync_protocol::{
@@ -10,7 +11,7 @@ use ctxsync_protocol::{
 use serde::Serialize;
 
 use crate::input::{AgentState, Binding, SnapshotState};
-use crate::naming::{ToolCatalog, ToolSpec};
+use crate::naming::{EligibleTool, ToolCatalog};
 
 /// Discovery completeness as a chat sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -340,7 +341,7 @@ fn phase_of(phase: DiscoveryPhase) -> Phase {
 fn outcomes(
     snapshot: &SnapshotState,
     with_tools: bool,
-) -> (Vec<ServerOutcome>, Vec<ConfigOutcome>, Vec<ToolSpec>) {
+) -> (Vec<ServerOutcome>, Vec<ConfigOutcome>, Vec<EligibleTool>) {
     let mut server_rows: Vec<(&str, &Resource, &McpServerBody)> = Vec::new();
     let mut configs = Vec::new();
     for resource in &snapshot.resources {
@@ -390,20 +391,24 @@ fn outcomes(
             timings: body.timings,
         });
         if ok && with_tools {
+            // One copy of the instructions per server, shared by its tools.
+            let instructions: Arc<str> = body.instructions.as_str().into();
             tools.extend(body.tools.iter().map(|tool| {
-                ToolSpec {
+                EligibleTool {
+                    // Named with the whole catalog, in `ToolCatalog::build`.
+                    name: String::new(),
                     server: name.to_owned(),
                     tool: tool.name.clone(),
                     description: tool.description.clone(),
                     input_schema: tool.input_schema.clone(),
                     title: display_title(tool),
                     output_schema: tool.output_schema.clone(),
-                    annotations: tool
+                    annotations_untrusted: tool
                         .annotations
                         .clone()
                         .filter(|a| *a != McpToolAnnotations::default()),
                     always_load: body.always_load,
-                    server_instructions: body.instructions.clone(),
+                    server_instructions: instructions.clone(),
                 }
             }));
         }
@@ -445,4 +450,106 @@ fn count(servers: &[ServerOutcome], configs: &[ConfigOutcome]) -> Counts {
     }
     counts.config_errors = configs.iter().filter(|c| !c.ok).count();
     counts
+}
+
+/// Golden vector: the catalog and model definitions of tools with every field set, so a
+/// change in how tools reach the catalog cannot change what chats and models see.
+#[cfg(test)]
+mod golden {
+    use ctxsync_protocol::{McpIcon, McpServerInfo};
+    use serde_json::json;
+
+    use super::*;
+
+    fn server(name: &str, instructions: &str, tools: Vec<McpTool>) -> Resource {
+        Resource {
+            source: format!("mcp:{name}"),
+            source_path: None,
+            content_hash: "h".into(),
+            size_bytes: 1,
+            status: ResourceStatus::Ok,
+            error: None,
+            body: ResourceBody::McpServer(McpServerBody {
+                server_name: name.into(),
+                tools,
+                server_info: Some(McpServerInfo::default()),
+                instructions: instructions.into(),
+                always_load: name == "fs",
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn binding() -> Binding {
+        let full = McpTool {
+            name: "read".into(),
+            description: "Reads a file.".into(),
+            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            title: String::new(),
+            annotations: Some(McpToolAnnotations {
+                title: "Read file".into(),
+                read_only_hint: Some(true),
+                destructive_hint: Some(false),
+                idempotent_hint: None,
+                open_world_hint: Some(false),
+            }),
+            output_schema: Some(json!({"type": "object"})),
+            icons: vec![McpIcon {
+                src: "data:image/png;base64,AAAA".into(),
+                ..Default::default()
+            }],
+            meta: Some(json!({"ui": {}})),
+        };
+        let bare = McpTool {
+            name: "ping".into(),
+            input_schema: json!({"type": "object"}),
+            title: "Ping".into(),
+            annotations: Some(McpToolAnnotations::default()),
+            ..Default::default()
+        };
+        Binding::Agent(AgentState {
+            agent_run_id: "run".into(),
+            snapshot: Some(SnapshotState {
+                agent_run_id: "run".into(),
+                phase: DiscoveryPhase::Complete,
+                resources: vec![
+                    server("fs", "Read before you write.", vec![full, bare.clone()]),
+                    server("net", "", vec![bare]),
+                ],
+                ..Default::default()
+            }),
+        })
+    }
+
+    #[test]
+    fn the_catalog_and_model_definitions_keep_their_form() {
+        let view = project(&binding());
+        let catalog = serde_json::to_string(view.tools()).unwrap();
+        assert_eq!(
+            catalog,
+            r#"[{"name":"fs__ping","server":"fs","tool":"ping","description":"","input_schema":{"type":"object"},"title":"Ping","output_schema":null,"annotations_untrusted":null,"always_load":true,"server_instructions":"Read before you write."},{"name":"fs__read","server":"fs","tool":"read","description":"Reads a file.","input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"title":"Read file","output_schema":{"type":"object"},"annotations_untrusted":{"title":"Read file","read_only_hint":true,"destructive_hint":false,"open_world_hint":false},"always_load":true,"server_instructions":"Read before you write."},{"name":"net__ping","server":"net","tool":"ping","description":"","input_schema":{"type":"object"},"title":"Ping","output_schema":null,"annotations_untrusted":null,"always_load":false,"server_instructions":""}]"#
+        );
+        let definitions: Vec<crate::ModelTool> = view
+            .tools()
+            .iter()
+            .map(EligibleTool::model_definition)
+            .collect();
+        assert_eq!(
+            serde_json::to_string(&definitions).unwrap(),
+            r#"[{"name":"fs__ping","description":"","input_schema":{"type":"object"},"title":"Ping"},{"name":"fs__read","description":"Reads a file.","input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"title":"Read file","output_schema":{"type":"object"},"annotations_untrusted":{"title":"Read file","read_only_hint":true,"destructive_hint":false,"open_world_hint":false}},{"name":"net__ping","description":"","input_schema":{"type":"object"},"title":"Ping"}]"#
+        );
+        let instructions: Vec<(&str, &str)> = view
+            .tools()
+            .iter()
+            .map(|t| (t.name.as_str(), &*t.server_instructions))
+            .collect();
+        assert_eq!(
+            instructions,
+            [
+                ("fs__ping", "Read before you write."),
+                ("fs__read", "Read before you write."),
+                ("net__ping", "")
+            ]
+        );
+    }
 }

@@ -10,6 +10,11 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
+use crate::domain::{
+    InstructionFileBody, McpConnectTimings, McpIcon, McpServerBody, McpServerInfo, McpTool,
+    McpToolAnnotations, ResourceBody, SkillBody,
+};
+use crate::limits::json_text_len;
 use crate::v1;
 use crate::v1::context_resource::Body;
 
@@ -55,18 +60,32 @@ impl BodyDigest {
         Self(h.0.finalize().into())
     }
 
-    /// The digest of a domain body: that of its wire form.
-    pub fn of(body: &crate::ResourceBody) -> Self {
-        let wire = v1::ContextResource::from(crate::Resource {
-            source: String::new(),
-            source_path: None,
-            content_hash: String::new(),
-            size_bytes: 0,
-            status: crate::ResourceStatus::Ok,
-            error: None,
-            body: body.clone(),
-        });
-        Self::of_wire(wire.body.as_ref().expect("a converted resource has a body"))
+    /// The digest of a domain body: that of its wire form, computed from the domain
+    /// types without building it (the golden vectors below hold the two equal).
+    pub fn of(body: &ResourceBody) -> Self {
+        let mut h = Canonical(Sha256::new());
+        match body {
+            ResourceBody::InstructionFile(InstructionFileBody { content }) => {
+                h.text("instruction_file");
+                h.text(content);
+            }
+            ResourceBody::Skill(SkillBody {
+                meta,
+                name,
+                description,
+            }) => {
+                h.text("skill");
+                h.text(meta);
+                h.text(name);
+                h.text(description);
+            }
+            ResourceBody::McpConfig => h.text("mcp_config"),
+            ResourceBody::McpServer(server) => {
+                h.text("mcp_server");
+                h.domain_server(server);
+            }
+        }
+        Self(h.0.finalize().into())
     }
 
     /// Reads a digest sent on the wire; `None` unless it is exactly 32 bytes.
@@ -222,6 +241,123 @@ impl Canonical {
     }
 }
 
+/// The same encoding read from the domain types: every field as its wire form would
+/// carry it (JSON as its compact text, an absent JSON value as the empty string).
+impl Canonical {
+    fn json(&mut self, value: Option<&serde_json::Value>) {
+        struct Feed<'a>(&'a mut Sha256);
+        impl std::io::Write for Feed<'_> {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.update(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let Some(value) = value else {
+            return self.len(0);
+        };
+        self.len(json_text_len(value));
+        serde_json::to_writer(Feed(&mut self.0), value).expect("a JSON value serializes");
+    }
+
+    fn domain_server(&mut self, server: &McpServerBody) {
+        let McpServerBody {
+            server_name,
+            description,
+            tools,
+            protocol_version,
+            server_info,
+            instructions,
+            timings,
+            always_load,
+        } = server;
+        self.text(server_name);
+        self.text(description);
+        self.len(tools.len());
+        for tool in tools {
+            self.domain_tool(tool);
+        }
+        self.text(protocol_version);
+        if let Some(info) = self.present(server_info.as_ref()) {
+            let McpServerInfo {
+                name,
+                version,
+                title,
+                description,
+            } = info;
+            self.text(name);
+            self.text(version);
+            self.text(title);
+            self.text(description);
+        }
+        self.text(instructions);
+        if let Some(timings) = self.present(timings.as_ref()) {
+            let McpConnectTimings {
+                start_ms,
+                handshake_ms,
+                tools_ms,
+            } = timings;
+            if let Some(start) = self.present(*start_ms) {
+                self.number(start);
+            }
+            self.number(*handshake_ms);
+            self.number(*tools_ms);
+        }
+        self.bool(*always_load);
+    }
+
+    fn domain_tool(&mut self, tool: &McpTool) {
+        let McpTool {
+            name,
+            description,
+            input_schema,
+            title,
+            annotations,
+            output_schema,
+            icons,
+            meta,
+        } = tool;
+        self.text(name);
+        self.text(description);
+        self.json(Some(input_schema));
+        self.text(title);
+        if let Some(annotations) = self.present(annotations.as_ref()) {
+            let McpToolAnnotations {
+                title,
+                read_only_hint,
+                destructive_hint,
+                idempotent_hint,
+                open_world_hint,
+            } = annotations;
+            self.text(title);
+            self.flag(*read_only_hint);
+            self.flag(*destructive_hint);
+            self.flag(*idempotent_hint);
+            self.flag(*open_world_hint);
+        }
+        self.json(output_schema.as_ref());
+        self.len(icons.len());
+        for McpIcon {
+            src,
+            mime_type,
+            sizes,
+            theme,
+        } in icons
+        {
+            self.text(src);
+            self.text(mime_type);
+            self.len(sizes.len());
+            for size in sizes {
+                self.text(size);
+            }
+            self.text(theme);
+        }
+        self.json(meta.as_ref());
+    }
+}
+
 /// The bodies the server holds for this agent run, as the agent last saw a push
 /// accepted: source → digest. An agent keeps one per run and replaces it with
 /// [`DeltaBase::into_delta`]'s result when the server accepts that push.
@@ -261,5 +397,174 @@ impl DeltaBase {
     /// True when the base holds no bodies, so a delta against it leaves nothing out.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+/// Golden vectors: today's digests, stored JSON and encoded sizes of bodies with every
+/// field set, so a change in how they are computed cannot change their bytes.
+#[cfg(test)]
+pub(crate) mod golden {
+    use serde_json::json;
+
+    use super::BodyDigest;
+    use crate::{
+        InstructionFileBody, McpConnectTimings, McpIcon, McpServerBody, McpServerInfo, McpTool,
+        McpToolAnnotations, ResourceBody, SkillBody, body_len, v1,
+    };
+
+    /// A tool with every field set, and one with none but its name.
+    pub(crate) fn tools() -> Vec<McpTool> {
+        vec![
+            McpTool {
+                name: "read".into(),
+                description: "Reads a file.".into(),
+                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                title: "Read".into(),
+                annotations: Some(McpToolAnnotations {
+                    title: "Read file".into(),
+                    read_only_hint: Some(true),
+                    destructive_hint: Some(false),
+                    idempotent_hint: None,
+                    open_world_hint: Some(false),
+                }),
+                output_schema: Some(json!({"type": "object", "required": ["text"]})),
+                icons: vec![
+                    McpIcon {
+                        src: "data:image/png;base64,AAAA".into(),
+                        mime_type: "image/png".into(),
+                        sizes: vec!["48x48".into(), "any".into()],
+                        theme: "dark".into(),
+                    },
+                    McpIcon {
+                        src: "https://example.com/i.svg".into(),
+                        ..Default::default()
+                    },
+                ],
+                meta: Some(json!({"ui": {"resourceUri": "ui://read"}, "é": [1, null]})),
+            },
+            McpTool {
+                name: "ping".into(),
+                input_schema: json!({"type": "object"}),
+                annotations: Some(McpToolAnnotations::default()),
+                ..Default::default()
+            },
+        ]
+    }
+
+    pub(crate) fn server() -> McpServerBody {
+        McpServerBody {
+            server_name: "fs".into(),
+            description: "files".into(),
+            tools: tools(),
+            protocol_version: "2025-11-25".into(),
+            server_info: Some(McpServerInfo {
+                name: "fs-server".into(),
+                version: "1.2.3".into(),
+                title: "Files".into(),
+                description: "Serves files.".into(),
+            }),
+            instructions: "Read before you write.".into(),
+            timings: Some(McpConnectTimings {
+                start_ms: Some(12),
+                handshake_ms: 34,
+                tools_ms: 56,
+            }),
+            always_load: true,
+        }
+    }
+
+    fn hex(digest: BodyDigest) -> String {
+        digest
+            .as_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    fn wire(body: &ResourceBody) -> v1::context_resource::Body {
+        v1::ContextResource::from(crate::Resource {
+            source: String::new(),
+            source_path: None,
+            content_hash: String::new(),
+            size_bytes: 0,
+            status: crate::ResourceStatus::Ok,
+            error: None,
+            body: body.clone(),
+        })
+        .body
+        .expect("a body")
+    }
+
+    /// `(body, digest hex, stored JSON, encoded body length)`.
+    fn check(body: ResourceBody, digest: &str, stored: &str, encoded: usize) {
+        let wire = wire(&body);
+        assert_eq!(hex(BodyDigest::of(&body)), digest, "digest of {body:?}");
+        assert_eq!(hex(BodyDigest::of_wire(&wire)), digest, "wire digest");
+        assert_eq!(body.to_json().to_string(), stored, "stored JSON");
+        assert_eq!(body_len(&wire), encoded, "encoded length");
+        let read = ResourceBody::from_json(body.kind(), serde_json::from_str(stored).unwrap());
+        assert_eq!(read.unwrap(), body, "read back");
+        let read = ResourceBody::from_json_text(body.kind(), stored);
+        assert_eq!(read.unwrap(), body, "read back from the text, parsed once");
+    }
+
+    #[test]
+    fn a_server_with_every_field_set() {
+        check(
+            ResourceBody::McpServer(server()),
+            "8ab0c4bc5d76aa81f5f99f7f2d6746f428dc4a7536c43a429309a8112a630bc5",
+            r#"{"always_load":true,"description":"files","instructions":"Read before you write.","protocol_version":"2025-11-25","server_info":{"description":"Serves files.","name":"fs-server","title":"Files","version":"1.2.3"},"server_name":"fs","timings":{"handshake_ms":34,"start_ms":12,"tools_ms":56},"tools":[{"annotations":{"destructive_hint":false,"open_world_hint":false,"read_only_hint":true,"title":"Read file"},"description":"Reads a file.","icons":[{"mime_type":"image/png","sizes":["48x48","any"],"src":"data:image/png;base64,AAAA","theme":"dark"},{"src":"https://example.com/i.svg"}],"input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"meta":{"ui":{"resourceUri":"ui://read"},"é":[1,null]},"name":"read","output_schema":{"required":["text"],"type":"object"},"title":"Read"},{"annotations":{},"description":"","input_schema":{"type":"object"},"name":"ping"}]}"#,
+            413,
+        );
+        // Written directly (the HTTP API), fields keep their declaration order.
+        assert_eq!(
+            serde_json::to_string(&server()).unwrap(),
+            r#"{"server_name":"fs","description":"files","tools":[{"name":"read","description":"Reads a file.","input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"title":"Read","annotations":{"title":"Read file","read_only_hint":true,"destructive_hint":false,"open_world_hint":false},"output_schema":{"required":["text"],"type":"object"},"icons":[{"src":"data:image/png;base64,AAAA","mime_type":"image/png","sizes":["48x48","any"],"theme":"dark"},{"src":"https://example.com/i.svg"}],"meta":{"ui":{"resourceUri":"ui://read"},"é":[1,null]}},{"name":"ping","description":"","input_schema":{"type":"object"},"annotations":{}}],"protocol_version":"2025-11-25","server_info":{"name":"fs-server","version":"1.2.3","title":"Files","description":"Serves files."},"instructions":"Read before you write.","timings":{"start_ms":12,"handshake_ms":34,"tools_ms":56},"always_load":true}"#
+        );
+    }
+
+    #[test]
+    fn a_bare_server() {
+        check(
+            ResourceBody::McpServer(McpServerBody {
+                server_name: "gone".into(),
+                ..Default::default()
+            }),
+            "735c059c0bb1f2c0f8a130540a2c47a1052fb38a95c354ecc507957e3bb41a50",
+            r#"{"description":"","server_name":"gone","tools":[]}"#,
+            6,
+        );
+    }
+
+    #[test]
+    fn files_and_config() {
+        check(
+            ResourceBody::InstructionFile(InstructionFileBody {
+                content: "# Agents\n".into(),
+            }),
+            "3bbe25360b8e3d6262e770687efcf3c50a60e628251eed58bbba1ce76f87f4f7",
+            r##"{"content":"# Agents\n"}"##,
+            11,
+        );
+        check(
+            ResourceBody::Skill(SkillBody {
+                meta: "---\nname: deploy\n---\n".into(),
+                name: "deploy".into(),
+                description: "Deploys.".into(),
+            }),
+            "fd9128e5abc4493dbe22689db37f91c61b8d98128595d79f94350d14c5b1b9ba",
+            r#"{"description":"Deploys.","meta":"---\nname: deploy\n---\n","name":"deploy"}"#,
+            41,
+        );
+        check(
+            ResourceBody::McpConfig,
+            "53e4356d36a898d4ae1106310c9d0b0cfe736bd9883e6c68574135d276562b23",
+            "{}",
+            0,
+        );
+        // Stored text that is not JSON is refused for every kind, as a JSON tree refused it.
+        for kind in crate::BodyKind::ALL {
+            assert!(ResourceBody::from_json_text(kind, "{").is_err(), "{kind:?}");
+        }
     }
 }

@@ -1,6 +1,9 @@
 //! Plain domain types for what an agent reports, and their conversions to and from the
 //! wire messages. Wire → domain validates every limit first (see [`crate::WireError`]).
 
+pub use ctxsync_mcp_model::{
+    McpConnectTimings, McpIcon, McpServerInfo, McpTool, McpToolAnnotations,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::digest::BodyDigest;
@@ -261,108 +264,6 @@ pub struct McpServerBody {
     pub always_load: bool,
 }
 
-/// A server's implementation info; empty strings where it gave none.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct McpServerInfo {
-    /// The implementation's name.
-    pub name: String,
-    /// The implementation's version string.
-    pub version: String,
-    /// A display name.
-    pub title: String,
-    /// What the server says it does.
-    pub description: String,
-}
-
-/// Milliseconds spent in each step of a server's connect.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct McpConnectTimings {
-    /// Starting the process (stdio); `None` for HTTP.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_ms: Option<u64>,
-    /// The lifecycle handshake (`server/discover` or `initialize`).
-    #[serde(default)]
-    pub handshake_ms: u64,
-    /// The first complete tool list.
-    #[serde(default)]
-    pub tools_ms: u64,
-}
-
-/// One tool of a server. Everything but the name and input schema is optional, and all of
-/// it is the server's word: annotations in particular are hints, not guarantees.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct McpTool {
-    /// The tool's name, unique within its server.
-    pub name: String,
-    /// What the tool does, for the model; empty when none.
-    #[serde(default)]
-    pub description: String,
-    /// A JSON Schema document.
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub input_schema: serde_json::Value,
-    /// A display name; empty when none.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub title: String,
-    /// Hints about the tool's behaviour, when the server gave any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub annotations: Option<McpToolAnnotations>,
-    /// The JSON Schema of the structured result, when the server gave one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub output_schema: Option<serde_json::Value>,
-    /// The tool's icons; empty when none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub icons: Vec<McpIcon>,
-    /// The tool's `_meta` object (MCP Apps put their `ui` entry here).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub meta: Option<serde_json::Value>,
-}
-
-/// A tool's behaviour hints, untrusted unless its server is.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(default)]
-pub struct McpToolAnnotations {
-    /// A display name; empty when none.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub title: String,
-    /// The tool does not modify its environment.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub read_only_hint: Option<bool>,
-    /// The tool may perform destructive updates (meaningful only when not read-only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub destructive_hint: Option<bool>,
-    /// Calling it again with the same arguments has no further effect.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub idempotent_hint: Option<bool>,
-    /// The tool interacts with an open world of external entities.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub open_world_hint: Option<bool>,
-}
-
-/// One icon of a tool: a URL or a bounded `data:` URI.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct McpIcon {
-    /// A URL or a `data:` URI.
-    pub src: String,
-    /// The image's MIME type; empty when not given.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub mime_type: String,
-    /// The sizes it suits (e.g. `48x48`, `any`); empty when not given.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub sizes: Vec<String>,
-    /// `light` or `dark`; empty for any background.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub theme: String,
-}
-
 /// A server of the initial reload still connecting when the snapshot was built.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingServer {
@@ -419,6 +320,27 @@ impl ResourceBody {
             // Whatever was stored, a config body never carries content.
             BodyKind::McpConfig => Self::McpConfig,
             BodyKind::McpServer => Self::McpServer(serde_json::from_value(value).map_err(err)?),
+        })
+    }
+
+    /// Reads [`Self::to_json`]'s output from its stored text, parsing the text once,
+    /// straight into the kind's body (no intermediate JSON tree). A config body's text
+    /// must still be JSON, though it carries nothing.
+    pub fn from_json_text(kind: BodyKind, text: &str) -> Result<Self, BodyJsonError> {
+        let err = |source| BodyJsonError {
+            kind: kind.as_str(),
+            source,
+        };
+        Ok(match kind {
+            BodyKind::InstructionFile => {
+                Self::InstructionFile(serde_json::from_str(text).map_err(err)?)
+            }
+            BodyKind::Skill => Self::Skill(serde_json::from_str(text).map_err(err)?),
+            BodyKind::McpConfig => {
+                serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(err)?;
+                Self::McpConfig
+            }
+            BodyKind::McpServer => Self::McpServer(serde_json::from_str(text).map_err(err)?),
         })
     }
 }
