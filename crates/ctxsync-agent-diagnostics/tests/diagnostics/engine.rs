@@ -1,6 +1,6 @@
 //! The engine against real fixture processes and real HTTP on loopback.
 
-mod support;
+use crate::support;
 
 use std::{sync::Arc, time::Duration};
 

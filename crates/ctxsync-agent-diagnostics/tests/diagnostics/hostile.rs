@@ -1,7 +1,7 @@
 //! Hostile stdio servers (malformed or endless stdout, floods, crash loops) against the engine:
 //! it stays bounded in time and memory, healthy siblings connect, and the diagnostic is clear.
 
-mod support;
+use crate::support;
 
 use std::{
     path::Path,
@@ -274,7 +274,8 @@ fn run_helper(scenario: &str) -> Value {
     let output = Command::new(exe)
         .args([
             "--exact",
-            "memory_helper",
+            // This module's test in the crate's one test binary.
+            "hostile::memory_helper",
             "--nocapture",
             "--test-threads=1",
         ])

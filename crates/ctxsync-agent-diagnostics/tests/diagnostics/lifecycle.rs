@@ -2,7 +2,7 @@
 //! fallback to `initialize` where it does not, over stdio and streamable HTTP; and what
 //! each server said about itself.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

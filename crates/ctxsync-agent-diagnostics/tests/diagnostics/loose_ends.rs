@@ -1,7 +1,7 @@
 //! The engine's loose ends (issue 18, part 5): a retained connection that dies, a retry
 //! during the first run, a re-list that fails, and a config file that cannot be watched.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Agent Plugins packages through the engine: real packages on disk, real fixture servers.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

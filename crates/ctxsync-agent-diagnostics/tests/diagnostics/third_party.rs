@@ -3,7 +3,7 @@
 //! 2026-07-28, through `initialize`) over stdio, and a server on the official Python SDK
 //! (`mcp` from PyPI, the current revision) over stdio and streamable HTTP.
 
-mod support;
+use crate::support;
 
 use std::{
     io::Write,

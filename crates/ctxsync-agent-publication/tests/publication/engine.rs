@@ -1,7 +1,7 @@
 //! The adapter with a real MCP engine: fixture servers as child processes, the engine's
 //! reports mapped by `EngineReports`, published by a real publisher to a recording server.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

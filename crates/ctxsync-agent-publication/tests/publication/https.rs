@@ -2,7 +2,7 @@
 //! in `ca_cert_files` is trusted and the token travels inside TLS; a certificate from any
 //! other CA is refused before a single request is sent, and retried.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! anything was discovered in, and whatever the workspace and report hold, the snapshot
 //! fits every wire limit the server enforces.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 

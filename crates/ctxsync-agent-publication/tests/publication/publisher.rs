@@ -1,7 +1,7 @@
 //! The publisher against a real in-process tonic server: registration, run id, versions,
 //! phase settlement, sampling, coalescing, reconnects, backoff and the server's refusals.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! The context resolver against real temp directories: which files become rows, their
 //! statuses, the caps, symlink containment, config outcomes and MCP server rows.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 

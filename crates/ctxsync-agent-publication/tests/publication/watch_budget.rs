@@ -3,7 +3,7 @@
 //! The budget is how these tests reach "the limit" without touching the machine-wide
 //! inotify settings; the system's own limit takes the same path in the watcher.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

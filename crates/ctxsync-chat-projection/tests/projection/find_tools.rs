@@ -2,7 +2,7 @@
 //! scoping (names with colons included), the 20-match cap, 80-character descriptions,
 //! activation, errors and bounds.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ctxsync_chat_projection::{

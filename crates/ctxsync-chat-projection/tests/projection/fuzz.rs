@@ -4,7 +4,7 @@
 //! descriptions of at most 80 characters, only catalog names, and activates only what it
 //! returns. `PROPTEST_CASES` raises the budget (`cargo xtask fuzz`).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -3,8 +3,7 @@
 //! titles; the view keeps each server's revision, info and timings; while pending it names
 //! the servers still connecting, with elapsed time dated by `now`, and so does the note.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 
@@ -338,7 +337,11 @@ fn hostile_pending_names_cannot_leave_the_note_line() {
     assert_eq!(context.lines().count(), 3, "{context}");
 }
 
-on_both_backends!(stored_details_reach_the_view);
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    open = ctxsync_test_support::store;
+    stored_details_reach_the_view,
+}
 
 fn pushed(version: u64, phase: DiscoveryPhase, pending: &[(&str, u64)]) -> Snapshot {
     Snapshot {

@@ -2,7 +2,7 @@
 //! never two tools with one name, independent of input order, mapped back for
 //! invocation; a property test over random (and adversarial) names.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

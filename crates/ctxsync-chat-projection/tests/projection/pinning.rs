@@ -1,7 +1,7 @@
 //! Chat context pinning: files and skills come from the chat's pin, MCP servers always
 //! from the live view through the freshness rule, never from the pin.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ctxsync_chat_projection::{Binding, ChatContext, PinnedContext, SnapshotState};

@@ -1,7 +1,7 @@
 //! The projection of SPEC §7: the phase table, the freshness rule, a missing agent,
 //! outcomes and counts, and the exact model note.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ctxsync_chat_projection::{Binding, View, project};

@@ -2,8 +2,7 @@
 //! freshness rule through real UpdateStartup and push writes, a deleted agent, chat
 //! pinning, and that a view never pairs one process's agent row with another's snapshot.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::{failed, instruction_file, server};
 use ctxsync_chat_projection::store::{agent_phase_counts, load_agent_view, load_chat};
@@ -13,14 +12,16 @@ use ctxsync_persistence::{AgentId, Store};
 use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending, Unspecified};
 use ctxsync_protocol::{Resource, ResourceBody, Snapshot, Startup};
 
-on_both_backends!(
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    open = ctxsync_test_support::store;
     phase_table,
     freshness_rule,
     a_deleted_agent_is_unknown_and_stale,
     chats_pin_files_and_read_mcp_live,
     agent_rows_and_snapshots_are_never_mixed_across_stores,
     aggregate_counts_agree_with_every_agents_view,
-);
+}
 
 /// One line saying everything the phase and freshness rules decide.
 fn describe(view: &View) -> String {

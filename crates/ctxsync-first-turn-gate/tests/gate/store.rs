@@ -13,35 +13,15 @@ use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending, Unspecified};
 use ctxsync_protocol::{McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus};
 use ctxsync_protocol::{Snapshot, Startup};
 
-/// Runs `async fn $name(db: TestStore)` once per backend, as `$name::sqlite` and
-/// `$name::postgres`.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(TestStore::sqlite().await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                if let Some(db) = TestStore::postgres().await {
-                    super::$name(db).await;
-                }
-            }
-        }
-    )*};
-}
-
-on_both_backends!(
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    open = ctxsync_test_support::store;
     pending_then_complete_is_released_by_the_push,
     complete_returns_at_once_with_the_projections_inventory,
     outcomes_agree_with_the_projection,
     a_timeout_on_one_replica_is_not_waited_again_on_another,
     a_restarted_replica_does_not_wait_again,
-);
+}
 
 /// Long enough never to end a test that works; a release must come far sooner.
 const BUDGET: Duration = Duration::from_secs(5);

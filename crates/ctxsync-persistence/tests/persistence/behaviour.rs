@@ -2,8 +2,7 @@
 //! backends: every test exists as `sqlite::<name>` and `postgres::<name>`. Behaviour
 //! visible on the wire goes through the real gRPC service on loopback.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::*;
 use ctxsync_persistence::{
@@ -14,7 +13,9 @@ use ctxsync_protocol::v1;
 use ctxsync_protocol::v1::context_resource::Body;
 use tonic::Code;
 
-both_backends!(
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test]
+    open = Harness::open;
     phase_and_run_id_round_trip,
     a_request_without_discovery_reads_as_unspecified,
     a_stale_run_is_dropped_and_the_row_untouched,
@@ -44,7 +45,7 @@ both_backends!(
     full_tool_definitions_and_server_details_round_trip,
     always_load_round_trips_and_a_change_of_it_alone_is_stored,
     pending_servers_are_stored_and_a_new_set_notifies,
-);
+}
 
 const RUN_A: &str = "4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01";
 const RUN_B: &str = "8e0d2f77-2c1b-4b6e-8d7e-4a2f5c9e0b02";

@@ -3,8 +3,7 @@
 //! changes of rows whose body stays, and is refused, writing nothing, when the server
 //! lacks its base; the full push that follows is stored.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::*;
 use ctxsync_persistence::test_support::with_bearer;
@@ -12,14 +11,16 @@ use ctxsync_persistence::{AgentId, ChangeEvent};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
 use ctxsync_protocol::{DELTA_DIGEST_SCHEME, DeltaBase, Resource, ResourceStatus, Snapshot, v1};
 
-both_backends!(
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test]
+    open = Harness::open;
     the_server_offers_deltas_and_a_legacy_full_push_still_works,
     a_delta_stores_and_notifies_what_the_full_push_does,
     status_and_warning_changes_arrive_through_a_delta,
     a_delta_without_its_base_is_refused_and_the_full_push_follows,
     a_delta_of_another_run_or_a_changed_row_is_refused,
     random_edits_store_the_same_through_deltas_and_full_pushes,
-);
+}
 
 const RUN: &str = "0b5c1a52-6a43-4c39-9b59-0b8b1d0e0a19";
 const OTHER_RUN: &str = "9e0d2f77-2c1b-4b6e-8d7e-4a2f5c9e0b19";

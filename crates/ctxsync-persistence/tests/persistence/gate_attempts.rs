@@ -7,35 +7,15 @@ use std::time::Duration;
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, ChatId, GateAttemptRecord, Store, StoreError};
 
-/// Runs `async fn $name(db: TestStore)` once per backend, as `$name::sqlite` and
-/// `$name::postgres`.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::*;
-
-            #[tokio::test]
-            async fn sqlite() {
-                super::$name(TestStore::sqlite().await).await;
-            }
-
-            #[tokio::test]
-            async fn postgres() {
-                if let Some(db) = TestStore::postgres().await {
-                    super::$name(db).await;
-                }
-            }
-        }
-    )*};
-}
-
-on_both_backends!(
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test]
+    open = ctxsync_test_support::store;
     a_start_and_its_end_are_read_back_by_another_store,
     a_new_start_of_the_same_run_replaces_its_record,
     old_runs_of_the_pair_are_forgotten_on_a_start,
     unknown_chats_and_agents_have_no_attempts,
     attempts_go_with_their_chat_and_agent,
-);
+}
 
 const LIMIT: Duration = Duration::from_secs(15);
 const FORGET_AFTER: Duration = Duration::from_secs(600);

@@ -18,31 +18,9 @@ const SESSION_TTL: Duration = Duration::from_secs(12 * 60 * 60);
 /// A lifetime that is over as soon as the row is written.
 const EXPIRED: Duration = Duration::ZERO;
 
-/// Generates `sqlite::$name` and `postgres::$name` for each `async fn $name(TestStore)`.
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(ctxsync_persistence::test_support::TestStore::sqlite().await).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(db) = ctxsync_persistence::test_support::TestStore::postgres().await {
-                        super::$name(db).await;
-                    }
-                }
-            )*
-        }
-    };
-}
-
-both_backends!(
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    open = ctxsync_test_support::store;
     a_link_is_used_up_once_across_stores,
     a_link_opens_only_its_own_chat,
     expired_links_and_sessions_open_nothing,
@@ -51,7 +29,7 @@ both_backends!(
     deleting_a_chat_deletes_its_links_and_sessions,
     unknown_chats_and_odd_secrets_are_refused,
     minting_stops_at_the_live_link_bound,
-);
+}
 
 async fn chat(db: &TestStore) -> ChatId {
     db.create_chat(None).await.expect("create chat").id

@@ -1,7 +1,7 @@
 //! PostgreSQL-only behaviour: several store instances (as several server processes
 //! would have, each with its own pool and LISTEN connection) on one database.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

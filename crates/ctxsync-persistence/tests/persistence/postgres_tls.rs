@@ -3,7 +3,7 @@
 //! (`ssl = on`, a self-signed certificate) and against a throwaway cluster that only
 //! accepts TLS, with a certificate from a test CA.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

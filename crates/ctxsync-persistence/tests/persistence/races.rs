@@ -7,7 +7,7 @@
 //! push sent. (`postgres.rs` races two processes of one agent through the gRPC API; this
 //! adds many agents, replicas per call and the resource and version invariants.)
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -3,15 +3,18 @@
 //! within the run counts only when its stored timings differ (a reconnect, not a tool
 //! list change).
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::*;
 use ctxsync_persistence::{AgentId, PushOutcome};
 use ctxsync_protocol::DiscoveryPhase::Complete;
 use ctxsync_protocol::{McpConnectTimings, Resource, ResourceBody};
 
-both_backends!(each_connect_is_reported_once);
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test]
+    open = Harness::open;
+    each_connect_is_reported_once,
+}
 
 fn timed(mut server: Resource, handshake_ms: u64) -> Resource {
     let ResourceBody::McpServer(body) = &mut server.body else {

@@ -7,36 +7,14 @@ use ctxsync_persistence::{
 };
 use serde_json::json;
 
-/// Generates `sqlite::$name` and `postgres::$name` for each `async fn $name(TestStore)`.
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(ctxsync_persistence::test_support::TestStore::sqlite().await).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(db) = ctxsync_persistence::test_support::TestStore::postgres().await {
-                        super::$name(db).await;
-                    }
-                }
-            )*
-        }
-    };
-}
-
-both_backends!(
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    open = ctxsync_test_support::store;
     turns_are_stored_as_answered_and_read_by_their_chat,
     activations_belong_to_one_turn,
     only_the_last_turns_of_a_chat_are_kept,
     concurrent_turns_of_one_chat_get_distinct_numbers,
-);
+}
 
 fn turn(mode: ChatTurnMode, tool: &str) -> NewTurn {
     NewTurn {

@@ -1,7 +1,7 @@
 //! Fails when the committed generated code no longer matches `proto/`: the same check as
 //! `cargo xtask codegen --check`, sharing its code.
 
-#[path = "../../../xtask/src/codegen.rs"]
+#[path = "../../../../xtask/src/codegen.rs"]
 #[allow(dead_code)]
 mod codegen;
 

@@ -1,10 +1,8 @@
 //! Shared helpers for engine tests: temp workspaces, fixture entries, report history, pids.
 
-#![allow(dead_code)] // each test binary uses a different subset
-
 use std::{
     collections::BTreeMap,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -13,6 +11,8 @@ use ctxsync_agent_diagnostics::{Engine, EngineConfig, Report, RetryPolicy, Serve
 use ctxsync_mcp_fixture::FixtureConfig;
 use serde_json::{Value, json};
 use tokio::sync::watch;
+
+pub use ctxsync_test_support::{Workspace, poll};
 
 /// Upper bound for anything that should happen soon; tests never wait this long when passing.
 pub const PATIENCE: Duration = Duration::from_secs(20);
@@ -28,40 +28,21 @@ pub fn fixture_entry(config: &FixtureConfig) -> Value {
     json!({"command": fixture_bin(), "args": config.to_args()})
 }
 
-/// A temporary workspace directory.
-pub struct Workspace {
-    dir: tempfile::TempDir,
-}
-
-impl Workspace {
-    pub fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().expect("tempdir"),
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    pub fn file(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
+/// What engine tests do with a workspace.
+pub trait EngineWorkspace {
     /// Writes `{"mcpServers": servers}` to `<workspace>/.mcp.json`.
-    pub fn write_servers(&self, servers: Value) {
-        self.write(".mcp.json", &json!({"mcpServers": servers}).to_string());
-    }
-
-    pub fn write(&self, name: &str, text: &str) {
-        // Write-then-rename so a watching engine never reads a half-written file.
-        let tmp = self.file(&format!(".{name}.tmp"));
-        std::fs::write(&tmp, text).expect("write config");
-        std::fs::rename(&tmp, self.file(name)).expect("rename config");
-    }
+    fn write_servers(&self, servers: Value);
 
     /// Engine config for this workspace: small env, no watching, no retries.
-    pub fn engine_config(&self) -> EngineConfig {
+    fn engine_config(&self) -> EngineConfig;
+}
+
+impl EngineWorkspace for Workspace {
+    fn write_servers(&self, servers: Value) {
+        self.write(".mcp.json", json!({"mcpServers": servers}).to_string());
+    }
+
+    fn engine_config(&self) -> EngineConfig {
         let mut config = EngineConfig::new(self.path());
         config.env = base_env();
         config.watch = false;
@@ -149,44 +130,26 @@ impl History {
 
 /// Whether a process exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => false,
-        Ok(stat) => {
-            // The state follows the parenthesized command name.
-            let state = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.chars().next());
-            !matches!(state, Some('Z' | 'X') | None)
-        }
-    }
+    ctxsync_test_support::process_alive(i32::try_from(pid).expect("a pid fits i32"))
 }
 
 /// Waits until the process is gone (killing is asynchronous in the kernel).
 pub async fn assert_gone(pid: u32, what: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while alive(pid) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what} (pid {pid}) is still alive"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    poll(format!("{what} (pid {pid}) to be gone"))
+        .within(Duration::from_secs(5))
+        .every(Duration::from_millis(20))
+        .until_true(|| async move { !alive(pid) })
+        .await;
 }
 
 /// Reads a pid file once it has been written.
 pub async fn read_pid(path: &Path) -> u32 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && let Ok(pid) = text.trim().parse()
-        {
-            return pid;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no pid in {}",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    poll(format!("a pid in {}", path.display()))
+        .within(PATIENCE)
+        .every(Duration::from_millis(20))
+        .until_some(|| async move {
+            let text = std::fs::read_to_string(path).ok()?;
+            text.trim().parse().ok()
+        })
+        .await
 }

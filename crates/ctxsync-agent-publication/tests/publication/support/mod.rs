@@ -1,11 +1,9 @@
 //! Test support: a real in-process tonic `Agent` server on 127.0.0.1 that records every
 //! call (with its `authorization` header) and answers from a script; temp workspaces.
 
-#![allow(dead_code)] // each test binary uses a different part
-
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -363,56 +361,7 @@ pub fn config(url: &str, workspace: &Path) -> PublisherConfig {
     }
 }
 
-/// A temporary workspace directory.
-#[derive(Debug)]
-pub struct Workspace {
-    pub dir: tempfile::TempDir,
-}
-
-impl Workspace {
-    pub fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
-    }
-
-    pub fn path(&self) -> PathBuf {
-        // Canonical, so sources and containment checks see one spelling of the path.
-        self.dir.path().canonicalize().unwrap()
-    }
-
-    /// Writes `content` to `relative`, creating parent directories.
-    pub fn write(&self, relative: &str, content: impl AsRef<[u8]>) -> PathBuf {
-        let path = self.path().join(relative);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, content).unwrap();
-        path
-    }
-
-    /// Replaces `relative` atomically (write a temporary file, then rename over it), so
-    /// no resolve can observe a half-written file.
-    pub fn replace(&self, relative: &str, content: impl AsRef<[u8]>) {
-        let path = self.path().join(relative);
-        let temporary = path.with_file_name(".ctxsync-test-replace.tmp");
-        std::fs::write(&temporary, content).unwrap();
-        std::fs::rename(&temporary, &path).unwrap();
-    }
-
-    /// A skill with valid front matter named after its directory.
-    pub fn skill(&self, container: &str, name: &str) -> PathBuf {
-        self.write(
-            &format!("{container}/{name}/SKILL.md"),
-            format!("---\nname: {name}\ndescription: The {name} skill.\n---\nBody of {name}.\n"),
-        )
-    }
-
-    pub fn symlink(&self, target: &Path, relative: &str) -> PathBuf {
-        let link = self.path().join(relative);
-        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
-        std::os::unix::fs::symlink(target, &link).unwrap();
-        link
-    }
-}
+pub use ctxsync_test_support::Workspace;
 
 /// A server-side TLS connection tonic can serve (tonic only knows rustls streams with its
 /// own TLS features on).

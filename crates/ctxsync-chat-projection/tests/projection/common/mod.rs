@@ -1,6 +1,5 @@
 //! Builders shared by the integration tests: resource rows and bindings as the store
 //! would hand them over.
-#![allow(dead_code)]
 
 use ctxsync_chat_projection::{AgentState, Binding, SnapshotState};
 use ctxsync_protocol::{
@@ -8,29 +7,6 @@ use ctxsync_protocol::{
     ResourceStatus, SkillBody,
 };
 use serde_json::json;
-
-/// Runs `async fn $name(db: TestStore)` once per backend, as `$name::sqlite` and
-/// `$name::postgres` (the using file imports `TestStore`).
-#[allow(unused_macros)]
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(TestStore::sqlite().await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                if let Some(db) = TestStore::postgres().await {
-                    super::$name(db).await;
-                }
-            }
-        }
-    )*};
-}
 
 pub fn tool(name: &str, description: &str, params: &[&str]) -> McpTool {
     let properties: serde_json::Map<String, serde_json::Value> = params

@@ -1,33 +1,6 @@
 //! Shared harness for the integration tests: a store on its own database, the agent
 //! API on loopback with a generated client, and snapshot fixtures.
 
-#![allow(dead_code)] // each test binary uses a different part
-
-/// Generates `sqlite::$name` and `postgres::$name` for each `async fn $name(Harness)`.
-#[allow(unused_macros)] // not every test binary runs on both backends
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::$name(crate::common::Harness::sqlite().await).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    if let Some(harness) = crate::common::Harness::postgres().await {
-                        super::$name(harness).await;
-                    }
-                }
-            )*
-        }
-    };
-}
-
 use std::time::Duration;
 
 use ctxsync_persistence::test_support::{TestAgentApi, TestStore, serve_agent_api, with_bearer};
@@ -37,6 +10,7 @@ use ctxsync_protocol::{
     DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody,
     ResourceStatus, SkillBody, Snapshot, Startup, v1,
 };
+use ctxsync_test_support::Backend;
 use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -53,6 +27,15 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// A harness on `backend` (the per-backend macro's `open`); `None` only when
+    /// PostgreSQL may be skipped.
+    pub async fn open(backend: Backend) -> Option<Self> {
+        match backend {
+            Backend::Sqlite => Some(Self::sqlite().await),
+            Backend::Postgres => Self::postgres().await,
+        }
+    }
+
     pub async fn sqlite() -> Self {
         Self::over(TestStore::sqlite().await).await
     }
