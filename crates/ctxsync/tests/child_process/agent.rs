@@ -2,7 +2,7 @@
 //! PostgreSQL, a `ctxsync agent` child running fixture MCP servers as its children, and
 //! assertions on what the database holds.
 
-mod processes;
+use crate::processes;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -11,8 +11,8 @@ use ctxsync_persistence::AgentContext;
 use ctxsync_protocol::v1::agent_server::{Agent, AgentServer};
 use ctxsync_protocol::{DiscoveryPhase, Resource, ResourceBody, ResourceStatus, v1};
 use processes::{
-    AgentProcess, Backend, Logs, MISSING_COMMAND, ServerProcess, Workspace, database,
-    wait_for_context, wait_for_log, wait_until_gone,
+    AgentProcess, Backend, FixtureWorkspace, Logs, MISSING_COMMAND, ServerProcess, Workspace,
+    database, wait_for_context, wait_for_log, wait_until_gone,
 };
 use tonic::{Request, Response, Status};
 

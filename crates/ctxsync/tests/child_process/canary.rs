@@ -7,7 +7,7 @@
 //! there and that the path was exercised (the failed server's diagnostic is there, with
 //! `[redacted]`), and that `CI=true` in the agent's environment leaves "true" readable.
 
-mod processes;
+use crate::processes;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;

@@ -3,14 +3,14 @@
 //! unreachable server is retried, not fatal; JSON logs, `context --json` and shell
 //! completions.
 
-mod processes;
+use crate::processes;
 
 use std::process::Output;
 
 use ctxsync_protocol::DiscoveryPhase;
 use processes::{
-    AgentProcess, Backend, Logs, MCP_TIMEOUT_MS, ServerProcess, WAIT, Workspace, ctxsync, database,
-    wait_for_context, wait_for_log,
+    AgentProcess, Backend, FixtureWorkspace, Logs, MCP_TIMEOUT_MS, ServerProcess, WAIT, Workspace,
+    ctxsync, database, wait_for_context, wait_for_log,
 };
 
 async fn output(command: &mut tokio::process::Command) -> Output {

@@ -4,7 +4,7 @@
 //! the agent's newest snapshot lands and change notifications flow again. (A server killed
 //! mid-stream and restarted is `agent.rs`'s `a_server_restart_loses_nothing`.)
 
-mod processes;
+use crate::processes;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -39,6 +39,8 @@ fn first_complete_snapshot(run: &str, aggregate_hash: &str) -> ctxsync_protocol:
 /// the server able to answer later turns (and their waits) normally.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_client_disconnects_does_not_break_later_turns() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     let store = TestStore::sqlite().await;
     let dir = tempfile::tempdir().unwrap();
     let server = ctxsync::server::start(ServerConfig {
@@ -331,6 +333,8 @@ fn accepted_versions(agent_log: &str) -> Vec<u64> {
 /// again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_outage_fails_pushes_and_everything_recovers() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     outage(Path::Cut).await;
 }
 
@@ -339,6 +343,8 @@ async fn a_postgres_outage_fails_pushes_and_everything_recovers() {
 /// connect timeout) keep requests from hanging.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_black_holed_postgres_fails_pushes_and_everything_recovers() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     outage(Path::BlackHole).await;
 }
 

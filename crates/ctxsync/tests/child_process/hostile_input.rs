@@ -3,7 +3,7 @@
 //! out-of-memory), and `ctxsync agent` exits within seconds of SIGTERM whatever its MCP
 //! servers do.
 
-mod processes;
+use crate::processes;
 
 use std::io::Write as _;
 use std::net::TcpListener;

@@ -5,7 +5,7 @@
 //! Memory is the server's `VmHWM` (peak resident set) before and after; the figures are
 //! printed for RELIABILITY.md.
 
-mod processes;
+use crate::processes;
 
 use std::time::{Duration, Instant};
 
@@ -189,6 +189,8 @@ async fn unauthenticated_floods_cost_little_memory_while_a_real_agent_keeps_push
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_never_finish_their_headers_neither_block_others_nor_stay_forever() {
+    // Timing-bound: never beside a heavy test (see ctxsync-test-support).
+    let _timing = ctxsync_test_support::timing_bound().await;
     let logs = Logs::new();
     let db = TestStore::sqlite().await;
     let server =
@@ -236,6 +238,8 @@ async fn clients_that_never_finish_their_headers_neither_block_others_nor_stay_f
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_open_event_streams_and_exits_within_the_grace() {
+    // Timing-bound: never beside a heavy test (see ctxsync-test-support).
+    let _timing = ctxsync_test_support::timing_bound().await;
     let logs = Logs::new();
     let db = TestStore::sqlite().await;
     let token = "hostile-traffic-test-token";
@@ -357,6 +361,8 @@ const SLOW_GATE: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_an_in_flight_turn_finish_and_a_second_signal_exits_at_once() {
+    // Timing-bound: never beside a heavy test (see ctxsync-test-support).
+    let _timing = ctxsync_test_support::timing_bound().await;
     let token = "hostile-traffic-test-token";
     let logs = Logs::new();
     let db = TestStore::sqlite().await;
@@ -412,26 +418,26 @@ async fn sigterm_lets_an_in_flight_turn_finish_and_a_second_signal_exits_at_once
 
 /// The turn has reached the gate (the server's gate metrics show a waiting turn).
 async fn wait_for_waiting_turn(server: &ServerProcess) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let metrics = reqwest::Client::new()
-            .get(format!("{}/metrics", server.http_url()))
-            .bearer_auth("hostile-traffic-test-token")
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics text");
-        if metrics
-            .lines()
-            .any(|l| l.starts_with("ctxsync_gate_attempts_waiting ") && !l.ends_with(" 0"))
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no waiting turn:\n{metrics}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let url = format!("{}/metrics", server.http_url());
+    let url = url.as_str();
+    processes::poll("a waiting turn in the gate metrics")
+        .within(WAIT)
+        .until(move || async move {
+            let metrics = reqwest::Client::new()
+                .get(url)
+                .bearer_auth("hostile-traffic-test-token")
+                .send()
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("metrics text");
+            let waiting = metrics
+                .lines()
+                .any(|l| l.starts_with("ctxsync_gate_attempts_waiting ") && !l.ends_with(" 0"));
+            if waiting { Ok(()) } else { Err(metrics) }
+        })
+        .await;
 }
 
 async fn wait_for_log_line(logs: &Logs, needle: &str) {

@@ -4,14 +4,14 @@
 //! publishes nothing and says why; certificates reload without dropping connections; and
 //! an agent token's lifecycle (list, rotate, delete) from the command line and the API.
 
-mod processes;
+use crate::processes;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use ctxsync_persistence::test_support::TestDatabase;
-use processes::{Logs, WAIT, Workspace, ctxsync, wait_for_log};
+use processes::{FixtureWorkspace, Logs, WAIT, Workspace, ctxsync, wait_for_log};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -383,22 +383,21 @@ async fn wait_version(
     logs: &Logs,
     above: u64,
 ) -> u64 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (_, context) = server
-            .call(client, reqwest::Method::GET, context_path, None)
-            .await;
-        let version = context["snapshot"]["version"].as_u64().unwrap_or(0);
-        if version > above {
-            return version;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no snapshot above version {above}: {context}\nagent log:\n{}",
-            logs.read("agent")
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    processes::poll(format!("a snapshot above version {above}"))
+        .within(WAIT)
+        .explain(|| format!("agent log:\n{}", logs.read("agent")))
+        .until(move || async move {
+            let (_, context) = server
+                .call(client, reqwest::Method::GET, context_path, None)
+                .await;
+            let version = context["snapshot"]["version"].as_u64().unwrap_or(0);
+            if version > above {
+                Ok(version)
+            } else {
+                Err(context)
+            }
+        })
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@
 //! Content-Security-Policy with no violation in the console. Screenshots land in
 //! `target/test-artifacts/`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -18,6 +18,8 @@ const WAIT: Duration = Duration::from_secs(15);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_updates_in_place_and_escapes_hostile_text() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     if !browser_available() {
         return;
     }
@@ -503,6 +505,8 @@ async fn assert_no_reload_and_no_csp_violation(browser: &Browser) {
 /// is saved in `target/screenshots/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_state_reads_at_a_glance_and_passes_axe() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     if !browser_available() {
         return;
     }
@@ -800,6 +804,8 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
 /// place when the new run publishes: the banner goes, the tools appear, no reload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_banner_clears_live_when_the_fresh_run_publishes() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     if !browser_available() {
         return;
     }

@@ -7,14 +7,14 @@
 //! The examples are compiled here from their own files, so what the test runs is exactly
 //! what an embedder reads and copies.
 
-mod support;
+use crate::support;
 
 #[allow(dead_code)] // its `main` is for `cargo run --example`
-#[path = "../../ctxsync-agent-publication/examples/publish_workspace.rs"]
+#[path = "../../../ctxsync-agent-publication/examples/publish_workspace.rs"]
 mod publish_workspace;
 
 #[allow(dead_code)]
-#[path = "../../ctxsync-first-turn-gate/examples/chat_service.rs"]
+#[path = "../../../ctxsync-first-turn-gate/examples/chat_service.rs"]
 mod chat_service;
 
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! turning health NOT_SERVING for an open Watch, which then ends so the drain does not
 //! wait for it. (Health following a PostgreSQL outage is in `faults.rs`.)
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;

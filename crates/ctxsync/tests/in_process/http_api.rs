@@ -1,7 +1,7 @@
 //! The chat API through real HTTP on loopback: every route, status code and error, on
 //! SQLite and PostgreSQL.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -10,21 +10,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use support::*;
 
-/// Runs one scenario against both backends as two tests.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { if let Some(h) = super::Harness::start(super::Backend::Sqlite).await { super::$name(h).await } })*
-        }
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { if let Some(h) = super::Harness::start(super::Backend::Postgres).await { super::$name(h).await } })*
-        }
-    };
-}
-
-on_both_backends!(
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    open = Harness::start;
     every_api_route_refuses_a_missing_or_wrong_token,
     agents_are_created_and_their_context_summarised,
     chats_are_created_and_read,
@@ -34,7 +22,7 @@ on_both_backends!(
     page_links_become_a_session_cookie_once,
     events_stream_a_new_panel_after_a_push,
     metrics_and_health,
-);
+}
 
 async fn every_api_route_refuses_a_missing_or_wrong_token(h: Harness) {
     let chat = "00000000-0000-4000-8000-000000000000";

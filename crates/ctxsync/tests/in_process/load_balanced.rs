@@ -5,7 +5,7 @@
 //! context refresh, the page link → page → live events in a real browser; and a replica
 //! killed under an open page, whose event stream comes back on the survivor.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -78,23 +78,23 @@ fn slow_server(delay: Duration, tool: &str) -> FixtureConfig {
 
 /// Polls the chat through the balancer until `done` holds (bounded by [`WAIT`]).
 async fn wait_for_chat(lb: &LoadBalanced, chat: &str, what: &str, done: impl Fn(&Value) -> bool) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let answer = lb
-            .call(Method::GET, &format!("/api/chats/{chat}"), None)
-            .await;
-        assert_eq!(answer.status, 200, "{answer:?}");
-        if done(&answer.body) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {}\n{}",
-            answer.body,
-            lb.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let done = &done;
+    let path = format!("/api/chats/{chat}");
+    let path = path.as_str();
+    ctxsync_test_support::poll(what)
+        .within(WAIT)
+        .every(Duration::from_millis(50))
+        .explain(|| lb.logs())
+        .until(move || async move {
+            let answer = lb.call(Method::GET, path, None).await;
+            assert_eq!(answer.status, 200, "{answer:?}");
+            if done(&answer.body) {
+                Ok(())
+            } else {
+                Err(answer.body)
+            }
+        })
+        .await;
 }
 
 fn tool_names(tools: &Value) -> Vec<String> {
@@ -108,6 +108,8 @@ fn tool_names(tools: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_turn_and_a_plan_turn_through_the_balancer() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     let Some(lb) = balanced().await else { return };
     let (_, token, chat) = agent_and_chat(&lb).await;
     let workspace = workspace(&[("slow", slow_server(Duration::from_millis(1500), "query"))]);
@@ -148,6 +150,8 @@ async fn a_first_turn_and_a_plan_turn_through_the_balancer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn find_tools_activates_for_a_turn_that_any_replica_serves() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     let Some(lb) = balanced().await else { return };
     let (_, token, chat) = agent_and_chat(&lb).await;
     let docs = FixtureConfig::new()
@@ -218,6 +222,8 @@ async fn find_tools_activates_for_a_turn_that_any_replica_serves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_context_refresh_through_the_balancer() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     let Some(lb) = balanced().await else { return };
     let (_, token, chat) = agent_and_chat(&lb).await;
     let workspace = workspace(&[]);
@@ -320,6 +326,8 @@ async fn refresh_from_the_page(browser: &Browser, workspace: &Path, text: &str) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn page_link_page_and_live_events_through_the_balancer() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     if !browser_available() {
         return;
     }
@@ -363,6 +371,8 @@ async fn page_link_page_and_live_events_through_the_balancer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_reconnects_when_its_replica_is_killed() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     if !browser_available() {
         return;
     }

@@ -4,7 +4,7 @@
 //! server's annotations as untrusted hints; the served page shows titles and hint badges
 //! with hostile text escaped, under the page's Content-Security-Policy.
 
-mod support;
+use crate::support;
 
 use ctxsync_persistence::AgentId;
 use ctxsync_protocol::*;

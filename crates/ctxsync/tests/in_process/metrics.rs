@@ -3,7 +3,7 @@
 //! hold their invariants, and the values move with gRPC pushes, a first turn and an
 //! open event stream on a real server.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;

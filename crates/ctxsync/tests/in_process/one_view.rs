@@ -4,7 +4,7 @@
 //! stale agent; and an open event stream catches up with a change whose notification
 //! was lost.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! server serves it without a token, and schemathesis (a generic OpenAPI fuzzer, not
 //! ctxsync's own) finds no 5xx answer and no answer outside the document.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -45,7 +45,7 @@ fn the_committed_document_is_the_generated_one() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "{} is stale: run `{BLESS_ENV}=1 cargo test -p ctxsync --test openapi` and commit it",
+        "{} is stale: run `{BLESS_ENV}=1 cargo test -p ctxsync --test in_process openapi::` and commit it",
         path.display()
     );
 }

@@ -2,7 +2,7 @@
 //! their MCP servers (this binary's `mcp-fixture`, behind a launcher script inside the
 //! plugin) and publishing to a real server; every assertion is on what the chat API says.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -112,6 +112,8 @@ async fn refresh(server: &RunningServer, chat: ChatId, cookie: &str) -> StatusCo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_and_sessions_work_on_every_replica_and_survive_a_restart() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     let Some(database) = tokio::task::spawn_blocking(TestDatabase::create)
         .await
         .unwrap()
@@ -194,6 +196,8 @@ async fn links_and_sessions_work_on_every_replica_and_survive_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sqlite_session_survives_a_server_restart() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     let dir = tempfile::tempdir().unwrap();
     let database = DatabaseConfig::sqlite_in(dir.path());
     let first = start(database.clone(), dir.path()).await;

@@ -2,8 +2,6 @@
 //! talks to one replica, the chat to the other, and the first turn waiting on the second
 //! is released by the first's commit through LISTEN/NOTIFY — not by a re-check timer.
 
-mod support;
-
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -106,6 +104,8 @@ async fn metric(http: &reqwest::Client, base: &str, series: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_to_one_replica_releases_a_turn_waiting_on_another() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
     let Some(database) = tokio::task::spawn_blocking(TestDatabase::create)
         .await
         .unwrap()

@@ -2,11 +2,11 @@
 //! MCP servers (this binary's `mcp-fixture` command, as child processes of the agent) and
 //! publishing to a real server; every assertion is on what the chat API returns.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ctxsync_mcp_fixture::{FixtureConfig, FixtureLifecycle, ToolSpec};
 use reqwest::Method;
@@ -64,10 +64,23 @@ struct Scenario {
     token: String,
     chat: String,
     workspace: tempfile::TempDir,
+    // Scenarios assert budgets: never beside a heavy test. Last, so it is released last.
+    _timing: ctxsync_test_support::TimingBound,
 }
 
 impl Scenario {
-    async fn new(h: Harness) -> Self {
+    /// The world of one scenario on `backend`, with the scenarios' budget and grace;
+    /// `None` only when PostgreSQL may be skipped.
+    async fn open(backend: Backend) -> Option<Self> {
+        let timing = ctxsync_test_support::timing_bound().await;
+        let harness = Harness::start_with(backend, BUDGET, GRACE).await;
+        if backend == Backend::Sqlite {
+            assert!(harness.is_some(), "a SQLite server always starts");
+        }
+        Some(Self::new(harness?, timing).await)
+    }
+
+    async fn new(h: Harness, timing: ctxsync_test_support::TimingBound) -> Self {
         let (status, agent) = h
             .call(Method::POST, "/api/agents", Some(json!({ "name": "e2e" })))
             .await;
@@ -85,6 +98,7 @@ impl Scenario {
             chat: chat["id"].as_str().unwrap().to_string(),
             h,
             workspace,
+            _timing: timing,
         }
     }
 
@@ -130,18 +144,15 @@ impl Scenario {
 
     /// Polls the chat until `done` holds (bounded by [`DEADLINE`]).
     async fn wait_for_chat(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let chat = self.chat().await;
-            if done(&chat) {
-                return chat;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}: {chat}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let done = &done;
+        ctxsync_test_support::poll(what)
+            .within(DEADLINE)
+            .every(Duration::from_millis(50))
+            .until(move || async move {
+                let chat = self.chat().await;
+                if done(&chat) { Ok(chat) } else { Err(chat) }
+            })
+            .await
     }
 }
 
@@ -184,30 +195,13 @@ async fn http_500_server() -> String {
     format!("http://{addr}/mcp")
 }
 
-macro_rules! scenarios {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                let h = super::Harness::start_with(super::Backend::Sqlite, super::BUDGET, super::GRACE).await.unwrap();
-                super::$name(super::Scenario::new(h).await).await
-            })*
-        }
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                let Some(h) = super::Harness::start_with(super::Backend::Postgres, super::BUDGET, super::GRACE).await else { return };
-                super::$name(super::Scenario::new(h).await).await
-            })*
-        }
-    };
-}
-
 /// The gate's budget in these scenarios: short, but far above a release's latency.
 const BUDGET: Duration = Duration::from_secs(3);
 const GRACE: Duration = Duration::from_secs(2);
 
-scenarios!(
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    open = Scenario::open;
     no_mcp_servers_is_complete_at_once,
     a_failing_registration_is_settled,
     a_hung_server_fails_open_within_the_budget,
@@ -216,7 +210,7 @@ scenarios!(
     a_restarted_agent_never_offers_the_old_process_tools,
     a_broken_edit_keeps_the_previous_tools_with_a_warning,
     full_tool_definitions_and_pending_servers_reach_the_chat_api,
-);
+}
 
 async fn no_mcp_servers_is_complete_at_once(s: Scenario) {
     let _agent = s.start_agent(Duration::from_secs(5));

@@ -7,10 +7,11 @@
 //! served page escapes hostile tool names and descriptions, and an oversized request body
 //! is refused before it is read.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -35,8 +36,32 @@ fn canary(position: &str) -> String {
     )
 }
 
-/// Every server log line of this test binary, in one file (the server runs in-process).
-fn server_log() -> &'static Path {
+/// Whether the scan's test runs: the subscriber records only then. The tests of this
+/// binary's other modules run in the same process, and without this their servers would
+/// log at `trace` into the file for the rest of the run.
+static RECORDING: AtomicUsize = AtomicUsize::new(0);
+
+/// The in-process server's log while held (see [`server_log`]).
+struct Recording(&'static Path);
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        RECORDING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Every server log line of this test binary while the returned guard is held, in one
+/// file (the server runs in-process).
+fn server_log() -> Recording {
+    RECORDING.fetch_add(1, Ordering::SeqCst);
+    Recording(server_log_file())
+}
+
+fn server_log_file() -> &'static Path {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
     static LOG: OnceLock<PathBuf> = OnceLock::new();
     LOG.get_or_init(|| {
         let path = std::env::temp_dir().join(format!(
@@ -45,10 +70,16 @@ fn server_log() -> &'static Path {
         ));
         let file = Arc::new(Mutex::new(std::fs::File::create(&path).expect("log file")));
         let writer = move || LogWriter(file.clone());
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(LOG_FILTER))
-            .with_ansi(false)
-            .with_writer(writer)
+        let recording =
+            tracing_subscriber::filter::filter_fn(|_| RECORDING.load(Ordering::SeqCst) > 0);
+        tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
+                    .with_writer(writer)
+                    .with_filter(tracing_subscriber::EnvFilter::new(LOG_FILTER))
+                    .with_filter(recording),
+            )
             .try_init()
             .expect("the only subscriber of this test binary");
         path
@@ -359,7 +390,7 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
         "the agent logged something to scan"
     );
     scan.clean("the agent's log", &agent_stderr, &canaries);
-    let server_stderr = std::fs::read(server_log).unwrap();
+    let server_stderr = std::fs::read(server_log.0).unwrap();
     assert!(!server_stderr.is_empty(), "the server logged something");
     scan.clean("the server's log", &server_stderr, &canaries);
     for (place, bytes) in [("agent log", &agent_stderr), ("server log", &server_stderr)] {
@@ -462,6 +493,8 @@ async fn post_until_answered(addr: &str, head: String, chunked: bool) -> (String
 /// whether it announces its length or streams chunks: nothing buffers it whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_body_is_refused_before_it_is_read() {
+    // Timing-bound: never beside a heavy test (see ctxsync-test-support).
+    let _timing = ctxsync_test_support::timing_bound().await;
     let h = Harness::start(Backend::Sqlite).await.unwrap();
     let agent = h.new_agent().await;
     let chat = h.new_chat(agent).await;

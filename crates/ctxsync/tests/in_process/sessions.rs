@@ -4,7 +4,7 @@
 //! other security headers; token-carrying responses are never cached; the cookie's
 //! attributes with and without TLS.
 
-mod support;
+use crate::support;
 
 use ctxsync::server::ServerConfig;
 use ctxsync::tls::TlsFiles;

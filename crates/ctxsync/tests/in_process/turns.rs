@@ -3,7 +3,7 @@
 //! them; a chat rebound to another agent waits on that agent's current run on its next
 //! default turn, then offers its tools.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -145,31 +145,16 @@ fn tool_names(turn: &Value) -> Vec<&str> {
         .collect()
 }
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                if let Some(s) = super::Servers::start(super::Backend::Sqlite).await { super::$name(s).await }
-            })*
-        }
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                if let Some(s) = super::Servers::start(super::Backend::Postgres).await { super::$name(s).await }
-            })*
-        }
-    };
-}
-
-on_both_backends!(
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    open = Servers::start;
     turns_are_stored_and_read_from_any_replica,
     activations_belong_to_their_turn,
     unknown_turns_and_bad_requests_are_refused,
     a_rebound_chat_waits_for_its_new_agent_then_offers_its_tools,
     rebinding_refuses_unknown_agents_and_bad_bodies,
     a_turn_over_budget_defers_behind_find_tools,
-);
+}
 
 /// An agent whose current run finished discovery with `tools` on server `name`; a chat
 /// bound to it.

@@ -1,16 +1,16 @@
 //! End-to-end test support: the `ctxsync` binary as `server` and `agent` child processes,
 //! temp workspaces whose `.mcp.json` declares fixture MCP servers, and bounded polling of
-//! the database the server writes.
-
-#![allow(dead_code)] // each test binary uses a different part
+//! the database the server writes. The generic parts (backends, logs, workspaces, the
+//! poller) are `ctxsync-test-support`'s.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentContext, AgentId};
+pub use ctxsync_test_support::{Backend, Logs, Workspace, poll, process_alive};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -39,50 +39,9 @@ pub fn ctxsync() -> Command {
     command
 }
 
-/// Which backend a test runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
-
 /// A fresh database for one test; `None` only when PostgreSQL may be skipped locally.
 pub async fn database(backend: Backend) -> Option<TestStore> {
-    match backend {
-        Backend::Sqlite => Some(TestStore::sqlite().await),
-        Backend::Postgres => TestStore::postgres().await,
-    }
-}
-
-/// Where a process's stderr goes: a file, so a full pipe never blocks it and a failing
-/// test can show it.
-#[derive(Debug)]
-pub struct Logs {
-    dir: tempfile::TempDir,
-}
-
-impl Logs {
-    pub fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().expect("a temp dir for logs"),
-        }
-    }
-
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(format!("{name}.log"))
-    }
-
-    fn file(&self, name: &str) -> std::fs::File {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.path(name))
-            .expect("a log file")
-    }
-
-    pub fn read(&self, name: &str) -> String {
-        std::fs::read_to_string(self.path(name)).unwrap_or_default()
-    }
+    ctxsync_test_support::store(backend).await
 }
 
 /// A `ctxsync server` child process on the test's database.
@@ -245,7 +204,6 @@ impl ServerProcess {
 #[derive(Debug)]
 pub struct AgentProcess {
     pub child: Child,
-    pub log: String,
 }
 
 impl AgentProcess {
@@ -269,10 +227,7 @@ impl AgentProcess {
             .stderr(logs.file(name))
             .spawn()
             .expect("spawning ctxsync agent");
-        Self {
-            child,
-            log: name.to_owned(),
-        }
+        Self { child }
     }
 
     /// SIGTERM, then the exit status (bounded).
@@ -300,33 +255,19 @@ impl AgentProcess {
     }
 }
 
-/// A temporary workspace directory.
-#[derive(Debug)]
-pub struct Workspace {
-    dir: tempfile::TempDir,
-}
-
-impl Workspace {
-    pub fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().expect("a temp workspace"),
-        }
-    }
-
-    pub fn path(&self) -> PathBuf {
-        self.dir.path().canonicalize().expect("the workspace path")
-    }
-
-    pub fn write(&self, relative: &str, content: &str) {
-        let path = self.path().join(relative);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, content).unwrap();
-    }
-
+/// Workspaces that declare fixture MCP servers served by the binary under test.
+pub trait FixtureWorkspace: Sized {
     /// `AGENTS.md` and a `.mcp.json` declaring `servers` (name → fixture flags), plus an
     /// entry whose command does not exist (`missing`) and an invalid one (`bad`). Each
     /// fixture writes its pid under `pids/`.
-    pub fn with_servers(servers: &[(&str, &[&str])]) -> Self {
+    fn with_servers(servers: &[(&str, &[&str])]) -> Self;
+
+    /// The pids the fixture servers wrote.
+    fn fixture_pids(&self) -> Vec<i32>;
+}
+
+impl FixtureWorkspace for Workspace {
+    fn with_servers(servers: &[(&str, &[&str])]) -> Self {
         let workspace = Self::new();
         // The binary under test serves the fixture (`ctxsync mcp-fixture`): nothing is built
         // while a test runs.
@@ -354,14 +295,13 @@ impl Workspace {
         );
         workspace.write(
             ".mcp.json",
-            &serde_json::json!({ "mcpServers": declared }).to_string(),
+            serde_json::json!({ "mcpServers": declared }).to_string(),
         );
         workspace.write("AGENTS.md", "# Agents\nBe brief.\n");
         workspace
     }
 
-    /// The pids the fixture servers wrote.
-    pub fn fixture_pids(&self) -> Vec<i32> {
+    fn fixture_pids(&self) -> Vec<i32> {
         let Ok(entries) = std::fs::read_dir(self.path().join("pids")) else {
             return Vec::new();
         };
@@ -372,28 +312,16 @@ impl Workspace {
     }
 }
 
-/// Whether `pid` is a live process (a zombie counts as gone).
-pub fn process_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesized command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
 /// Waits until no process in `pids` is alive.
 pub async fn wait_until_gone(pids: &[i32]) {
-    let deadline = Instant::now() + WAIT;
-    while pids.iter().any(|pid| process_alive(*pid)) {
-        let alive: Vec<i32> = pids.iter().copied().filter(|p| process_alive(*p)).collect();
-        assert!(
-            Instant::now() < deadline,
-            "MCP server processes outlived the agent: {alive:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    poll("the MCP server processes to exit with the agent")
+        .within(WAIT)
+        .every(POLL)
+        .until(move || async move {
+            let alive: Vec<i32> = pids.iter().copied().filter(|p| process_alive(*p)).collect();
+            if alive.is_empty() { Ok(()) } else { Err(alive) }
+        })
+        .await;
 }
 
 /// Polls `read_agent_context` until `done` holds (bounded by [`WAIT`]); on timeout the
@@ -403,42 +331,41 @@ pub async fn wait_for_context(
     agent: AgentId,
     logs: &Logs,
     what: &str,
-    mut done: impl FnMut(&AgentContext) -> bool,
+    done: impl FnMut(&AgentContext) -> bool,
 ) -> AgentContext {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let context = store
-            .read_agent_context(agent)
-            .await
-            .expect("reading the agent context")
-            .expect("the agent exists");
-        if done(&context) {
-            return context;
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "timed out waiting for {what}; last state: {context:#?}\nserver log:\n{}\nagent logs:\n{}\n{}",
+    let done = &std::cell::RefCell::new(done);
+    poll(what)
+        .within(WAIT)
+        .every(POLL)
+        .explain(|| {
+            format!(
+                "server log:\n{}\nagent logs:\n{}\n{}",
                 logs.read("server"),
                 logs.read("agent"),
                 logs.read("agent2"),
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
+            )
+        })
+        .until(move || async move {
+            let context = store
+                .read_agent_context(agent)
+                .await
+                .expect("reading the agent context")
+                .expect("the agent exists");
+            let finished = (&mut *done.borrow_mut())(&context);
+            if finished { Ok(context) } else { Err(context) }
+        })
+        .await
 }
 
 /// Waits until the log `name` contains `needle` (bounded by [`WAIT`]).
 pub async fn wait_for_log(logs: &Logs, name: &str, needle: &str) -> String {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let text = logs.read(name);
-        if text.contains(needle) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for `{needle}` in the {name} log:\n{text}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    poll(format!("`{needle}` in the {name} log"))
+        .within(WAIT)
+        .every(POLL)
+        .explain(|| format!("the {name} log:\n{}", logs.read(name)))
+        .until_some(move || async move {
+            let text = logs.read(name);
+            text.contains(needle).then_some(text)
+        })
+        .await
 }

@@ -1,8 +1,6 @@
 //! Shared set-up for the binary's tests: a real server on loopback ports over SQLite or a
 //! fresh PostgreSQL database, and snapshots to push through the real store.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
-
 pub mod haproxy;
 pub mod webdriver;
 
@@ -15,11 +13,7 @@ use ctxsync_persistence::{AgentId, DatabaseConfig};
 use ctxsync_protocol::*;
 use serde_json::{Value, json};
 
-#[derive(Clone, Copy, Debug)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
+pub use ctxsync_test_support::Backend;
 
 /// A running server and what keeps its database alive.
 pub struct Harness {
