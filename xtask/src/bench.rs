@@ -159,7 +159,7 @@ pub fn run(
     json: Option<&Path>,
 ) -> Result<std::collections::HashMap<String, PathBuf>> {
     let started = std::time::Instant::now();
-    crate::install_tools(root, crate::Tools::BENCH)?;
+    crate::install_tools(root, crate::Tools::for_command("bench"))?;
     let executables = build(root, cargo)?;
     let path_of = |name: &str| {
         executables

@@ -63,7 +63,7 @@ fn main() -> Result<()> {
         ["tidy"] => tidy(&root),
         ["embedding"] => embedding::check(&root, &cargo()),
         ["test"] => test(&root),
-        ["test-tools"] => install_tools(&root, Tools::ALL),
+        ["test-tools"] => install_tools(&root, Tools::for_command("test-tools")),
         ["ci"] => ci(&root),
         ["self-contained"] => portable::check(&root, &cargo()),
         ["fuzz-check"] => fuzz_check(&root),
@@ -71,7 +71,7 @@ fn main() -> Result<()> {
             let seconds = seconds
                 .parse()
                 .context("--seconds takes a whole number of seconds")?;
-            install_tools(&root, Tools::FUZZ)?;
+            install_tools(&root, Tools::for_command("fuzz"))?;
             fuzz::run(&root, &cargo(), seconds)
         }
         ["bench", rest @ ..] => {
@@ -165,7 +165,7 @@ fn tidy(root: &Path) -> Result<()> {
 /// whose tests pass only with features another member turns on fails here; CI runs each
 /// test once, as this command.
 fn test(root: &Path) -> Result<()> {
-    install_tools(root, Tools::ALL)?;
+    install_tools(root, Tools::for_command("test"))?;
     let schemathesis = root.join("target/test-artifacts/schemathesis.txt");
     let _ = std::fs::remove_file(&schemathesis);
     for member in workspace_members(root)? {
@@ -192,7 +192,7 @@ fn ci(root: &Path) -> Result<()> {
         Ok(())
     };
     step("install test tools", &mut || {
-        install_tools(root, Tools::ALL)
+        install_tools(root, Tools::for_command("ci"))
     })?;
     step("fmt", &mut || {
         run(root, cargo(), &["fmt", "--all", "--check"])
@@ -367,6 +367,16 @@ impl Tools {
         python_mcp: false,
         python_clients: false,
     };
+
+    /// What `cargo xtask <command>` installs before it runs.
+    pub fn for_command(command: &str) -> Self {
+        match command {
+            "test" | "test-tools" | "ci" => Self::ALL,
+            "fuzz" => Self::FUZZ,
+            "bench" => Self::BENCH,
+            _ => Self::NONE,
+        }
+    }
 }
 
 /// The npm MCP server the interoperability tests run (a revision before 2026-07-28).
@@ -546,11 +556,12 @@ mod tests {
     #[test]
     fn every_command_installs_what_it_runs_needs() {
         // `fuzz` runs the schemathesis test, which runs the Python clients.
-        assert!(Tools::FUZZ.python_clients);
+        assert!(Tools::for_command("fuzz").python_clients);
         // `bench` runs bench_discovery against the pinned Python MCP SDK.
-        assert!(Tools::BENCH.python_mcp);
+        assert!(Tools::for_command("bench").python_mcp);
+        assert_eq!(Tools::for_command("ci"), Tools::for_command("test"));
         assert_eq!(
-            Tools::ALL,
+            Tools::for_command("test-tools"),
             Tools {
                 system: true,
                 npm: true,

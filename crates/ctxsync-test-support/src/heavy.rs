@@ -62,9 +62,7 @@ mod tests {
     }
 
     /// Polls `future` once: `Some` if it finished.
-    async fn futures_poll_once<F: std::future::Future>(
-        future: std::pin::Pin<&mut F>,
-    ) -> Option<F::Output> {
+    async fn futures_poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Option<F::Output> {
         tokio::time::timeout(std::time::Duration::ZERO, future)
             .await
             .ok()
