@@ -18,22 +18,30 @@ static MACHINE: LazyLock<RwLock<()>> = LazyLock::new(|| RwLock::new(()));
 /// Held for a heavy test's whole run; dropping it lets the next one start.
 #[derive(Debug)]
 #[must_use = "the guard only keeps tests apart while it is held"]
-pub struct HeavyTest(#[allow(dead_code)] RwLockWriteGuard<'static, ()>);
+pub struct HeavyTest {
+    _held: RwLockWriteGuard<'static, ()>,
+}
 
 /// Held for a timing-bound test's whole run.
 #[derive(Debug)]
 #[must_use = "the guard only keeps tests apart while it is held"]
-pub struct TimingBound(#[allow(dead_code)] RwLockReadGuard<'static, ()>);
+pub struct TimingBound {
+    _held: RwLockReadGuard<'static, ()>,
+}
 
 /// Waits until no other heavy or timing-bound test of this binary runs; hold the guard
 /// to the test's end.
 pub async fn heavy() -> HeavyTest {
-    HeavyTest(MACHINE.write().await)
+    HeavyTest {
+        _held: MACHINE.write().await,
+    }
 }
 
 /// Waits until no heavy test of this binary runs; hold the guard to the test's end.
 pub async fn timing_bound() -> TimingBound {
-    TimingBound(MACHINE.read().await)
+    TimingBound {
+        _held: MACHINE.read().await,
+    }
 }
 
 #[cfg(test)]

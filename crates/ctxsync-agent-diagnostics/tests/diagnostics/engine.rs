@@ -74,7 +74,7 @@ async fn duplicate_name_in_a_later_file_is_ignored_with_a_warning() {
     ws.write_servers(json!({"dup": fixture_entry(&FixtureConfig::new().tools(1))}));
     ws.write(
         "extra.json",
-        &json!({"mcpServers": {"dup": fixture_entry(&FixtureConfig::new().tools(3))}}).to_string(),
+        json!({"mcpServers": {"dup": fixture_entry(&FixtureConfig::new().tools(3))}}).to_string(),
     );
     let mut config = ws.engine_config();
     config.config_paths.push("extra.json".into());
@@ -795,7 +795,7 @@ async fn every_diagnostic_is_bounded_on_a_utf8_boundary() {
     for i in 0..300 {
         servers.insert(format!("bad_é😀_{i}_"), json!({"command": "x"}));
     }
-    ws.write(".mcp.json", &json!({"mcpServers": servers}).to_string());
+    ws.write(".mcp.json", json!({"mcpServers": servers}).to_string());
     let engine = Engine::start(ws.engine_config());
     let report = complete(&engine).await;
     let mut diagnostics: Vec<&str> = Vec::new();

@@ -3,16 +3,16 @@
 
 #[path = "../../../../xtask/src/codegen.rs"]
 #[allow(dead_code)]
-mod codegen;
+mod xtask_codegen;
 
 use std::path::Path;
 
 #[test]
 fn committed_code_matches_the_protos() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let expected = codegen::generate(&root).expect("protos compile");
+    let expected = xtask_codegen::generate(&root).expect("protos compile");
     assert!(!expected.is_empty(), "codegen produced files");
-    let stale = codegen::stale_files(&root, &expected).expect("committed files are readable");
+    let stale = xtask_codegen::stale_files(&root, &expected).expect("committed files are readable");
     assert!(
         stale.is_empty(),
         "stale generated code: {stale:?}; run `cargo xtask codegen` and commit"

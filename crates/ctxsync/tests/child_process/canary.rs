@@ -149,7 +149,7 @@ impl Planted {
         let canaries = Canaries::new();
         let workspace = Workspace::new();
         workspace.write("AGENTS.md", "# Agents\nBe brief.\n");
-        workspace.write("leak.txt", &canaries.leak(&token));
+        workspace.write("leak.txt", canaries.leak(&token));
         // `$0` is the file to print, `$1` the `-pVALUE` argument.
         let script = "echo \"ci=$CI level=info\" >&2; \
              echo \"env $LEAKY_API_KEY ambient $CANARY_SECRET flag $1\" >&2; \
@@ -170,7 +170,7 @@ impl Planted {
                 "headers": { "X-Api-Key": canaries.header },
             },
         });
-        workspace.write(".mcp.json", &json!({ "mcpServers": servers }).to_string());
+        workspace.write(".mcp.json", json!({ "mcpServers": servers }).to_string());
 
         // The agent's environment: one secret-named variable, and `CI=true` as on a CI
         // machine. Set on the child only, so tests stay independent.
@@ -186,10 +186,7 @@ impl Planted {
             .stderr(std::fs::File::create(logs.path("agent")).expect("the agent's log file"))
             .spawn()
             .expect("spawning ctxsync agent");
-        let agent_process = AgentProcess {
-            child,
-            log: "agent".into(),
-        };
+        let agent_process = AgentProcess { child };
         wait_for_context(&store, agent.id, &logs, "complete discovery", |c| {
             c.snapshot
                 .as_ref()

@@ -404,7 +404,7 @@ async fn outage(fault: Path) {
     let servers = serde_json::json!({
         "mcpServers": { "tools": { "command": env!("CARGO_BIN_EXE_ctxsync"), "args": fixture } }
     });
-    workspace.write(".mcp.json", &servers.to_string());
+    workspace.write(".mcp.json", servers.to_string());
     workspace.write("AGENTS.md", "# Agents\nBe brief.\n");
     let mut process = AgentProcess::start(
         &test.logs,

@@ -191,7 +191,7 @@ async fn agent_exits_soon_after_sigterm_while_its_servers_hang() {
     );
     workspace.write(
         ".mcp.json",
-        &serde_json::json!({"mcpServers": {
+        serde_json::json!({"mcpServers": {
             "stubborn": {"command": "sh", "args": ["-c", stubborn]},
             "silent": {"url": url},
         }})

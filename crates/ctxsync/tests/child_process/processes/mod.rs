@@ -351,7 +351,7 @@ pub async fn wait_for_context(
                 .await
                 .expect("reading the agent context")
                 .expect("the agent exists");
-            let finished = (&mut *done.borrow_mut())(&context);
+            let finished = (*done.borrow_mut())(&context);
             if finished { Ok(context) } else { Err(context) }
         })
         .await
