@@ -1,6 +1,6 @@
 //! libFuzzer target: find_tools over a structured catalog and request (built by
 //! `arbitrary`), with the properties of `fuzz_find_tools` in the chat-projection crate's
-//! `tests/fuzz.rs`: at most 20 matches, no duplicates, only catalog names, one-line
+//! `tests/projection/fuzz.rs`: at most 20 matches, no duplicates, only catalog names, one-line
 //! descriptions of at most 80 characters, only returned tools activated and only once,
 //! errors only for real over-limit or empty requests.
 

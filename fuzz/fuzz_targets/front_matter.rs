@@ -1,5 +1,5 @@
 //! libFuzzer target: arbitrary bytes (lossy UTF-8) through the skill front-matter parser,
-//! with the properties of `fuzz_front_matter_*` in the publication crate's `tests/fuzz.rs`.
+//! with the properties of `fuzz_front_matter_*` in the publication crate's `tests/publication/fuzz.rs`.
 
 #![no_main]
 

@@ -1,5 +1,5 @@
 //! libFuzzer target: arbitrary bytes as a `.mcp.json` file through `parse_config_bytes`,
-//! with the properties of `fuzz_mcp_config_*` in the diagnostics crate's `tests/fuzz.rs`.
+//! with the properties of `fuzz_mcp_config_*` in the diagnostics crate's `tests/diagnostics/fuzz.rs`.
 
 #![no_main]
 

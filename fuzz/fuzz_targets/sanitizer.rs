@@ -1,6 +1,6 @@
 //! libFuzzer target: secrets and text built from them (structured by `arbitrary`) through
 //! `sanitize_diagnostic`, with the properties of `fuzz_sanitizer` in the diagnostics
-//! crate's `tests/fuzz.rs`: the output is at most 4096 bytes of valid UTF-8 and contains
+//! crate's `tests/diagnostics/fuzz.rs`: the output is at most 4096 bytes of valid UTF-8 and contains
 //! no injected secret of 4 or more characters (ordinary values such as "true" are never
 //! secrets); text without secrets or secret shapes is kept as it is.
 

@@ -1,6 +1,6 @@
 //! libFuzzer target: arbitrary bytes → `PushContextStateRequest::decode` →
 //! `Push::try_from` (full and delta pushes), with the properties of `fuzz_wire_*` in the
-//! protocol crate's `tests/fuzz.rs`: every accepted request satisfies every SPEC §4 limit,
+//! protocol crate's `tests/protocol/fuzz.rs`: every accepted request satisfies every SPEC §4 limit,
 //! a body is left out only in a delta and with a 32-byte digest, and a full push
 //! round-trips.
 

@@ -94,8 +94,10 @@ const HELPERS: &[(&str, &str, &str)] = &[
 /// Builds every benchmark program and helper binary in one release build, and returns
 /// their executables by target name. One invocation means one feature resolution: built
 /// one by one, each package's examples (and a binary built alone) unify their
-/// dependencies' features differently, and each rebuild took minutes on CI.
-fn build(root: &Path, cargo: &Path) -> Result<std::collections::HashMap<String, PathBuf>> {
+/// dependencies' features differently, and each rebuild took minutes on CI. The build
+/// hides the system's libpq and OpenSSL, so `self-contained` checks this very `ctxsync`
+/// (a second release build with another `PATH` and target set rebuilt everything).
+pub fn build(root: &Path, cargo: &Path) -> Result<std::collections::HashMap<String, PathBuf>> {
     let mut args: Vec<&str> = vec![
         "build",
         "--release",
@@ -114,8 +116,13 @@ fn build(root: &Path, cargo: &Path) -> Result<std::collections::HashMap<String, 
     for (_, binary, _) in HELPERS {
         args.extend(["--bin", binary]);
     }
-    eprintln!("bench: $ cargo {}", args.join(" "));
-    let output = Command::new(cargo)
+    eprintln!(
+        "bench: $ cargo {} (pg_config hidden, no PQ_LIB_DIR)",
+        args.join(" ")
+    );
+    let mut command = Command::new(cargo);
+    crate::portable::hide_system_libraries(root, &mut command)?;
+    let output = command
         .args(&args)
         .current_dir(root)
         .stdin(Stdio::null())
@@ -143,8 +150,16 @@ fn build(root: &Path, cargo: &Path) -> Result<std::collections::HashMap<String, 
     Ok(executables)
 }
 
-pub fn run(root: &Path, cargo: &Path, quick: bool, json: Option<&Path>) -> Result<()> {
+/// Builds and runs every benchmark; returns the executables built (by target name), so a
+/// caller can check the very binary that ran.
+pub fn run(
+    root: &Path,
+    cargo: &Path,
+    quick: bool,
+    json: Option<&Path>,
+) -> Result<std::collections::HashMap<String, PathBuf>> {
     let started = std::time::Instant::now();
+    crate::install_tools(root, crate::Tools::for_command("bench"))?;
     let executables = build(root, cargo)?;
     let path_of = |name: &str| {
         executables
@@ -164,6 +179,11 @@ pub fn run(root: &Path, cargo: &Path, quick: bool, json: Option<&Path>) -> Resul
             command.env(variable, path_of(binary)?);
         }
         command.env("CTXSYNC_BENCH_TOOL_CATALOG", &catalog);
+        // The Python MCP SDK reference runs on the tests' pinned SDK.
+        command.env(
+            crate::PYTHON_MCP_ENV,
+            root.join(crate::PYTHON_MCP_DIR).join("bin/python"),
+        );
         let output = command
             .current_dir(root)
             .stderr(Stdio::inherit())
@@ -197,7 +217,7 @@ pub fn run(root: &Path, cargo: &Path, quick: bool, json: Option<&Path>) -> Resul
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("bench: wrote {}", path.display());
     }
-    Ok(())
+    Ok(executables)
 }
 
 #[cfg(test)]

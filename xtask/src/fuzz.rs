@@ -1,5 +1,5 @@
 //! `cargo xtask fuzz --seconds N`: half of N for the fuzz-style property tests (proptest,
-//! in each crate's `tests/fuzz.rs`) with a case budget scaled to the time, split evenly
+//! the `fuzz` module of each crate's test binary, `tests/<binary>/fuzz.rs`) with a case budget scaled to the time, split evenly
 //! over the targets, printing the cases each ran; the other half for the libFuzzer
 //! targets in `fuzz/` ([`crate::libfuzzer`], `cargo fuzz` on the stable toolchain),
 //! printing the executions each ran. Without cargo-fuzz (and no way to install it) the
@@ -14,11 +14,35 @@ use anyhow::{Context, Result, bail};
 
 use crate::libfuzzer;
 
-/// One fuzz target: a proptest in a crate's `tests/fuzz.rs`.
+/// One fuzz target: a proptest in the `fuzz` module of a crate's test binary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Target {
     pub package: &'static str,
     pub test: &'static str,
+}
+
+/// Each package's integration-test binary (`tests/<binary>/main.rs`) that holds its
+/// `fuzz` module.
+pub const BINARIES: &[(&str, &str)] = &[
+    ("ctxsync-agent-diagnostics", "diagnostics"),
+    ("ctxsync-protocol", "protocol"),
+    ("ctxsync-agent-publication", "publication"),
+    ("ctxsync-chat-projection", "projection"),
+];
+
+/// The test binary of `package` that holds its fuzz targets.
+pub fn binary_of(package: &str) -> Option<&'static str> {
+    BINARIES
+        .iter()
+        .find(|(name, _)| *name == package)
+        .map(|(_, binary)| *binary)
+}
+
+impl Target {
+    /// The test's full name inside its binary.
+    pub fn path(&self) -> String {
+        format!("fuzz::{}", self.test)
+    }
 }
 
 /// Every fuzz target, bottom layer first.
@@ -106,8 +130,8 @@ fn run_schemathesis(root: &Path, cargo: &Path) -> Result<()> {
             "-p",
             "ctxsync",
             "--test",
-            "openapi",
-            "schemathesis",
+            "in_process",
+            "openapi::schemathesis",
             "--",
             "--nocapture",
         ])
@@ -180,7 +204,7 @@ pub fn run_property_tests(root: &Path, cargo: &Path, seconds: u64) -> Result<Vec
 fn run_batch(root: &Path, binary: &Path, target: Target, cases: u64) -> Result<Duration> {
     let started = Instant::now();
     let output = Command::new(binary)
-        .args([target.test, "--exact", "--test-threads=1"])
+        .args([target.path().as_str(), "--exact", "--test-threads=1"])
         .env("PROPTEST_CASES", cases.to_string())
         .current_dir(root.join("crates").join(target.package))
         .output()
@@ -206,17 +230,13 @@ fn run_batch(root: &Path, binary: &Path, target: Target, cases: u64) -> Result<D
 
 /// Builds each package's `fuzz` test binary and returns the executables by package.
 fn build(root: &Path, cargo: &Path) -> Result<BTreeMap<String, PathBuf>> {
-    let mut args = vec![
-        "test",
-        "--no-run",
-        "--message-format=json",
-        "--test",
-        "fuzz",
-    ];
+    let mut args = vec!["test", "--no-run", "--message-format=json"];
     let mut packages: Vec<&str> = TARGETS.iter().map(|t| t.package).collect();
     packages.dedup();
     for package in &packages {
-        args.extend(["-p", package]);
+        let binary =
+            binary_of(package).with_context(|| format!("no test binary named for {package}"))?;
+        args.extend(["-p", package, "--test", binary]);
     }
     println!("$ {} {}", cargo.display(), args.join(" "));
     let output = Command::new(cargo)
@@ -231,18 +251,21 @@ fn build(root: &Path, cargo: &Path) -> Result<BTreeMap<String, PathBuf>> {
     Ok(fuzz_executables(&String::from_utf8_lossy(&output.stdout)))
 }
 
-/// The `fuzz` test executables in cargo's JSON messages, by package name.
+/// The executables of the test binaries holding fuzz targets ([`BINARIES`]) in cargo's
+/// JSON messages, by package name.
 pub fn fuzz_executables(messages: &str) -> BTreeMap<String, PathBuf> {
     messages
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "fuzz")
+        .filter(|m| m["reason"] == "compiler-artifact")
         .filter_map(|m| {
             let executable = m["executable"].as_str()?;
             // package_id looks like `path+file:///…/crates/NAME#0.1.0`.
             let id = m["package_id"].as_str()?;
             let name = id.rsplit('/').next()?.split(['#', '@']).next()?;
-            Some((name.to_owned(), PathBuf::from(executable)))
+            let binary = binary_of(name)?;
+            (m["target"]["name"] == binary && m["profile"]["test"] == true)
+                .then(|| (name.to_owned(), PathBuf::from(executable)))
         })
         .collect()
 }
@@ -266,10 +289,13 @@ mod tests {
     fn every_target_exists_in_its_crates_fuzz_tests() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         for target in TARGETS {
+            let binary = binary_of(target.package).expect("every target's package is listed");
             let file = root
                 .join("crates")
                 .join(target.package)
-                .join("tests/fuzz.rs");
+                .join("tests")
+                .join(binary)
+                .join("fuzz.rs");
             let text = std::fs::read_to_string(&file).unwrap_or_default();
             assert!(
                 text.contains(&format!("fn {}(", target.test)),
@@ -283,16 +309,19 @@ mod tests {
     #[test]
     fn finds_fuzz_executables_in_cargo_messages() {
         let messages = [
-            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/ctxsync-protocol#0.1.0","target":{"name":"fuzz"},"executable":"/t/fuzz-1"}"#,
-            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/ctxsync-protocol#0.1.0","target":{"name":"validation"},"executable":"/t/validation-1"}"#,
-            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/xtask#xtask@0.1.0","target":{"name":"fuzz"},"executable":null}"#,
+            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/ctxsync-protocol#0.1.0","target":{"name":"protocol"},"profile":{"test":true},"executable":"/t/protocol-1"}"#,
+            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/ctxsync-protocol#0.1.0","target":{"name":"ctxsync_protocol"},"profile":{"test":true},"executable":"/t/ctxsync_protocol-1"}"#,
+            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/xtask#xtask@0.1.0","target":{"name":"protocol"},"profile":{"test":true},"executable":null}"#,
             "not json",
         ]
         .join("\n");
         let found = fuzz_executables(&messages);
         assert_eq!(
             found.into_iter().collect::<Vec<_>>(),
-            vec![("ctxsync-protocol".to_owned(), PathBuf::from("/t/fuzz-1"))]
+            vec![(
+                "ctxsync-protocol".to_owned(),
+                PathBuf::from("/t/protocol-1")
+            )]
         );
     }
 }

@@ -1,5 +1,6 @@
 //! The layer check: every dependency between workspace crates points strictly down the
-//! order in SPEC §2, and the MCP fixture is a normal dependency only of the binary.
+//! order in SPEC §2, the MCP fixture is a normal dependency only of the binary, and the
+//! test-support crate is only ever a dev-dependency.
 
 use serde_json::Value;
 
@@ -22,6 +23,9 @@ const FIXTURE: &str = "ctxsync-mcp-fixture";
 const BINARY: &str = "ctxsync";
 /// Automation lives beside the layers: it may use any crate, and no crate may use it.
 const TOOLING: &str = "xtask";
+/// Shared test helpers live beside the layers too: they may use any crate (behind
+/// features), and every crate may use them, but only as a dev-dependency.
+const TEST_SUPPORT: &str = "ctxsync-test-support";
 
 /// The leaves of layer 0 stand side by side: neither may use the other.
 const SHARES_FLOOR_BELOW: &[&str] = &["ctxsync-mcp-model"];
@@ -49,7 +53,7 @@ pub fn check(metadata: &Value) -> Vec<String> {
         let Some(name) = package["name"].as_str() else {
             continue;
         };
-        if name == TOOLING {
+        if name == TOOLING || name == TEST_SUPPORT {
             continue;
         }
         let Some(layer) = layer_of(name) else {
@@ -77,6 +81,14 @@ pub fn check(metadata: &Value) -> Vec<String> {
             }
             if dep_name == TOOLING {
                 violations.push(format!("`{name}` depends on `{TOOLING}` ({kind})"));
+                continue;
+            }
+            if dep_name == TEST_SUPPORT {
+                if kind != "dev" {
+                    violations.push(format!(
+                        "`{name}` uses `{TEST_SUPPORT}` as a {kind} dependency; it may only be a dev-dependency"
+                    ));
+                }
                 continue;
             }
             let Some(dep_layer) = layer_of(dep_name) else {
@@ -254,6 +266,25 @@ mod tests {
             &[
                 "`ctxsync-persistence` uses the test fixture",
                 "`ctxsync-agent-diagnostics` uses the test fixture",
+            ],
+        );
+    }
+
+    #[test]
+    fn test_support_is_a_dev_dependency_only() {
+        check_edges(
+            &[
+                (
+                    "ctxsync-test-support",
+                    &[("ctxsync-persistence", "normal"), ("ctxsync", "normal")],
+                ),
+                ("ctxsync-persistence", &[("ctxsync-test-support", "dev")]),
+                ("ctxsync-protocol", &[("ctxsync-test-support", "normal")]),
+                ("ctxsync", &[("ctxsync-test-support", "build")]),
+            ],
+            &[
+                "`ctxsync-protocol` uses `ctxsync-test-support` as a normal dependency",
+                "`ctxsync` uses `ctxsync-test-support` as a build dependency",
             ],
         );
     }

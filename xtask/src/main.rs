@@ -31,12 +31,19 @@ commands:
                      N seconds in all, half each
   bench [--quick] [--json FILE]
                      build in release mode and run every benchmark, printing one table
-  self-contained     build the release binary with pg_config hidden and check that it
-                     links only the C runtime (ldd)
-  ci                 everything CI runs: fmt, clippy, codegen check, layers, embedding,
-                     tidy, the README's test command (each crate's tests alone,
-                     doctests included), `bench --quick` (completes;
-                     numbers not checked), then `self-contained`";
+  self-contained     build the release binary with pg_config hidden (the benchmarks'
+                     build, so it is shared) and check that it links only the C
+                     runtime (ldd)
+  fuzz-check         `cargo check` the libFuzzer targets in `fuzz/` (their own
+                     workspace) with the main target dir and a current lock file
+  ci                 everything CI runs: fmt, clippy, fuzz-check, codegen check, layers,
+                     embedding, tidy, the README's test command (each crate's tests
+                     alone, doctests included), `bench --quick` (completes; numbers
+                     not checked), then `self-contained` on the binary the benchmarks
+                     ran; each step's wall time is printed
+
+Every command installs what it needs on a fresh machine (test, test-tools and ci: all
+test prerequisites; fuzz: the Python clients; bench: the pinned Python MCP SDK).";
 
 /// The README line that precedes the test command's code block.
 const README_TEST_MARKER: &str = "<!-- readme-test-command -->";
@@ -56,13 +63,15 @@ fn main() -> Result<()> {
         ["tidy"] => tidy(&root),
         ["embedding"] => embedding::check(&root, &cargo()),
         ["test"] => test(&root),
-        ["test-tools"] => install_test_tools(&root),
+        ["test-tools"] => install_tools(&root, Tools::for_command("test-tools")),
         ["ci"] => ci(&root),
         ["self-contained"] => portable::check(&root, &cargo()),
+        ["fuzz-check"] => fuzz_check(&root),
         ["fuzz", "--seconds", seconds] => {
             let seconds = seconds
                 .parse()
                 .context("--seconds takes a whole number of seconds")?;
+            install_tools(&root, Tools::for_command("fuzz"))?;
             fuzz::run(&root, &cargo(), seconds)
         }
         ["bench", rest @ ..] => {
@@ -76,7 +85,7 @@ fn main() -> Result<()> {
             {
                 bail!("usage: cargo xtask bench [--quick] [--json FILE]");
             }
-            bench::run(&root, &cargo(), quick, json.map(Path::new))
+            bench::run(&root, &cargo(), quick, json.map(Path::new)).map(drop)
         }
         ["help" | "--help" | "-h"] | [] => {
             println!("{USAGE}");
@@ -156,7 +165,7 @@ fn tidy(root: &Path) -> Result<()> {
 /// whose tests pass only with features another member turns on fails here; CI runs each
 /// test once, as this command.
 fn test(root: &Path) -> Result<()> {
-    install_test_tools(root)?;
+    install_tools(root, Tools::for_command("test"))?;
     let schemathesis = root.join("target/test-artifacts/schemathesis.txt");
     let _ = std::fs::remove_file(&schemathesis);
     for member in workspace_members(root)? {
@@ -171,44 +180,93 @@ fn test(root: &Path) -> Result<()> {
 
 fn ci(root: &Path) -> Result<()> {
     let started = std::time::Instant::now();
-    install_test_tools(root)?;
-    run(root, cargo(), &["fmt", "--all", "--check"])?;
+    // Each step's wall time, printed as it ends and again as a table at the end, so CI's
+    // log says where the time went.
+    let mut steps: Vec<(&str, std::time::Duration)> = Vec::new();
+    let mut step = |name: &'static str, work: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+        let step_started = std::time::Instant::now();
+        work().with_context(|| format!("ci step `{name}`"))?;
+        let took = step_started.elapsed();
+        println!("ci: step `{name}` took {took:.0?}");
+        steps.push((name, took));
+        Ok(())
+    };
+    step("install test tools", &mut || {
+        install_tools(root, Tools::for_command("ci"))
+    })?;
+    step("fmt", &mut || {
+        run(root, cargo(), &["fmt", "--all", "--check"])
+    })?;
+    step("clippy", &mut || {
+        run(
+            root,
+            cargo(),
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )
+    })?;
+    step("fuzz-check", &mut || fuzz_check(root))?;
+    step("codegen --check", &mut || codegen(root, true))?;
+    step("layers", &mut || check_layers(root))?;
+    step("embedding", &mut || embedding::check(root, &cargo()))?;
+    step("tidy", &mut || tidy(root))?;
+    // The README's command runs every crate's tests alone (see `test`), so they run once.
+    step("README test command", &mut || {
+        let command = readme_test_command(root)?;
+        println!("ci: running the README's test command: {command}");
+        run(root, "bash".into(), &["-c", &command])
+    })?;
+    // A smoke run: the benchmarks build in release mode and complete; their numbers are
+    // printed for the log, never checked (CI machines are too noisy to gate on them).
+    let mut executables = std::collections::HashMap::new();
+    step("bench --quick (release build included)", &mut || {
+        executables = bench::run(
+            root,
+            &cargo(),
+            true,
+            Some(&root.join("target").join("bench-quick.json")),
+        )?;
+        Ok(())
+    })?;
+    // The binary the benchmarks just ran, built with pg_config hidden: no second build.
+    step("self-contained", &mut || {
+        let binary = executables
+            .get("ctxsync")
+            .context("the benchmarks' build produced no ctxsync binary")?;
+        portable::check_binary(binary)
+    })?;
+    println!("ci: step wall times:");
+    for (name, took) in &steps {
+        println!("ci:   {:>6.0}s  {name}", took.as_secs_f64());
+    }
+    println!("ci: all checks passed in {:.0?}", started.elapsed());
+    Ok(())
+}
+
+/// `cargo check` of the libFuzzer targets: `fuzz/` is its own workspace (so the main lock
+/// file stays free of libFuzzer), which no other command compiles; `--locked` fails when
+/// its lock file is not current, and the main target dir lets it reuse what the
+/// workspace's builds compiled where the features agree.
+fn fuzz_check(root: &Path) -> Result<()> {
     run(
         root,
         cargo(),
         &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
+            "check",
+            "--manifest-path",
+            "fuzz/Cargo.toml",
+            "--target-dir",
+            "target",
+            "--locked",
+            "--bins",
         ],
-    )?;
-    codegen(root, true)?;
-    check_layers(root)?;
-    embedding::check(root, &cargo())?;
-    tidy(root)?;
-    // The README's command runs every crate's tests alone (see `test`), so they run once.
-    let command = readme_test_command(root)?;
-    println!("ci: running the README's test command: {command}");
-    run(root, "bash".into(), &["-c", &command])?;
-    // A smoke run: the benchmarks build in release mode and complete; their numbers are
-    // printed for the log, never checked (CI machines are too noisy to gate on them).
-    let bench_started = std::time::Instant::now();
-    bench::run(
-        root,
-        &cargo(),
-        true,
-        Some(&root.join("target").join("bench-quick.json")),
-    )?;
-    println!(
-        "ci: `cargo xtask bench --quick` completed in {:.0?} (release build included)",
-        bench_started.elapsed()
-    );
-    portable::check(root, &cargo())?;
-    println!("ci: all checks passed in {:.0?}", started.elapsed());
-    Ok(())
+    )
 }
 
 /// Extracts the command from the code block that follows [`README_TEST_MARKER`].
@@ -267,6 +325,60 @@ const APT_PACKAGES: &[(&str, &str, &str)] = &[
     ("/usr/sbin/haproxy", "CTXSYNC_HAPROXY", "haproxy"),
 ];
 
+/// The variable naming the Python with the MCP SDK (tests and `bench_discovery` read it).
+pub const PYTHON_MCP_ENV: &str = "CTXSYNC_PYTHON_MCP";
+/// Where `cargo xtask` installs the pinned Python MCP SDK's environment.
+pub const PYTHON_MCP_DIR: &str = "target/tools/py";
+
+/// What a command needs installed on a fresh machine; each part is skipped when present.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tools {
+    /// Chromium, its WebDriver and HAProxy (apt, as root).
+    pub system: bool,
+    /// The npm MCP server and axe-core.
+    pub npm: bool,
+    /// The pinned Python MCP SDK ([`PYTHON_MCP_DIR`]).
+    pub python_mcp: bool,
+    /// The generic gRPC, Prometheus and OpenAPI clients (schemathesis).
+    pub python_clients: bool,
+}
+
+impl Tools {
+    /// Everything the tests need.
+    pub const ALL: Self = Self {
+        system: true,
+        npm: true,
+        python_mcp: true,
+        python_clients: true,
+    };
+    /// `cargo xtask fuzz`: its schemathesis run needs the Python clients.
+    pub const FUZZ: Self = Self {
+        python_clients: true,
+        ..Self::NONE
+    };
+    /// `cargo xtask bench`: `bench_discovery` compares with the pinned Python MCP SDK.
+    pub const BENCH: Self = Self {
+        python_mcp: true,
+        ..Self::NONE
+    };
+    const NONE: Self = Self {
+        system: false,
+        npm: false,
+        python_mcp: false,
+        python_clients: false,
+    };
+
+    /// What `cargo xtask <command>` installs before it runs.
+    pub fn for_command(command: &str) -> Self {
+        match command {
+            "test" | "test-tools" | "ci" => Self::ALL,
+            "fuzz" => Self::FUZZ,
+            "bench" => Self::BENCH,
+            _ => Self::NONE,
+        }
+    }
+}
+
 /// The npm MCP server the interoperability tests run (a revision before 2026-07-28).
 const EVERYTHING_PACKAGE: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 /// The official Python MCP SDK those tests' Python server runs on (2026-07-28).
@@ -284,8 +396,29 @@ const PYTHON_ECOSYSTEM_PACKAGES: &[&str] = &[
 /// The accessibility engine the browser test injects into the page.
 const AXE_PACKAGE: &str = "axe-core@4.14.1";
 
-/// Installs test prerequisites a fresh machine lacks; each is skipped when present.
-fn install_test_tools(root: &Path) -> Result<()> {
+/// Installs the prerequisites in `tools` that a fresh machine lacks; each is skipped
+/// when present.
+fn install_tools(root: &Path, tools: Tools) -> Result<()> {
+    if tools.system {
+        install_system_packages(root)?;
+    }
+    if tools.npm {
+        install_npm_packages(root)?;
+    }
+    if tools.python_mcp {
+        python_env(root, PYTHON_MCP_DIR, &[PYTHON_MCP_PACKAGE])
+            .context("installing the Python MCP SDK (needs python3 with venv and pip)")?;
+    }
+    if tools.python_clients {
+        python_env(root, "target/tools/pyeco", PYTHON_ECOSYSTEM_PACKAGES).context(
+            "installing the generic gRPC, Prometheus and OpenAPI clients (needs python3 with venv and pip)",
+        )?;
+    }
+    Ok(())
+}
+
+/// The browser, its WebDriver and HAProxy, through apt when running as root.
+fn install_system_packages(root: &Path) -> Result<()> {
     let missing: Vec<&str> = APT_PACKAGES
         .iter()
         .filter(|(path, var, _)| {
@@ -312,6 +445,12 @@ fn install_test_tools(root: &Path) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// The npm MCP server (the diagnostics crate's interoperability tests) and axe-core (the
+/// page's accessibility check), at pinned versions.
+fn install_npm_packages(root: &Path) -> Result<()> {
     // Real third-party MCP servers, at pinned versions, for the diagnostics crate's
     // interoperability tests.
     let everything = root.join("target/tools/node_modules/.bin/mcp-server-everything");
@@ -350,11 +489,6 @@ fn install_test_tools(root: &Path) -> Result<()> {
         )
         .context("installing axe-core for the page's accessibility check (needs npm)")?;
     }
-    python_env(root, "target/tools/py", &[PYTHON_MCP_PACKAGE])
-        .context("installing the Python MCP SDK (needs python3 with venv and pip)")?;
-    python_env(root, "target/tools/pyeco", PYTHON_ECOSYSTEM_PACKAGES).context(
-        "installing the generic gRPC, Prometheus and OpenAPI clients (needs python3 with venv and pip)",
-    )?;
     Ok(())
 }
 
@@ -418,6 +552,24 @@ fn run_with_env(root: &Path, program: PathBuf, args: &[&str], env: &[(&str, &str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_command_installs_what_it_runs_needs() {
+        // `fuzz` runs the schemathesis test, which runs the Python clients.
+        assert!(Tools::for_command("fuzz").python_clients);
+        // `bench` runs bench_discovery against the pinned Python MCP SDK.
+        assert!(Tools::for_command("bench").python_mcp);
+        assert_eq!(Tools::for_command("ci"), Tools::for_command("test"));
+        assert_eq!(
+            Tools::for_command("test-tools"),
+            Tools {
+                system: true,
+                npm: true,
+                python_mcp: true,
+                python_clients: true
+            }
+        );
+    }
 
     #[test]
     fn readme_test_command_is_the_block_after_the_marker() {

@@ -2,7 +2,7 @@
 //! PostgreSQL or OpenSSL development files and links nothing beyond the C runtime, so it
 //! can be copied into any workspace image of the same architecture.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -20,30 +20,41 @@ const ALLOWED: &[&str] = &[
 
 /// Builds `ctxsync` in release mode with `pg_config` hidden from `PATH` and no
 /// `PQ_LIB_DIR` (so nothing can fall back to the system's libpq), then checks its `ldd`.
+/// The build is the benchmarks' ([`crate::bench::build`]): one release build serves both,
+/// so CI's `bench --quick` followed by this check builds nothing twice.
 pub fn check(root: &Path, cargo: &Path) -> Result<()> {
     let started = std::time::Instant::now();
-    let path = path_without_pg_config(&root.join("target").join("path-without-pg-config"))?;
-    let args = ["build", "--release", "-p", "ctxsync", "--bin", "ctxsync"];
+    let executables = crate::bench::build(root, cargo)?;
+    let binary = executables
+        .get("ctxsync")
+        .context("the release build produced no ctxsync binary")?;
+    check_binary(binary)?;
     println!(
-        "$ {} {} (pg_config hidden, no PQ_LIB_DIR)",
-        cargo.display(),
-        args.join(" ")
+        "self-contained: built and checked in {:.0?}",
+        started.elapsed()
     );
-    let status = Command::new(cargo)
-        .args(args)
-        .current_dir(root)
+    Ok(())
+}
+
+/// Hides the system's PostgreSQL and OpenSSL development files from a cargo `command`:
+/// `pg_config` off `PATH`, and none of the variables that point the `-sys` crates at a
+/// system library. Every release build runs this way, so the binary the benchmarks run
+/// is the one [`check_binary`] checks.
+pub fn hide_system_libraries(root: &Path, command: &mut Command) -> Result<()> {
+    let path = path_without_pg_config(&root.join("target").join("path-without-pg-config"))?;
+    command
         .env("PATH", &path)
         .env_remove("PQ_LIB_DIR")
         .env_remove("PQ_LIB_STATIC")
         .env_remove("PG_CONFIG")
         .env_remove("OPENSSL_DIR")
-        .env_remove("OPENSSL_LIB_DIR")
-        .status()
-        .context("starting cargo")?;
-    if !status.success() {
-        bail!("the release build without pg_config failed with {status}");
-    }
-    let binary = root.join("target/release/ctxsync");
+        .env_remove("OPENSSL_LIB_DIR");
+    Ok(())
+}
+
+/// Checks that `binary` (built with [`hide_system_libraries`]) links only the C runtime.
+pub fn check_binary(binary: &Path) -> Result<()> {
+    let binary: PathBuf = binary.to_path_buf();
     let output = Command::new("ldd")
         .arg(&binary)
         .output()
@@ -68,10 +79,10 @@ pub fn check(root: &Path, cargo: &Path) -> Result<()> {
         .with_context(|| format!("reading {}", binary.display()))?
         .len();
     println!(
-        "self-contained: ctxsync links only the C runtime ({} libraries), {:.1} MiB, checked in {:.0?}",
+        "self-contained: {} links only the C runtime ({} libraries), {:.1} MiB",
+        binary.display(),
         listing.lines().filter(|l| !l.trim().is_empty()).count(),
         size as f64 / (1024.0 * 1024.0),
-        started.elapsed()
     );
     Ok(())
 }

@@ -1,10 +1,12 @@
 //! Benchmark: parallel discovery of 20 slow stdio servers, against the official Python MCP
 //! SDK on the same servers, and engine memory with 50 servers.
 //!
-//! The reference is `xtask/bench/mcp_sdk_discovery.py`, run in a temporary virtual
-//! environment into which this program installs `mcp` from PyPI; when that fails the row
-//! says so and carries no reference figure. `--quick` keeps that environment in
-//! `target/bench-python-mcp` and reuses it, because installing takes about a minute.
+//! The reference is `xtask/bench/mcp_sdk_discovery.py`, run on the tests' pinned Python MCP
+//! SDK: the Python named by `CTXSYNC_PYTHON_MCP` (`cargo xtask bench` sets it after
+//! installing the pin), else `target/tools/py` when `cargo xtask test-tools` made it. Only
+//! without either does this program install `mcp` from PyPI into a temporary virtual
+//! environment (`--quick` keeps it in `target/bench-python-mcp`); when that fails the row
+//! says so and carries no reference figure.
 //!
 //! `cargo run --release -p ctxsync-agent-diagnostics --example bench_discovery -- [--quick]`
 //! prints one JSON object per line on stdout; progress goes to stderr.
@@ -95,8 +97,21 @@ fn install_mcp(python: &Path) -> Result<(), String> {
     .map(drop)
 }
 
+/// The tests' pinned SDK: `CTXSYNC_PYTHON_MCP`, else the environment `cargo xtask`
+/// installs the pin into.
+fn pinned_python() -> Option<PathBuf> {
+    if let Some(python) = std::env::var_os("CTXSYNC_PYTHON_MCP") {
+        return Some(PathBuf::from(python));
+    }
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/py/bin/python");
+    python.exists().then_some(python)
+}
+
 impl PythonSdk {
     fn install(quick: bool) -> Result<Self, String> {
+        if let Some(python) = pinned_python() {
+            return Self::at(None, python);
+        }
         let (venv, dir) = if quick {
             let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-python-mcp");
             (None, dir)
@@ -118,6 +133,11 @@ impl PythonSdk {
             run_quietly(Command::new(&python3).arg("-m").arg("venv").arg(&dir))?;
             install_mcp(&python)?;
         }
+        Self::at(venv, python)
+    }
+
+    /// The SDK run by `python`, which keeps `venv` (if any) alive.
+    fn at(venv: Option<tempfile::TempDir>, python: PathBuf) -> Result<Self, String> {
         let version = run_quietly(Command::new(&python).args([
             "-c",
             "import importlib.metadata as m; print(m.version('mcp'))",

@@ -1,8 +1,10 @@
 //! Behaviour tests of the first-turn gate over the in-memory source, on tokio's paused
-//! clock: budgets of seconds pass instantly and every duration is exact.
+//! clock: budgets of seconds pass instantly and every duration is exact; and, in
+//! `store`, over the real store on both backends.
 
 mod attempts;
 mod shared_log;
+mod store;
 mod turn;
 mod wait;
 

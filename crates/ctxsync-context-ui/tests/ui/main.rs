@@ -1,0 +1,4 @@
+//! The context UI's integration tests, one binary.
+
+mod build;
+mod render;

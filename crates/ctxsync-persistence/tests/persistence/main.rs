@@ -1,0 +1,14 @@
+//! Persistence's integration tests, one binary.
+
+mod common;
+
+mod behaviour;
+mod delta;
+mod gate_attempts;
+mod migrations;
+mod page_sessions;
+mod postgres;
+mod postgres_tls;
+mod races;
+mod server_timings;
+mod turns;

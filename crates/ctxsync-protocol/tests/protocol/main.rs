@@ -1,0 +1,7 @@
+//! The protocol crate's integration tests, one binary.
+
+mod codegen;
+mod conversions;
+mod digest;
+mod fuzz;
+mod validation;

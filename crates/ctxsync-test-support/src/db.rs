@@ -1,0 +1,14 @@
+//! A fresh test database per backend (feature `db`).
+
+use ctxsync_persistence::test_support::TestStore;
+
+use crate::Backend;
+
+/// A store on its own fresh database; `None` only when PostgreSQL is unreachable and may
+/// be skipped (persistence's `test_support` decides, and says so loudly).
+pub async fn store(backend: Backend) -> Option<TestStore> {
+    match backend {
+        Backend::Sqlite => Some(TestStore::sqlite().await),
+        Backend::Postgres => TestStore::postgres().await,
+    }
+}

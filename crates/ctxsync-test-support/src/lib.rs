@@ -1,0 +1,64 @@
+//! Dev-only helpers shared by the workspace's integration tests; a dev-dependency only
+//! (`cargo xtask layers` rejects any other kind of dependency on it).
+//!
+//! Always built: [`Backend`] and [`on_both_backends!`], the bounded [`poll`]er, the temp
+//! [`Workspace`] and the [`heavy`] and [`timing_bound`] guards. Behind features: `db` ([`store`], a fresh test
+//! database per backend) and `process` (log files and pid liveness for child processes).
+
+#![allow(missing_docs)] // test helpers: each item's doc says what it is for where it helps
+
+mod backend;
+#[cfg(feature = "db")]
+mod db;
+mod heavy;
+mod poll;
+#[cfg(feature = "process")]
+mod process;
+mod workspace;
+
+pub use backend::Backend;
+#[cfg(feature = "db")]
+pub use db::store;
+pub use heavy::{HeavyTest, TimingBound, heavy, timing_bound};
+pub use poll::{Poll, poll};
+#[cfg(feature = "process")]
+pub use process::{Logs, process_alive};
+pub use workspace::Workspace;
+
+/// Runs each `async fn $name(x: T)` once per backend, as the tests `$name::sqlite` and
+/// `$name::postgres`. `open` is an `async fn(Backend) -> Option<T>`; `None` (PostgreSQL
+/// unreachable where that may be skipped, see persistence's `test_support`) skips the
+/// run. The attribute given first is each generated test's attribute (e.g.
+/// `#[tokio::test]` or a multi-threaded one).
+///
+/// ```ignore
+/// ctxsync_test_support::on_both_backends! {
+///     #[tokio::test]
+///     open = ctxsync_test_support::store;
+///     reads_back_what_it_wrote, forgets_a_removed_agent,
+/// }
+/// ```
+#[macro_export]
+macro_rules! on_both_backends {
+    (#[$test:meta] open = $open:expr; $($name:ident),* $(,)?) => {$(
+        mod $name {
+            // The caller's `open` path and helpers are named as in the calling module.
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[$test]
+            async fn sqlite() {
+                if let Some(world) = ($open)($crate::Backend::Sqlite).await {
+                    super::$name(world).await;
+                }
+            }
+
+            #[$test]
+            async fn postgres() {
+                if let Some(world) = ($open)($crate::Backend::Postgres).await {
+                    super::$name(world).await;
+                }
+            }
+        }
+    )*};
+}

@@ -1,0 +1,12 @@
+//! The binary crate's end-to-end tests that run the server and agent as child
+//! processes, one binary.
+
+mod processes;
+
+mod agent;
+mod canary;
+mod cli;
+mod faults;
+mod hostile_input;
+mod hostile_traffic;
+mod tls;
