@@ -456,7 +456,7 @@ fn count(servers: &[ServerOutcome], configs: &[ConfigOutcome]) -> Counts {
 /// change in how tools reach the catalog cannot change what chats and models see.
 #[cfg(test)]
 mod golden {
-    use ctxsync_protocol::{McpIcon, McpServerInfo};
+    use ctxsync_protocol::{McpIcon, McpServerInfo, RunId};
     use serde_json::json;
 
     use super::*;
@@ -508,9 +508,9 @@ mod golden {
             ..Default::default()
         };
         Binding::Agent(AgentState {
-            agent_run_id: "run".into(),
+            agent_run_id: RunId::new("run"),
             snapshot: Some(SnapshotState {
-                agent_run_id: "run".into(),
+                agent_run_id: RunId::new("run"),
                 phase: DiscoveryPhase::Complete,
                 resources: vec![
                     server("fs", "Read before you write.", vec![full, bare.clone()]),

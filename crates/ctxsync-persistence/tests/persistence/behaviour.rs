@@ -1728,7 +1728,11 @@ mod stored_fixture {
 mod push_chat_events {
     use super::*;
 
-    both_backends!(a_push_that_marks_chats_dirty_tells_their_subscribers);
+    ctxsync_test_support::on_both_backends! {
+        #[tokio::test]
+        open = Harness::open;
+        a_push_that_marks_chats_dirty_tells_their_subscribers,
+    }
 
     /// The next `ChatChanged` of `chat` (agent events on the way are skipped).
     async fn chat_changed(events: &mut ctxsync_persistence::ChatSubscription) -> ChangeEvent {
