@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 /// The benchmark programs: (package, example). Each accepts `--quick`.
-pub const PROGRAMS: &[(&str, &str)] = &[
+pub(crate) const PROGRAMS: &[(&str, &str)] = &[
     ("ctxsync-agent-diagnostics", "bench_discovery"),
     ("ctxsync-chat-projection", "bench_find_tools"),
     ("ctxsync-persistence", "bench_push"),
@@ -23,7 +23,7 @@ pub const PROGRAMS: &[(&str, &str)] = &[
 
 /// One measured figure, as a benchmark program prints it and `--json` writes it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Row {
+pub(crate) struct Row {
     pub name: String,
     pub value: f64,
     pub unit: String,
@@ -35,7 +35,7 @@ pub struct Row {
 
 /// Parses a program's stdout: JSON rows, one per line; other lines are an error, because a
 /// silently dropped row would hide a missing figure.
-pub fn parse_rows(program: &str, stdout: &str) -> Result<Vec<Row>> {
+pub(crate) fn parse_rows(program: &str, stdout: &str) -> Result<Vec<Row>> {
     stdout
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -56,7 +56,7 @@ fn figure(value: Option<f64>) -> String {
 }
 
 /// Renders rows as a Markdown table (readable in a terminal, pastable into BENCHMARKS.md).
-pub fn table(rows: &[Row]) -> String {
+pub(crate) fn table(rows: &[Row]) -> String {
     let mut out =
         String::from("| benchmark | figure | unit | reference | ratio | target | result |\n");
     out.push_str("|---|---:|---|---:|---:|---|---|\n");
@@ -97,7 +97,10 @@ const HELPERS: &[(&str, &str, &str)] = &[
 /// dependencies' features differently, and each rebuild took minutes on CI. The build
 /// hides the system's libpq and OpenSSL, so `self-contained` checks this very `ctxsync`
 /// (a second release build with another `PATH` and target set rebuilt everything).
-pub fn build(root: &Path, cargo: &Path) -> Result<std::collections::HashMap<String, PathBuf>> {
+pub(crate) fn build(
+    root: &Path,
+    cargo: &Path,
+) -> Result<std::collections::HashMap<String, PathBuf>> {
     let mut args: Vec<&str> = vec![
         "build",
         "--release",
@@ -152,7 +155,7 @@ pub fn build(root: &Path, cargo: &Path) -> Result<std::collections::HashMap<Stri
 
 /// Builds and runs every benchmark; returns the executables built (by target name), so a
 /// caller can check the very binary that ran.
-pub fn run(
+pub(crate) fn run(
     root: &Path,
     cargo: &Path,
     quick: bool,

@@ -44,7 +44,7 @@ const PROMISES: &[Promise] = &[
     },
 ];
 
-pub fn check(root: &Path, cargo: &Path) -> Result<()> {
+pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
     let started = std::time::Instant::now();
     crate::run_with_env(
         root,

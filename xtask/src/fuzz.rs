@@ -16,14 +16,14 @@ use crate::libfuzzer;
 
 /// One fuzz target: a proptest in the `fuzz` module of a crate's test binary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     pub package: &'static str,
     pub test: &'static str,
 }
 
 /// Each package's integration-test binary (`tests/<binary>/main.rs`) that holds its
 /// `fuzz` module.
-pub const BINARIES: &[(&str, &str)] = &[
+pub(crate) const BINARIES: &[(&str, &str)] = &[
     ("ctxsync-agent-diagnostics", "diagnostics"),
     ("ctxsync-protocol", "protocol"),
     ("ctxsync-agent-publication", "publication"),
@@ -31,7 +31,7 @@ pub const BINARIES: &[(&str, &str)] = &[
 ];
 
 /// The test binary of `package` that holds its fuzz targets.
-pub fn binary_of(package: &str) -> Option<&'static str> {
+pub(crate) fn binary_of(package: &str) -> Option<&'static str> {
     BINARIES
         .iter()
         .find(|(name, _)| *name == package)
@@ -40,13 +40,13 @@ pub fn binary_of(package: &str) -> Option<&'static str> {
 
 impl Target {
     /// The test's full name inside its binary.
-    pub fn path(&self) -> String {
+    pub(crate) fn path(&self) -> String {
         format!("fuzz::{}", self.test)
     }
 }
 
 /// Every fuzz target, bottom layer first.
-pub const TARGETS: &[Target] = &[
+pub(crate) const TARGETS: &[Target] = &[
     t(
         "ctxsync-agent-diagnostics",
         "fuzz_mcp_config_arbitrary_bytes",
@@ -77,7 +77,7 @@ const MAX_BATCH: u64 = 1 << 22;
 
 /// How many cases the next batch runs: the measured rate times the time left (with a
 /// little headroom), at most four times the last batch, at least one case.
-pub fn next_batch(last_batch: u64, last_took: Duration, left: Duration) -> u64 {
+pub(crate) fn next_batch(last_batch: u64, last_took: Duration, left: Duration) -> u64 {
     let rate = last_batch as f64 / last_took.as_secs_f64().max(0.001);
     let fits = (rate * left.as_secs_f64() * 0.9) as u64;
     fits.min(last_batch.saturating_mul(4)).clamp(1, MAX_BATCH)
@@ -85,14 +85,14 @@ pub fn next_batch(last_batch: u64, last_took: Duration, left: Duration) -> u64 {
 
 /// What one target ran.
 #[derive(Debug)]
-pub struct Ran {
+pub(crate) struct Ran {
     pub target: Target,
     pub cases: u64,
     pub runs: u32,
     pub took: Duration,
 }
 
-pub fn run(root: &Path, cargo: &Path, seconds: u64) -> Result<()> {
+pub(crate) fn run(root: &Path, cargo: &Path, seconds: u64) -> Result<()> {
     let libfuzzer = match libfuzzer::ensure_cargo_fuzz(root, cargo) {
         Ok(()) => true,
         Err(error) => {
@@ -154,7 +154,7 @@ fn run_schemathesis(root: &Path, cargo: &Path) -> Result<()> {
 const SCHEMATHESIS_MIN_REQUESTS: u64 = 1000;
 
 /// Runs every proptest target for its share of `seconds`.
-pub fn run_property_tests(root: &Path, cargo: &Path, seconds: u64) -> Result<Vec<Ran>> {
+pub(crate) fn run_property_tests(root: &Path, cargo: &Path, seconds: u64) -> Result<Vec<Ran>> {
     let binaries = build(root, cargo)?;
     let slice = Duration::from_secs(seconds) / TARGETS.len() as u32;
     let mut results = Vec::new();
@@ -253,7 +253,7 @@ fn build(root: &Path, cargo: &Path) -> Result<BTreeMap<String, PathBuf>> {
 
 /// The executables of the test binaries holding fuzz targets ([`BINARIES`]) in cargo's
 /// JSON messages, by package name.
-pub fn fuzz_executables(messages: &str) -> BTreeMap<String, PathBuf> {
+pub(crate) fn fuzz_executables(messages: &str) -> BTreeMap<String, PathBuf> {
     messages
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())

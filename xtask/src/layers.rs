@@ -6,7 +6,7 @@ use serde_json::Value;
 
 /// The crates of SPEC §2, bottom to top; the index is the layer, except that a crate in
 /// [`SHARES_FLOOR_BELOW`] stands on the floor of the one listed before it.
-pub const LAYERS: &[&str] = &[
+pub(crate) const LAYERS: &[&str] = &[
     "ctxsync-mcp-fixture",
     "ctxsync-mcp-model",
     "ctxsync-agent-diagnostics",
@@ -41,7 +41,7 @@ fn layer_of(name: &str) -> Option<usize> {
 
 /// Checks `cargo metadata --format-version 1 --no-deps` output and returns every
 /// violation as a sentence naming both crates (empty when the graph is layered).
-pub fn check(metadata: &Value) -> Vec<String> {
+pub(crate) fn check(metadata: &Value) -> Vec<String> {
     let mut violations = Vec::new();
     let packages = metadata["packages"]
         .as_array()

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 /// Every `cargo fuzz` target in `fuzz/fuzz_targets/`, bottom layer first.
-pub const TARGETS: &[&str] = &[
+pub(crate) const TARGETS: &[&str] = &[
     "mcp_config",
     "sanitizer",
     "wire_push",
@@ -31,13 +31,13 @@ const INPUT_TIMEOUT_SECONDS: u64 = 10;
 
 /// What one target ran.
 #[derive(Debug)]
-pub struct Ran {
+pub(crate) struct Ran {
     pub executions: u64,
     pub took: Duration,
 }
 
 /// Whether `cargo fuzz` is installed, installing it (from crates.io) when it is not.
-pub fn ensure_cargo_fuzz(root: &Path, cargo: &Path) -> Result<()> {
+pub(crate) fn ensure_cargo_fuzz(root: &Path, cargo: &Path) -> Result<()> {
     let installed = |cargo: &Path| {
         Command::new(cargo)
             .args(["fuzz", "--version"])
@@ -79,12 +79,12 @@ fn cargo_fuzz(root: &Path, cargo: &Path, subcommand: &str) -> Command {
 }
 
 /// Whether cargo fuzz passes `-Z` flags for this sanitizer (all but `none` do).
-pub fn needs_unstable_flags(sanitizer: &str) -> bool {
+pub(crate) fn needs_unstable_flags(sanitizer: &str) -> bool {
     sanitizer != "none"
 }
 
 /// Builds every target (release, debug assertions on) and returns how long it took.
-pub fn build(root: &Path, cargo: &Path) -> Result<Duration> {
+pub(crate) fn build(root: &Path, cargo: &Path) -> Result<Duration> {
     let started = Instant::now();
     println!("$ cargo fuzz build --sanitizer {SANITIZER}");
     let status = cargo_fuzz(root, cargo, "build")
@@ -97,7 +97,7 @@ pub fn build(root: &Path, cargo: &Path) -> Result<Duration> {
 }
 
 /// Runs every target for `slice` each and fails on the first crash, naming its input.
-pub fn run(root: &Path, cargo: &Path, slice: Duration) -> Result<Vec<Ran>> {
+pub(crate) fn run(root: &Path, cargo: &Path, slice: Duration) -> Result<Vec<Ran>> {
     let mut results = Vec::new();
     for &target in TARGETS {
         let corpus = scratch_corpus(root, target)?;
@@ -163,7 +163,7 @@ fn scratch_corpus(root: &Path, target: &str) -> Result<PathBuf> {
 
 /// The executions libFuzzer reports at the end of a run: `stat::number_of_executed_units`
 /// (with `-print_final_stats=1`), else the `Done N runs` line.
-pub fn executions(log: &str) -> Option<u64> {
+pub(crate) fn executions(log: &str) -> Option<u64> {
     let stat = log.lines().find_map(|line| {
         line.strip_prefix("stat::number_of_executed_units:")?
             .trim()
@@ -183,7 +183,7 @@ pub fn executions(log: &str) -> Option<u64> {
 
 /// The input libFuzzer saved for a crash, leak or hang (`Test unit written to PATH`),
 /// relative to the fuzz directory cargo fuzz runs it in.
-pub fn crash_artifact(log: &str) -> Option<&str> {
+pub(crate) fn crash_artifact(log: &str) -> Option<&str> {
     log.lines().find_map(|line| {
         line.split_once("Test unit written to ")
             .map(|(_, p)| p.trim())
@@ -192,7 +192,7 @@ pub fn crash_artifact(log: &str) -> Option<&str> {
 
 /// The panic location and message (the line after `panicked at`, cut to 2000 bytes):
 /// cargo fuzz's own summary at the end of the log does not repeat them.
-pub fn panic_message(log: &str) -> Option<String> {
+pub(crate) fn panic_message(log: &str) -> Option<String> {
     let mut lines = log.lines().skip_while(|l| !l.contains("panicked at"));
     let location = lines.next()?;
     let message = lines.next().unwrap_or_default();

@@ -22,7 +22,7 @@ const ALLOWED: &[&str] = &[
 /// `PQ_LIB_DIR` (so nothing can fall back to the system's libpq), then checks its `ldd`.
 /// The build is the benchmarks' ([`crate::bench::build`]): one release build serves both,
 /// so CI's `bench --quick` followed by this check builds nothing twice.
-pub fn check(root: &Path, cargo: &Path) -> Result<()> {
+pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
     let started = std::time::Instant::now();
     let executables = crate::bench::build(root, cargo)?;
     let binary = executables
@@ -40,7 +40,7 @@ pub fn check(root: &Path, cargo: &Path) -> Result<()> {
 /// `pg_config` off `PATH`, and none of the variables that point the `-sys` crates at a
 /// system library. Every release build runs this way, so the binary the benchmarks run
 /// is the one [`check_binary`] checks.
-pub fn hide_system_libraries(root: &Path, command: &mut Command) -> Result<()> {
+pub(crate) fn hide_system_libraries(root: &Path, command: &mut Command) -> Result<()> {
     let path = path_without_pg_config(&root.join("target").join("path-without-pg-config"))?;
     command
         .env("PATH", &path)
@@ -53,7 +53,7 @@ pub fn hide_system_libraries(root: &Path, command: &mut Command) -> Result<()> {
 }
 
 /// Checks that `binary` (built with [`hide_system_libraries`]) links only the C runtime.
-pub fn check_binary(binary: &Path) -> Result<()> {
+pub(crate) fn check_binary(binary: &Path) -> Result<()> {
     let binary: PathBuf = binary.to_path_buf();
     let output = Command::new("ldd")
         .arg(&binary)

@@ -23,7 +23,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// Files under `root`'s `crates/`, `xtask/` and `fuzz/` whose first line is not a `//!`
 /// comment.
-pub fn files_without_module_doc(root: &Path) -> Vec<PathBuf> {
+pub(crate) fn files_without_module_doc(root: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     rust_files(&root.join("crates"), &mut files);
     rust_files(&root.join("xtask"), &mut files);

@@ -148,7 +148,7 @@ const DIR: &str = "target/tools/catalog";
 /// binary at `ctxsync`) and returns the path of the discovery report. Fails, naming the
 /// server, when any declared server did not connect: a partial catalog would change what
 /// the benchmark measures without saying so.
-pub fn assemble(root: &Path, ctxsync: &Path) -> Result<PathBuf> {
+pub(crate) fn assemble(root: &Path, ctxsync: &Path) -> Result<PathBuf> {
     let dir = root.join(DIR);
     install_npm(root, &dir)?;
     super::python_env(root, &format!("{DIR}/py"), PYPI_PACKAGES)

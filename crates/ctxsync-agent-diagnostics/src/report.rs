@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::config::ConfigOutcome;
+pub(crate) use crate::config::ConfigOutcome;
 
 /// Whether the initial discovery has finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -42,7 +42,7 @@ async fn main() -> Result<(), BoxError> {
 
 /// Runs the engine and the publisher until the server has accepted a snapshot whose
 /// discovery phase is complete, then closes the engine (and its MCP servers).
-pub async fn publish_until_complete(
+pub(crate) async fn publish_until_complete(
     server_url: String,
     workspace: PathBuf,
     token: String,

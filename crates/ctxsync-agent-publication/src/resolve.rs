@@ -150,7 +150,7 @@ pub(crate) fn resolve_with_watch(
 
     // Rows in priority order; later duplicates of a source are dropped.
     let mut used = HashSet::new();
-    let mut planned: Vec<Planned> = Vec::new();
+    let mut planned: Vec<Planned<'_>> = Vec::new();
     let mut duplicates = 0usize;
     for (source, candidate) in candidates {
         if used.insert(source.clone()) {

@@ -53,7 +53,7 @@ struct ChatService {
 }
 
 /// The service's routes over `store`, accepting callers that present `token`.
-pub fn router(store: Store, gate: GateConfig, token: String) -> Router {
+pub(crate) fn router(store: Store, gate: GateConfig, token: String) -> Router {
     let service = ChatService {
         gate: StoreGate::over_store(store.clone(), gate),
         store,

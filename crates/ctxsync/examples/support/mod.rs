@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Prints one benchmark row: a JSON object on its own stdout line. The ratio is value ÷
 /// reference when there is a (positive) reference.
-pub fn row(
+pub(crate) fn row(
     name: &str,
     value: f64,
     unit: &str,
@@ -26,7 +26,7 @@ pub fn row(
 }
 
 /// [`row`] with an explicit ratio, for comparisons where smaller values are better.
-pub fn row_with_ratio(
+pub(crate) fn row_with_ratio(
     name: &str,
     value: f64,
     unit: &str,
@@ -45,7 +45,7 @@ pub fn row_with_ratio(
 }
 
 /// A `kB` line of `/proc/<pid>/status` in KiB, e.g. `VmRSS` or `VmHWM`.
-pub fn status_kib(pid: u32, key: &str) -> Result<f64> {
+pub(crate) fn status_kib(pid: u32, key: &str) -> Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()
@@ -56,7 +56,7 @@ pub fn status_kib(pid: u32, key: &str) -> Result<f64> {
 
 /// CPU time (user + system) `pid` has used so far, in seconds: `/proc/<pid>/stat` fields
 /// 14 and 15 over the clock tick rate. All its threads; not its children.
-pub fn process_cpu_seconds(pid: u32) -> Result<f64> {
+pub(crate) fn process_cpu_seconds(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the parenthesized command name, which may contain spaces; `rest`
     // starts at field 3 (state), so field n is at index n - 3.
@@ -68,7 +68,7 @@ pub fn process_cpu_seconds(pid: u32) -> Result<f64> {
 }
 
 /// `getconf CLK_TCK` (asked once), else Linux's usual 100.
-pub fn clock_ticks_hz() -> f64 {
+pub(crate) fn clock_ticks_hz() -> f64 {
     static HZ: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *HZ.get_or_init(|| {
         std::process::Command::new("getconf")
@@ -82,7 +82,7 @@ pub fn clock_ticks_hz() -> f64 {
 
 /// The whole machine's CPU time from `/proc/stat`'s `cpu` line, in clock ticks summed
 /// over all cores: (busy, total), where idle and iowait are not busy.
-pub fn machine_cpu_ticks() -> Result<(u64, u64)> {
+pub(crate) fn machine_cpu_ticks() -> Result<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat")?;
     let line = stat
         .lines()
@@ -102,7 +102,7 @@ pub fn machine_cpu_ticks() -> Result<(u64, u64)> {
 
 /// This process's (soft, hard) limits on open files from `/proc/self/limits`;
 /// `unlimited` reads as `u64::MAX`.
-pub fn open_files_limits() -> Option<(u64, u64)> {
+pub(crate) fn open_files_limits() -> Option<(u64, u64)> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     let mut values = limits
         .lines()
@@ -118,7 +118,7 @@ pub fn open_files_limits() -> Option<(u64, u64)> {
 /// Raises this process's soft limit on open files to its hard limit (children, such as a
 /// server started afterwards, inherit it), with util-linux's `prlimit` since no `libc`
 /// binding is at hand; best effort. Returns the soft limit in force afterwards.
-pub fn raise_open_files_limit() -> Option<u64> {
+pub(crate) fn raise_open_files_limit() -> Option<u64> {
     let (soft, hard) = open_files_limits()?;
     if soft < hard {
         let hard = if hard == u64::MAX {
@@ -138,7 +138,7 @@ pub fn raise_open_files_limit() -> Option<u64> {
 }
 
 /// The `p`-th percentile (0–100, nearest rank) in milliseconds; NaN without samples.
-pub fn percentile_ms(samples: &[Duration], p: f64) -> f64 {
+pub(crate) fn percentile_ms(samples: &[Duration], p: f64) -> f64 {
     if samples.is_empty() {
         return f64::NAN;
     }
@@ -153,7 +153,7 @@ pub fn percentile_ms(samples: &[Duration], p: f64) -> f64 {
 /// `example` (the one running), so every dependency keeps the features this run already
 /// compiled with dev-dependencies (the binary alone would unify them differently and
 /// rebuild the world): only the binary is linked.
-pub fn ctxsync_binary(example: &str) -> Result<PathBuf> {
+pub(crate) fn ctxsync_binary(example: &str) -> Result<PathBuf> {
     // `cargo xtask bench` builds it with every benchmark in one build and says where.
     if let Some(path) = std::env::var_os("CTXSYNC_BENCH_BINARY") {
         let path = PathBuf::from(path);
@@ -197,7 +197,7 @@ pub fn ctxsync_binary(example: &str) -> Result<PathBuf> {
 }
 
 /// A `ctxsync server` process on a PostgreSQL database, and the addresses it printed.
-pub struct ServerProcess {
+pub(crate) struct ServerProcess {
     child: tokio::process::Child,
     pub pid: u32,
     pub agent_url: String,
@@ -207,7 +207,7 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts `ctxsync server` on `database_url` with ephemeral ports and `extra` flags,
     /// and waits (bounded) for it to print both addresses.
-    pub async fn start(
+    pub(crate) async fn start(
         ctxsync: &Path,
         database_url: &str,
         data_dir: &Path,
@@ -254,7 +254,7 @@ impl ServerProcess {
     }
 
     /// Stops the process and waits for it.
-    pub async fn stop(mut self) -> Result<()> {
+    pub(crate) async fn stop(mut self) -> Result<()> {
         self.child.start_kill()?;
         self.child.wait().await?;
         Ok(())

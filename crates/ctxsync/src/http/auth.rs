@@ -13,10 +13,10 @@ use ctxsync_persistence::{ChatId, Store, StoreError};
 use subtle::ConstantTimeEq;
 
 /// The session cookie's name over plain HTTP.
-pub const SESSION_COOKIE: &str = "ctxsync_session";
+pub(super) const SESSION_COOKIE: &str = "ctxsync_session";
 /// The session cookie's name over TLS: the `__Host-` prefix makes the browser refuse it
 /// unless it is `Secure`, `Path=/` and has no `Domain`, so no other host can set it.
-pub const SECURE_SESSION_COOKIE: &str = "__Host-ctxsync_session";
+pub(super) const SECURE_SESSION_COOKIE: &str = "__Host-ctxsync_session";
 /// How long a printed page link stays usable.
 const LINK_TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
 /// How long a browser session lasts.

@@ -77,7 +77,7 @@ fn chat_json(chat: ChatId, loaded: &LoadedChat) -> ChatBody {
 /// The document describing this API (no token: it holds no data).
 #[utoipa::path(get, path = "/api/openapi.json", tag = "operations",
     responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json", body = Object)))]
-pub async fn openapi_json() -> Response {
+pub(super) async fn openapi_json() -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
         super::api::openapi_document(),
@@ -90,7 +90,7 @@ pub async fn openapi_json() -> Response {
         (status = 200, description = "The database answers", body = Health),
         (status = 503, description = "The database is unavailable", body = ErrorBody),
     ))]
-pub async fn healthz(State(state): State<AppState>) -> Response {
+pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     if state.health.database_ok(&state.store).await {
         Json(Health {
             status: HealthStatus::Ok,
@@ -107,7 +107,7 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
         (status = 400, description = "The body is not a valid request (the message names the field)", body = ErrorBody),
         (status = 413, description = "The body is larger than 64 KiB", body = ErrorBody),
     ))]
-pub async fn create_agent(
+pub(super) async fn create_agent(
     State(state): State<AppState>,
     json: Result<Json<CreateAgent>, JsonRejection>,
 ) -> ApiResult {
@@ -127,7 +127,7 @@ pub async fn create_agent(
 /// Every agent, oldest first; never a token or its digest.
 #[utoipa::path(get, path = "/api/agents", tag = "agents",
     responses((status = 200, description = "Every agent, oldest first", body = AgentList)))]
-pub async fn list_agents(State(state): State<AppState>) -> ApiResult {
+pub(super) async fn list_agents(State(state): State<AppState>) -> ApiResult {
     let agents = state.store.list_agents().await?;
     let agents = agents.iter().map(AgentSummary::from).collect();
     Ok(Json(AgentList { agents }).into_response())
@@ -142,7 +142,7 @@ pub async fn list_agents(State(state): State<AppState>) -> ApiResult {
         (status = 400, description = "The id is not a UUID", body = ErrorBody),
         (status = 404, description = "No such agent", body = ErrorBody),
     ))]
-pub async fn rotate_agent_token(
+pub(super) async fn rotate_agent_token(
     State(state): State<AppState>,
     Path(raw): Path<String>,
 ) -> ApiResult {
@@ -163,7 +163,10 @@ pub async fn rotate_agent_token(
         (status = 400, description = "The id is not a UUID", body = ErrorBody),
         (status = 404, description = "No such agent", body = ErrorBody),
     ))]
-pub async fn delete_agent(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
+pub(super) async fn delete_agent(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> ApiResult {
     let agent: AgentId = parse_id(&raw, "agent")?;
     state.store.delete_agent(agent).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -178,7 +181,10 @@ pub async fn delete_agent(State(state): State<AppState>, Path(raw): Path<String>
         (status = 400, description = "The id is not a UUID", body = ErrorBody),
         (status = 404, description = "No such agent", body = ErrorBody),
     ))]
-pub async fn agent_context(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
+pub(super) async fn agent_context(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> ApiResult {
     let agent: AgentId = parse_id(&raw, "agent")?;
     let (context, view) = load_agent_context(&state.store, agent)
         .await?
@@ -193,7 +199,7 @@ pub async fn agent_context(State(state): State<AppState>, Path(raw): Path<String
         (status = 404, description = "No such agent", body = ErrorBody),
         (status = 413, description = "The body is larger than 64 KiB", body = ErrorBody),
     ))]
-pub async fn create_chat(
+pub(super) async fn create_chat(
     State(state): State<AppState>,
     json: Result<Json<CreateChat>, JsonRejection>,
 ) -> ApiResult {
@@ -219,7 +225,7 @@ pub async fn create_chat(
         (status = 400, description = "The id is not a UUID", body = ErrorBody),
         (status = 404, description = "No such chat", body = ErrorBody),
     ))]
-pub async fn get_chat(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
+pub(super) async fn get_chat(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let (chat, loaded) = loaded_chat(&state, &raw).await?;
     Ok(Json(chat_json(chat, &loaded)).into_response())
 }
@@ -236,7 +242,7 @@ pub async fn get_chat(State(state): State<AppState>, Path(raw): Path<String>) ->
         (status = 404, description = "No such chat", body = ErrorBody),
         (status = 413, description = "The body is larger than 64 KiB", body = ErrorBody),
     ))]
-pub async fn turn(
+pub(super) async fn turn(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     json: Result<Json<TurnRequest>, JsonRejection>,
@@ -314,7 +320,7 @@ pub async fn turn(
         (status = 400, description = "An id is not a UUID", body = ErrorBody),
         (status = 404, description = "No such chat, or no such turn of it", body = ErrorBody),
     ))]
-pub async fn get_turn(
+pub(super) async fn get_turn(
     State(state): State<AppState>,
     Path((raw_chat, raw_turn)): Path<(String, String)>,
 ) -> ApiResult {
@@ -374,7 +380,7 @@ fn turn_not_found(chat: ChatId, turn: TurnId) -> ApiError {
         (status = 404, description = "No such chat, or no such turn of it", body = ErrorBody),
         (status = 413, description = "The body is larger than 64 KiB", body = ErrorBody),
     ))]
-pub async fn find_tools(
+pub(super) async fn find_tools(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     json: Result<Json<FindToolsBody>, JsonRejection>,
@@ -441,7 +447,7 @@ pub async fn find_tools(
         (status = 404, description = "No such chat or agent", body = ErrorBody),
         (status = 413, description = "The body is larger than 64 KiB", body = ErrorBody),
     ))]
-pub async fn rebind_chat(
+pub(super) async fn rebind_chat(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     json: Result<Json<RebindChat>, JsonRejection>,
@@ -473,7 +479,7 @@ pub async fn rebind_chat(
         (status = 400, description = "The id is not a UUID", body = ErrorBody),
         (status = 404, description = "No such chat", body = ErrorBody),
     ))]
-pub async fn chat_panel(
+pub(super) async fn chat_panel(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     headers: HeaderMap,
@@ -505,7 +511,10 @@ pub async fn chat_panel(
         (status = 400, description = "The id is not a UUID", body = ErrorBody),
         (status = 404, description = "No such chat", body = ErrorBody),
     ))]
-pub async fn refresh_context(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
+pub(super) async fn refresh_context(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> ApiResult {
     let chat: ChatId = parse_id(&raw, "chat")?;
     state.store.refresh_chat(chat).await?;
     let (chat, loaded) = loaded_chat(&state, &raw).await?;
@@ -525,7 +534,7 @@ pub async fn refresh_context(State(state): State<AppState>, Path(raw): Path<Stri
         (status = 403, description = "A page session for another chat", body = ErrorBody),
         (status = 404, description = "No such chat", body = ErrorBody),
     ))]
-pub async fn context_events(
+pub(super) async fn context_events(
     State(state): State<AppState>,
     Path(raw): Path<String>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
@@ -604,7 +613,7 @@ pub async fn context_events(
         (status = 400, description = "The id is not a UUID", body = ErrorBody),
         (status = 404, description = "No such chat", body = ErrorBody),
     ))]
-pub async fn page_link(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
+pub(super) async fn page_link(State(state): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let chat: ChatId = parse_id(&raw, "chat")?;
     if state.store.get_chat(chat).await?.is_none() {
         return Err(ApiError::not_found(format!("chat {chat} not found")));

@@ -13,13 +13,13 @@ use ctxsync_persistence::agent_api::HistogramSnapshot;
 use super::{ApiError, AppState};
 
 /// The text format's content type; scrapers pick the parser by it.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Agent API pushes (counts and durations), the MCP server connects agents report, the
 /// gate's waits, open event streams, and how many agents are in each discovery phase.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text exposition (format 0.0.4)", content_type = "text/plain", body = String)))]
-pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     // One aggregate query, however many agents: a scrape never reads a context.
     let phases = ctxsync_chat_projection::store::agent_phase_counts(&state.store).await?;
     let mut out = Exposition::default();
@@ -56,7 +56,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError
 
 fn write_agent_api(out: &mut Exposition, metrics: &AgentApiMetrics) {
     let api = metrics.snapshot();
-    let counter = |out: &mut Exposition, name: &str, help: &str, rows: &[(Labels, u64)]| {
+    let counter = |out: &mut Exposition, name: &str, help: &str, rows: &[(Labels<'_>, u64)]| {
         out.family(name, "counter", help);
         for (labels, value) in rows {
             out.sample(name, labels, value);
@@ -156,7 +156,7 @@ impl Exposition {
         let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
 
-    fn sample(&mut self, name: &str, labels: Labels, value: impl Display) {
+    fn sample(&mut self, name: &str, labels: Labels<'_>, value: impl Display) {
         self.text.push_str(name);
         if !labels.is_empty() {
             self.text.push('{');
@@ -173,7 +173,7 @@ impl Exposition {
 
     /// `_bucket` lines (cumulative, ending with `+Inf`, which is the count), `_sum` and
     /// `_count`.
-    fn histogram(&mut self, name: &str, labels: Labels, h: &HistogramSnapshot) {
+    fn histogram(&mut self, name: &str, labels: Labels<'_>, h: &HistogramSnapshot) {
         let bucket = format!("{name}_bucket");
         for (le, count) in &h.buckets {
             let le = le.to_string();

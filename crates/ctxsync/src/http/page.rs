@@ -36,7 +36,7 @@ fn exchange_path(chat: ChatId) -> String {
 /// The chat a browser session may reach on this API route, given as its raw `{id}`; `None`
 /// when a session may not use the route at all. A session opens its chat's page (checked
 /// by [`page`] itself), that chat's event stream and its refresh action, nothing else.
-pub fn session_route_chat<'a>(method: &Method, path: &'a str) -> Option<&'a str> {
+pub(super) fn session_route_chat<'a>(method: &Method, path: &'a str) -> Option<&'a str> {
     let segments: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
     match (method, segments.as_slice()) {
         (&Method::GET, ["api", "chats", chat, "context", "events"])
@@ -49,7 +49,7 @@ pub fn session_route_chat<'a>(method: &Method, path: &'a str) -> Option<&'a str>
 /// only forbids more), no MIME sniffing, no referrer (a link's token never leaks through
 /// it), no framing, and `no-store` unless the handler chose its own caching, so nothing
 /// private — tokens, links, chat context — lands in a cache.
-pub async fn security_headers(mut response: Response) -> Response {
+pub(super) async fn security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     for (name, value) in [
         (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
@@ -65,11 +65,11 @@ pub async fn security_headers(mut response: Response) -> Response {
     response
 }
 
-pub async fn script() -> Response {
+pub(super) async fn script() -> Response {
     asset("text/javascript; charset=utf-8", PAGE_SCRIPT)
 }
 
-pub async fn stylesheet() -> Response {
+pub(super) async fn stylesheet() -> Response {
     asset("text/css; charset=utf-8", PAGE_STYLE)
 }
 
@@ -87,13 +87,13 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct PageQuery {
+pub(super) struct PageQuery {
     token: Option<String>,
 }
 
 /// `GET /chats/{id}`: with `?token=` the link page (the token is only looked at); else the
 /// page for the bearer token or a session bound to this chat.
-pub async fn page(
+pub(super) async fn page(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     Query(query): Query<PageQuery>,
@@ -149,7 +149,7 @@ pub async fn page(
 
 /// `POST /chats/{id}/session` (the link page's form, `token=…`): uses the token up, starts
 /// a session bound to this chat in an HttpOnly cookie and sends the browser to the page.
-pub async fn exchange(
+pub(super) async fn exchange(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     headers: HeaderMap,

@@ -12,24 +12,24 @@ use ctxsync_mcp_fixture::FixtureConfig;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-pub use ctxsync_test_support::{Workspace, poll};
+pub(crate) use ctxsync_test_support::{Workspace, poll};
 
 /// Upper bound for anything that should happen soon; tests never wait this long when passing.
-pub const PATIENCE: Duration = Duration::from_secs(20);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 /// Connect timeout for tests whose servers are expected to answer.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub fn fixture_bin() -> &'static Path {
+pub(crate) fn fixture_bin() -> &'static Path {
     ctxsync_mcp_fixture::binary_path().expect("the ctxsync-mcp-fixture binary")
 }
 
 /// A `.mcp.json` entry that runs the fixture over stdio.
-pub fn fixture_entry(config: &FixtureConfig) -> Value {
+pub(crate) fn fixture_entry(config: &FixtureConfig) -> Value {
     json!({"command": fixture_bin(), "args": config.to_args()})
 }
 
 /// What engine tests do with a workspace.
-pub trait EngineWorkspace {
+pub(crate) trait EngineWorkspace {
     /// Writes `{"mcpServers": servers}` to `<workspace>/.mcp.json`.
     fn write_servers(&self, servers: Value);
 
@@ -59,7 +59,7 @@ impl EngineWorkspace for Workspace {
 }
 
 /// PATH and HOME only: enough to run `sh`, nothing that would be redacted.
-pub fn base_env() -> BTreeMap<String, String> {
+pub(crate) fn base_env() -> BTreeMap<String, String> {
     ["PATH", "HOME"]
         .into_iter()
         .filter_map(|name| Some((name.to_owned(), std::env::var(name).ok()?)))
@@ -67,7 +67,7 @@ pub fn base_env() -> BTreeMap<String, String> {
 }
 
 /// Waits until the report satisfies `done`.
-pub async fn wait_for(
+pub(crate) async fn wait_for(
     rx: &mut watch::Receiver<Arc<Report>>,
     what: &str,
     done: impl Fn(&Report) -> bool,
@@ -86,7 +86,7 @@ pub async fn wait_for(
     }
 }
 
-pub async fn complete(engine: &Engine) -> Arc<Report> {
+pub(crate) async fn complete(engine: &Engine) -> Arc<Report> {
     let mut rx = engine.subscribe();
     wait_for(&mut rx, "phase complete", |r| {
         r.phase == ctxsync_agent_diagnostics::Phase::Complete
@@ -94,23 +94,23 @@ pub async fn complete(engine: &Engine) -> Arc<Report> {
     .await
 }
 
-pub fn server<'a>(report: &'a Report, name: &str) -> &'a ServerReport {
+pub(crate) fn server<'a>(report: &'a Report, name: &str) -> &'a ServerReport {
     report
         .server(name)
         .unwrap_or_else(|| panic!("no server {name} in {report:#?}"))
 }
 
-pub fn tool_names(server: &ServerReport) -> Vec<&str> {
+pub(crate) fn tool_names(server: &ServerReport) -> Vec<&str> {
     server.tools.iter().map(|tool| tool.name.as_str()).collect()
 }
 
 /// Every report the engine published, in order, from the moment of the call.
-pub struct History {
+pub(crate) struct History {
     reports: Arc<Mutex<Vec<Arc<Report>>>>,
 }
 
 impl History {
-    pub fn record(engine: &Engine) -> Self {
+    pub(crate) fn record(engine: &Engine) -> Self {
         let mut rx = engine.subscribe();
         let reports = Arc::new(Mutex::new(vec![rx.borrow_and_update().clone()]));
         let sink = reports.clone();
@@ -123,18 +123,18 @@ impl History {
         Self { reports }
     }
 
-    pub fn reports(&self) -> Vec<Arc<Report>> {
+    pub(crate) fn reports(&self) -> Vec<Arc<Report>> {
         self.reports.lock().expect("history").clone()
     }
 }
 
 /// Whether a process exists and is not a zombie.
-pub fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     ctxsync_test_support::process_alive(i32::try_from(pid).expect("a pid fits i32"))
 }
 
 /// Waits until the process is gone (killing is asynchronous in the kernel).
-pub async fn assert_gone(pid: u32, what: &str) {
+pub(crate) async fn assert_gone(pid: u32, what: &str) {
     poll(format!("{what} (pid {pid}) to be gone"))
         .within(Duration::from_secs(5))
         .every(Duration::from_millis(20))
@@ -143,7 +143,7 @@ pub async fn assert_gone(pid: u32, what: &str) {
 }
 
 /// Reads a pid file once it has been written.
-pub async fn read_pid(path: &Path) -> u32 {
+pub(crate) async fn read_pid(path: &Path) -> u32 {
     poll(format!("a pid in {}", path.display()))
         .within(PATIENCE)
         .every(Duration::from_millis(20))

@@ -18,11 +18,11 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Request, Response, Status};
 
 /// Generous bound for anything a test waits on; never reached when the code works.
-pub const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
 /// One call the server received.
 #[derive(Clone, Debug)]
-pub enum Call {
+pub(crate) enum Call {
     Startup {
         startup: Startup,
         authorization: Option<String>,
@@ -34,14 +34,14 @@ pub enum Call {
 }
 
 impl Call {
-    pub fn push(&self) -> Option<&v1::PushContextStateRequest> {
+    pub(crate) fn push(&self) -> Option<&v1::PushContextStateRequest> {
         match self {
             Call::Push { request, .. } => Some(request),
             Call::Startup { .. } => None,
         }
     }
 
-    pub fn startup(&self) -> Option<&Startup> {
+    pub(crate) fn startup(&self) -> Option<&Startup> {
         match self {
             Call::Startup { startup, .. } => Some(startup),
             Call::Push { .. } => None,
@@ -51,7 +51,7 @@ impl Call {
 
 /// How the server answers one call.
 #[derive(Clone, Debug)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// Startup echoed, or push `accepted=true`.
     Accept,
     /// Push answered `accepted=false`.
@@ -65,7 +65,7 @@ pub enum Reply {
 
 /// What the server recorded and will answer, shared across restarts.
 #[derive(Debug)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     calls: watch::Sender<Vec<Call>>,
     startup_replies: Mutex<VecDeque<Reply>>,
     push_replies: Mutex<VecDeque<Reply>>,
@@ -74,7 +74,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             calls: watch::channel(Vec::new()).0,
             startup_replies: Mutex::new(VecDeque::new()),
@@ -84,25 +84,25 @@ impl Recorder {
     }
 
     /// From now on, UpdateStartup answers offer delta pushes (scheme 1).
-    pub fn offer_deltas(&self) {
+    pub(crate) fn offer_deltas(&self) {
         self.offer_deltas.store(true, Ordering::Relaxed);
     }
 
     /// Answers the next UpdateStartup calls with `replies`, then accepts.
-    pub fn script_startup(&self, replies: impl IntoIterator<Item = Reply>) {
+    pub(crate) fn script_startup(&self, replies: impl IntoIterator<Item = Reply>) {
         self.startup_replies.lock().unwrap().extend(replies);
     }
 
     /// Answers the next pushes with `replies`, then accepts.
-    pub fn script_push(&self, replies: impl IntoIterator<Item = Reply>) {
+    pub(crate) fn script_push(&self, replies: impl IntoIterator<Item = Reply>) {
         self.push_replies.lock().unwrap().extend(replies);
     }
 
-    pub fn calls(&self) -> Vec<Call> {
+    pub(crate) fn calls(&self) -> Vec<Call> {
         self.calls.borrow().clone()
     }
 
-    pub fn pushes(&self) -> Vec<v1::PushContextStateRequest> {
+    pub(crate) fn pushes(&self) -> Vec<v1::PushContextStateRequest> {
         self.calls()
             .iter()
             .filter_map(|c| c.push().cloned())
@@ -110,7 +110,7 @@ impl Recorder {
     }
 
     /// Waits (bounded by [`WAIT`]) until the recorded calls satisfy `done`.
-    pub async fn wait_for(&self, what: &str, done: impl Fn(&[Call]) -> bool) -> Vec<Call> {
+    pub(crate) async fn wait_for(&self, what: &str, done: impl Fn(&[Call]) -> bool) -> Vec<Call> {
         let mut calls = self.calls.subscribe();
         match tokio::time::timeout(WAIT, calls.wait_for(|c| done(c))).await {
             Ok(Ok(calls)) => calls.clone(),
@@ -119,7 +119,7 @@ impl Recorder {
     }
 
     /// Waits until `n` pushes were received and returns all pushes.
-    pub async fn wait_for_pushes(&self, n: usize) -> Vec<v1::PushContextStateRequest> {
+    pub(crate) async fn wait_for_pushes(&self, n: usize) -> Vec<v1::PushContextStateRequest> {
         self.wait_for(&format!("{n} pushes"), |calls| {
             calls.iter().filter(|c| c.push().is_some()).count() >= n
         })
@@ -130,7 +130,7 @@ impl Recorder {
     /// Waits until some push satisfies `done` and returns the first that does. File edits
     /// are not atomic (a write truncates first), so a test waits for the state it expects
     /// rather than for the n-th push.
-    pub async fn wait_for_push(
+    pub(crate) async fn wait_for_push(
         &self,
         what: &str,
         done: impl Fn(&v1::PushContextStateRequest) -> bool,
@@ -221,7 +221,7 @@ impl Agent for Service {
 
 /// A running fake server; stop it (gracefully, closing connections) with [`Self::stop`].
 #[derive(Debug)]
-pub struct FakeServer {
+pub(crate) struct FakeServer {
     pub addr: SocketAddr,
     pub recorder: Arc<Recorder>,
     shutdown: Option<oneshot::Sender<()>>,
@@ -229,11 +229,11 @@ pub struct FakeServer {
 }
 
 impl FakeServer {
-    pub async fn start(recorder: Arc<Recorder>) -> Self {
+    pub(crate) async fn start(recorder: Arc<Recorder>) -> Self {
         Self::bind(recorder, "127.0.0.1:0".parse().unwrap()).await
     }
 
-    pub async fn bind(recorder: Arc<Recorder>, addr: SocketAddr) -> Self {
+    pub(crate) async fn bind(recorder: Arc<Recorder>, addr: SocketAddr) -> Self {
         let listener = TcpListener::bind(addr).await.expect("bind the fake server");
         let addr = listener.local_addr().unwrap();
         let (shutdown, signal) = oneshot::channel::<()>();
@@ -258,7 +258,10 @@ impl FakeServer {
 
     /// Serves over TLS with `config` (its ALPN should offer `h2`); the URL to use is
     /// `https://localhost:PORT` (the name the test certificate carries).
-    pub async fn start_tls(recorder: Arc<Recorder>, config: Arc<rustls::ServerConfig>) -> Self {
+    pub(crate) async fn start_tls(
+        recorder: Arc<Recorder>,
+        config: Arc<rustls::ServerConfig>,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
@@ -297,12 +300,12 @@ impl FakeServer {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Stops accepting and closes every connection.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
@@ -312,7 +315,7 @@ impl FakeServer {
     }
 
     /// Stops, then serves again on the same address with the same recorder.
-    pub async fn restart(self) -> Self {
+    pub(crate) async fn restart(self) -> Self {
         let (addr, recorder) = (self.addr, self.recorder.clone());
         self.stop().await;
         Self::bind(recorder, addr).await
@@ -328,7 +331,7 @@ impl Drop for FakeServer {
 }
 
 /// Small, real-clock delays so tests finish fast without sleeping for real budgets.
-pub fn fast_timing() -> Timing {
+pub(crate) fn fast_timing() -> Timing {
     Timing {
         debounce: Duration::from_millis(20),
         backoff: BackoffPolicy {
@@ -344,9 +347,9 @@ pub fn fast_timing() -> Timing {
     }
 }
 
-pub const TOKEN: &str = "test-token-123";
+pub(crate) const TOKEN: &str = "test-token-123";
 
-pub fn config(url: &str, workspace: &Path) -> PublisherConfig {
+pub(crate) fn config(url: &str, workspace: &Path) -> PublisherConfig {
     PublisherConfig {
         server_url: url.to_owned(),
         ca_cert_files: Vec::new(),
@@ -361,7 +364,7 @@ pub fn config(url: &str, workspace: &Path) -> PublisherConfig {
     }
 }
 
-pub use ctxsync_test_support::Workspace;
+pub(crate) use ctxsync_test_support::Workspace;
 
 /// A server-side TLS connection tonic can serve (tonic only knows rustls streams with its
 /// own TLS features on).

@@ -8,7 +8,7 @@ use ctxsync_protocol::{
 };
 use serde_json::json;
 
-pub fn tool(name: &str, description: &str, params: &[&str]) -> McpTool {
+pub(crate) fn tool(name: &str, description: &str, params: &[&str]) -> McpTool {
     let properties: serde_json::Map<String, serde_json::Value> = params
         .iter()
         .map(|p| ((*p).to_owned(), json!({"type": "string"})))
@@ -34,7 +34,7 @@ fn row(source: &str, status: ResourceStatus, error: Option<&str>, body: Resource
 }
 
 /// An OK `mcp_server` row with these tools and an optional warning.
-pub fn server_with(name: &str, tools: Vec<McpTool>, warning: Option<&str>) -> Resource {
+pub(crate) fn server_with(name: &str, tools: Vec<McpTool>, warning: Option<&str>) -> Resource {
     row(
         &format!("mcp_server:{name}"),
         ResourceStatus::Ok,
@@ -49,7 +49,7 @@ pub fn server_with(name: &str, tools: Vec<McpTool>, warning: Option<&str>) -> Re
 }
 
 /// An OK `mcp_server` row whose tools have only names.
-pub fn server(name: &str, tools: &[&str]) -> Resource {
+pub(crate) fn server(name: &str, tools: &[&str]) -> Resource {
     server_with(
         name,
         tools
@@ -61,7 +61,7 @@ pub fn server(name: &str, tools: &[&str]) -> Resource {
 }
 
 /// A failed `mcp_server` row.
-pub fn failed(name: &str, error: Option<&str>) -> Resource {
+pub(crate) fn failed(name: &str, error: Option<&str>) -> Resource {
     row(
         &format!("mcp_server:{name}"),
         ResourceStatus::Unreadable,
@@ -74,13 +74,13 @@ pub fn failed(name: &str, error: Option<&str>) -> Resource {
 }
 
 /// An `mcp_config` row for `path`.
-pub fn config(path: &str, status: ResourceStatus, error: Option<&str>) -> Resource {
+pub(crate) fn config(path: &str, status: ResourceStatus, error: Option<&str>) -> Resource {
     let mut resource = row(path, status, error, ResourceBody::McpConfig);
     resource.source_path = Some(format!("/ws/{path}"));
     resource
 }
 
-pub fn instruction_file(path: &str, content: &str) -> Resource {
+pub(crate) fn instruction_file(path: &str, content: &str) -> Resource {
     row(
         path,
         ResourceStatus::Ok,
@@ -91,7 +91,7 @@ pub fn instruction_file(path: &str, content: &str) -> Resource {
     )
 }
 
-pub fn skill(name: &str) -> Resource {
+pub(crate) fn skill(name: &str) -> Resource {
     row(
         &format!("skills/{name}/SKILL.md"),
         ResourceStatus::Ok,
@@ -104,7 +104,11 @@ pub fn skill(name: &str) -> Resource {
     )
 }
 
-pub fn snapshot(run: &str, phase: DiscoveryPhase, resources: Vec<Resource>) -> SnapshotState {
+pub(crate) fn snapshot(
+    run: &str,
+    phase: DiscoveryPhase,
+    resources: Vec<Resource>,
+) -> SnapshotState {
     SnapshotState {
         agent_run_id: RunId::new(run),
         phase,
@@ -116,7 +120,7 @@ pub fn snapshot(run: &str, phase: DiscoveryPhase, resources: Vec<Resource>) -> S
 }
 
 /// An agent whose row carries `row_run` and whose stored snapshot is `snapshot`.
-pub fn agent(row_run: &str, snapshot: Option<SnapshotState>) -> Binding {
+pub(crate) fn agent(row_run: &str, snapshot: Option<SnapshotState>) -> Binding {
     Binding::Agent(AgentState {
         agent_run_id: RunId::new(row_run),
         snapshot,
@@ -126,7 +130,7 @@ pub fn agent(row_run: &str, snapshot: Option<SnapshotState>) -> Binding {
 /// The mix of SPEC's tests: fs (2 tools), empty (0 tools), warned (1 tool and a
 /// warning), broken (failed) and one invalid config file, plus a file row that the MCP
 /// view ignores.
-pub fn mix() -> Vec<Resource> {
+pub(crate) fn mix() -> Vec<Resource> {
     vec![
         instruction_file("AGENTS.md", "be kind"),
         server("fs", &["read", "write"]),

@@ -16,10 +16,10 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 /// Upper bound for waiting on an event that must arrive; never slept when it does.
-pub const EVENT_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const EVENT_DEADLINE: Duration = Duration::from_secs(5);
 
 /// One test's world: its own database, the agent API serving it, and a client.
-pub struct Harness {
+pub(crate) struct Harness {
     // Field order is drop order: the server stops before the database is dropped.
     pub api: TestAgentApi,
     pub client: AgentClient<Channel>,
@@ -29,47 +29,47 @@ pub struct Harness {
 impl Harness {
     /// A harness on `backend` (the per-backend macro's `open`); `None` only when
     /// PostgreSQL may be skipped.
-    pub async fn open(backend: Backend) -> Option<Self> {
+    pub(crate) async fn open(backend: Backend) -> Option<Self> {
         match backend {
             Backend::Sqlite => Some(Self::sqlite().await),
             Backend::Postgres => Self::postgres().await,
         }
     }
 
-    pub async fn sqlite() -> Self {
+    pub(crate) async fn sqlite() -> Self {
         Self::over(TestStore::sqlite().await).await
     }
 
-    pub async fn postgres() -> Option<Self> {
+    pub(crate) async fn postgres() -> Option<Self> {
         Some(Self::over(TestStore::postgres().await?).await)
     }
 
     /// The API over `store`, sharing `db`'s harness shape (used when a test needs its
     /// own store options).
-    pub async fn over_store(store: Store) -> ServedStore {
+    pub(crate) async fn over_store(store: Store) -> ServedStore {
         let api = serve_agent_api(store.clone()).await;
         let client = api.client().await;
         ServedStore { api, client, store }
     }
 
-    pub async fn over(db: TestStore) -> Self {
+    pub(crate) async fn over(db: TestStore) -> Self {
         let api = serve_agent_api(db.store().clone()).await;
         let client = api.client().await;
         Self { api, client, db }
     }
 
-    pub fn store(&self) -> &Store {
+    pub(crate) fn store(&self) -> &Store {
         self.db.store()
     }
 
     /// Creates an agent; returns its id and token.
-    pub async fn agent(&self, name: &str) -> (AgentId, String) {
+    pub(crate) async fn agent(&self, name: &str) -> (AgentId, String) {
         let created = self.store().create_agent(name).await.expect("create agent");
         (created.id, created.token.into_string())
     }
 
     /// UpdateStartup through gRPC with `run` as the run id (`""` for a legacy agent).
-    pub async fn startup(&self, token: &str, run: &str) -> Result<v1::Startup, Status> {
+    pub(crate) async fn startup(&self, token: &str, run: &str) -> Result<v1::Startup, Status> {
         let startup = Startup {
             version: "1.2.3".into(),
             expanded_directory: "/workspace".into(),
@@ -78,7 +78,7 @@ impl Harness {
         self.startup_wire(token, startup.into()).await
     }
 
-    pub async fn startup_wire(
+    pub(crate) async fn startup_wire(
         &self,
         token: &str,
         request: v1::UpdateStartupRequest,
@@ -91,11 +91,11 @@ impl Harness {
     }
 
     /// PushContextState through gRPC; returns `accepted`.
-    pub async fn push(&self, token: &str, snapshot: Snapshot) -> Result<bool, Status> {
+    pub(crate) async fn push(&self, token: &str, snapshot: Snapshot) -> Result<bool, Status> {
         self.push_wire(token, snapshot.into()).await
     }
 
-    pub async fn push_wire(
+    pub(crate) async fn push_wire(
         &self,
         token: &str,
         request: v1::PushContextStateRequest,
@@ -107,7 +107,7 @@ impl Harness {
             .map(|r| r.into_inner().accepted)
     }
 
-    pub async fn context(&self, agent: AgentId) -> AgentContext {
+    pub(crate) async fn context(&self, agent: AgentId) -> AgentContext {
         self.store()
             .read_agent_context(agent)
             .await
@@ -117,7 +117,11 @@ impl Harness {
 }
 
 /// Asserts a gRPC failure's code and that its message mentions `needle`.
-pub fn assert_status<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, needle: &str) {
+pub(crate) fn assert_status<T: std::fmt::Debug>(
+    result: Result<T, Status>,
+    code: Code,
+    needle: &str,
+) {
     match result {
         Err(status) => {
             assert_eq!(status.code(), code, "unexpected status: {status:?}");
@@ -132,7 +136,7 @@ pub fn assert_status<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, 
 }
 
 /// Waits for the next event (bounded by [`EVENT_DEADLINE`]).
-pub async fn next_event(next: impl Future<Output = Option<ChangeEvent>>) -> ChangeEvent {
+pub(crate) async fn next_event(next: impl Future<Output = Option<ChangeEvent>>) -> ChangeEvent {
     tokio::time::timeout(EVENT_DEADLINE, next)
         .await
         .expect("no event within the deadline")
@@ -140,19 +144,19 @@ pub async fn next_event(next: impl Future<Output = Option<ChangeEvent>>) -> Chan
 }
 
 /// The agent API over a caller-made store.
-pub struct ServedStore {
+pub(crate) struct ServedStore {
     pub api: TestAgentApi,
     pub client: AgentClient<Channel>,
     pub store: Store,
 }
 
 impl ServedStore {
-    pub async fn agent(&self, name: &str) -> (AgentId, String) {
+    pub(crate) async fn agent(&self, name: &str) -> (AgentId, String) {
         let created = self.store.create_agent(name).await.expect("create agent");
         (created.id, created.token.into_string())
     }
 
-    pub async fn startup(&self, token: &str, run: &str) -> Result<v1::Startup, Status> {
+    pub(crate) async fn startup(&self, token: &str, run: &str) -> Result<v1::Startup, Status> {
         let startup = Startup {
             agent_run_id: RunId::new(run),
             ..Startup::default()
@@ -164,7 +168,7 @@ impl ServedStore {
             .map(tonic::Response::into_inner)
     }
 
-    pub async fn push(&self, token: &str, snapshot: Snapshot) -> Result<bool, Status> {
+    pub(crate) async fn push(&self, token: &str, snapshot: Snapshot) -> Result<bool, Status> {
         let mut client = self.client.clone();
         client
             .push_context_state(with_bearer(
@@ -178,7 +182,7 @@ impl ServedStore {
 
 // ---- fixtures ------------------------------------------------------------------------
 
-pub fn hex_sha256(parts: &[&str]) -> String {
+pub(crate) fn hex_sha256(parts: &[&str]) -> String {
     let mut hasher = Sha256::new();
     for part in parts {
         hasher.update((part.len() as u64).to_le_bytes());
@@ -191,7 +195,7 @@ pub fn hex_sha256(parts: &[&str]) -> String {
         .collect()
 }
 
-pub fn instruction(source: &str, content: &str) -> Resource {
+pub(crate) fn instruction(source: &str, content: &str) -> Resource {
     Resource {
         source: source.into(),
         source_path: Some(format!("/workspace/{source}")),
@@ -205,7 +209,7 @@ pub fn instruction(source: &str, content: &str) -> Resource {
     }
 }
 
-pub fn skill(name: &str, description: &str) -> Resource {
+pub(crate) fn skill(name: &str, description: &str) -> Resource {
     let meta = format!("---\nname: {name}\ndescription: {description}\n---\n");
     Resource {
         source: format!("skills/{name}/SKILL.md"),
@@ -222,7 +226,7 @@ pub fn skill(name: &str, description: &str) -> Resource {
     }
 }
 
-pub fn mcp_config(path: &str) -> Resource {
+pub(crate) fn mcp_config(path: &str) -> Resource {
     Resource {
         source: path.into(),
         source_path: Some(format!("/workspace/{path}")),
@@ -234,7 +238,7 @@ pub fn mcp_config(path: &str) -> Resource {
     }
 }
 
-pub fn mcp_server(name: &str, tools: &[&str]) -> Resource {
+pub(crate) fn mcp_server(name: &str, tools: &[&str]) -> Resource {
     let tools: Vec<McpTool> = tools
         .iter()
         .map(|t| McpTool {
@@ -260,7 +264,7 @@ pub fn mcp_server(name: &str, tools: &[&str]) -> Resource {
     }
 }
 
-pub fn failed_server(name: &str, error: &str) -> Resource {
+pub(crate) fn failed_server(name: &str, error: &str) -> Resource {
     Resource {
         status: ResourceStatus::Unreadable,
         error: Some(error.into()),
@@ -269,7 +273,7 @@ pub fn failed_server(name: &str, error: &str) -> Resource {
 }
 
 /// A snapshot whose aggregate hash covers the non-MCP resources, as the agent computes.
-pub fn snapshot(
+pub(crate) fn snapshot(
     version: u64,
     run: Option<&str>,
     phase: DiscoveryPhase,
@@ -295,13 +299,13 @@ pub fn snapshot(
 }
 
 /// `resources` sorted by source, as the store returns them.
-pub fn sorted(mut resources: Vec<Resource>) -> Vec<Resource> {
+pub(crate) fn sorted(mut resources: Vec<Resource>) -> Vec<Resource> {
     resources.sort_by(|a, b| a.source.cmp(&b.source));
     resources
 }
 
 /// A typical workspace: an instruction file, a skill, a config file and a server.
-pub fn workspace() -> Vec<Resource> {
+pub(crate) fn workspace() -> Vec<Resource> {
     vec![
         instruction("AGENTS.md", "Be brief."),
         skill("pdf-tools", "Work with PDF files"),

@@ -10,24 +10,24 @@ use std::time::{Duration, Instant};
 
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentContext, AgentId};
-pub use ctxsync_test_support::{Backend, Logs, Workspace, poll, process_alive};
+pub(crate) use ctxsync_test_support::{Backend, Logs, Workspace, poll, process_alive};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 
 /// Bound on anything a test waits for; never reached when the code works.
-pub const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 /// How often the database is polled.
 const POLL: Duration = Duration::from_millis(25);
 /// Short MCP connect timeout, so a test never waits for the 30 s default.
-pub const MCP_TIMEOUT_MS: &str = "4000";
+pub(crate) const MCP_TIMEOUT_MS: &str = "4000";
 /// The line `ctxsync server` prints with its agent API address.
 const SERVER_ADDRESS_PREFIX: &str = "agent API (gRPC): ";
 /// The line `ctxsync server` prints with its chat API address.
 const SERVER_HTTP_PREFIX: &str = "chat API (HTTP):";
 /// A command that exists nowhere, for the "command not found" row.
-pub const MISSING_COMMAND: &str = "no-such-mcp-server-e2e";
+pub(crate) const MISSING_COMMAND: &str = "no-such-mcp-server-e2e";
 
-pub fn ctxsync() -> Command {
+pub(crate) fn ctxsync() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ctxsync"));
     command
         .env_remove("CTXSYNC_AGENT_TOKEN")
@@ -40,12 +40,12 @@ pub fn ctxsync() -> Command {
 }
 
 /// A fresh database for one test; `None` only when PostgreSQL may be skipped locally.
-pub async fn database(backend: Backend) -> Option<TestStore> {
+pub(crate) async fn database(backend: Backend) -> Option<TestStore> {
     ctxsync_test_support::store(backend).await
 }
 
 /// A line the server wrote on stdout as text: with JSON logs, the object's `message`.
-pub fn operator_text(line: &str) -> String {
+pub(crate) fn operator_text(line: &str) -> String {
     match serde_json::from_str::<serde_json::Value>(line) {
         Ok(object) => object["message"].as_str().unwrap_or_default().to_owned(),
         Err(_) => line.to_owned(),
@@ -54,7 +54,7 @@ pub fn operator_text(line: &str) -> String {
 
 /// A `ctxsync server` child process on the test's database.
 #[derive(Debug)]
-pub struct ServerProcess {
+pub(crate) struct ServerProcess {
     child: Child,
     pub addr: SocketAddr,
     /// The chat API's address.
@@ -65,13 +65,13 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     /// Starts a server on an ephemeral loopback port.
-    pub async fn start(store: &TestStore, logs: &Logs) -> Self {
+    pub(crate) async fn start(store: &TestStore, logs: &Logs) -> Self {
         Self::start_at(store, logs, "127.0.0.1:0".parse().unwrap()).await
     }
 
     /// Starts a server on `addr`; retries briefly while a previous server's port is being
     /// released.
-    pub async fn start_at(store: &TestStore, logs: &Logs, addr: SocketAddr) -> Self {
+    pub(crate) async fn start_at(store: &TestStore, logs: &Logs, addr: SocketAddr) -> Self {
         Self::launch(logs, addr, |command| {
             match store.postgres_database() {
                 Some(database) => command.args(["--database-url", database.url()]),
@@ -84,7 +84,7 @@ impl ServerProcess {
     }
 
     /// Starts a server on the test's database with `extra` flags, on ephemeral ports.
-    pub async fn start_with(store: &TestStore, logs: &Logs, extra: &[&str]) -> Self {
+    pub(crate) async fn start_with(store: &TestStore, logs: &Logs, extra: &[&str]) -> Self {
         Self::launch(logs, "127.0.0.1:0".parse().unwrap(), |command| {
             match store.postgres_database() {
                 Some(database) => command.args(["--database-url", database.url()]),
@@ -98,7 +98,7 @@ impl ServerProcess {
     }
 
     /// Starts a server on `database_url` with `extra` flags, on ephemeral ports.
-    pub async fn start_on(database_url: &str, logs: &Logs, extra: &[&str]) -> Self {
+    pub(crate) async fn start_on(database_url: &str, logs: &Logs, extra: &[&str]) -> Self {
         Self::launch(logs, "127.0.0.1:0".parse().unwrap(), |command| {
             command.args(["--database-url", database_url]).args(extra);
         })
@@ -161,26 +161,26 @@ impl ServerProcess {
     }
 
     /// Still running?
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("polling the server").is_none()
     }
 
     /// The chat API's base URL.
-    pub fn http_url(&self) -> String {
+    pub(crate) fn http_url(&self) -> String {
         format!("http://{}", self.http_addr)
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// The server's process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id().expect("the server is running")
     }
 
     /// SIGTERM, then the exit status and how long the exit took (bounded by [`WAIT`]).
-    pub async fn terminate(&mut self) -> (ExitStatus, Duration) {
+    pub(crate) async fn terminate(&mut self) -> (ExitStatus, Duration) {
         let started = Instant::now();
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(i32::try_from(self.pid()).unwrap()),
@@ -195,7 +195,7 @@ impl ServerProcess {
     }
 
     /// Waits (bounded by [`WAIT`]) for the server to exit on its own.
-    pub async fn wait_exit(&mut self) -> ExitStatus {
+    pub(crate) async fn wait_exit(&mut self) -> ExitStatus {
         tokio::time::timeout(WAIT, self.child.wait())
             .await
             .expect("the server exits")
@@ -203,7 +203,7 @@ impl ServerProcess {
     }
 
     /// SIGKILL: no clean shutdown, as in a crash.
-    pub async fn kill(mut self) -> SocketAddr {
+    pub(crate) async fn kill(mut self) -> SocketAddr {
         self.child.kill().await.expect("killing the server");
         self.addr
     }
@@ -211,14 +211,14 @@ impl ServerProcess {
 
 /// A `ctxsync agent` child process.
 #[derive(Debug)]
-pub struct AgentProcess {
+pub(crate) struct AgentProcess {
     pub child: Child,
 }
 
 impl AgentProcess {
     /// Starts `ctxsync agent --server URL --workspace DIR ARGS...` with the token in the
     /// environment; stderr goes to the log `name`.
-    pub fn start(
+    pub(crate) fn start(
         logs: &Logs,
         name: &str,
         server: &str,
@@ -240,7 +240,7 @@ impl AgentProcess {
     }
 
     /// SIGTERM, then the exit status (bounded).
-    pub async fn terminate(&mut self) -> ExitStatus {
+    pub(crate) async fn terminate(&mut self) -> ExitStatus {
         let pid = self.child.id().expect("the agent is running");
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
@@ -254,18 +254,18 @@ impl AgentProcess {
     }
 
     /// SIGKILL: the process gets no chance to clean up, as in a crash.
-    pub async fn kill(&mut self) {
+    pub(crate) async fn kill(&mut self) {
         self.child.kill().await.expect("killing the agent");
     }
 
     /// Still running?
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("polling the agent").is_none()
     }
 }
 
 /// Workspaces that declare fixture MCP servers served by the binary under test.
-pub trait FixtureWorkspace: Sized {
+pub(crate) trait FixtureWorkspace: Sized {
     /// `AGENTS.md` and a `.mcp.json` declaring `servers` (name → fixture flags), plus an
     /// entry whose command does not exist (`missing`) and an invalid one (`bad`). Each
     /// fixture writes its pid under `pids/`.
@@ -322,7 +322,7 @@ impl FixtureWorkspace for Workspace {
 }
 
 /// Waits until no process in `pids` is alive.
-pub async fn wait_until_gone(pids: &[i32]) {
+pub(crate) async fn wait_until_gone(pids: &[i32]) {
     poll("the MCP server processes to exit with the agent")
         .within(WAIT)
         .every(POLL)
@@ -335,7 +335,7 @@ pub async fn wait_until_gone(pids: &[i32]) {
 
 /// Polls `read_agent_context` until `done` holds (bounded by [`WAIT`]); on timeout the
 /// panic shows the last state and the logs.
-pub async fn wait_for_context(
+pub(crate) async fn wait_for_context(
     store: &TestStore,
     agent: AgentId,
     logs: &Logs,
@@ -367,7 +367,7 @@ pub async fn wait_for_context(
 }
 
 /// Waits until the log `name` contains `needle` (bounded by [`WAIT`]).
-pub async fn wait_for_log(logs: &Logs, name: &str, needle: &str) -> String {
+pub(crate) async fn wait_for_log(logs: &Logs, name: &str, needle: &str) -> String {
     poll(format!("`{needle}` in the {name} log"))
         .within(WAIT)
         .every(POLL)

@@ -15,11 +15,11 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// The bearer token every replica shares.
-pub const API_TOKEN: &str = "load-balanced-test-token-0123456789";
+pub(crate) const API_TOKEN: &str = "load-balanced-test-token-0123456789";
 /// The response header HAProxy sets to the name of the replica that answered.
-pub const SERVED_BY: &str = "x-served-by";
+pub(crate) const SERVED_BY: &str = "x-served-by";
 /// The replicas' names in HAProxy's configuration, in start order.
-pub const REPLICAS: [&str; 2] = ["a", "b"];
+pub(crate) const REPLICAS: [&str; 2] = ["a", "b"];
 /// Bound on starting the replicas and HAProxy, and on HAProxy noticing a dead replica.
 const START_WAIT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(50);
@@ -27,13 +27,13 @@ const POLL: Duration = Duration::from_millis(50);
 const CTXSYNC: &str = env!("CARGO_BIN_EXE_ctxsync");
 
 /// HAProxy: Debian's by default; `CTXSYNC_HAPROXY` points elsewhere.
-pub fn haproxy_path() -> PathBuf {
+pub(crate) fn haproxy_path() -> PathBuf {
     std::env::var_os("CTXSYNC_HAPROXY").map_or_else(|| "/usr/sbin/haproxy".into(), PathBuf::from)
 }
 
 /// Whether HAProxy is installed. In CI a missing HAProxy fails the test; elsewhere the
 /// test says loudly that it skips.
-pub fn haproxy_available() -> bool {
+pub(crate) fn haproxy_available() -> bool {
     let path = haproxy_path();
     if path.exists() {
         return true;
@@ -105,7 +105,7 @@ fn free_port() -> u16 {
 }
 
 /// One `ctxsync server` replica process.
-pub struct Replica {
+pub(crate) struct Replica {
     pub name: &'static str,
     child: Child,
     /// The agent API's URL (`http://…`), for agents that talk to this replica directly.
@@ -166,7 +166,7 @@ impl Replica {
 
 /// One answer through the balancer.
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub status: u16,
     /// The replica HAProxy sent the request to.
     pub served_by: String,
@@ -176,7 +176,7 @@ pub struct Answer {
 
 /// A server's row in HAProxy's statistics.
 #[derive(Debug)]
-pub struct ServerStats {
+pub(crate) struct ServerStats {
     pub name: String,
     /// Requests it is serving now (an open event stream counts until it ends).
     pub current: u64,
@@ -187,7 +187,7 @@ pub struct ServerStats {
 }
 
 /// Two replicas on one database behind HAProxy.
-pub struct LoadBalanced {
+pub(crate) struct LoadBalanced {
     pub replicas: Vec<Replica>,
     /// The balancer's base URL: every chat API call and the browser go here.
     pub base: String,
@@ -204,7 +204,7 @@ impl LoadBalanced {
     /// Starts both replicas (each with `extra` flags) and HAProxy in front of them; returns
     /// once HAProxy has sent a health check answer from each. `None` when PostgreSQL may be
     /// skipped locally.
-    pub async fn start(extra: &[&str]) -> Option<Self> {
+    pub(crate) async fn start(extra: &[&str]) -> Option<Self> {
         let database = tokio::task::spawn_blocking(TestDatabase::create)
             .await
             .expect("create task")?;
@@ -265,7 +265,7 @@ impl LoadBalanced {
     }
 
     /// The replica called `name`.
-    pub fn replica(&self, name: &str) -> &Replica {
+    pub(crate) fn replica(&self, name: &str) -> &Replica {
         self.replicas
             .iter()
             .find(|r| r.name == name)
@@ -273,7 +273,7 @@ impl LoadBalanced {
     }
 
     /// The other replica's name.
-    pub fn other(name: &str) -> &'static str {
+    pub(crate) fn other(name: &str) -> &'static str {
         REPLICAS
             .into_iter()
             .find(|r| *r != name)
@@ -281,12 +281,17 @@ impl LoadBalanced {
     }
 
     /// `base` + `path`.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
     /// An authenticated JSON request through the balancer, recorded in [`Self::served`].
-    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Answer {
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Answer {
         let mut request = self
             .http
             .request(method, self.url(path))
@@ -301,7 +306,7 @@ impl LoadBalanced {
     }
 
     /// Reads a response through the balancer into an [`Answer`].
-    pub async fn answer(response: reqwest::Response) -> Answer {
+    pub(crate) async fn answer(response: reqwest::Response) -> Answer {
         let status = response.status().as_u16();
         let served_by = response
             .headers()
@@ -318,13 +323,13 @@ impl LoadBalanced {
     }
 
     /// Who served each [`Self::call`] so far, in order.
-    pub fn served(&self) -> Vec<String> {
+    pub(crate) fn served(&self) -> Vec<String> {
         self.served.lock().unwrap().clone()
     }
 
     /// Asserts that consecutive calls so far landed on different replicas (round-robin
     /// with both up and no other client) and that there were some.
-    pub fn assert_calls_alternated(&self) {
+    pub(crate) fn assert_calls_alternated(&self) {
         let served = self.served();
         assert!(served.len() >= 2, "too few calls to tell: {served:?}");
         assert!(
@@ -376,12 +381,12 @@ impl LoadBalanced {
     }
 
     /// HAProxy's view of each replica.
-    pub async fn stats(&self) -> Vec<ServerStats> {
+    pub(crate) async fn stats(&self) -> Vec<ServerStats> {
         self.try_stats().await.expect("HAProxy's statistics")
     }
 
     /// Waits (bounded) until `done` holds for HAProxy's statistics.
-    pub async fn wait_for_stats(
+    pub(crate) async fn wait_for_stats(
         &self,
         what: &str,
         mut done: impl FnMut(&[ServerStats]) -> bool,
@@ -401,7 +406,7 @@ impl LoadBalanced {
     }
 
     /// SIGKILL to the replica `name`, as in a crash: no drain, its connections just break.
-    pub async fn kill(&mut self, name: &str) {
+    pub(crate) async fn kill(&mut self, name: &str) {
         let replica = self
             .replicas
             .iter_mut()
@@ -412,7 +417,7 @@ impl LoadBalanced {
 
     /// Starts `ctxsync agent` on `workspace`, talking gRPC to the replica `replica`
     /// directly; killed on drop.
-    pub fn start_agent(&self, replica: &str, token: &str, workspace: &Path) -> Child {
+    pub(crate) fn start_agent(&self, replica: &str, token: &str, workspace: &Path) -> Child {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -434,7 +439,7 @@ impl LoadBalanced {
     }
 
     /// The replicas', HAProxy's and the agent's logs, for a failing assertion.
-    pub fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         let mut out = String::new();
         let mut names: Vec<String> = REPLICAS.iter().map(|r| format!("replica-{r}")).collect();
         names.extend(["haproxy".to_owned(), "agent".to_owned()]);

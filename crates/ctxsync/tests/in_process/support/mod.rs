@@ -1,8 +1,8 @@
 //! Shared set-up for the binary's tests: a real server on loopback ports over SQLite or a
 //! fresh PostgreSQL database, and snapshots to push through the real store.
 
-pub mod haproxy;
-pub mod webdriver;
+pub(crate) mod haproxy;
+pub(crate) mod webdriver;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,10 +13,10 @@ use ctxsync_persistence::{AgentId, DatabaseConfig};
 use ctxsync_protocol::*;
 use serde_json::{Value, json};
 
-pub use ctxsync_test_support::Backend;
+pub(crate) use ctxsync_test_support::Backend;
 
 /// A running server and what keeps its database alive.
-pub struct Harness {
+pub(crate) struct Harness {
     pub server: RunningServer,
     pub http: reqwest::Client,
     _database: Option<TestDatabase>,
@@ -25,11 +25,15 @@ pub struct Harness {
 
 impl Harness {
     /// `None` only when PostgreSQL is unreachable outside CI with the skip flag set.
-    pub async fn start(backend: Backend) -> Option<Self> {
+    pub(crate) async fn start(backend: Backend) -> Option<Self> {
         Self::start_with(backend, Duration::from_secs(5), Duration::from_secs(2)).await
     }
 
-    pub async fn start_with(backend: Backend, budget: Duration, grace: Duration) -> Option<Self> {
+    pub(crate) async fn start_with(
+        backend: Backend,
+        budget: Duration,
+        grace: Duration,
+    ) -> Option<Self> {
         Self::start_configured(backend, |config| {
             config.discovery_budget = budget;
             config.snapshot_grace = grace;
@@ -39,7 +43,7 @@ impl Harness {
 
     /// A server with the tests' API token and budgets of 5 s and 2 s, then `configure`'s
     /// changes.
-    pub async fn start_configured(
+    pub(crate) async fn start_configured(
         backend: Backend,
         configure: impl FnOnce(&mut ServerConfig),
     ) -> Option<Self> {
@@ -71,16 +75,16 @@ impl Harness {
     }
 
     /// The server's data directory (the SQLite files live here).
-    pub fn data_dir(&self) -> &std::path::Path {
+    pub(crate) fn data_dir(&self) -> &std::path::Path {
         self._dir.path()
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.server.http_url())
     }
 
     /// An authenticated JSON request; returns the status and the JSON body (or `null`).
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -99,7 +103,7 @@ impl Harness {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
-    pub async fn new_agent(&self) -> AgentId {
+    pub(crate) async fn new_agent(&self) -> AgentId {
         self.server
             .store
             .create_agent("agent")
@@ -108,7 +112,7 @@ impl Harness {
             .id
     }
 
-    pub async fn new_chat(&self, agent: AgentId) -> String {
+    pub(crate) async fn new_chat(&self, agent: AgentId) -> String {
         let (status, chat) = self
             .call(
                 reqwest::Method::POST,
@@ -121,7 +125,7 @@ impl Harness {
     }
 
     /// Reports a process start and pushes a snapshot from it, through the real store.
-    pub async fn push(
+    pub(crate) async fn push(
         &self,
         agent: AgentId,
         run: &str,
@@ -153,7 +157,7 @@ impl Harness {
     }
 }
 
-pub fn file(source: &str, content: &str) -> Resource {
+pub(crate) fn file(source: &str, content: &str) -> Resource {
     Resource {
         source: source.into(),
         source_path: None,
@@ -167,7 +171,7 @@ pub fn file(source: &str, content: &str) -> Resource {
     }
 }
 
-pub fn config_file() -> Resource {
+pub(crate) fn config_file() -> Resource {
     Resource {
         source: ".mcp.json".into(),
         source_path: Some("/ws/.mcp.json".into()),
@@ -179,7 +183,7 @@ pub fn config_file() -> Resource {
     }
 }
 
-pub fn server(name: &str, tools: &[(&str, &str)]) -> Resource {
+pub(crate) fn server(name: &str, tools: &[(&str, &str)]) -> Resource {
     Resource {
         source: format!("mcp:{name}"),
         source_path: None,
@@ -200,7 +204,7 @@ pub fn server(name: &str, tools: &[(&str, &str)]) -> Resource {
     }
 }
 
-pub fn failed_server(name: &str, error: &str) -> Resource {
+pub(crate) fn failed_server(name: &str, error: &str) -> Resource {
     Resource {
         status: ResourceStatus::Unreadable,
         error: Some(error.into()),
@@ -209,7 +213,7 @@ pub fn failed_server(name: &str, error: &str) -> Resource {
 }
 
 /// Where tests leave artifacts (screenshots) for people to look at.
-pub fn artifact_dir() -> PathBuf {
+pub(crate) fn artifact_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-artifacts");
     std::fs::create_dir_all(&dir).expect("artifact dir");
     dir
@@ -221,7 +225,7 @@ pub fn artifact_dir() -> PathBuf {
 const PYTHON_ENV: &str = "CTXSYNC_PYTHON_ECOSYSTEM";
 
 /// That interpreter; a missing one fails the test with what to run, never skips it.
-pub fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let default =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/pyeco/bin/python");
     let path = std::env::var_os(PYTHON_ENV).map_or(default, PathBuf::from);

@@ -11,7 +11,7 @@ use tokio::process::{Child, Command};
 
 /// The browser and its driver: Debian's packages by default; `CTXSYNC_CHROMIUM` and
 /// `CTXSYNC_CHROMEDRIVER` point elsewhere (e.g. a CI image's preinstalled Chrome).
-pub fn browser_paths() -> (PathBuf, PathBuf) {
+pub(crate) fn browser_paths() -> (PathBuf, PathBuf) {
     let path = |var: &str, default: &str| {
         std::env::var_os(var).map_or_else(|| PathBuf::from(default), PathBuf::from)
     };
@@ -21,7 +21,7 @@ pub fn browser_paths() -> (PathBuf, PathBuf) {
     )
 }
 
-pub fn browser_available() -> bool {
+pub(crate) fn browser_available() -> bool {
     let (chromium, chromedriver) = browser_paths();
     let present = chromium.exists() && chromedriver.exists();
     if !present {
@@ -39,7 +39,7 @@ pub fn browser_available() -> bool {
 }
 
 /// A running chromedriver with one headless Chromium session; both end on drop.
-pub struct Browser {
+pub(crate) struct Browser {
     http: reqwest::Client,
     base: String,
     session: String,
@@ -48,7 +48,7 @@ pub struct Browser {
 
 impl Browser {
     /// Starts chromedriver on a free loopback port and opens a headless session.
-    pub async fn start(chromium: &Path, chromedriver: &Path) -> Result<Self> {
+    pub(crate) async fn start(chromium: &Path, chromedriver: &Path) -> Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -130,13 +130,13 @@ impl Browser {
         Ok(response["value"].clone())
     }
 
-    pub async fn goto(&self, url: &str) -> Result<()> {
+    pub(crate) async fn goto(&self, url: &str) -> Result<()> {
         self.command(reqwest::Method::POST, "/url", Some(json!({ "url": url })))
             .await
             .map(drop)
     }
 
-    pub async fn current_url(&self) -> Result<String> {
+    pub(crate) async fn current_url(&self) -> Result<String> {
         Ok(self
             .command(reqwest::Method::GET, "/url", None)
             .await?
@@ -146,7 +146,7 @@ impl Browser {
     }
 
     /// Runs a script in the page and returns its value.
-    pub async fn eval(&self, script: &str) -> Result<Value> {
+    pub(crate) async fn eval(&self, script: &str) -> Result<Value> {
         self.command(
             reqwest::Method::POST,
             "/execute/sync",
@@ -156,7 +156,7 @@ impl Browser {
     }
 
     /// The visible text of the first element matching a CSS selector, if any.
-    pub async fn text(&self, selector: &str) -> Result<Option<String>> {
+    pub(crate) async fn text(&self, selector: &str) -> Result<Option<String>> {
         let script = format!(
             "const e = document.querySelector({}); return e ? e.innerText : null;",
             serde_json::to_string(selector)?
@@ -165,7 +165,7 @@ impl Browser {
     }
 
     /// Waits (bounded) until `predicate` holds for the page's evaluated `script`.
-    pub async fn wait_for(&self, script: &str, timeout: Duration) -> Result<Value> {
+    pub(crate) async fn wait_for(&self, script: &str, timeout: Duration) -> Result<Value> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let value = self.eval(script).await?;
@@ -198,7 +198,7 @@ impl Browser {
 
     /// Clicks the first element matching a CSS selector (a real click: it submits forms
     /// and runs the page's own handlers).
-    pub async fn click(&self, selector: &str) -> Result<()> {
+    pub(crate) async fn click(&self, selector: &str) -> Result<()> {
         let id = self.element(selector).await?;
         self.command(
             reqwest::Method::POST,
@@ -211,7 +211,7 @@ impl Browser {
 
     /// Types `text` into the first element matching a CSS selector, key by key as a
     /// person would (the page sees real `input` events).
-    pub async fn type_into(&self, selector: &str, text: &str) -> Result<()> {
+    pub(crate) async fn type_into(&self, selector: &str, text: &str) -> Result<()> {
         let id = self.element(selector).await?;
         self.command(
             reqwest::Method::POST,
@@ -224,7 +224,7 @@ impl Browser {
 
     /// Runs an asynchronous script in the page: it ends by calling its last argument
     /// with the value to return. Bounded by `timeout`.
-    pub async fn eval_async(&self, script: &str, timeout: Duration) -> Result<Value> {
+    pub(crate) async fn eval_async(&self, script: &str, timeout: Duration) -> Result<Value> {
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         self.command(
             reqwest::Method::POST,
@@ -241,7 +241,7 @@ impl Browser {
     }
 
     /// The browser console's messages since the last call (chromedriver's log endpoint).
-    pub async fn console_log(&self) -> Result<Vec<String>> {
+    pub(crate) async fn console_log(&self) -> Result<Vec<String>> {
         let entries = self
             .command(
                 reqwest::Method::POST,
@@ -258,7 +258,7 @@ impl Browser {
     }
 
     /// Saves a PNG of the browser's viewport at `path` (its directory is created).
-    pub async fn screenshot(&self, path: &Path) -> Result<()> {
+    pub(crate) async fn screenshot(&self, path: &Path) -> Result<()> {
         use base64::Engine as _;
         let data = self
             .command(reqwest::Method::GET, "/screenshot", None)
@@ -272,7 +272,7 @@ impl Browser {
         Ok(())
     }
 
-    pub async fn close(self) -> Result<()> {
+    pub(crate) async fn close(self) -> Result<()> {
         self.http
             .delete(format!("{}/session/{}", self.base, self.session))
             .send()
