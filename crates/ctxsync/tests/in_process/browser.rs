@@ -16,31 +16,9 @@ use support::*;
 
 const WAIT: Duration = Duration::from_secs(15);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_page_updates_in_place_and_escapes_hostile_text() {
-    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
-    let _heavy = ctxsync_test_support::heavy().await;
-    if !browser_available() {
-        return;
-    }
-    let h = Harness::start(Backend::Sqlite)
-        .await
-        .expect("SQLite always starts");
-    let agent = h.new_agent().await;
-    h.push(
-        agent,
-        "run-1",
-        1,
-        DiscoveryPhase::Pending,
-        vec![file("AGENTS.md", "Be brief.")],
-    )
-    .await;
-    let chat = h.new_chat(agent).await;
-
-    let (chromium, chromedriver) = browser_paths();
-    let browser = Browser::start(&chromium, &chromedriver)
-        .await
-        .expect("browser starts");
+/// Opens the link (which only shows its button), presses the button and checks the page
+/// opened while discovery is pending.
+async fn open_pending_page(h: &Harness, browser: &Browser, chat: &str) {
     let link = h.server.page_link(chat.parse().unwrap()).await.unwrap();
     browser.goto(&link).await.unwrap();
     assert_eq!(
@@ -74,7 +52,11 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
             .is_some(),
         "no empty server list while pending"
     );
+}
 
+/// The cookie is out of the script's reach; then starts recording CSP violations and
+/// sets the marks that survive only without a reload.
+async fn check_cookie_and_set_marks(browser: &Browser) {
     assert_eq!(
         browser.eval("return document.cookie").await.unwrap(),
         "",
@@ -94,8 +76,16 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
         .eval("window.__noReload = 42; document.getElementById('section-files').open = false;")
         .await
         .unwrap();
+}
 
-    let hostile = "<script>window.__pwned = 1</script> reads files";
+/// A push completes discovery: the panel updates in place, the closed section stays
+/// closed, and the hostile description renders as text without running.
+async fn complete_discovery_in_place(
+    h: &Harness,
+    browser: &Browser,
+    agent: ctxsync_persistence::AgentId,
+    hostile: &str,
+) {
     h.push(
         agent,
         "run-1",
@@ -165,9 +155,16 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
         .screenshot(&artifact_dir().join("context-panel-complete.png"))
         .await
         .unwrap();
+}
 
-    // The workspace's files change: the page offers a refresh, and its button re-pins the
-    // chat through the session (the new panel arrives over the event stream).
+/// The workspace's files change: the page offers a refresh, and its button re-pins the
+/// chat through the session (the new panel arrives over the event stream).
+async fn refresh_a_changed_context(
+    h: &Harness,
+    browser: &Browser,
+    agent: ctxsync_persistence::AgentId,
+    hostile: &str,
+) {
     let mut changed = file("AGENTS.md", "Be briefer.");
     changed.content_hash = "changed".into();
     let changed = Snapshot {
@@ -206,8 +203,14 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
         42,
         "the refresh did not reload the page"
     );
+}
 
-    // A new agent process reports: the old process's tools are withheld.
+/// A new agent process reports: the old process's tools are withheld.
+async fn restart_withholds_tools(
+    h: &Harness,
+    browser: &Browser,
+    agent: ctxsync_persistence::AgentId,
+) {
     let restarted = Startup {
         version: "test".into(),
         expanded_directory: "/ws".into(),
@@ -235,7 +238,10 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
         .screenshot(&artifact_dir().join("context-panel-stale.png"))
         .await
         .unwrap();
+}
 
+/// No CSP violation, neither as the page saw it nor in the console.
+async fn assert_no_csp_violation(browser: &Browser) {
     assert_eq!(
         browser.eval("return window.__cspViolations").await.unwrap(),
         serde_json::json!([]),
@@ -250,6 +256,40 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
         violations.is_empty(),
         "CSP violations in the console: {violations:#?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_updates_in_place_and_escapes_hostile_text() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
+    if !browser_available() {
+        return;
+    }
+    let h = Harness::start(Backend::Sqlite)
+        .await
+        .expect("SQLite always starts");
+    let agent = h.new_agent().await;
+    h.push(
+        agent,
+        "run-1",
+        1,
+        DiscoveryPhase::Pending,
+        vec![file("AGENTS.md", "Be brief.")],
+    )
+    .await;
+    let chat = h.new_chat(agent).await;
+
+    let (chromium, chromedriver) = browser_paths();
+    let browser = Browser::start(&chromium, &chromedriver)
+        .await
+        .expect("browser starts");
+    open_pending_page(&h, &browser, &chat).await;
+    check_cookie_and_set_marks(&browser).await;
+    let hostile = "<script>window.__pwned = 1</script> reads files";
+    complete_discovery_in_place(&h, &browser, agent, hostile).await;
+    refresh_a_changed_context(&h, &browser, agent, hostile).await;
+    restart_withholds_tools(&h, &browser, agent).await;
+    assert_no_csp_violation(&browser).await;
     browser.close().await.unwrap();
 }
 
@@ -498,50 +538,9 @@ async fn assert_no_reload_and_no_csp_violation(browser: &Browser) {
     );
 }
 
-/// The panel in each state a person meets — pending, complete, failed, none declared,
-/// stale — reads at a glance (header with the agent's name, short run id and a snapshot
-/// age that counts on; the banner; counts; per-server timing), its tool filter works and
-/// survives live updates, axe-core finds nothing serious, and a screenshot of each state
-/// is saved in `target/screenshots/`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_state_reads_at_a_glance_and_passes_axe() {
-    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
-    let _heavy = ctxsync_test_support::heavy().await;
-    if !browser_available() {
-        return;
-    }
-    let axe = axe_source();
-    let h = Harness::start(Backend::Sqlite)
-        .await
-        .expect("SQLite always starts");
-    let agent = h
-        .server
-        .store
-        .create_agent("build-box")
-        .await
-        .expect("agent")
-        .id;
-    // Pending: github is done, jira still connecting for 4 s.
-    publish(
-        &h,
-        agent,
-        RUN_1,
-        1,
-        DiscoveryPhase::Pending,
-        workspace(vec![timed_server(
-            "github",
-            &[("create_issue", "Open an issue")],
-        )]),
-        &[("jira", 4_000)],
-    )
-    .await;
-    let chat = h.new_chat(agent).await;
-    let (chromium, chromedriver) = browser_paths();
-    let browser = Browser::start(&chromium, &chromedriver)
-        .await
-        .expect("browser starts");
-    open_page(&h, &browser, &chat).await;
-
+/// Pending: the header names the agent and the short run id, the banner names the
+/// server it waits for, and the snapshot's age and jira's wait count on.
+async fn check_pending_panel(browser: &Browser, axe: &str) {
     let header = browser
         .text(".page-header")
         .await
@@ -593,12 +592,19 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         )
         .await
         .expect("the snapshot's age is kept current");
-    assert_accessible(&browser, &axe, "pending").await;
-    save_screenshot(&browser, "pending").await;
+    assert_accessible(browser, axe, "pending").await;
+    save_screenshot(browser, "pending").await;
+}
 
-    // Complete: tools listed with counts and per-server timing.
+/// Complete: tools listed with counts and per-server timing.
+async fn check_complete_panel(
+    h: &Harness,
+    browser: &Browser,
+    axe: &str,
+    agent: ctxsync_persistence::AgentId,
+) {
     publish(
-        &h,
+        h,
         agent,
         RUN_1,
         2,
@@ -607,27 +613,33 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         &[],
     )
     .await;
-    discovery_state(&browser, "complete").await;
+    discovery_state(browser, "complete").await;
     let tools = browser
         .text(".fact-tools dd")
         .await
         .unwrap()
         .unwrap_or_default();
     assert_eq!(tools, "3 tools from 3 servers (1 with no tools)");
-    let github = server_row(&browser, "github").await;
+    let github = server_row(browser, "github").await;
     assert!(
         github.contains("2 tools") && github.contains("ready in 159 ms"),
         "{github}"
     );
     assert_eq!(
-        visible_tools(&browser).await,
+        visible_tools(browser).await,
         serde_json::json!(["lookup", "create_issue", "search_code"]),
         "servers by name: docs, empty, github"
     );
-    assert_accessible(&browser, &axe, "complete").await;
-    save_screenshot(&browser, "complete").await;
+    assert_accessible(browser, axe, "complete").await;
+    save_screenshot(browser, "complete").await;
+}
 
-    // The filter hides what does not match, by name or description, in any case…
+/// Empties the tool filter the way typing would.
+const CLEAR_FILTER: &str = "document.getElementById('tool-filter').value = ''; document.getElementById('tool-filter').dispatchEvent(new Event('input', { bubbles: true }));";
+
+/// The filter hides what does not match, by name or description, in any case; leaves
+/// "handbook" typed in.
+async fn check_tool_filter(browser: &Browser) {
     browser.type_into("#tool-filter", "SEARCH").await.unwrap();
     browser
         .wait_for(
@@ -637,7 +649,7 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         .await
         .expect("the filter hides the other tools");
     assert_eq!(
-        visible_tools(&browser).await,
+        visible_tools(browser).await,
         serde_json::json!(["search_code"])
     );
     assert_eq!(
@@ -654,7 +666,7 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         .unwrap()
         .unwrap_or_default();
     assert_eq!(count, "1 of 3 tools match");
-    browser.eval("document.getElementById('tool-filter').value = ''; document.getElementById('tool-filter').dispatchEvent(new Event('input', { bubbles: true }));").await.unwrap();
+    browser.eval(CLEAR_FILTER).await.unwrap();
     browser.type_into("#tool-filter", "handbook").await.unwrap();
     browser
         .wait_for(
@@ -663,16 +675,23 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         )
         .await
         .expect("descriptions match too");
-    assert_eq!(visible_tools(&browser).await, serde_json::json!(["lookup"]));
+    assert_eq!(visible_tools(browser).await, serde_json::json!(["lookup"]));
+}
 
-    // …and stays applied when a live update replaces the panel (here: a server fails).
+/// The filter stays applied when a live update replaces the panel (here: jira fails);
+/// then it is emptied again.
+async fn filter_survives_a_live_update(
+    h: &Harness,
+    browser: &Browser,
+    agent: ctxsync_persistence::AgentId,
+) {
     let mut servers = complete_servers();
     servers.push(failed_server(
         "jira",
         "command not found: mcp-jira (check that it is installed and on PATH)",
     ));
     publish(
-        &h,
+        h,
         agent,
         RUN_1,
         3,
@@ -693,8 +712,8 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         "handbook",
         "the filter keeps its text"
     );
-    assert_eq!(visible_tools(&browser).await, serde_json::json!(["lookup"]));
-    browser.eval("document.getElementById('tool-filter').value = ''; document.getElementById('tool-filter').dispatchEvent(new Event('input', { bubbles: true }));").await.unwrap();
+    assert_eq!(visible_tools(browser).await, serde_json::json!(["lookup"]));
+    browser.eval(CLEAR_FILTER).await.unwrap();
     browser
         .wait_for(
             "return document.querySelectorAll('li.tool[hidden]').length === 0",
@@ -702,9 +721,11 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         )
         .await
         .expect("an empty filter shows every tool");
+}
 
-    // Failed: its sanitized error shows on its row and under Issues.
-    let failed = server_row(&browser, "jira").await;
+/// Failed: its sanitized error shows on its row and under Issues.
+async fn check_failed_panel(browser: &Browser, axe: &str) {
+    let failed = server_row(browser, "jira").await;
     assert!(
         failed.contains("failed") && failed.contains("command not found: mcp-jira"),
         "{failed}"
@@ -724,12 +745,19 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
             .unwrap(),
         "error"
     );
-    assert_accessible(&browser, &axe, "failed").await;
-    save_screenshot(&browser, "failed").await;
+    assert_accessible(browser, axe, "failed").await;
+    save_screenshot(browser, "failed").await;
+}
 
-    // None declared: the workspace has no .mcp.json servers.
+/// None declared: the workspace has no .mcp.json servers.
+async fn check_none_declared_panel(
+    h: &Harness,
+    browser: &Browser,
+    axe: &str,
+    agent: ctxsync_persistence::AgentId,
+) {
     publish(
-        &h,
+        h,
         agent,
         RUN_1,
         4,
@@ -738,7 +766,7 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         &[],
     )
     .await;
-    discovery_state(&browser, "complete-no-servers").await;
+    discovery_state(browser, "complete-no-servers").await;
     let banner = browser.text(".banner").await.unwrap().unwrap_or_default();
     assert!(banner.contains("no MCP servers are declared"), "{banner}");
     assert!(
@@ -748,13 +776,20 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
             .unwrap()
             == true
     );
-    assert_accessible(&browser, &axe, "none").await;
-    save_screenshot(&browser, "none").await;
+    assert_accessible(browser, axe, "none").await;
+    save_screenshot(browser, "none").await;
+}
 
-    // Stale: the agent restarted; the old process's tools are withheld, and the banner
-    // says why and what to do.
+/// Stale: the agent restarted; the old process's tools are withheld, and the banner
+/// says why and what to do.
+async fn check_stale_panel(
+    h: &Harness,
+    browser: &Browser,
+    axe: &str,
+    agent: ctxsync_persistence::AgentId,
+) {
     publish(
-        &h,
+        h,
         agent,
         RUN_1,
         5,
@@ -763,7 +798,7 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         &[],
     )
     .await;
-    discovery_state(&browser, "complete").await;
+    discovery_state(browser, "complete").await;
     let restarted = Startup {
         version: "test".into(),
         expanded_directory: "/ws".into(),
@@ -774,7 +809,7 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         .update_startup(agent, restarted)
         .await
         .unwrap();
-    discovery_state(&browser, "stale").await;
+    discovery_state(browser, "stale").await;
     let banner = browser.text(".banner").await.unwrap().unwrap_or_default();
     assert!(banner.contains("withheld"), "{banner}");
     assert!(
@@ -793,8 +828,61 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         browser.text(".fact-run dd").await.unwrap().as_deref(),
         Some("2b8d4f60")
     );
-    assert_accessible(&browser, &axe, "stale").await;
-    save_screenshot(&browser, "stale").await;
+    assert_accessible(browser, axe, "stale").await;
+    save_screenshot(browser, "stale").await;
+}
+
+/// The panel in each state a person meets — pending, complete, failed, none declared,
+/// stale — reads at a glance (header with the agent's name, short run id and a snapshot
+/// age that counts on; the banner; counts; per-server timing), its tool filter works and
+/// survives live updates, axe-core finds nothing serious, and a screenshot of each state
+/// is saved in `target/screenshots/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_state_reads_at_a_glance_and_passes_axe() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
+    if !browser_available() {
+        return;
+    }
+    let axe = axe_source();
+    let h = Harness::start(Backend::Sqlite)
+        .await
+        .expect("SQLite always starts");
+    let agent = h
+        .server
+        .store
+        .create_agent("build-box")
+        .await
+        .expect("agent")
+        .id;
+    // Pending: github is done, jira still connecting for 4 s.
+    publish(
+        &h,
+        agent,
+        RUN_1,
+        1,
+        DiscoveryPhase::Pending,
+        workspace(vec![timed_server(
+            "github",
+            &[("create_issue", "Open an issue")],
+        )]),
+        &[("jira", 4_000)],
+    )
+    .await;
+    let chat = h.new_chat(agent).await;
+    let (chromium, chromedriver) = browser_paths();
+    let browser = Browser::start(&chromium, &chromedriver)
+        .await
+        .expect("browser starts");
+    open_page(&h, &browser, &chat).await;
+
+    check_pending_panel(&browser, &axe).await;
+    check_complete_panel(&h, &browser, &axe, agent).await;
+    check_tool_filter(&browser).await;
+    filter_survives_a_live_update(&h, &browser, agent).await;
+    check_failed_panel(&browser, &axe).await;
+    check_none_declared_panel(&h, &browser, &axe, agent).await;
+    check_stale_panel(&h, &browser, &axe, agent).await;
 
     assert_no_reload_and_no_csp_violation(&browser).await;
     browser.close().await.unwrap();

@@ -169,43 +169,52 @@ impl Scan {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
-    let server_log = server_log();
-    let h = Harness::start_with(
-        Backend::Sqlite,
-        Duration::from_secs(3),
-        Duration::from_secs(2),
-    )
-    .await
-    .unwrap();
-    let data_dir = h.data_dir().to_path_buf();
-    let logs = tempfile::tempdir().unwrap();
+/// One canary per secret position: in `.mcp.json` (env values, headers, URL parts,
+/// arguments, a flag) and in the agent's own environment.
+struct Canaries {
+    env_value: String,
+    header_value: String,
+    bearer: String,
+    userinfo: String,
+    query: String,
+    path: String,
+    arg: String,
+    flag_value: String,
+    agent_env: String,
+}
 
-    let c = |p: &str| canary(p);
-    let (env_value, header_value, bearer, userinfo, query, path, arg, flag_value, agent_env) = (
-        c("envvalue"),
-        c("headervalue"),
-        c("bearer"),
-        c("userinfo"),
-        c("query"),
-        c("urlpath"),
-        c("arg"),
-        c("flagvalue"),
-        c("agentenv"),
-    );
-    let canaries = vec![
-        env_value.clone(),
-        header_value.clone(),
-        bearer.clone(),
-        userinfo.clone(),
-        query.clone(),
-        path.clone(),
-        arg.clone(),
-        flag_value.clone(),
-        agent_env.clone(),
-    ];
+impl Canaries {
+    fn new() -> Self {
+        Self {
+            env_value: canary("envvalue"),
+            header_value: canary("headervalue"),
+            bearer: canary("bearer"),
+            userinfo: canary("userinfo"),
+            query: canary("query"),
+            path: canary("urlpath"),
+            arg: canary("arg"),
+            flag_value: canary("flagvalue"),
+            agent_env: canary("agentenv"),
+        }
+    }
 
+    fn all(&self) -> Vec<String> {
+        vec![
+            self.env_value.clone(),
+            self.header_value.clone(),
+            self.bearer.clone(),
+            self.userinfo.clone(),
+            self.query.clone(),
+            self.path.clone(),
+            self.arg.clone(),
+            self.flag_value.clone(),
+            self.agent_env.clone(),
+        ]
+    }
+}
+
+/// Creates the agent and its chat; returns the agent's id, its token and the chat's id.
+async fn create_agent_and_chat(h: &Harness) -> (String, String, String) {
     let (status, agent) = h
         .call(Method::POST, "/api/agents", Some(json!({ "name": "sec" })))
         .await;
@@ -221,9 +230,14 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
         .await;
     assert_eq!(status, 201);
     let chat = chat["id"].as_str().unwrap().to_owned();
+    (agent_id, token, chat)
+}
 
-    let workspace = tempfile::tempdir().unwrap();
-    std::fs::write(workspace.path().join("AGENTS.md"), "Be brief.\n").unwrap();
+/// Writes the workspace: one working MCP server with hostile tool names, one that
+/// crashes printing secrets, one that refuses to initialize, one HTTP endpoint echoing
+/// its request with 500 and one closed port, each carrying canaries.
+async fn write_workspace(workspace: &Path, c: &Canaries) {
+    std::fs::write(workspace.join("AGENTS.md"), "Be brief.\n").unwrap();
     let echo = echoing_500_server().await;
     let mut ok_args = vec!["mcp-fixture".to_owned()];
     ok_args.extend(
@@ -236,53 +250,68 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
     crash_args.extend(
         FixtureConfig::new()
             .stderr_secret(
-                format!("fatal: token {arg} env ${{AGENT_SECRET}} Bearer {bearer}"),
+                format!(
+                    "fatal: token {} env ${{AGENT_SECRET}} Bearer {}",
+                    c.arg, c.bearer
+                ),
                 3,
             )
             .to_args(),
     );
     let mut init_args = vec!["mcp-fixture".to_owned()];
     init_args.extend(FixtureConfig::new().tools(0).to_args());
-    init_args.push(format!("--fail-initialize=bad key {flag_value}"));
+    init_args.push(format!("--fail-initialize=bad key {}", c.flag_value));
+    let (userinfo, path, query) = (&c.userinfo, &c.path, &c.query);
     let servers = json!({
-        "docs": { "command": CTXSYNC, "args": ok_args, "env": { "API_KEY": env_value } },
-        "crashes": { "command": CTXSYNC, "args": crash_args, "env": { "OTHER_KEY": env_value } },
+        "docs": { "command": CTXSYNC, "args": ok_args, "env": { "API_KEY": c.env_value } },
+        "crashes": { "command": CTXSYNC, "args": crash_args, "env": { "OTHER_KEY": c.env_value } },
         "refuses": { "command": CTXSYNC, "args": init_args },
         "echoes": {
             "type": "http",
             "url": format!("http://user:{userinfo}@{echo}/mcp/{path}?key={query}"),
-            "headers": { "Authorization": format!("Bearer {bearer}"), "X-Api-Key": header_value },
+            "headers": { "Authorization": format!("Bearer {}", c.bearer), "X-Api-Key": c.header_value },
         },
         "closed": {
             "type": "http",
             "url": format!("http://user:{userinfo}@127.0.0.1:9/{path}?key={query}"),
-            "headers": { "X-Api-Key": header_value },
+            "headers": { "X-Api-Key": c.header_value },
         },
     });
     std::fs::write(
-        workspace.path().join(".mcp.json"),
+        workspace.join(".mcp.json"),
         json!({ "mcpServers": servers }).to_string(),
     )
     .unwrap();
+}
 
-    let agent_log = logs.path().join("agent.log");
-    let mut agent_process = tokio::process::Command::new(CTXSYNC)
+/// Starts a real `ctxsync agent` on `workspace`, its stderr in `agent_log`.
+fn spawn_agent(
+    h: &Harness,
+    workspace: &Path,
+    logs: &Path,
+    agent_log: &Path,
+    token: &str,
+    agent_env: &str,
+) -> tokio::process::Child {
+    tokio::process::Command::new(CTXSYNC)
         .args(["agent", "--server", &h.server.agent_url(), "--workspace"])
-        .arg(workspace.path())
+        .arg(workspace)
         .args(["--mcp-timeout-ms", "5000"])
-        .env("CTXSYNC_AGENT_TOKEN", &token)
-        .env("AGENT_SECRET", &agent_env)
+        .env("CTXSYNC_AGENT_TOKEN", token)
+        .env("AGENT_SECRET", agent_env)
         .env("RUST_LOG", LOG_FILTER)
         .stdin(Stdio::null())
-        .stdout(std::fs::File::create(logs.path().join("agent.out")).unwrap())
-        .stderr(std::fs::File::create(&agent_log).unwrap())
+        .stdout(std::fs::File::create(logs.join("agent.out")).unwrap())
+        .stderr(std::fs::File::create(agent_log).unwrap())
         .kill_on_drop(true)
         .spawn()
-        .expect("the agent starts");
+        .expect("the agent starts")
+}
 
-    // Discovery settles with one working server and four failures.
+/// Discovery settles with one working server and four failures; returns the chat view.
+async fn wait_for_discovery(h: &Harness, chat: &str) -> Value {
     let deadline = Instant::now() + DEADLINE;
-    let chat_view = loop {
+    loop {
         let (_, view) = h
             .call(Method::GET, &format!("/api/chats/{chat}"), None)
             .await;
@@ -294,9 +323,18 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
             "discovery never completed: {view}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
+}
 
-    let mut scan = Scan::default();
+/// Every API response (and the model note and `/metrics`) is free of canaries.
+async fn scan_api_responses(
+    h: &Harness,
+    scan: &mut Scan,
+    agent_id: &str,
+    chat: &str,
+    chat_view: &Value,
+    canaries: &[String],
+) {
     let mut responses = vec![("chat".to_owned(), chat_view.to_string())];
     for (method, route, body) in [
         (Method::GET, format!("/api/agents/{agent_id}/context"), None),
@@ -326,9 +364,9 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
     assert_eq!(turn["mcp_discovery"]["servers_failed"], 4, "{turn}");
     assert_eq!(turn["mcp_discovery"]["servers_ok"], 1, "{turn}");
     let note = turn["note"].as_str().expect("failed servers make a note");
-    scan.clean("the model note", note.as_bytes(), &canaries);
+    scan.clean("the model note", note.as_bytes(), canaries);
     for (place, body) in &responses {
-        scan.clean(place, body.as_bytes(), &canaries);
+        scan.clean(place, body.as_bytes(), canaries);
     }
     let metrics = h
         .http
@@ -340,9 +378,12 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
         .text()
         .await
         .unwrap();
-    scan.clean("/metrics", metrics.as_bytes(), &canaries);
+    scan.clean("/metrics", metrics.as_bytes(), canaries);
+}
 
-    // The web page, through a one-time link.
+/// The web page, through a one-time link: no canary, and hostile tool names and
+/// descriptions are escaped, never markup.
+async fn scan_web_page(h: &Harness, scan: &mut Scan, chat: &str, canaries: &[String]) {
     let (status, link) = h
         .call(Method::POST, &format!("/api/chats/{chat}/link"), None)
         .await;
@@ -375,24 +416,31 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
         .unwrap();
     assert_eq!(page.status(), 200);
     let html = page.text().await.unwrap();
-    scan.clean("the web page", html.as_bytes(), &canaries);
+    scan.clean("the web page", html.as_bytes(), canaries);
     // Hostile tool names and descriptions are escaped, never markup.
     assert!(html.contains("docs"), "the page shows the servers");
     for raw in ["<script>alert(", "<img src=x"] {
         assert!(!html.contains(raw), "unescaped {raw:?} in the page");
     }
+}
 
-    // Stop the agent, then scan what it and the server wrote.
-    agent_process.kill().await.unwrap();
-    let agent_stderr = std::fs::read(&agent_log).unwrap();
+/// The agent's and the server's logs hold no canary and no token (nor its secret part).
+fn scan_logs(
+    scan: &mut Scan,
+    agent_log: &Path,
+    server_log: &Path,
+    token: &str,
+    canaries: &[String],
+) {
+    let agent_stderr = std::fs::read(agent_log).unwrap();
     assert!(
         !agent_stderr.is_empty(),
         "the agent logged something to scan"
     );
-    scan.clean("the agent's log", &agent_stderr, &canaries);
-    let server_stderr = std::fs::read(server_log.0).unwrap();
+    scan.clean("the agent's log", &agent_stderr, canaries);
+    let server_stderr = std::fs::read(server_log).unwrap();
     assert!(!server_stderr.is_empty(), "the server logged something");
-    scan.clean("the server's log", &server_stderr, &canaries);
+    scan.clean("the server's log", &server_stderr, canaries);
     for (place, bytes) in [("agent log", &agent_stderr), ("server log", &server_stderr)] {
         assert!(
             !contains(bytes, token.as_bytes()),
@@ -404,14 +452,22 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
             "the token's secret part is in the {place}"
         );
     }
+}
 
-    // Every row, read back through the store.
+/// Every row, read back through the store, is free of canaries.
+async fn scan_store_rows(
+    h: &Harness,
+    scan: &mut Scan,
+    agent_id: &str,
+    chat: &str,
+    canaries: &[String],
+) {
     let store = &h.server.store;
     let agent_uuid = agent_id.parse().unwrap();
     let context = store.read_agent_context(agent_uuid).await.unwrap();
     let rows = format!("{context:?} {:?}", store.list_agents().await.unwrap());
     assert!(rows.contains("echoes"), "the rows hold the failed servers");
-    scan.clean("rows read through the store", rows.as_bytes(), &canaries);
+    scan.clean("rows read through the store", rows.as_bytes(), canaries);
     let chat_rows = format!(
         "{:?}",
         store
@@ -419,12 +475,14 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
             .await
             .unwrap()
     );
-    scan.clean("chat rows", chat_rows.as_bytes(), &canaries);
+    scan.clean("chat rows", chat_rows.as_bytes(), canaries);
+}
 
-    // The database files byte for byte: no canary, no token, and the token's sha256.
-    let db = bytes_under(&data_dir);
+/// The database files byte for byte: no canary, no token, and the token's sha256.
+fn scan_database_files(scan: &mut Scan, data_dir: &Path, token: &str, canaries: &[String]) {
+    let db = bytes_under(data_dir);
     assert!(db.len() > 4096, "the database files were found");
-    scan.clean("the database files", &db, &canaries);
+    scan.clean("the database files", &db, canaries);
     assert!(
         !contains(&db, token.as_bytes()),
         "a token is stored in clear"
@@ -434,6 +492,45 @@ async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
         contains(&db, &digest),
         "the token's sha256 is what is stored"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
+    let server_log = server_log();
+    let h = Harness::start_with(
+        Backend::Sqlite,
+        Duration::from_secs(3),
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    let data_dir = h.data_dir().to_path_buf();
+    let logs = tempfile::tempdir().unwrap();
+    let secrets = Canaries::new();
+    let canaries = secrets.all();
+    let (agent_id, token, chat) = create_agent_and_chat(&h).await;
+
+    let workspace = tempfile::tempdir().unwrap();
+    write_workspace(workspace.path(), &secrets).await;
+    let agent_log = logs.path().join("agent.log");
+    let mut agent_process = spawn_agent(
+        &h,
+        workspace.path(),
+        logs.path(),
+        &agent_log,
+        &token,
+        &secrets.agent_env,
+    );
+    let chat_view = wait_for_discovery(&h, &chat).await;
+
+    let mut scan = Scan::default();
+    scan_api_responses(&h, &mut scan, &agent_id, &chat, &chat_view, &canaries).await;
+    scan_web_page(&h, &mut scan, &chat, &canaries).await;
+    // Stop the agent, then scan what it and the server wrote.
+    agent_process.kill().await.unwrap();
+    scan_logs(&mut scan, &agent_log, server_log.0, &token, &canaries);
+    scan_store_rows(&h, &mut scan, &agent_id, &chat, &canaries).await;
+    scan_database_files(&mut scan, &data_dir, &token, &canaries);
 
     let total: usize = scan.places.iter().map(|(_, n)| n).sum();
     println!(

@@ -221,28 +221,27 @@ fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn html_carries_a_strict_csp_and_tokens_are_never_cached() {
-    let h = harness().await;
-    let agent = h.new_agent().await;
-    let chat = h.new_chat(agent).await;
-    let other = h.new_chat(agent).await;
-    let client = browser_like();
-    let (path, _) = link(&h, &chat).await;
-    let session = session_for(&h, &chat).await;
-
-    let html_responses = [
+/// Every kind of HTML response a browser can get, each with what it is.
+async fn html_responses(
+    h: &Harness,
+    client: &reqwest::Client,
+    path: &str,
+    chat: &str,
+    other: &str,
+    session: &str,
+) -> [(&'static str, reqwest::Response); 5] {
+    [
         (
             "the link page",
-            client.get(h.url(&path)).send().await.unwrap(),
+            client.get(h.url(path)).send().await.unwrap(),
         ),
         (
             "the page",
-            with_session(&h, Method::GET, &format!("/chats/{chat}"), &session).await,
+            with_session(h, Method::GET, &format!("/chats/{chat}"), session).await,
         ),
         (
             "another chat's page",
-            with_session(&h, Method::GET, &format!("/chats/{other}"), &session).await,
+            with_session(h, Method::GET, &format!("/chats/{other}"), session).await,
         ),
         (
             "the page without a session",
@@ -261,40 +260,44 @@ async fn html_carries_a_strict_csp_and_tokens_are_never_cached() {
                 .await
                 .unwrap(),
         ),
-    ];
-    for (what, response) in html_responses {
-        assert!(
-            header(&response, "content-type").starts_with("text/html"),
-            "{what}"
-        );
-        let csp = header(&response, "content-security-policy");
-        for directive in [
-            "default-src 'none'",
-            "script-src 'self'",
-            "style-src 'self'",
-            "connect-src 'self'",
-            "base-uri 'none'",
-            "form-action 'self'",
-            "frame-ancestors 'none'",
-        ] {
-            assert!(csp.contains(directive), "{what}: {directive} in {csp}");
-        }
-        assert!(
-            !csp.contains("unsafe") && !csp.contains('*'),
-            "{what}: {csp}"
-        );
-        assert_eq!(header(&response, "x-content-type-options"), "nosniff");
-        assert_eq!(header(&response, "referrer-policy"), "no-referrer");
-        assert_eq!(header(&response, "cache-control"), "no-store", "{what}");
-        let html = response.text().await.unwrap();
-        assert!(
-            !html.contains("<script>") && !html.contains("<style") && !html.contains(" style="),
-            "{what}: nothing inline for the CSP to forbid"
-        );
-    }
+    ]
+}
 
-    // The page's script and stylesheet are same-origin files anyone may fetch.
-    let page = with_session(&h, Method::GET, &format!("/chats/{chat}"), &session)
+/// An HTML response carries a strict CSP, the other security headers and nothing inline.
+async fn check_html_headers(what: &str, response: reqwest::Response) {
+    assert!(
+        header(&response, "content-type").starts_with("text/html"),
+        "{what}"
+    );
+    let csp = header(&response, "content-security-policy");
+    for directive in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(csp.contains(directive), "{what}: {directive} in {csp}");
+    }
+    assert!(
+        !csp.contains("unsafe") && !csp.contains('*'),
+        "{what}: {csp}"
+    );
+    assert_eq!(header(&response, "x-content-type-options"), "nosniff");
+    assert_eq!(header(&response, "referrer-policy"), "no-referrer");
+    assert_eq!(header(&response, "cache-control"), "no-store", "{what}");
+    let html = response.text().await.unwrap();
+    assert!(
+        !html.contains("<script>") && !html.contains("<style") && !html.contains(" style="),
+        "{what}: nothing inline for the CSP to forbid"
+    );
+}
+
+/// The page's script and stylesheet are same-origin files anyone may fetch.
+async fn check_page_assets(h: &Harness, client: &reqwest::Client, chat: &str, session: &str) {
+    let page = with_session(h, Method::GET, &format!("/chats/{chat}"), session)
         .await
         .text()
         .await
@@ -312,8 +315,15 @@ async fn html_carries_a_strict_csp_and_tokens_are_never_cached() {
         assert!(header(&response, "content-type").starts_with(content_type));
         assert_eq!(header(&response, "x-content-type-options"), "nosniff");
     }
+}
 
-    // Every response that carries a token or starts a session is never stored.
+/// Every response that carries a token or starts a session is never stored.
+async fn check_token_responses_not_cached(
+    h: &Harness,
+    client: &reqwest::Client,
+    chat: &str,
+    agent: ctxsync_persistence::AgentId,
+) {
     let api = h.server.api_token.clone();
     let token_responses = [
         client
@@ -336,8 +346,8 @@ async fn html_carries_a_strict_csp_and_tokens_are_never_cached() {
             .await
             .unwrap(),
         {
-            let (_, token) = link(&h, &chat).await;
-            exchange(&client, &h.server.http_url(), &chat, &token).await
+            let (_, token) = link(h, chat).await;
+            exchange(client, &h.server.http_url(), chat, &token).await
         },
     ];
     for response in token_responses {
@@ -350,6 +360,23 @@ async fn html_carries_a_strict_csp_and_tokens_are_never_cached() {
         );
         assert_eq!(header(&response, "referrer-policy"), "no-referrer");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn html_carries_a_strict_csp_and_tokens_are_never_cached() {
+    let h = harness().await;
+    let agent = h.new_agent().await;
+    let chat = h.new_chat(agent).await;
+    let other = h.new_chat(agent).await;
+    let client = browser_like();
+    let (path, _) = link(&h, &chat).await;
+    let session = session_for(&h, &chat).await;
+
+    for (what, response) in html_responses(&h, &client, &path, &chat, &other, &session).await {
+        check_html_headers(what, response).await;
+    }
+    check_page_assets(&h, &client, &chat, &session).await;
+    check_token_responses_not_cached(&h, &client, &chat, agent).await;
 }
 
 /// A certificate authority made for one test, and a server certificate it signed.
