@@ -99,7 +99,16 @@ async fn pending_servers_and_rich_tools_reach_the_chat_api_and_the_page() {
     .await;
     let chat = h.new_chat(agent).await;
 
-    // The chat API names the servers discovery waits for, dated to now.
+    check_pending_in_the_apis(&h, agent, &chat).await;
+    check_pending_panel(&h, &chat).await;
+    check_plan_turn_notes_pending(&h, &chat).await;
+    check_complete_discovery_turns(&h, agent, &chat).await;
+    check_find_tools_by_title(&h, &chat).await;
+}
+
+/// The chat API names the servers discovery waits for, dated to now; the panel in the
+/// same answer and the agent-context API agree.
+async fn check_pending_in_the_apis(h: &Harness, agent: AgentId, chat: &str) {
     let (status, read) = h
         .call(Method::GET, &format!("/api/chats/{chat}"), None)
         .await;
@@ -129,20 +138,26 @@ async fn pending_servers_and_rich_tools_reach_the_chat_api_and_the_page() {
         context["mcp_discovery"]["pending_servers"][1]["name"],
         "github"
     );
+}
 
-    // The panel as HTML and text: the waiting list, the tool's title and hint badges,
-    // the server's revision and timings; the hostile name escaped.
-    let html = h
-        .http
+/// The chat's context panel in the format `accept` asks for.
+async fn panel_as(h: &Harness, chat: &str, accept: &str) -> String {
+    h.http
         .get(h.url(&format!("/api/chats/{chat}/context")))
         .bearer_auth(&h.server.api_token)
-        .header("accept", "text/html")
+        .header("accept", accept)
         .send()
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The panel as HTML and text: the waiting list, the tool's title and hint badges,
+/// the server's revision and timings; the hostile name escaped.
+async fn check_pending_panel(h: &Harness, chat: &str) {
+    let html = panel_as(h, chat, "text/html").await;
     assert!(html.contains("<code>github</code> ("), "{html}");
     assert!(!html.contains("<img"), "{html}");
     assert!(html.contains("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;"));
@@ -154,26 +169,18 @@ async fn pending_servers_and_rich_tools_reach_the_chat_api_and_the_page() {
             "MCP 2026-07-28 · jira-mcp 1.4.2 · start 120 ms · handshake 35 ms · tools 4 ms"
         )
     );
-    let text = h
-        .http
-        .get(h.url(&format!("/api/chats/{chat}/context")))
-        .bearer_auth(&h.server.api_token)
-        .header("accept", "text/plain")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = panel_as(h, chat, "text/plain").await;
     assert!(text.contains("Waiting for: "), "{text}");
     assert!(text.contains("github ("), "{text}");
     assert!(
         text.contains("create_issue “Create Issue” [server hints: destructive, open world]"),
         "{text}"
     );
+}
 
-    // A plan-mode turn does not wait: its note names the pending servers, its tools
-    // carry the details.
+/// A plan-mode turn does not wait: its note names the pending servers, its tools
+/// carry the details.
+async fn check_plan_turn_notes_pending(h: &Harness, chat: &str) {
     let (status, plan) = h
         .call(
             Method::POST,
@@ -186,11 +193,13 @@ async fn pending_servers_and_rich_tools_reach_the_chat_api_and_the_page() {
     assert!(note.contains("Waiting for: "), "{note}");
     assert!(note.contains("github ("), "{note}");
     check_rich_tool(&plan["tools"]);
+}
 
-    // Discovery completes: nobody is waited for any more, and a default turn's tools
-    // carry the same details, also when read back as stored.
+/// Discovery completes: nobody is waited for any more, and a default turn's tools
+/// carry the same details, also when read back as stored.
+async fn check_complete_discovery_turns(h: &Harness, agent: AgentId, chat: &str) {
     push(
-        &h,
+        h,
         agent,
         2,
         DiscoveryPhase::Complete,
@@ -220,8 +229,10 @@ async fn pending_servers_and_rich_tools_reach_the_chat_api_and_the_page() {
         .call(Method::GET, &format!("/api/chats/{chat}/turns/{id}"), None)
         .await;
     check_rich_tool(&stored["tools"]);
+}
 
-    // find_tools finds the tool by its title and says it.
+/// find_tools finds the tool by its title and says it.
+async fn check_find_tools_by_title(h: &Harness, chat: &str) {
     let (status, found) = h
         .call(
             Method::POST,

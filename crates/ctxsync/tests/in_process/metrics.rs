@@ -136,6 +136,15 @@ fn snapshot(version: u64, initial: bool, resources: Vec<ctxsync_protocol::Resour
     }
 }
 
+/// `ctxsync_agent_push_duration_seconds_count` for one push result.
+fn push_count(families: &[(String, Family)], result: &str) -> f64 {
+    value(
+        families,
+        "ctxsync_agent_push_duration_seconds_count",
+        json!({ "result": result }),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_parse_as_prometheus_text_and_move() {
     let h = Harness::start(Backend::Sqlite)
@@ -143,24 +152,55 @@ async fn metrics_parse_as_prometheus_text_and_move() {
         .expect("SQLite needs no service");
     let (text, families) = scrape(&h).await;
     assert_families(&text, &families);
-    let push_count = |families: &[(String, Family)], result: &str| {
-        value(
-            families,
-            "ctxsync_agent_push_duration_seconds_count",
-            json!({ "result": result }),
-        )
-    };
     assert_eq!(push_count(&families, "accepted"), 0.0);
     assert_eq!(
         value(&families, "ctxsync_event_streams_open", json!({})),
         0.0
     );
 
-    // Pushes over gRPC: a server's connect, the same snapshot again, a replay and a
-    // refused one.
+    let agent = push_over_grpc(&h).await;
+
+    // A first turn: discovery is complete, so the gate lets it through at once.
+    let chat = h.new_chat(agent).await;
+    let (status, turn) = h
+        .call(
+            Method::POST,
+            &format!("/api/chats/{chat}/turns"),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{turn}");
+
+    // An open event stream, read until its first event so the server has counted it.
+    let response = h
+        .http
+        .get(h.url(&format!("/api/chats/{chat}/context/events")))
+        .bearer_auth(&h.server.api_token)
+        .send()
+        .await
+        .expect("event stream");
+    assert_eq!(response.status(), 200);
+    let mut events = response.bytes_stream();
+    tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("a first event in time")
+        .expect("the stream is open")
+        .expect("an event");
+
+    check_moved_values(&h).await;
+
+    // The client goes away: the stream's slot is freed once the server notices (at the
+    // latest on its next keep-alive write).
+    drop(events);
+    wait_until_no_stream_is_counted(&h).await;
+}
+
+/// Pushes over gRPC: a server's connect, the same snapshot again, a replay and a
+/// refused one. Returns the pushing agent.
+async fn push_over_grpc(h: &Harness) -> ctxsync_persistence::AgentId {
     let created = h.server.store.create_agent("metrics").await.expect("agent");
     let (agent, token) = (created.id, created.token.into_string());
-    let mut client = open_grpc(&h).await;
+    let mut client = open_grpc(h).await;
     let startup = Startup {
         version: "test".into(),
         expanded_directory: "/ws".into(),
@@ -196,35 +236,13 @@ async fn metrics_parse_as_prometheus_text_and_move() {
     let duplicate = snapshot(3, false, vec![fs.clone(), fs.clone()]);
     let refused = push(duplicate).await.expect_err("duplicate sources");
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    agent
+}
 
-    // A first turn: discovery is complete, so the gate lets it through at once.
-    let chat = h.new_chat(agent).await;
-    let (status, turn) = h
-        .call(
-            Method::POST,
-            &format!("/api/chats/{chat}/turns"),
-            Some(json!({})),
-        )
-        .await;
-    assert_eq!(status, 200, "{turn}");
-
-    // An open event stream, read until its first event so the server has counted it.
-    let response = h
-        .http
-        .get(h.url(&format!("/api/chats/{chat}/context/events")))
-        .bearer_auth(&h.server.api_token)
-        .send()
-        .await
-        .expect("event stream");
-    assert_eq!(response.status(), 200);
-    let mut events = response.bytes_stream();
-    tokio::time::timeout(Duration::from_secs(10), events.next())
-        .await
-        .expect("a first event in time")
-        .expect("the stream is open")
-        .expect("an event");
-
-    let (text, families) = scrape(&h).await;
+/// After the pushes, the turn and the open stream: every counter, histogram and gauge
+/// moved by exactly what happened.
+async fn check_moved_values(h: &Harness) {
+    let (text, families) = scrape(h).await;
     assert_families(&text, &families);
     assert_eq!(
         value(&families, "ctxsync_event_streams_open", json!({})),
@@ -251,34 +269,7 @@ async fn metrics_parse_as_prometheus_text_and_move() {
         ),
         1.0
     );
-    // One connect of 60 ms, counted once although two accepted pushes carried it.
-    let connect = |sample: &str| {
-        value(
-            &families,
-            &format!("ctxsync_mcp_server_connect_duration_seconds_{sample}"),
-            json!({}),
-        )
-    };
-    assert_eq!(connect("count"), 1.0, "{text}");
-    assert!((connect("sum") - 0.06).abs() < 1e-9, "{text}");
-    let in_bucket = |le: &str| {
-        value(
-            &families,
-            "ctxsync_mcp_server_connect_duration_seconds_bucket",
-            json!({ "le": le }),
-        )
-    };
-    assert_eq!((in_bucket("0.05"), in_bucket("0.1")), (0.0, 1.0));
-    for (phase, seconds) in [("start", 0.02), ("handshake", 0.03), ("tools", 0.01)] {
-        let labels = json!({ "phase": phase });
-        let name = "ctxsync_mcp_server_connect_phase_duration_seconds";
-        assert_eq!(
-            value(&families, &format!("{name}_count"), labels.clone()),
-            1.0
-        );
-        let sum = value(&families, &format!("{name}_sum"), labels);
-        assert!((sum - seconds).abs() < 1e-9, "{phase}: {sum}");
-    }
+    check_connect_histograms(&text, &families);
     assert!(value(&families, "ctxsync_gate_wait_seconds_count", json!({})) >= 1.0);
     assert!(
         value(
@@ -296,13 +287,45 @@ async fn metrics_parse_as_prometheus_text_and_move() {
         1.0,
         "{text}"
     );
+}
 
-    // The client goes away: the stream's slot is freed once the server notices (at the
-    // latest on its next keep-alive write).
-    drop(events);
+/// One connect of 60 ms, counted once although two accepted pushes carried it, and its
+/// phases each once with their own durations.
+fn check_connect_histograms(text: &str, families: &[(String, Family)]) {
+    let connect = |sample: &str| {
+        value(
+            families,
+            &format!("ctxsync_mcp_server_connect_duration_seconds_{sample}"),
+            json!({}),
+        )
+    };
+    assert_eq!(connect("count"), 1.0, "{text}");
+    assert!((connect("sum") - 0.06).abs() < 1e-9, "{text}");
+    let in_bucket = |le: &str| {
+        value(
+            families,
+            "ctxsync_mcp_server_connect_duration_seconds_bucket",
+            json!({ "le": le }),
+        )
+    };
+    assert_eq!((in_bucket("0.05"), in_bucket("0.1")), (0.0, 1.0));
+    for (phase, seconds) in [("start", 0.02), ("handshake", 0.03), ("tools", 0.01)] {
+        let labels = json!({ "phase": phase });
+        let name = "ctxsync_mcp_server_connect_phase_duration_seconds";
+        assert_eq!(
+            value(families, &format!("{name}_count"), labels.clone()),
+            1.0
+        );
+        let sum = value(families, &format!("{name}_sum"), labels);
+        assert!((sum - seconds).abs() < 1e-9, "{phase}: {sum}");
+    }
+}
+
+/// Scrapes until no event stream is counted open, failing after 40 seconds.
+async fn wait_until_no_stream_is_counted(h: &Harness) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
     loop {
-        let (text, families) = scrape(&h).await;
+        let (text, families) = scrape(h).await;
         let open = value(&families, "ctxsync_event_streams_open", json!({}));
         if open == 0.0 {
             break;

@@ -149,8 +149,42 @@ async fn schemathesis_finds_no_server_error_or_schema_violation() {
     )
     .await
     .expect("server");
-    // Real ids for the generator to find beside random ones: an agent with a snapshot, a
-    // chat bound to it with a turn.
+    seed_real_ids(&h).await;
+
+    let examples = env_number(EXAMPLES_ENV, 16);
+    let min_requests = env_number(MIN_REQUESTS_ENV, 200);
+    let dir = tempfile::tempdir().unwrap();
+    let har = dir.path().join("run.har");
+    let st = python().with_file_name("st");
+    let args = schemathesis_args(&h, examples, &har);
+    let output = run_schemathesis(&st, &args, dir.path()).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let entries = har_entries(&har);
+    let server_errors = entries
+        .iter()
+        .filter(|e| e["response"]["status"].as_u64().is_some_and(|s| s >= 500))
+        .count();
+    let summary = run_summary(&entries, server_errors, examples);
+    print!("{summary}");
+    // `cargo xtask test` prints this after the tests, so CI's log shows the counts.
+    std::fs::write(artifact_dir().join(SUMMARY_FILE), &summary).expect("writing the summary");
+    assert!(
+        output.status.success(),
+        "schemathesis failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert_eq!(server_errors, 0, "{stdout}");
+    assert!(
+        entries.len() as u64 >= min_requests,
+        "schemathesis made {} requests, fewer than {min_requests}:\n{stdout}",
+        entries.len()
+    );
+}
+
+/// Real ids for the generator to find beside random ones: an agent with a snapshot, a
+/// chat bound to it with a turn.
+async fn seed_real_ids(h: &Harness) {
     let agent = h.new_agent().await;
     h.push(
         agent,
@@ -174,16 +208,14 @@ async fn schemathesis_finds_no_server_error_or_schema_violation() {
         )
         .await;
     assert_eq!(status, 200, "{turn}");
+}
 
-    let examples = env_number(EXAMPLES_ENV, 16);
-    let min_requests = env_number(MIN_REQUESTS_ENV, 200);
-    let dir = tempfile::tempdir().unwrap();
-    let har = dir.path().join("run.har");
+/// The `st run` command line: the checks, what is left out and why, and the HAR report.
+fn schemathesis_args(h: &Harness, examples: u64, har: &std::path::Path) -> Vec<String> {
     let schema_url = h.url("/api/openapi.json");
     let base_url = h.server.http_url();
     let auth = format!("Authorization: Bearer {}", h.server.api_token);
-    let st = python().with_file_name("st");
-    let args: Vec<String> = vec![
+    vec![
         "run".into(),
         schema_url,
         "--url".into(),
@@ -215,33 +247,44 @@ async fn schemathesis_finds_no_server_error_or_schema_violation() {
         "har".into(),
         "--report-har-path".into(),
         har.display().to_string(),
-    ];
-    let output = tokio::time::timeout(
+    ]
+}
+
+/// Runs `st` in `dir`, bounded to 10 minutes and killed if the test ends first.
+async fn run_schemathesis(
+    st: &std::path::Path,
+    args: &[String],
+    dir: &std::path::Path,
+) -> std::process::Output {
+    tokio::time::timeout(
         Duration::from_secs(600),
-        tokio::process::Command::new(&st)
-            .args(&args)
+        tokio::process::Command::new(st)
+            .args(args)
             .env("SCHEMATHESIS_HOOKS", "")
-            .current_dir(dir.path())
+            .current_dir(dir)
             .kill_on_drop(true)
             .output(),
     )
     .await
     .expect("schemathesis finished within 10 minutes")
-    .unwrap_or_else(|e| panic!("running {}: {e}", st.display()));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let log: Value = serde_json::from_str(&std::fs::read_to_string(&har).unwrap_or_default())
+    .unwrap_or_else(|e| panic!("running {}: {e}", st.display()))
+}
+
+/// The HAR log's entries; none when the log is missing or unreadable (the assertions
+/// then fail on the request count).
+fn har_entries(har: &std::path::Path) -> Vec<Value> {
+    let log: Value = serde_json::from_str(&std::fs::read_to_string(har).unwrap_or_default())
         .unwrap_or(Value::Null);
-    let entries = log["log"]["entries"]
+    log["log"]["entries"]
         .as_array()
         .cloned()
-        .unwrap_or_default();
-    let server_errors = entries
-        .iter()
-        .filter(|e| e["response"]["status"].as_u64().is_some_and(|s| s >= 500))
-        .count();
+        .unwrap_or_default()
+}
+
+/// The run's counts: totals, then requests per method and route.
+fn run_summary(entries: &[Value], server_errors: usize, examples: u64) -> String {
     let mut per_route = std::collections::BTreeMap::<String, usize>::new();
-    for entry in &entries {
+    for entry in entries {
         let url = entry["request"]["url"].as_str().unwrap_or("");
         let path = url
             .split_once("://")
@@ -271,20 +314,7 @@ async fn schemathesis_finds_no_server_error_or_schema_violation() {
     for (route, count) in &per_route {
         summary.push_str(&format!("  {count:>5} {route}\n"));
     }
-    print!("{summary}");
-    // `cargo xtask test` prints this after the tests, so CI's log shows the counts.
-    std::fs::write(artifact_dir().join(SUMMARY_FILE), &summary).expect("writing the summary");
-    assert!(
-        output.status.success(),
-        "schemathesis failed ({}):\n{stdout}\n{stderr}",
-        output.status
-    );
-    assert_eq!(server_errors, 0, "{stdout}");
-    assert!(
-        entries.len() as u64 >= min_requests,
-        "schemathesis made {} requests, fewer than {min_requests}:\n{stdout}",
-        entries.len()
-    );
+    summary
 }
 
 /// Where a description (or an operation's summary) still carries rustdoc's link syntax:

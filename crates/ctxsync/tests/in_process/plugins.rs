@@ -57,6 +57,42 @@ fn launcher(path: &Path, config: &FixtureConfig) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_packages_reach_the_chat_with_their_servers_skills_and_problems() {
     let h = Harness::start(Backend::Sqlite).await.unwrap();
+    let (token, chat) = agent_and_chat(&h).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let Plugins { kit, broken } = write_plugins(dir.path(), &workspace, &home);
+
+    let _agent = tokio::process::Command::new(CTXSYNC)
+        .args(["agent", "--server", &h.server.agent_url(), "--workspace"])
+        .arg(&workspace)
+        .arg("--plugin-data-dir")
+        .arg(dir.path().join("plugin-data"))
+        .args(["--mcp-timeout-ms", "20000"])
+        .env("CTXSYNC_AGENT_TOKEN", &token)
+        .env(WORKSPACE_SECRET, "hunter2-secret")
+        .env("HOME", &home)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the agent starts");
+
+    let chat_json = wait_for_discovery(&h, &chat).await;
+    let context = &chat_json["context"];
+    check_only_the_good_server_runs(context, &kit);
+    check_skills(context);
+    check_config_rows(context, &kit, &broken);
+    check_turn_offers_plugin_tools(&h, &chat).await;
+    // Nothing of the secret reached what the chat shows.
+    assert!(!chat_json.to_string().contains("hunter2-secret"));
+}
+
+/// A new agent (its token) and a chat bound to it (its id).
+async fn agent_and_chat(h: &Harness) -> (String, String) {
     let (status, agent) = h
         .call(
             Method::POST,
@@ -74,14 +110,18 @@ async fn plugin_packages_reach_the_chat_with_their_servers_skills_and_problems()
         )
         .await;
     assert_eq!(status, 201);
-    let chat = chat["id"].as_str().unwrap().to_owned();
+    (token, chat["id"].as_str().unwrap().to_owned())
+}
 
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = dir.path().join("workspace");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&workspace).unwrap();
+/// The workspace plugins' roots, for the assertions on their rows.
+struct Plugins {
+    kit: std::path::PathBuf,
+    broken: std::path::PathBuf,
+}
+
+/// Writes the packages under `workspace` and `home` (and a script outside both in `dir`).
+fn write_plugins(dir: &Path, workspace: &Path, home: &Path) -> Plugins {
     let plugins = workspace.join(".agents/plugins");
-
     // A valid plugin: one good server beside an invalid entry and a command that escapes
     // the plugin root through a symlink.
     let kit = plugins.join("kit");
@@ -102,11 +142,8 @@ async fn plugin_packages_reach_the_chat_with_their_servers_skills_and_problems()
             .tool(ToolSpec::new("query", "Run a query on the kit database"))
             .report_env(),
     );
-    launcher(
-        &dir.path().join("outside.sh"),
-        &FixtureConfig::new().tools(1),
-    );
-    std::os::unix::fs::symlink(dir.path().join("outside.sh"), kit.join("bin/escape")).unwrap();
+    launcher(&dir.join("outside.sh"), &FixtureConfig::new().tools(1));
+    std::os::unix::fs::symlink(dir.join("outside.sh"), kit.join("bin/escape")).unwrap();
     // A plugin whose manifest is invalid: none of its components may load.
     let broken = plugins.join("broken");
     package(
@@ -123,25 +160,13 @@ async fn plugin_packages_reach_the_chat_with_their_servers_skills_and_problems()
         json!({}),
         &["jot"],
     );
+    Plugins { kit, broken }
+}
 
-    let _agent = tokio::process::Command::new(CTXSYNC)
-        .args(["agent", "--server", &h.server.agent_url(), "--workspace"])
-        .arg(&workspace)
-        .arg("--plugin-data-dir")
-        .arg(dir.path().join("plugin-data"))
-        .args(["--mcp-timeout-ms", "20000"])
-        .env("CTXSYNC_AGENT_TOKEN", &token)
-        .env(WORKSPACE_SECRET, "hunter2-secret")
-        .env("HOME", &home)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the agent starts");
-
+/// The chat once discovery is complete with servers and both skills, within DEADLINE.
+async fn wait_for_discovery(h: &Harness, chat: &str) -> Value {
     let deadline = Instant::now() + DEADLINE;
-    let chat_json = loop {
+    loop {
         let (_, body) = h
             .call(Method::GET, &format!("/api/chats/{chat}"), None)
             .await;
@@ -155,10 +180,12 @@ async fn plugin_packages_reach_the_chat_with_their_servers_skills_and_problems()
         }
         assert!(Instant::now() < deadline, "timed out: {body:#}");
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let context = &chat_json["context"];
+    }
+}
 
-    // Servers: only the good one runs, attributed to its plugin.
+/// Servers: only the good one runs, attributed to its plugin, in the plugin root with
+/// the plugin's environment and none of the agent's secrets.
+fn check_only_the_good_server_runs(context: &Value, kit: &Path) {
     let servers = context["mcp"]["servers"].as_array().unwrap();
     let names: Vec<&str> = servers
         .iter()
@@ -186,10 +213,12 @@ async fn plugin_packages_reach_the_chat_with_their_servers_skills_and_problems()
             "{leaked} reached the plugin: {env:?}"
         );
     }
-    let root = std::fs::canonicalize(&kit).unwrap();
+    let root = std::fs::canonicalize(kit).unwrap();
     assert_eq!(cwd, format!("cwd={}", root.display()));
+}
 
-    // Skills: the plugin's and the home plugin's, never the rejected one's.
+/// Skills: the plugin's and the home plugin's, never the rejected one's.
+fn check_skills(context: &Value) {
     let skills: Vec<(&str, &str, &str)> = context["skills"]
         .as_array()
         .unwrap()
@@ -209,8 +238,10 @@ async fn plugin_packages_reach_the_chat_with_their_servers_skills_and_problems()
             ("jot", "notes/skills/jot/SKILL.md", "notes"),
         ]
     );
+}
 
-    // Config rows (the panel names them by path): what was wrong, said where it was wrong.
+/// Config rows (the panel names them by path): what was wrong, said where it was wrong.
+fn check_config_rows(context: &Value, kit: &Path, broken: &Path) {
     let configs = context["mcp"]["configs"].as_array().unwrap();
     let config = |path: &Path| {
         configs
@@ -241,8 +272,10 @@ async fn plugin_packages_reach_the_chat_with_their_servers_skills_and_problems()
         diagnostic.starts_with("plugin rejected: invalid plugin name \"Broken\""),
         "{diagnostic}"
     );
+}
 
-    // A turn offers the plugin's tools like any other server's.
+/// A turn offers the plugin's tools like any other server's.
+async fn check_turn_offers_plugin_tools(h: &Harness, chat: &str) {
     let (status, turn) = h
         .call(
             Method::POST,
@@ -261,6 +294,4 @@ async fn plugin_packages_reach_the_chat_with_their_servers_skills_and_problems()
         tool_names.iter().any(|n| n.ends_with("__query")),
         "{tool_names:?}"
     );
-    // Nothing of the secret reached what the chat shows.
-    assert!(!chat_json.to_string().contains("hunter2-secret"));
 }

@@ -531,6 +531,30 @@ async fn rebinding_refuses_unknown_agents_and_bad_bodies(s: Servers) {
 /// activates joins that turn on any replica; mangled names resolve only when they name one
 /// tool.
 async fn a_turn_over_budget_defers_behind_find_tools(s: Servers) {
+    let chat = big_catalog_chat(&s).await;
+    let turn_id = check_first_turn_defers(&s, &chat).await;
+    check_mangled_names_resolve_when_unambiguous(&s, &chat, &turn_id).await;
+    check_activations_join_the_turn_on_both_replicas(&s, &chat, &turn_id).await;
+
+    // A new turn starts with nothing activated again.
+    let (_, next) = s
+        .call(
+            s.one(),
+            Method::POST,
+            &format!("/api/chats/{chat}/turns"),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(
+        tool_names(&next),
+        ["pinned__status", "find_tools"],
+        "{next}"
+    );
+}
+
+/// An agent with 40 tracker tools, an `alwaysLoad` server and another server that also
+/// has a `status` tool; returns a chat bound to it.
+async fn big_catalog_chat(s: &Servers) -> String {
     let agent = s.one().store.create_agent("big").await.unwrap().id;
     let names: Vec<(String, String)> = (0..40)
         .map(|i| {
@@ -567,8 +591,12 @@ async fn a_turn_over_budget_defers_behind_find_tools(s: Servers) {
         )
         .await;
     assert_eq!(status, 201, "{chat}");
-    let chat = chat["id"].as_str().unwrap().to_owned();
+    chat["id"].as_str().unwrap().to_owned()
+}
 
+/// The first turn loads only the pinned server and find_tools, within the byte budget,
+/// and find_tools lists the rest; returns the turn's id.
+async fn check_first_turn_defers(s: &Servers, chat: &str) -> String {
     let (status, turn) = s
         .call(
             s.one(),
@@ -603,10 +631,12 @@ async fn a_turn_over_budget_defers_behind_find_tools(s: Servers) {
         find["input_schema"]["properties"]["queries"].is_object(),
         "{find}"
     );
-    let turn_id = turn["turn_id"].as_str().unwrap().to_owned();
+    turn["turn_id"].as_str().unwrap().to_owned()
+}
 
-    // Mangled names: unambiguous ones resolve; `status` is on two servers and is not
-    // guessed.
+/// Mangled names: unambiguous ones resolve; `status` is on two servers and is not
+/// guessed.
+async fn check_mangled_names_resolve_when_unambiguous(s: &Servers, chat: &str, turn_id: &str) {
     let (status, found) = s
         .call(
             s.other(),
@@ -642,9 +672,11 @@ async fn a_turn_over_budget_defers_behind_find_tools(s: Servers) {
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     assert_eq!(defined.len(), 4, "{found}");
+}
 
-    // A keyword search activates too, and the turn read from either replica carries the
-    // activated definitions after the ones it started with.
+/// A keyword search activates too, and the turn read from either replica carries the
+/// activated definitions after the ones it started with.
+async fn check_activations_join_the_turn_on_both_replicas(s: &Servers, chat: &str, turn_id: &str) {
     let (status, found) = s
         .call(
             s.other(),
@@ -672,19 +704,4 @@ async fn a_turn_over_budget_defers_behind_find_tools(s: Servers) {
         }
         assert_eq!(read["tool_deferral"]["deferred"], 41, "{read}");
     }
-
-    // A new turn starts with nothing activated again.
-    let (_, next) = s
-        .call(
-            s.one(),
-            Method::POST,
-            &format!("/api/chats/{chat}/turns"),
-            Some(json!({})),
-        )
-        .await;
-    assert_eq!(
-        tool_names(&next),
-        ["pinned__status", "find_tools"],
-        "{next}"
-    );
 }
