@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use ctxsync_persistence::test_support::{TestStore, serve_agent_api, test_options, with_bearer};
-use ctxsync_persistence::{ChangeEvent, Store, StoreOptions};
+use ctxsync_persistence::{AgentId, ChangeEvent, Store, StoreOptions};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
+use ctxsync_protocol::v1::agent_client::AgentClient;
 use ctxsync_protocol::{RunId, v1};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use tonic::Code;
+use tonic::transport::Channel;
 
 /// Interleavings tried by the race test.
 const RACE_ITERATIONS: u64 = 40;
@@ -58,132 +60,183 @@ async fn racing_processes_never_leave_a_foreign_snapshot() {
     let (old_client, new_client) = (old_api.client().await, new_api.client().await);
 
     for seed in 1..=RACE_ITERATIONS {
-        let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let created = db.create_agent(&format!("racer-{seed}")).await.unwrap();
-        let (agent, token) = (created.id, created.token.into_string());
-        let (old_run, new_run) = (format!("old-{seed}"), format!("new-{seed}"));
-        let startup = |run: &str| -> v1::UpdateStartupRequest {
-            ctxsync_protocol::Startup {
-                agent_run_id: RunId::new(run),
-                ..Default::default()
-            }
-            .into()
-        };
-        let push = |run: &str, version: u64, initial: bool| -> v1::PushContextStateRequest {
-            let mut resources = workspace();
-            resources[0] = instruction("AGENTS.md", &format!("{run} v{version}"));
-            let mut s = snapshot(version, Some(run), Pending, resources);
-            s.initial = initial;
-            s.into()
-        };
-        let mut client = old_client.clone();
-        client
-            .update_startup(with_bearer(startup(&old_run), &token))
-            .await
-            .unwrap();
-        client
-            .push_context_state(with_bearer(push(&old_run, 1, true), &token))
-            .await
-            .unwrap();
-
-        // The old process keeps pushing (and may reconnect with its old run id) while
-        // the new process starts up and pushes through the other store.
-        let old_plan: Vec<(u64, bool, bool)> = (0..4)
-            .map(|_| (rng.below(3000), rng.below(3) == 0, rng.below(4) == 0))
-            .collect();
-        let new_delay = rng.below(4000);
-        let old = {
-            let (client, token, run) = (old_client.clone(), token.clone(), old_run.clone());
-            tokio::spawn(async move {
-                let (mut accepted, mut dropped) = (0, 0);
-                for (version, (delay_us, initial, reconnect)) in (2..).zip(old_plan) {
-                    tokio::time::sleep(Duration::from_micros(delay_us)).await;
-                    if reconnect {
-                        let result = persist!(
-                            client
-                                .clone()
-                                .update_startup(with_bearer(startup(&run), &token))
-                        );
-                        if let Err(status) = result {
-                            assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
-                        }
-                    }
-                    let outcome = persist!(
-                        client
-                            .clone()
-                            .push_context_state(with_bearer(push(&run, version, initial), &token))
-                    )
-                    .expect("old push failed");
-                    if outcome.into_inner().accepted {
-                        accepted += 1;
-                    } else {
-                        dropped += 1;
-                    }
-                }
-                (accepted, dropped)
-            })
-        };
-        let new = {
-            let (client, token, run) = (new_client.clone(), token.clone(), new_run.clone());
-            let (store, checks) = (new_store.clone(), [rng.below(1500), rng.below(1500)]);
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_micros(new_delay)).await;
-                persist!(
-                    client
-                        .clone()
-                        .update_startup(with_bearer(startup(&run), &token))
-                )
-                .expect("new startup failed");
-                let accepted = persist!(
-                    client
-                        .clone()
-                        .push_context_state(with_bearer(push(&run, 1, true), &token))
-                )
-                .expect("new push failed")
-                .into_inner()
-                .accepted;
-                assert!(accepted, "the current process's push was dropped");
-                // From now on, whatever the old process does, the snapshot is ours.
-                for delay_us in checks {
-                    tokio::time::sleep(Duration::from_micros(delay_us)).await;
-                    let ctx = store.read_agent_context(agent).await.unwrap().unwrap();
-                    let stored = ctx.snapshot.expect("snapshot");
-                    assert_eq!(
-                        (
-                            RunId::edge(ctx.agent.agent_run_id.as_ref()),
-                            RunId::edge(stored.agent_run_id.as_ref())
-                        ),
-                        (run.as_str(), run.as_str())
-                    );
-                }
-            })
-        };
-        let (accepted, dropped) = old.await.expect("old process task");
+        let (accepted, dropped) = race_once(seed, &db, &old_client, &new_client, &new_store).await;
         old_accepted += accepted;
         old_dropped += dropped;
-        new.await.expect("new process task");
-
-        let ctx = db.read_agent_context(agent).await.unwrap().unwrap();
-        let stored = ctx.snapshot.expect("snapshot");
-        assert_eq!(
-            RunId::edge(ctx.agent.agent_run_id.as_ref()),
-            new_run,
-            "seed {seed}: the old run reclaimed the row"
-        );
-        assert_eq!(
-            stored.agent_run_id, ctx.agent.agent_run_id,
-            "seed {seed}: foreign snapshot"
-        );
-        let expected = instruction("AGENTS.md", &format!("{new_run} v1"));
-        assert!(
-            ctx.resources.contains(&expected),
-            "seed {seed}: resources from another run"
-        );
     }
     // The interleavings covered both orders: old pushes landing before the restart
     // and old pushes arriving after it.
     eprintln!("old process pushes: {old_accepted} accepted, {old_dropped} dropped");
     assert!(old_accepted > 0 && old_dropped > 0, "the race never raced");
+}
+
+/// The startup a process sends for `run`.
+fn startup(run: &str) -> v1::UpdateStartupRequest {
+    ctxsync_protocol::Startup {
+        agent_run_id: RunId::new(run),
+        ..Default::default()
+    }
+    .into()
+}
+
+/// Push `version` of `run`: its instruction file names both, so a stored one tells whose it is.
+fn push(run: &str, version: u64, initial: bool) -> v1::PushContextStateRequest {
+    let mut resources = workspace();
+    resources[0] = instruction("AGENTS.md", &format!("{run} v{version}"));
+    let mut s = snapshot(version, Some(run), Pending, resources);
+    s.initial = initial;
+    s.into()
+}
+
+/// One interleaving, drawn from `seed`: an old process has pushed, then goes on pushing
+/// while a new one starts through the other store. Returns the old process's later
+/// pushes accepted and dropped.
+async fn race_once(
+    seed: u64,
+    db: &TestStore,
+    old_client: &AgentClient<Channel>,
+    new_client: &AgentClient<Channel>,
+    new_store: &Store,
+) -> (u32, u32) {
+    let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let created = db.create_agent(&format!("racer-{seed}")).await.unwrap();
+    let (agent, token) = (created.id, created.token.into_string());
+    let (old_run, new_run) = (format!("old-{seed}"), format!("new-{seed}"));
+    let mut client = old_client.clone();
+    client
+        .update_startup(with_bearer(startup(&old_run), &token))
+        .await
+        .unwrap();
+    client
+        .push_context_state(with_bearer(push(&old_run, 1, true), &token))
+        .await
+        .unwrap();
+
+    // The old process keeps pushing (and may reconnect with its old run id) while
+    // the new process starts up and pushes through the other store.
+    let old_plan: Vec<(u64, bool, bool)> = (0..4)
+        .map(|_| (rng.below(3000), rng.below(3) == 0, rng.below(4) == 0))
+        .collect();
+    let new_delay = rng.below(4000);
+    let old = tokio::spawn(old_process_pushes(
+        old_client.clone(),
+        token.clone(),
+        old_run.clone(),
+        old_plan,
+    ));
+    let checks = [rng.below(1500), rng.below(1500)];
+    let new = tokio::spawn(new_process_starts(
+        new_client.clone(),
+        token.clone(),
+        new_run.clone(),
+        new_store.clone(),
+        agent,
+        new_delay,
+        checks,
+    ));
+    let (accepted, dropped) = old.await.expect("old process task");
+    new.await.expect("new process task");
+
+    check_new_run_owns_the_row(db, agent, seed, &new_run).await;
+    (accepted, dropped)
+}
+
+/// The old process: after each planned delay it may reconnect with its old run id
+/// (refused once the new run holds the row), then pushes the next version.
+async fn old_process_pushes(
+    client: AgentClient<Channel>,
+    token: String,
+    run: String,
+    plan: Vec<(u64, bool, bool)>,
+) -> (u32, u32) {
+    let (mut accepted, mut dropped) = (0, 0);
+    for (version, (delay_us, initial, reconnect)) in (2..).zip(plan) {
+        tokio::time::sleep(Duration::from_micros(delay_us)).await;
+        if reconnect {
+            let result = persist!(
+                client
+                    .clone()
+                    .update_startup(with_bearer(startup(&run), &token))
+            );
+            if let Err(status) = result {
+                assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+            }
+        }
+        let outcome = persist!(
+            client
+                .clone()
+                .push_context_state(with_bearer(push(&run, version, initial), &token))
+        )
+        .expect("old push failed");
+        if outcome.into_inner().accepted {
+            accepted += 1;
+        } else {
+            dropped += 1;
+        }
+    }
+    (accepted, dropped)
+}
+
+/// The new process: starts up after `delay_us`, its first push is accepted, and at each
+/// of `checks` later the stored snapshot is still its own.
+async fn new_process_starts(
+    client: AgentClient<Channel>,
+    token: String,
+    run: String,
+    store: Store,
+    agent: AgentId,
+    delay_us: u64,
+    checks: [u64; 2],
+) {
+    tokio::time::sleep(Duration::from_micros(delay_us)).await;
+    persist!(
+        client
+            .clone()
+            .update_startup(with_bearer(startup(&run), &token))
+    )
+    .expect("new startup failed");
+    let accepted = persist!(
+        client
+            .clone()
+            .push_context_state(with_bearer(push(&run, 1, true), &token))
+    )
+    .expect("new push failed")
+    .into_inner()
+    .accepted;
+    assert!(accepted, "the current process's push was dropped");
+    // From now on, whatever the old process does, the snapshot is ours.
+    for delay_us in checks {
+        tokio::time::sleep(Duration::from_micros(delay_us)).await;
+        let ctx = store.read_agent_context(agent).await.unwrap().unwrap();
+        let stored = ctx.snapshot.expect("snapshot");
+        assert_eq!(
+            (
+                RunId::edge(ctx.agent.agent_run_id.as_ref()),
+                RunId::edge(stored.agent_run_id.as_ref())
+            ),
+            (run.as_str(), run.as_str())
+        );
+    }
+}
+
+/// After both processes are done: the row, its snapshot and its resources are the new run's.
+async fn check_new_run_owns_the_row(db: &TestStore, agent: AgentId, seed: u64, new_run: &str) {
+    let ctx = db.read_agent_context(agent).await.unwrap().unwrap();
+    let stored = ctx.snapshot.expect("snapshot");
+    assert_eq!(
+        RunId::edge(ctx.agent.agent_run_id.as_ref()),
+        new_run,
+        "seed {seed}: the old run reclaimed the row"
+    );
+    assert_eq!(
+        stored.agent_run_id, ctx.agent.agent_run_id,
+        "seed {seed}: foreign snapshot"
+    );
+    let expected = instruction("AGENTS.md", &format!("{new_run} v1"));
+    assert!(
+        ctx.resources.contains(&expected),
+        "seed {seed}: resources from another run"
+    );
 }
 
 #[tokio::test]

@@ -101,8 +101,20 @@ fn instruction(content: &str) -> Body {
 type HintField = fn(&mut v1::McpToolAnnotations) -> &mut Option<bool>;
 
 /// Named bodies, each differing from the others in one field (or one field boundary).
+/// Built in groups (kinds, skill, server, tool, icon, hints) so each list stays readable.
 fn variants() -> Vec<(String, Body)> {
-    let mut cases: Vec<(String, Body)> = vec![
+    let mut cases = kind_variants();
+    cases.extend(skill_variants());
+    cases.extend(server_variants());
+    cases.extend(tool_variants());
+    cases.extend(icon_and_meta_variants());
+    cases.extend(hint_variants());
+    cases
+}
+
+/// Each kind empty, and instruction content.
+fn kind_variants() -> Vec<(String, Body)> {
+    vec![
         // Kinds, empty: the oneof name alone tells them apart.
         ("instruction empty".into(), instruction("")),
         ("skill empty".into(), skill("", "", "")),
@@ -115,6 +127,12 @@ fn variants() -> Vec<(String, Body)> {
         ("instruction edited".into(), instruction("be kinder")),
         // The kind name is length-prefixed: content cannot pose as a kind.
         ("instruction 'skill'".into(), instruction("skill")),
+    ]
+}
+
+/// Skill fields and the boundaries between them.
+fn skill_variants() -> Vec<(String, Body)> {
+    vec![
         // Skill fields and their boundaries.
         ("skill".into(), skill("m", "pdf", "PDF forms")),
         ("skill meta".into(), skill("m2", "pdf", "PDF forms")),
@@ -125,6 +143,12 @@ fn variants() -> Vec<(String, Body)> {
         ("skill name|description ab|c".into(), skill("", "ab", "c")),
         ("skill name|description a|bc".into(), skill("", "a", "bc")),
         ("skill all in description".into(), skill("", "", "abc")),
+    ]
+}
+
+/// Server fields, its timings and its tool list.
+fn server_variants() -> Vec<(String, Body)> {
+    vec![
         // Server fields.
         ("server".into(), server(|_| {})),
         (
@@ -208,6 +232,12 @@ fn variants() -> Vec<(String, Body)> {
                 (t.handshake_ms, t.tools_ms) = (t.tools_ms, t.handshake_ms);
             }),
         ),
+    ]
+}
+
+/// One tool's own fields.
+fn tool_variants() -> Vec<(String, Body)> {
+    vec![
         // Tool fields.
         ("tool name".into(), tool(|t| t.name = "reads".into())),
         (
@@ -250,6 +280,12 @@ fn variants() -> Vec<(String, Body)> {
             "output_schema empty".into(),
             tool(|t| t.output_schema.clear()),
         ),
+    ]
+}
+
+/// The tool's icons and its meta.
+fn icon_and_meta_variants() -> Vec<(String, Body)> {
+    vec![
         ("no icons".into(), tool(|t| t.icons.clear())),
         ("two icons".into(), tool(|t| t.icons.push(rich_icon()))),
         (
@@ -278,8 +314,12 @@ fn variants() -> Vec<(String, Body)> {
         ("icon theme empty".into(), icon(|i| i.theme.clear())),
         ("tool meta".into(), tool(|t| t.meta = r#"{"ui":[]}"#.into())),
         ("tool meta empty".into(), tool(|t| t.meta.clear())),
-    ];
-    // Each hint: None, false and true all differ (the rich value is one of them).
+    ]
+}
+
+/// Each hint: None, false and true all differ (the rich value is one of them).
+fn hint_variants() -> Vec<(String, Body)> {
+    let mut cases = Vec::new();
     let hints: [(&str, HintField); 4] = [
         ("read_only_hint", |a| &mut a.read_only_hint),
         ("destructive_hint", |a| &mut a.destructive_hint),
@@ -392,6 +432,13 @@ fn scheme_2_known_answer_skill_instruction_and_config() {
 
 #[test]
 fn scheme_2_known_answer_server_with_one_tool() {
+    known_answer_full_server();
+    known_answer_bare_server();
+    known_answer_tool_without_annotations();
+}
+
+/// Every field set: the encoding written out field by field, and a fixed vector.
+fn known_answer_full_server() {
     let body = Body::McpServer(v1::McpServer {
         server_name: "fs".into(),
         description: String::new(),
@@ -476,8 +523,10 @@ fn scheme_2_known_answer_server_with_one_tool() {
         hex(&sha256(&encoding)),
         "fdf7df4df7787638e9da69ae6ef8479ae91ce050acd7177b07923460ca9d2e59"
     );
+}
 
-    // Every optional message unset and no tools: one zero byte for each.
+/// Every optional message unset and no tools: one zero byte for each.
+fn known_answer_bare_server() {
     let bare = Body::McpServer(v1::McpServer {
         server_name: "x".into(),
         ..Default::default()
@@ -495,8 +544,10 @@ fn scheme_2_known_answer_server_with_one_tool() {
     ]
     .concat();
     assert_eq!(BodyDigest::of_wire(&bare).as_bytes(), &sha256(&encoding));
+}
 
-    // A tool without annotations and with two icons, the second without sizes.
+/// A tool without annotations and with two icons, the second without sizes.
+fn known_answer_tool_without_annotations() {
     let tool = Body::McpServer(v1::McpServer {
         tools: vec![v1::McpTool {
             name: "t".into(),

@@ -456,12 +456,24 @@ fn structured_requests_are_both_accepted_and_refused() {
     );
 }
 
+/// One seed: its file name, the request, and whether it is accepted.
+type Seed = (&'static str, v1::PushContextStateRequest, bool);
+
 /// The `wire_push` libFuzzer target's seed corpus (`fuzz/corpus/wire_push/`): encoded
 /// requests, accepted (as a [`Push`]) and refused, named for what they show.
-fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
-    use v1::context_resource::Status;
+fn wire_seeds() -> Vec<Seed> {
+    let base = seed_base();
+    let every_kind = seed_every_kind();
+    let delta = seed_delta_after_one_edit(&base, &every_kind);
+    let mut seeds = snapshot_seeds(&base, every_kind);
+    seeds.extend(delta_seeds(base, &delta));
+    seeds
+}
+
+/// An empty, complete, initial snapshot that the other seeds vary.
+fn seed_base() -> v1::PushContextStateRequest {
     use v1::push_context_state_request::mcp_discovery::Phase;
-    let base = v1::PushContextStateRequest {
+    v1::PushContextStateRequest {
         version: 1,
         aggregate_hash: "agg-1".to_owned(),
         resources: Vec::new(),
@@ -473,8 +485,13 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
             ..Default::default()
         }),
         delta: false,
-    };
-    let resource = |source: &str, body: Body| v1::ContextResource {
+    }
+}
+
+/// A resource with every non-body field set, around `body`.
+fn seed_resource(source: &str, body: Body) -> v1::ContextResource {
+    use v1::context_resource::Status;
+    v1::ContextResource {
         source: source.to_owned(),
         source_path: Some(format!("/ws/{source}")),
         content_hash: "h".repeat(MAX_HASH_BYTES),
@@ -483,15 +500,31 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
         error: String::new(),
         body_digest: Vec::new(),
         body: Some(body),
-    };
-    let every_kind = vec![
-        resource(
+    }
+}
+
+/// A small valid resource, told apart by `i`.
+fn seed_config(i: usize) -> v1::ContextResource {
+    use v1::context_resource::Status;
+    v1::ContextResource {
+        source: format!("r{i}"),
+        status: Status::Ok as i32,
+        body: Some(Body::McpConfig(v1::McpConfig {})),
+        ..Default::default()
+    }
+}
+
+/// One resource of each body kind, every field of the server set.
+fn seed_every_kind() -> Vec<v1::ContextResource> {
+    use v1::context_resource::Status;
+    vec![
+        seed_resource(
             "AGENTS.md",
             Body::InstructionFile(v1::InstructionFile {
                 content: "be kind é".to_owned(),
             }),
         ),
-        resource(
+        seed_resource(
             "skills/pdf/SKILL.md",
             Body::Skill(v1::Skill {
                 meta: "---\nname: pdf\n---\n".to_owned(),
@@ -502,9 +535,9 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
         v1::ContextResource {
             status: Status::Invalid as i32,
             error: "mcpServers.bad: neither command nor url".to_owned(),
-            ..resource(".mcp.json", Body::McpConfig(v1::McpConfig {}))
+            ..seed_resource(".mcp.json", Body::McpConfig(v1::McpConfig {}))
         },
-        resource(
+        seed_resource(
             "mcp_server:fs",
             Body::McpServer(v1::McpServer {
                 server_name: "fs".to_owned(),
@@ -543,16 +576,17 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
                 always_load: true,
             }),
         ),
-    ];
-    let config = |i: usize| v1::ContextResource {
-        source: format!("r{i}"),
-        status: Status::Ok as i32,
-        body: Some(Body::McpConfig(v1::McpConfig {})),
-        ..Default::default()
-    };
+    ]
+}
+
+/// A delta of every kind whose first body alone was edited since the base: three left out.
+fn seed_delta_after_one_edit(
+    base: &v1::PushContextStateRequest,
+    every_kind: &[v1::ContextResource],
+) -> v1::PushContextStateRequest {
     // Every body kind, the first edited since the base: it alone is sent.
     let full = v1::PushContextStateRequest {
-        resources: every_kind.clone(),
+        resources: every_kind.to_vec(),
         ..base.clone()
     };
     let mut delta = full.clone();
@@ -564,6 +598,14 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
         delta.resources.iter().filter(|r| r.body.is_none()).count(),
         3
     );
+    delta
+}
+
+/// Full snapshots: accepted ones, and ones each refused for one field.
+fn snapshot_seeds(
+    base: &v1::PushContextStateRequest,
+    every_kind: Vec<v1::ContextResource>,
+) -> Vec<Seed> {
     vec![
         ("empty_snapshot", base.clone(), true),
         (
@@ -583,7 +625,7 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
                 agent_run_id: "r".repeat(MAX_RUN_ID_BYTES),
                 resources: vec![v1::ContextResource {
                     source: "s".repeat(MAX_SOURCE_BYTES),
-                    ..config(0)
+                    ..seed_config(0)
                 }],
                 ..base.clone()
             },
@@ -608,7 +650,7 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
         (
             "duplicate_sources",
             v1::PushContextStateRequest {
-                resources: vec![config(1), config(1)],
+                resources: vec![seed_config(1), seed_config(1)],
                 ..base.clone()
             },
             false,
@@ -618,7 +660,7 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
             v1::PushContextStateRequest {
                 resources: vec![v1::ContextResource {
                     body: None,
-                    ..config(0)
+                    ..seed_config(0)
                 }],
                 ..base.clone()
             },
@@ -629,7 +671,7 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
             v1::PushContextStateRequest {
                 resources: vec![v1::ContextResource {
                     status: 99,
-                    ..config(0)
+                    ..seed_config(0)
                 }],
                 mcp_discovery: Some(McpDiscovery {
                     phase: 7,
@@ -642,11 +684,20 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
         (
             "too_many_resources",
             v1::PushContextStateRequest {
-                resources: (0..=MAX_RESOURCES).map(config).collect(),
+                resources: (0..=MAX_RESOURCES).map(seed_config).collect(),
                 ..base.clone()
             },
             false,
         ),
+    ]
+}
+
+/// Deltas: one accepted, and bodies or digests where they may not be.
+fn delta_seeds(
+    base: v1::PushContextStateRequest,
+    delta: &v1::PushContextStateRequest,
+) -> Vec<Seed> {
+    vec![
         ("delta_leaving_bodies_out", delta.clone(), true),
         (
             "delta_digest_wrong_length",
@@ -665,7 +716,7 @@ fn wire_seeds() -> Vec<(&'static str, v1::PushContextStateRequest, bool)> {
             v1::PushContextStateRequest {
                 resources: vec![v1::ContextResource {
                     body_digest: vec![0; BODY_DIGEST_BYTES],
-                    ..config(0)
+                    ..seed_config(0)
                 }],
                 ..base
             },

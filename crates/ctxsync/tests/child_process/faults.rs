@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use ctxsync::server::ServerConfig;
 use ctxsync_mcp_fixture::FixtureConfig;
 use ctxsync_persistence::test_support::{TestStore, postgres_url};
+use ctxsync_persistence::{AgentContext, AgentId, NewAgent};
 use ctxsync_protocol::{DiscoveryPhase, ResourceBody, RunId};
 use processes::{AgentProcess, Backend, Logs, ServerProcess, Workspace, database};
 use tokio::net::{TcpListener, TcpStream};
@@ -357,73 +358,20 @@ async fn outage(fault: Path) {
         http: reqwest::Client::builder().timeout(REQUEST).build().unwrap(),
         started: Instant::now(),
     };
-    // References, so the polling closures below can hand them to `async move` blocks.
-    let (test, db) = (&outage, &store);
+    // A reference, so the polling closures below can hand it to `async move` blocks.
+    let test = &outage;
     let database_url = store.postgres_database().unwrap().url().to_owned();
     let (_, _, upstream) = authority(&postgres_url());
     let proxy = Proxy::start(upstream).await;
     let data_dir = tempfile::tempdir().unwrap();
-    let mut server = test
-        .step(
-            "starting the server through the proxy",
-            STEP,
-            ServerProcess::start_on(
-                &through(&database_url, proxy.addr),
-                &test.logs,
-                &[
-                    "--data-dir",
-                    data_dir.path().to_str().unwrap(),
-                    "--api-token",
-                    API_TOKEN,
-                    "--db-connection-timeout-ms",
-                    DB_CONNECTION_TIMEOUT_MS,
-                    "--db-operation-timeout-ms",
-                    DB_OPERATION_TIMEOUT_MS,
-                    "--snapshot-grace-ms",
-                    "20000",
-                    "--discovery-budget-ms",
-                    "20000",
-                    // Only a notification can release a waiting turn within the test.
-                    "--gate-recheck-ms",
-                    "600000",
-                    "--health-interval-ms",
-                    "100",
-                ],
-            ),
-        )
-        .await;
+    let mut server =
+        start_server_through_proxy(test, &database_url, proxy.addr, data_dir.path()).await;
 
     // 1. An agent publishes a complete snapshot through the server.
     let agent = store.create_agent("outage").await.unwrap();
     let workspace = Workspace::new();
-    // The fixture MCP server is this test's own `ctxsync` binary: `Workspace::with_servers`
-    // would first `cargo build` the fixture crate, which on a cold target directory takes
-    // minutes on a busy 2-core machine, outside every step's bound.
-    let mut fixture = vec!["mcp-fixture".to_owned()];
-    fixture.extend(FixtureConfig::new().tools(1).to_args());
-    let servers = serde_json::json!({
-        "mcpServers": { "tools": { "command": env!("CARGO_BIN_EXE_ctxsync"), "args": fixture } }
-    });
-    workspace.write(".mcp.json", servers.to_string());
-    workspace.write("AGENTS.md", "# Agents\nBe brief.\n");
-    let mut process = AgentProcess::start(
-        &test.logs,
-        "agent",
-        &server.url(),
-        &workspace.path(),
-        agent.token.expose(),
-        &[],
-    );
-    let before = test
-        .until("the agent's complete snapshot", || async move {
-            let context = db.read_agent_context(agent.id).await.unwrap()?;
-            let complete = context
-                .snapshot
-                .as_ref()
-                .is_some_and(|s| s.phase == DiscoveryPhase::Complete);
-            complete.then_some(context)
-        })
-        .await;
+    let mut process = start_agent(test, &server, &workspace, &agent);
+    let before = wait_for_complete_snapshot(test, &store, agent.id).await;
     let before_version = before.snapshot.as_ref().unwrap().version;
     let run_id = before.agent.agent_run_id.clone();
     assert!(run_id.is_some(), "{before:#?}");
@@ -448,6 +396,148 @@ async fn outage(fault: Path) {
     }
 
     // 3. The HTTP API answers at once with a clear error rather than hanging.
+    check_cut_is_answered_at_once(test, &server, agent.id, grpc).await;
+
+    // 4. The workspace changes, so the agent must push; its pushes fail with Unavailable
+    //    (and so does registering again on a new connection) until the database is back.
+    let attempts_before = test.unavailable_attempts();
+    workspace.write("CLAUDE.md", WRITTEN_WHILE_CUT);
+    let first_failure_seen = check_pushes_fail_while_cut(
+        test,
+        &store,
+        &mut server,
+        &mut process,
+        agent.id,
+        attempts_before,
+        before_version,
+    )
+    .await;
+
+    // 5. Restore: the change made during the outage lands, from the same process.
+    let attempts_while_cut = test.unavailable_attempts() - attempts_before;
+    proxy.set(Path::Up);
+    let restored_at = Instant::now();
+    let (after, recovery) = check_change_lands(
+        test,
+        &store,
+        agent.id,
+        grpc,
+        restored_at,
+        &run_id,
+        before_version,
+    )
+    .await;
+    let snapshot_version = after.snapshot.as_ref().unwrap().version;
+    let rejected_unavailable = check_nothing_duplicated(test, &server, snapshot_version).await;
+
+    // 6. LISTEN is back: a turn waiting on this server for another process's commit (the
+    //    test's own store, not through the proxy) is released by its notification.
+    let listen_back = check_listen_releases_a_turn(test, &store, &server, restored_at).await;
+
+    assert!(server.is_running(), "{}", test.logs.read("server"));
+    assert!(process.is_running(), "{}", test.logs.read("agent"));
+    eprintln!(
+        "PostgreSQL outage ({fault:?}): cut for {:?}; pushes failed (Unavailable) from the first \
+         observed failure for {:?}; {attempts_while_cut} agent API calls failed while cut \
+         ({rejected_unavailable} refused as unavailable by the server in all); the change \
+         landed {recovery:?} after restore, LISTEN was back {listen_back:?} after restore; \
+         proxy broke {} open and {} new connections",
+        restored_at - cut_at,
+        restored_at - first_failure_seen,
+        proxy.severed.load(Ordering::Relaxed),
+        proxy.refused.load(Ordering::Relaxed),
+    );
+    let stopped = test
+        .step("the agent stopping", STEP, process.terminate())
+        .await;
+    assert!(stopped.success());
+}
+
+/// Starts the server with its database behind the proxy at `proxy`, with bounds short
+/// enough for the test's steps.
+async fn start_server_through_proxy(
+    test: &Outage,
+    database_url: &str,
+    proxy: SocketAddr,
+    data_dir: &std::path::Path,
+) -> ServerProcess {
+    test.step(
+        "starting the server through the proxy",
+        STEP,
+        ServerProcess::start_on(
+            &through(database_url, proxy),
+            &test.logs,
+            &[
+                "--data-dir",
+                data_dir.to_str().unwrap(),
+                "--api-token",
+                API_TOKEN,
+                "--db-connection-timeout-ms",
+                DB_CONNECTION_TIMEOUT_MS,
+                "--db-operation-timeout-ms",
+                DB_OPERATION_TIMEOUT_MS,
+                "--snapshot-grace-ms",
+                "20000",
+                "--discovery-budget-ms",
+                "20000",
+                // Only a notification can release a waiting turn within the test.
+                "--gate-recheck-ms",
+                "600000",
+                "--health-interval-ms",
+                "100",
+            ],
+        ),
+    )
+    .await
+}
+
+/// Starts an agent process on a workspace with one MCP server and an `AGENTS.md`.
+fn start_agent(
+    test: &Outage,
+    server: &ServerProcess,
+    workspace: &Workspace,
+    agent: &NewAgent,
+) -> AgentProcess {
+    // The fixture MCP server is this test's own `ctxsync` binary: `Workspace::with_servers`
+    // would first `cargo build` the fixture crate, which on a cold target directory takes
+    // minutes on a busy 2-core machine, outside every step's bound.
+    let mut fixture = vec!["mcp-fixture".to_owned()];
+    fixture.extend(FixtureConfig::new().tools(1).to_args());
+    let servers = serde_json::json!({
+        "mcpServers": { "tools": { "command": env!("CARGO_BIN_EXE_ctxsync"), "args": fixture } }
+    });
+    workspace.write(".mcp.json", servers.to_string());
+    workspace.write("AGENTS.md", "# Agents\nBe brief.\n");
+    AgentProcess::start(
+        &test.logs,
+        "agent",
+        &server.url(),
+        &workspace.path(),
+        agent.token.expose(),
+        &[],
+    )
+}
+
+/// Waits for the agent's complete snapshot in the database and returns its context.
+async fn wait_for_complete_snapshot(test: &Outage, db: &TestStore, agent: AgentId) -> AgentContext {
+    test.until("the agent's complete snapshot", || async move {
+        let context = db.read_agent_context(agent).await.unwrap()?;
+        let complete = context
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| s.phase == DiscoveryPhase::Complete);
+        complete.then_some(context)
+    })
+    .await
+}
+
+/// While cut, the HTTP API answers 503 at once and gRPC health turns NOT_SERVING.
+async fn check_cut_is_answered_at_once(
+    test: &Outage,
+    server: &ServerProcess,
+    agent: AgentId,
+    grpc: &str,
+) {
     let (status, body) = test.get(&format!("{}/healthz", server.http_url())).await;
     assert_eq!(
         (status, body.contains("database unavailable")),
@@ -458,7 +548,7 @@ async fn outage(fault: Path) {
         .get(&format!(
             "{}/api/agents/{}/context",
             server.http_url(),
-            agent.id
+            agent
         ))
         .await;
     assert_eq!(
@@ -472,11 +562,19 @@ async fn outage(fault: Path) {
         (grpc_health(grpc).await == Some(Serving::NotServing)).then_some(())
     })
     .await;
+}
 
-    // 4. The workspace changes, so the agent must push; its pushes fail with Unavailable
-    //    (and so does registering again on a new connection) until the database is back.
-    let attempts_before = test.unavailable_attempts();
-    workspace.write("CLAUDE.md", WRITTEN_WHILE_CUT);
+/// The agent's pushes fail with Unavailable, again and again, while both processes keep
+/// running and nothing lands. Returns when the first failure was seen.
+async fn check_pushes_fail_while_cut(
+    test: &Outage,
+    store: &TestStore,
+    server: &mut ServerProcess,
+    process: &mut AgentProcess,
+    agent: AgentId,
+    attempts_before: usize,
+    before_version: u64,
+) -> Instant {
     test.until(
         "the agent's first push failing with Unavailable",
         || async move { (test.unavailable_attempts() > attempts_before).then_some(()) },
@@ -494,20 +592,30 @@ async fn outage(fault: Path) {
     );
     assert!(server.is_running(), "{}", test.logs.read("server"));
     assert!(process.is_running(), "{}", test.logs.read("agent"));
-    let stored = store.read_agent_context(agent.id).await.unwrap().unwrap();
+    let stored = store.read_agent_context(agent).await.unwrap().unwrap();
     assert_eq!(
         stored.snapshot.as_ref().map(|s| s.version),
         Some(before_version),
         "nothing lands while the database is cut"
     );
+    first_failure_seen
+}
 
-    // 5. Restore: the change made during the outage lands, from the same process.
-    let attempts_while_cut = test.unavailable_attempts() - attempts_before;
-    proxy.set(Path::Up);
-    let restored_at = Instant::now();
+/// After the restore, the change made during the outage lands from the same agent run,
+/// with its exact content, and gRPC health is SERVING again. Returns the context it
+/// landed in and how long after `restored_at` it did.
+async fn check_change_lands(
+    test: &Outage,
+    db: &TestStore,
+    agent: AgentId,
+    grpc: &str,
+    restored_at: Instant,
+    run_id: &Option<RunId>,
+    before_version: u64,
+) -> (AgentContext, Duration) {
     let after = test
         .until("the change made during the outage landing", || async move {
-            let context = db.read_agent_context(agent.id).await.unwrap()?;
+            let context = db.read_agent_context(agent).await.unwrap()?;
             let landed = context.resources.iter().any(|r| r.source == "CLAUDE.md");
             landed.then_some(context)
         })
@@ -518,8 +626,8 @@ async fn outage(fault: Path) {
     })
     .await;
     let snapshot = after.snapshot.as_ref().unwrap();
-    assert_eq!(after.agent.agent_run_id, run_id, "the same agent process");
-    assert_eq!(snapshot.agent_run_id, run_id);
+    assert_eq!(&after.agent.agent_run_id, run_id, "the same agent process");
+    assert_eq!(&snapshot.agent_run_id, run_id);
     assert_eq!(snapshot.phase, DiscoveryPhase::Complete);
     assert!(snapshot.version > before_version, "{snapshot:#?}");
     let claude = after
@@ -540,10 +648,16 @@ async fn outage(fault: Path) {
         2,
         "{after:#?}"
     );
+    (after, recovery)
+}
 
-    // Nothing duplicated: each version was accepted once, the stored one last; no push
-    // was dropped as a replay.
-    let stored_version = snapshot.version;
+/// Nothing duplicated: each version was accepted once, the stored one last; no push was
+/// dropped as a replay. Returns the requests the server refused as unavailable.
+async fn check_nothing_duplicated(
+    test: &Outage,
+    server: &ServerProcess,
+    stored_version: u64,
+) -> u64 {
     let accepted = test
         .until("the agent logging the accepted push", || async move {
             let versions = accepted_versions(&test.logs.read("agent"));
@@ -554,23 +668,32 @@ async fn outage(fault: Path) {
     distinct.dedup();
     assert_eq!(distinct, accepted, "a version accepted twice: {accepted:?}");
     assert!(accepted.is_sorted(), "{accepted:?}");
-    assert_eq!(accepted.last(), Some(&snapshot.version), "{accepted:?}");
+    assert_eq!(accepted.last(), Some(&stored_version), "{accepted:?}");
     let series = |result: &str| format!("ctxsync_agent_pushes_total{{result=\"{result}\"}}");
     assert_eq!(
-        test.metric(&server, &series("dropped_stale_version")).await,
+        test.metric(server, &series("dropped_stale_version")).await,
         0
     );
-    assert_eq!(test.metric(&server, &series("dropped_stale_run")).await, 0);
+    assert_eq!(test.metric(server, &series("dropped_stale_run")).await, 0);
     let rejected_unavailable = test
         .metric(
-            &server,
+            server,
             "ctxsync_agent_requests_rejected_total{reason=\"unavailable\"}",
         )
         .await;
     assert!(rejected_unavailable >= 3, "{rejected_unavailable}");
+    rejected_unavailable
+}
 
-    // 6. LISTEN is back: a turn waiting on this server for another process's commit (the
-    //    test's own store, not through the proxy) is released by its notification.
+/// Once LISTEN is back, a turn waiting for another process's commit (the test's own
+/// store, not through the proxy) is released by its notification, not by a re-check.
+/// Returns how long after `restored_at` LISTEN was back.
+async fn check_listen_releases_a_turn(
+    test: &Outage,
+    store: &TestStore,
+    server: &ServerProcess,
+    restored_at: Instant,
+) -> Duration {
     test.until(
         "the server's LISTEN connection coming back",
         || async move {
@@ -607,9 +730,8 @@ async fn outage(fault: Path) {
             response.json::<serde_json::Value>().await
         })
     };
-    let serving = &server;
     test.until("the turn waiting for the probe's snapshot", || async move {
-        (test.metric(serving, "ctxsync_gate_attempts_waiting").await >= 1).then_some(())
+        (test.metric(server, "ctxsync_gate_attempts_waiting").await >= 1).then_some(())
     })
     .await;
     let probe_snapshot = first_complete_snapshot("probe-run", "probe");
@@ -631,34 +753,17 @@ async fn outage(fault: Path) {
         "{released}"
     );
     assert!(
-        test.metric(&server, "ctxsync_gate_notification_wakeups_total")
+        test.metric(server, "ctxsync_gate_notification_wakeups_total")
             .await
             >= 1
     );
     assert_eq!(
-        test.metric(&server, "ctxsync_gate_recheck_reads_total")
+        test.metric(server, "ctxsync_gate_recheck_reads_total")
             .await,
         0,
         "released by the notification, not by a re-check"
     );
-
-    assert!(server.is_running(), "{}", test.logs.read("server"));
-    assert!(process.is_running(), "{}", test.logs.read("agent"));
-    eprintln!(
-        "PostgreSQL outage ({fault:?}): cut for {:?}; pushes failed (Unavailable) from the first \
-         observed failure for {:?}; {attempts_while_cut} agent API calls failed while cut \
-         ({rejected_unavailable} refused as unavailable by the server in all); the change \
-         landed {recovery:?} after restore, LISTEN was back {listen_back:?} after restore; \
-         proxy broke {} open and {} new connections",
-        restored_at - cut_at,
-        restored_at - first_failure_seen,
-        proxy.severed.load(Ordering::Relaxed),
-        proxy.refused.load(Ordering::Relaxed),
-    );
-    let stopped = test
-        .step("the agent stopping", STEP, process.terminate())
-        .await;
-    assert!(stopped.success());
+    listen_back
 }
 
 use tonic_health::pb::health_check_response::ServingStatus as Serving;
