@@ -14,7 +14,7 @@ use ctxsync_chat_projection::{
     find_tools, project,
 };
 use ctxsync_protocol::{
-    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus,
+    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
 };
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
@@ -107,9 +107,9 @@ fn server_row(server: &Server) -> Resource {
 
 fuzz_target!(|input: Input| {
     let binding = Binding::Agent(AgentState {
-        agent_run_id: "run-1".to_owned(),
+        agent_run_id: RunId::new("run-1"),
         snapshot: Some(SnapshotState {
-            agent_run_id: "run-1".to_owned(),
+            agent_run_id: RunId::new("run-1"),
             phase: DiscoveryPhase::Complete,
             aggregate_hash: "agg-1".to_owned(),
             snapshot_error: None,
