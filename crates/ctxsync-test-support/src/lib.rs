@@ -2,8 +2,9 @@
 //! (`cargo xtask layers` rejects any other kind of dependency on it).
 //!
 //! Always built: [`Backend`] and [`on_both_backends!`], the bounded [`poll`]er, the temp
-//! [`Workspace`] and the [`heavy`] and [`timing_bound`] guards. Behind features: `db` ([`store`], a fresh test
-//! database per backend) and `process` (log files and pid liveness for child processes).
+//! [`Workspace`] and the [`heavy`] and [`timing_bound`] guards. Behind features: `db`
+//! (`store`, a fresh test database per backend) and `process` (log files and pid
+//! liveness for child processes).
 
 #![allow(missing_docs)] // test helpers: each item's doc says what it is for where it helps
 
