@@ -1,6 +1,6 @@
 //! The layer check: every dependency between workspace crates points strictly down the
 //! order in SPEC §2, the MCP fixture is a normal dependency only of the binary, and the
-//! test-support crate is only ever a dev-dependency.
+//! test-support and workspace-hack crates are only ever dev-dependencies.
 
 use serde_json::Value;
 
@@ -26,6 +26,8 @@ const TOOLING: &str = "xtask";
 /// Shared test helpers live beside the layers too: they may use any crate (behind
 /// features), and every crate may use them, but only as a dev-dependency.
 const TEST_SUPPORT: &str = "ctxsync-test-support";
+/// The generated feature-unifying crate: a dev-dependency only, like test-support.
+const WORKSPACE_HACK: &str = crate::workspace_hack::NAME;
 
 /// The leaves of layer 0 stand side by side: neither may use the other.
 const SHARES_FLOOR_BELOW: &[&str] = &["ctxsync-mcp-model"];
@@ -53,7 +55,7 @@ pub(crate) fn check(metadata: &Value) -> Vec<String> {
         let Some(name) = package["name"].as_str() else {
             continue;
         };
-        if name == TOOLING || name == TEST_SUPPORT {
+        if name == TOOLING || name == TEST_SUPPORT || name == WORKSPACE_HACK {
             continue;
         }
         let Some(layer) = layer_of(name) else {
@@ -83,10 +85,10 @@ pub(crate) fn check(metadata: &Value) -> Vec<String> {
                 violations.push(format!("`{name}` depends on `{TOOLING}` ({kind})"));
                 continue;
             }
-            if dep_name == TEST_SUPPORT {
+            if dep_name == TEST_SUPPORT || dep_name == WORKSPACE_HACK {
                 if kind != "dev" {
                     violations.push(format!(
-                        "`{name}` uses `{TEST_SUPPORT}` as a {kind} dependency; it may only be a dev-dependency"
+                        "`{name}` uses `{dep_name}` as a {kind} dependency; it may only be a dev-dependency"
                     ));
                 }
                 continue;

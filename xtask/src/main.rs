@@ -9,6 +9,7 @@ mod libfuzzer;
 mod portable;
 mod tidy;
 mod tool_catalog;
+mod workspace_hack;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,6 +23,9 @@ commands:
   codegen [--check]  regenerate the committed protocol code (--check: fail if it is stale)
   layers             check that crate dependencies point down the layer order (SPEC §2)
   tidy               check that every hand-written Rust file opens with a `//!` line
+  workspace-hack [--check]
+                     regenerate the dev-only crate that gives every crate's test build
+                     the same third-party features (--check: fail if it is stale)
   embedding          the API docs without a warning, each library crate without its
                      default features, each database backend alone, and what those
                      builds leave out (no diesel under the gate, no SQLite with postgres)
@@ -37,7 +41,7 @@ commands:
   fuzz-check         `cargo check` the libFuzzer targets in `fuzz/` (their own
                      workspace) with the main target dir and a current lock file
   ci                 everything CI runs: fmt, clippy, fuzz-check, codegen check, layers,
-                     embedding, tidy, the README's test command (each crate's tests
+                     workspace-hack check, embedding, tidy, the README's test command (each crate's tests
                      alone, doctests included), `bench --quick` (completes; numbers
                      not checked), then `self-contained` on the binary the benchmarks
                      ran; each step's wall time is printed
@@ -60,6 +64,8 @@ fn main() -> Result<()> {
         ["codegen"] => codegen(&root, false),
         ["codegen", "--check"] => codegen(&root, true),
         ["layers"] => check_layers(&root),
+        ["workspace-hack"] => workspace_hack::run(&root, &cargo(), false),
+        ["workspace-hack", "--check"] => workspace_hack::run(&root, &cargo(), true),
         ["tidy"] => tidy(&root),
         ["embedding"] => embedding::check(&root, &cargo()),
         ["test"] => test(&root),
@@ -160,6 +166,22 @@ fn tidy(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The `[profile.dev…]` sections of a manifest, without comments and blank lines.
+fn dev_profile(manifest: &str) -> String {
+    let mut inside = false;
+    let mut kept = String::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line.starts_with("[profile.dev]") || line.starts_with("[profile.dev.");
+        }
+        if inside && !line.is_empty() && !line.starts_with('#') {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
+}
+
 /// The README's test command: installs what a fresh machine lacks, then runs every
 /// crate's tests, each crate alone (`cargo test -p NAME`, bottom layer first), so a crate
 /// whose tests pass only with features another member turns on fails here; CI runs each
@@ -214,6 +236,9 @@ fn ci(root: &Path) -> Result<()> {
     step("fuzz-check", &mut || fuzz_check(root))?;
     step("codegen --check", &mut || codegen(root, true))?;
     step("layers", &mut || check_layers(root))?;
+    step("workspace-hack --check", &mut || {
+        workspace_hack::run(root, &cargo(), true)
+    })?;
     step("embedding", &mut || embedding::check(root, &cargo()))?;
     step("tidy", &mut || tidy(root))?;
     // The README's command runs every crate's tests alone (see `test`), so they run once.
@@ -251,11 +276,19 @@ fn ci(root: &Path) -> Result<()> {
 
 /// `cargo check` of the libFuzzer targets: `fuzz/` is its own workspace (so the main lock
 /// file stays free of libFuzzer), which no other command compiles; `--locked` fails when
-/// its lock file is not current, and the main target dir lets it reuse what the
-/// workspace's builds compiled where the features agree. A check links nothing, so
+/// its lock file is not current, and the main target dir with the workspace-hack's
+/// features lets it reuse what clippy checked. A check links nothing, so
 /// libfuzzer-sys is pointed at a library path instead of compiling libFuzzer's C++ (minutes
 /// on two cores) for a type check; `cargo xtask fuzz` builds the real one.
 fn fuzz_check(root: &Path) -> Result<()> {
+    let main_profile = dev_profile(&std::fs::read_to_string(root.join("Cargo.toml"))?);
+    let fuzz_profile = dev_profile(&std::fs::read_to_string(root.join("fuzz/Cargo.toml"))?);
+    if main_profile != fuzz_profile {
+        bail!(
+            "fuzz/Cargo.toml's [profile.dev*] sections differ from the workspace's; copy them \
+             so fuzz-check reuses clippy's artifacts:\n{main_profile}"
+        );
+    }
     let unlinked = root.join("target/fuzz-check/libfuzzer.a");
     let unlinked = unlinked.to_str().context("target path is UTF-8")?;
     run_with_env(
@@ -269,6 +302,10 @@ fn fuzz_check(root: &Path) -> Result<()> {
             "target",
             "--locked",
             "--bins",
+            // The main workspace's features (and fuzz/'s copy of its dev profile): the
+            // dependencies are the ones clippy just checked, not a second graph.
+            "--features",
+            "ctxsync-workspace-hack",
         ],
         &[("CUSTOM_LIBFUZZER_PATH", unlinked)],
     )

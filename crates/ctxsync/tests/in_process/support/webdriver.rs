@@ -1,5 +1,8 @@
 //! A minimal W3C WebDriver client for the browser tests: only the commands they need, over
-//! plain HTTP to a local chromedriver, and where the browser and its driver are.
+//! plain HTTP to a local chromedriver, and where the browser and its driver are. Kept
+//! rather than `fantoccini`/`thirtyfour` (ARCHITECTURE.md, Tests): the CSP checks need
+//! ChromeDriver's non-W3C console log, and those crates would add a second ICU
+//! generation and more to every test build.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

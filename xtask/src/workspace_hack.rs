@@ -1,0 +1,411 @@
+//! The feature-unifying crate `ctxsync-workspace-hack`: its manifest names every
+//! third-party package of the workspace with the features the whole workspace turns on.
+//!
+//! Why: the README's test command runs each crate's tests alone (`cargo test -p NAME`),
+//! and Cargo resolves features per invocation. Without this crate, tokio, hyper, rmcp and
+//! the C libraries built from source (OpenSSL, libpq, aws-lc) were each compiled with up
+//! to eight feature sets, one per crate's view, and every crate above them again; that was
+//! most of CI's test step. Every member takes the crate as a dev-dependency, so each
+//! test build resolves the same features and reuses the same artifacts, while a crate's
+//! normal build (what an embedder gets, what `cargo xtask embedding` checks) is untouched.
+//!
+//! The manifest is generated from `cargo metadata` (`cargo xtask workspace-hack`) and
+//! checked by `--check`: a dependency or feature change that makes it stale fails CI
+//! with the command that fixes it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+pub(crate) const NAME: &str = "ctxsync-workspace-hack";
+const MANIFEST: &str = "crates/ctxsync-workspace-hack/Cargo.toml";
+
+/// Writes the manifest, or with `check` fails when the committed one differs from what
+/// `cargo metadata` says now, or when a member does not take the crate as a
+/// dev-dependency.
+pub(crate) fn run(root: &Path, cargo: &Path, check: bool) -> Result<()> {
+    let host = host_triple()?;
+    let metadata = metadata(root, cargo, &host)?;
+    let built = built_features(root, cargo, &host)?;
+    let manifest = render(&metadata, &built)?;
+    let path = root.join(MANIFEST);
+    let missing = members_without_hack(&metadata);
+    if check {
+        let committed = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if committed != manifest {
+            bail!(
+                "{MANIFEST} is stale (a dependency, version or feature changed): run \
+                 `cargo xtask workspace-hack` and commit the result"
+            );
+        }
+        if !missing.is_empty() {
+            bail!(
+                "these members do not take `{NAME}` as a dev-dependency \
+                 (`{NAME}.workspace = true`), so their tests build other feature sets: {}",
+                missing.join(", ")
+            );
+        }
+        println!("workspace-hack: the manifest is current and every member uses it");
+        return Ok(());
+    }
+    std::fs::write(&path, manifest).with_context(|| format!("writing {}", path.display()))?;
+    println!("workspace-hack: wrote {MANIFEST}");
+    for member in missing {
+        println!("workspace-hack: add `{NAME}.workspace = true` to {member}'s [dev-dependencies]");
+    }
+    Ok(())
+}
+
+fn metadata(root: &Path, cargo: &Path, host: &str) -> Result<Value> {
+    let output = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--filter-platform"])
+        .arg(host)
+        .current_dir(root)
+        .output()
+        .context("running cargo metadata")?;
+    if !output.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    serde_json::from_slice(&output.stdout).context("parsing cargo metadata")
+}
+
+/// Package `name vVERSION` → the features a workspace test build compiles it with (host
+/// and target side together). `cargo metadata` over-approximates: its resolve merges
+/// both sides and lists optional packages no build compiles (quinn, ring), so the
+/// packages and features come from `cargo tree`, which resolves as a build does.
+type Built = BTreeMap<String, BTreeSet<String>>;
+
+fn built_features(root: &Path, cargo: &Path, host: &str) -> Result<Built> {
+    let output = Command::new(cargo)
+        .args([
+            "tree",
+            "--workspace",
+            "-e",
+            "normal,build,dev",
+            "--prefix",
+            "none",
+        ])
+        .args(["--format", "{p}|{f}", "--target", host])
+        .current_dir(root)
+        .output()
+        .context("running cargo tree")?;
+    if !output.status.success() {
+        bail!(
+            "cargo tree failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let mut built = Built::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Some((package, features)) = line.split_once('|') else {
+            continue;
+        };
+        let mut words = package.split_whitespace();
+        let (Some(name), Some(version)) = (words.next(), words.next()) else {
+            continue;
+        };
+        built
+            .entry(format!("{name} {version}"))
+            .or_default()
+            .extend(
+                features
+                    .trim_end_matches(" (*)")
+                    .split(',')
+                    .filter(|f| !f.is_empty())
+                    .map(str::to_owned),
+            );
+    }
+    Ok(built)
+}
+
+/// The platform CI builds for; the manifest names only packages built there.
+fn host_triple() -> Result<String> {
+    let output = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .context("running rustc -vV")?;
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .map(str::to_owned)
+        .context("rustc -vV printed no host line")
+}
+
+/// One resolved third-party package.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Package {
+    name: String,
+    version: String,
+    features: BTreeSet<String>,
+}
+
+/// Where a package is built: for the target (linked into tests) or for the host (build
+/// scripts, proc-macros). Cargo resolves the two sides' features apart, so the manifest
+/// unifies each side in its own section.
+#[derive(Default)]
+struct Sides {
+    target: BTreeSet<String>,
+    host: BTreeSet<String>,
+}
+
+fn render(metadata: &Value, built: &Built) -> Result<String> {
+    let resolve = Resolve::of(metadata)?;
+    let sides = resolve.sides();
+    let target = resolve.packages_of(&sides.target, built);
+    let host = resolve.packages_of(&sides.host, built);
+    // Cargo requires one key per package across all sections: a package built in two
+    // versions on either side is keyed by its series on both.
+    let mut versions: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for package in target.iter().chain(&host) {
+        versions
+            .entry(&package.name)
+            .or_default()
+            .insert(&package.version);
+    }
+    let lines = |packages: &[Package]| -> String {
+        packages
+            .iter()
+            .map(|p| entry(p, versions[p.name.as_str()].len() > 1))
+            .collect()
+    };
+    let mut out = String::from(HEADER);
+    out.push_str("\n[dependencies]\n");
+    out.push_str(&lines(&target));
+    out.push_str("\n[build-dependencies]\n");
+    out.push_str(&lines(&host));
+    out.push_str("\n[lints]\nworkspace = true\n");
+    Ok(out)
+}
+
+const HEADER: &str = "\
+# Generated by `cargo xtask workspace-hack`; `cargo xtask workspace-hack --check` (CI)
+# fails when it is stale. Do not edit by hand.
+#
+# Every third-party package of the workspace with the features the whole workspace turns
+# on. Each member takes this crate as a dev-dependency, so `cargo test -p NAME` resolves
+# the same features for every crate and the test builds share their artifacts; normal
+# builds never see it.
+[package]
+name = \"ctxsync-workspace-hack\"
+description = \"Dev-only: unifies third-party features across the workspace's test builds (generated).\"
+version.workspace = true
+edition.workspace = true
+rust-version.workspace = true
+license.workspace = true
+publish.workspace = true
+";
+
+/// The resolved graph: packages by id, their dependency edges, the workspace members.
+struct Resolve<'a> {
+    packages: BTreeMap<&'a str, &'a Value>,
+    nodes: BTreeMap<&'a str, &'a Value>,
+    members: BTreeSet<&'a str>,
+}
+
+impl<'a> Resolve<'a> {
+    fn of(metadata: &'a Value) -> Result<Self> {
+        let packages = metadata["packages"]
+            .as_array()
+            .context("cargo metadata has no packages")?
+            .iter()
+            .filter_map(|p| Some((p["id"].as_str()?, p)))
+            .collect();
+        let nodes = metadata["resolve"]["nodes"]
+            .as_array()
+            .context("cargo metadata has no resolve graph")?
+            .iter()
+            .filter_map(|n| Some((n["id"].as_str()?, n)))
+            .collect();
+        let members = metadata["workspace_members"]
+            .as_array()
+            .context("cargo metadata has no workspace members")?
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        Ok(Self {
+            packages,
+            nodes,
+            members,
+        })
+    }
+
+    fn name(&self, id: &str) -> &'a str {
+        self.packages
+            .get(id)
+            .and_then(|p| p["name"].as_str())
+            .unwrap_or_default()
+    }
+
+    fn is_proc_macro(&self, id: &str) -> bool {
+        self.packages.get(id).is_some_and(|p| {
+            p["targets"].as_array().is_some_and(|targets| {
+                targets.iter().any(|t| {
+                    t["kind"]
+                        .as_array()
+                        .is_some_and(|k| k.iter().any(|k| k == "proc-macro"))
+                })
+            })
+        })
+    }
+
+    /// Walks every member's dependencies (the hack's own excepted, so the result does
+    /// not feed on itself) and sorts each third-party package to the side it is built on.
+    fn sides(&self) -> Sides {
+        let mut sides = Sides::default();
+        let mut stack: Vec<(&str, bool)> = Vec::new();
+        for member in &self.members {
+            if self.name(member) == NAME {
+                continue;
+            }
+            stack.extend(self.edges(member, false, true));
+        }
+        while let Some((id, host)) = stack.pop() {
+            let seen = if host {
+                &mut sides.host
+            } else {
+                &mut sides.target
+            };
+            if !seen.insert(id.to_owned()) {
+                continue;
+            }
+            stack.extend(self.edges(id, host, false));
+        }
+        sides
+    }
+
+    /// The third-party packages `id` depends on, each with the side it is built on.
+    fn edges(&self, id: &str, host: bool, with_dev: bool) -> Vec<(&'a str, bool)> {
+        let Some(deps) = self.nodes.get(id).and_then(|n| n["deps"].as_array()) else {
+            return Vec::new();
+        };
+        let mut edges = Vec::new();
+        for dep in deps {
+            let Some(dep_id) = dep["pkg"].as_str() else {
+                continue;
+            };
+            if self.members.contains(dep_id) {
+                continue;
+            }
+            let kinds = dep["dep_kinds"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            for kind in kinds {
+                let kind = kind["kind"].as_str().unwrap_or("normal");
+                if kind == "dev" && !with_dev {
+                    continue;
+                }
+                let on_host = host || kind == "build" || self.is_proc_macro(dep_id);
+                edges.push((dep_id, on_host));
+            }
+        }
+        edges
+    }
+
+    /// The registry packages among `ids` that a build compiles, sorted, with the
+    /// features it compiles them with.
+    fn packages_of(&self, ids: &BTreeSet<String>, built: &Built) -> Vec<Package> {
+        ids.iter()
+            .filter_map(|id| {
+                let package = self.packages.get(id.as_str())?;
+                // Registry packages only: path and git sources are the workspace's own.
+                if !package["source"].as_str()?.starts_with("registry+") {
+                    return None;
+                }
+                let name = package["name"].as_str()?;
+                let version = package["version"].as_str()?;
+                let features = built.get(&format!("{name} v{version}"))?.clone();
+                Some(Package {
+                    name: name.to_owned(),
+                    version: version.to_owned(),
+                    features,
+                })
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+}
+
+fn entry(package: &Package, several_versions: bool) -> String {
+    let key = if several_versions {
+        format!("{}-{}", package.name, compatible_series(&package.version))
+    } else {
+        package.name.clone()
+    };
+    let default = package.features.contains("default");
+    let features: Vec<String> = package
+        .features
+        .iter()
+        .filter(|f| *f != "default")
+        .map(|f| format!("{f:?}"))
+        .collect();
+    // Build metadata (`+spec-1.1.0`) is no part of a version requirement.
+    let version = package.version.split('+').next().unwrap_or_default();
+    format!(
+        "{key} = {{ package = \"{}\", version = \"{version}\", default-features = {default}, features = [{}] }}\n",
+        package.name,
+        features.join(", ")
+    )
+}
+
+/// The part of a version two semver-compatible releases share: `2` for 2.0.119, `0-4`
+/// for 0.4.3 (Cargo never builds two versions of one series).
+fn compatible_series(version: &str) -> String {
+    let mut parts = version.split(['.', '+', '-']);
+    match (parts.next(), parts.next()) {
+        (Some("0"), Some(minor)) => format!("0-{minor}"),
+        (Some(major), _) => major.to_owned(),
+        _ => version.to_owned(),
+    }
+}
+
+/// Members whose manifest does not name the hack as a dev-dependency.
+fn members_without_hack(metadata: &Value) -> Vec<String> {
+    let members: BTreeSet<&str> = metadata["workspace_members"]
+        .as_array()
+        .map(|m| m.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    metadata["packages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .filter(|p| p["id"].as_str().is_some_and(|id| members.contains(id)))
+        .filter(|p| p["name"] != NAME)
+        .filter(|p| {
+            !p["dependencies"]
+                .as_array()
+                .is_some_and(|deps| deps.iter().any(|d| d["name"] == NAME && d["kind"] == "dev"))
+        })
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_package_built_in_two_series_is_keyed_by_its_series() {
+        assert_eq!(compatible_series("2.0.119"), "2");
+        assert_eq!(compatible_series("0.22.1"), "0-22");
+        let package = Package {
+            name: "base64".into(),
+            version: "0.22.1".into(),
+            features: ["alloc", "default", "std"].map(String::from).into(),
+        };
+        assert_eq!(
+            entry(&package, true),
+            "base64-0-22 = { package = \"base64\", version = \"0.22.1\", default-features = true, features = [\"alloc\", \"std\"] }\n"
+        );
+        assert!(entry(&package, false).starts_with("base64 = "));
+    }
+}
