@@ -163,17 +163,25 @@ pub(crate) fn run(
 ) -> Result<std::collections::HashMap<String, PathBuf>> {
     let started = std::time::Instant::now();
     crate::install_tools(root, crate::Tools::for_command("bench"))?;
+    let build_started = std::time::Instant::now();
     let executables = build(root, cargo)?;
+    eprintln!("bench: release build took {:.0?}", build_started.elapsed());
     let path_of = |name: &str| {
         executables
             .get(name)
             .with_context(|| format!("cargo reported no executable for {name}"))
     };
     // The retrieval benchmark's catalog: real servers, discovered by the binary just built.
+    let catalog_started = std::time::Instant::now();
     let catalog = crate::tool_catalog::assemble(root, path_of("ctxsync")?)?;
+    eprintln!(
+        "bench: tool catalog assembled in {:.0?}",
+        catalog_started.elapsed()
+    );
     let mut rows = Vec::new();
     for (package, example) in PROGRAMS {
         eprintln!("bench: {package} {example}");
+        let program_started = std::time::Instant::now();
         let mut command = Command::new(path_of(example)?);
         if quick {
             command.arg("--quick");
@@ -202,6 +210,8 @@ pub(crate) fn run(
             example,
             &String::from_utf8_lossy(&output.stdout),
         )?);
+        // Where a CI run's bench step spends its time.
+        eprintln!("bench: {example} took {:.0?}", program_started.elapsed());
     }
     if rows.is_empty() {
         bail!("no benchmark produced a row");
