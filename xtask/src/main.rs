@@ -64,8 +64,8 @@ fn main() -> Result<()> {
         ["codegen"] => codegen(&root, false),
         ["codegen", "--check"] => codegen(&root, true),
         ["layers"] => check_layers(&root),
-        ["workspace-hack"] => workspace_hack::run(&root, &cargo(), false),
-        ["workspace-hack", "--check"] => workspace_hack::run(&root, &cargo(), true),
+        ["workspace-hack"] => workspace_hack::run(&root, false),
+        ["workspace-hack", "--check"] => workspace_hack::run(&root, true),
         ["tidy"] => tidy(&root),
         ["embedding"] => embedding::check(&root, &cargo()),
         ["test"] => test(&root),
@@ -132,19 +132,26 @@ fn codegen(root: &Path, check: bool) -> Result<()> {
     Ok(())
 }
 
-fn check_layers(root: &Path) -> Result<()> {
+/// What a cargo subcommand prints to stdout; its stderr becomes the error when it fails.
+fn cargo_stdout(root: &Path, args: &[&str]) -> Result<Vec<u8>> {
     let output = Command::new(cargo())
-        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .args(args)
         .current_dir(root)
         .output()
-        .context("running cargo metadata")?;
+        .with_context(|| format!("running cargo {}", args[0]))?;
     if !output.status.success() {
         bail!(
-            "cargo metadata failed: {}",
+            "cargo {} failed: {}",
+            args[0],
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let metadata = serde_json::from_slice(&output.stdout).context("parsing cargo metadata")?;
+    Ok(output.stdout)
+}
+
+fn check_layers(root: &Path) -> Result<()> {
+    let output = cargo_stdout(root, &["metadata", "--format-version", "1", "--no-deps"])?;
+    let metadata = serde_json::from_slice(&output).context("parsing cargo metadata")?;
     let violations = layers::check(&metadata);
     if !violations.is_empty() {
         bail!("layer violations:\n  {}", violations.join("\n  "));
@@ -237,7 +244,7 @@ fn ci(root: &Path) -> Result<()> {
     step("codegen --check", &mut || codegen(root, true))?;
     step("layers", &mut || check_layers(root))?;
     step("workspace-hack --check", &mut || {
-        workspace_hack::run(root, &cargo(), true)
+        workspace_hack::run(root, true)
     })?;
     step("embedding", &mut || embedding::check(root, &cargo()))?;
     step("tidy", &mut || tidy(root))?;

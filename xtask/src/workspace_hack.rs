@@ -26,10 +26,20 @@ const MANIFEST: &str = "crates/ctxsync-workspace-hack/Cargo.toml";
 /// Writes the manifest, or with `check` fails when the committed one differs from what
 /// `cargo metadata` says now, or when a member does not take the crate as a
 /// dev-dependency.
-pub(crate) fn run(root: &Path, cargo: &Path, check: bool) -> Result<()> {
+pub(crate) fn run(root: &Path, check: bool) -> Result<()> {
     let host = host_triple()?;
-    let metadata = metadata(root, cargo, &host)?;
-    let built = built_features(root, cargo, &host)?;
+    let metadata = crate::cargo_stdout(
+        root,
+        &[
+            "metadata",
+            "--format-version",
+            "1",
+            "--filter-platform",
+            &host,
+        ],
+    )?;
+    let metadata: Value = serde_json::from_slice(&metadata).context("parsing cargo metadata")?;
+    let built = built_features(root, &host)?;
     let manifest = render(&metadata, &built)?;
     let path = root.join(MANIFEST);
     let missing = members_without_hack(&metadata);
@@ -60,50 +70,21 @@ pub(crate) fn run(root: &Path, cargo: &Path, check: bool) -> Result<()> {
     Ok(())
 }
 
-fn metadata(root: &Path, cargo: &Path, host: &str) -> Result<Value> {
-    let output = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--filter-platform"])
-        .arg(host)
-        .current_dir(root)
-        .output()
-        .context("running cargo metadata")?;
-    if !output.status.success() {
-        bail!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    serde_json::from_slice(&output.stdout).context("parsing cargo metadata")
-}
-
 /// Package `name vVERSION` → the features a workspace test build compiles it with (host
 /// and target side together). `cargo metadata` over-approximates: its resolve merges
 /// both sides and lists optional packages no build compiles (quinn, ring), so the
 /// packages and features come from `cargo tree`, which resolves as a build does.
 type Built = BTreeMap<String, BTreeSet<String>>;
 
-fn built_features(root: &Path, cargo: &Path, host: &str) -> Result<Built> {
-    let output = Command::new(cargo)
-        .args([
-            "tree",
-            "--workspace",
-            "-e",
-            "normal,build,dev",
-            "--prefix",
-            "none",
-        ])
-        .args(["--format", "{p}|{f}", "--target", host])
-        .current_dir(root)
-        .output()
-        .context("running cargo tree")?;
-    if !output.status.success() {
-        bail!(
-            "cargo tree failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+fn built_features(root: &Path, host: &str) -> Result<Built> {
+    let edges = "normal,build,dev";
+    let args = ["tree", "--workspace", "-e", edges, "--prefix", "none"];
+    let output = crate::cargo_stdout(
+        root,
+        &[&args[..], &["--format", "{p}|{f}", "--target", host]].concat(),
+    )?;
     let mut built = Built::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
+    for line in String::from_utf8_lossy(&output).lines() {
         let Some((package, features)) = line.split_once('|') else {
             continue;
         };
