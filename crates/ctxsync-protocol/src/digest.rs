@@ -346,52 +346,13 @@ impl DeltaBase {
 /// field set, so a change in how they are computed cannot change their bytes.
 #[cfg(test)]
 pub(crate) mod golden {
-    use serde_json::json;
+    use ctxsync_test_support::golden::tools;
 
     use super::BodyDigest;
     use crate::{
-        InstructionFileBody, McpConnectTimings, McpIcon, McpServerBody, McpServerInfo, McpTool,
-        McpToolAnnotations, ResourceBody, SkillBody, body_len, v1,
+        InstructionFileBody, McpConnectTimings, McpServerBody, McpServerInfo, ResourceBody,
+        SkillBody, body_len, v1,
     };
-
-    /// A tool with every field set, and one with none but its name.
-    pub(crate) fn tools() -> Vec<McpTool> {
-        vec![
-            McpTool {
-                name: "read".into(),
-                description: "Reads a file.".into(),
-                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-                title: "Read".into(),
-                annotations: Some(McpToolAnnotations {
-                    title: "Read file".into(),
-                    read_only_hint: Some(true),
-                    destructive_hint: Some(false),
-                    idempotent_hint: None,
-                    open_world_hint: Some(false),
-                }),
-                output_schema: Some(json!({"type": "object", "required": ["text"]})),
-                icons: vec![
-                    McpIcon {
-                        src: "data:image/png;base64,AAAA".into(),
-                        mime_type: "image/png".into(),
-                        sizes: vec!["48x48".into(), "any".into()],
-                        theme: "dark".into(),
-                    },
-                    McpIcon {
-                        src: "https://example.com/i.svg".into(),
-                        ..Default::default()
-                    },
-                ],
-                meta: Some(json!({"ui": {"resourceUri": "ui://read"}, "é": [1, null]})),
-            },
-            McpTool {
-                name: "ping".into(),
-                input_schema: json!({"type": "object"}),
-                annotations: Some(McpToolAnnotations::default()),
-                ..Default::default()
-            },
-        ]
-    }
 
     pub(crate) fn server() -> McpServerBody {
         McpServerBody {
