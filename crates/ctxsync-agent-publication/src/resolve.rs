@@ -1307,49 +1307,11 @@ mod tests {
 /// or measured cannot change their bytes.
 #[cfg(test)]
 mod golden {
-    use ctxsync_protocol::{McpConnectTimings, McpIcon, McpToolAnnotations};
-    use serde_json::json;
+    use ctxsync_protocol::McpConnectTimings;
+    use ctxsync_test_support::golden::tools;
 
     use super::*;
     use crate::report::ServerDetails;
-
-    fn tools() -> Vec<McpTool> {
-        vec![
-            McpTool {
-                name: "read".into(),
-                description: "Reads a file.".into(),
-                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-                title: "Read".into(),
-                annotations: Some(McpToolAnnotations {
-                    title: "Read file".into(),
-                    read_only_hint: Some(true),
-                    destructive_hint: Some(false),
-                    idempotent_hint: None,
-                    open_world_hint: Some(false),
-                }),
-                output_schema: Some(json!({"type": "object", "required": ["text"]})),
-                icons: vec![
-                    McpIcon {
-                        src: "data:image/png;base64,AAAA".into(),
-                        mime_type: "image/png".into(),
-                        sizes: vec!["48x48".into(), "any".into()],
-                        theme: "dark".into(),
-                    },
-                    McpIcon {
-                        src: "https://example.com/i.svg".into(),
-                        ..Default::default()
-                    },
-                ],
-                meta: Some(json!({"ui": {"resourceUri": "ui://read"}, "é": [1, null]})),
-            },
-            McpTool {
-                name: "ping".into(),
-                input_schema: json!({"type": "object"}),
-                annotations: Some(McpToolAnnotations::default()),
-                ..Default::default()
-            },
-        ]
-    }
 
     fn outcome() -> ServerOutcome {
         ServerOutcome {

@@ -6,6 +6,7 @@
 //! per-server counts, whichever is the richest that fits.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::json;
@@ -79,15 +80,26 @@ pub struct Deferral {
 /// A turn's tool definitions, and what was deferred when the catalog was over budget.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TurnTools {
-    /// What the model receives, in catalog order (find_tools last when deferring).
-    pub tools: Vec<ModelTool>,
+    /// The tools the model receives, in catalog order (find_tools last when deferring);
+    /// [`TurnTools::definitions`] is what it is handed.
+    pub tools: Vec<EligibleTool>,
     /// `None` when every eligible tool is carried.
     pub deferral: Option<Deferral>,
 }
 
-/// Bytes of one definition as the model receives it (compact JSON).
-pub fn definition_bytes(tool: &ModelTool) -> usize {
-    serde_json::to_vec(tool).map_or(0, |v| v.len())
+impl TurnTools {
+    /// The tools as the model receives them, in order.
+    pub fn definitions(&self) -> Vec<ModelTool<'_>> {
+        self.tools
+            .iter()
+            .map(EligibleTool::model_definition)
+            .collect()
+    }
+}
+
+/// Bytes of one tool's definition as the model receives it (compact JSON).
+pub fn definition_bytes(tool: &EligibleTool) -> usize {
+    serde_json::to_vec(&tool.model_definition()).map_or(0, |v| v.len())
 }
 
 /// The tool definitions for a turn over `tools` (the eligible tools, in catalog order)
@@ -97,19 +109,18 @@ pub fn plan_turn_tools(
     budget: &ToolBudget,
     active: &ActiveTools,
 ) -> TurnTools {
-    let all: Vec<ModelTool> = tools.iter().map(EligibleTool::model_definition).collect();
-    let total: usize = all.iter().map(definition_bytes).sum();
-    if all.len() <= budget.max_tools && total <= budget.max_bytes {
+    let total: usize = tools.iter().map(definition_bytes).sum();
+    if tools.len() <= budget.max_tools && total <= budget.max_bytes {
         return TurnTools {
-            tools: all,
+            tools: tools.to_vec(),
             deferral: None,
         };
     }
     let mut loaded = Vec::new();
     let mut deferred = Vec::new();
-    for (tool, definition) in tools.iter().zip(all) {
+    for tool in tools {
         if tool.always_load || active.contains(&tool.name) {
-            loaded.push(definition);
+            loaded.push(tool.clone());
         } else {
             deferred.push(tool);
         }
@@ -206,10 +217,13 @@ fn json_len(text: &str) -> usize {
     serde_json::to_string(text).map_or(usize::MAX, |s| s.len())
 }
 
-/// find_tools as a tool definition, with `description`.
-pub(crate) fn find_tools_definition(description: &str) -> ModelTool {
-    ModelTool {
+/// find_tools as a tool, with `description`. It is this server's own, so it has no MCP
+/// server; only its model definition is ever written.
+pub(crate) fn find_tools_definition(description: &str) -> EligibleTool {
+    EligibleTool {
         name: FIND_TOOLS_NAME.to_owned(),
+        server: String::new(),
+        tool: FIND_TOOLS_NAME.to_owned(),
         description: description.to_owned(),
         input_schema: json!({
             "type": "object",
@@ -228,9 +242,11 @@ pub(crate) fn find_tools_definition(description: &str) -> ModelTool {
                 }
             }
         }),
-        title: None,
+        title: String::new(),
         output_schema: None,
         annotations_untrusted: None,
+        always_load: true,
+        server_instructions: Arc::default(),
     }
 }
 

@@ -56,39 +56,124 @@ impl EligibleTool {
     /// name that says they are its unverified claims (`read_only_hint`,
     /// `destructive_hint`, `idempotent_hint`, `open_world_hint`, `title`; absent ones left
     /// out).
-    pub fn model_definition(&self) -> ModelTool {
-        ModelTool {
-            name: self.name.clone(),
-            description: self.description.clone(),
-            input_schema: self.input_schema.clone(),
-            title: (!self.title.is_empty()).then(|| self.title.clone()),
-            output_schema: self.output_schema.clone(),
-            annotations_untrusted: self.annotations_untrusted.clone(),
-        }
+    pub fn model_definition(&self) -> ModelTool<'_> {
+        ModelTool(self)
     }
 }
 
-/// A tool as a turn hands it to the model (`EligibleTool::model_definition`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ModelTool {
-    /// The model-facing name.
-    pub name: String,
-    /// The tool's description, as its server reported it.
-    pub description: String,
-    /// The tool's input JSON Schema, as its server reported it.
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub input_schema: Value,
-    /// The tool's display name, when it has one (never the model-facing name).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    /// The JSON Schema of the tool's structured result, as its server reported it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub output_schema: Option<Value>,
-    /// The server's behaviour hints: its unverified claims.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub annotations_untrusted: Option<McpToolAnnotations>,
+/// A tool as a turn hands it to the model (`EligibleTool::model_definition`): a view that
+/// writes only the model-facing fields of its tool, so they are declared once, in
+/// [`EligibleTool`].
+#[derive(Clone, Copy, Debug)]
+pub struct ModelTool<'a>(&'a EligibleTool);
+
+impl Serialize for ModelTool<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let tool = self.0;
+        let title = (!tool.title.is_empty()).then_some(&tool.title);
+        let len = 3
+            + usize::from(title.is_some())
+            + usize::from(tool.output_schema.is_some())
+            + usize::from(tool.annotations_untrusted.is_some());
+        let mut s = serializer.serialize_struct("ModelTool", len)?;
+        s.serialize_field("name", &tool.name)?;
+        s.serialize_field("description", &tool.description)?;
+        s.serialize_field("input_schema", &tool.input_schema)?;
+        // Absent fields are left out rather than written as null: the model sees only
+        // what the server gave.
+        if let Some(title) = title {
+            s.serialize_field("title", title)?;
+        }
+        if let Some(output_schema) = &tool.output_schema {
+            s.serialize_field("output_schema", output_schema)?;
+        }
+        if let Some(annotations) = &tool.annotations_untrusted {
+            s.serialize_field("annotations_untrusted", annotations)?;
+        }
+        s.end()
+    }
+}
+
+/// The schema of what [`ModelTool`] writes, under the name its routes have always used.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for ModelTool<'_> {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::ToSchema;
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, RefBuilder, SchemaType, Type};
+        let typed = |kind: SchemaType, description: &str| {
+            ObjectBuilder::new()
+                .schema_type(kind)
+                .description(Some(description))
+        };
+        let annotations = OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::Null))
+            .item(
+                RefBuilder::new()
+                    .ref_location_from_schema_name(McpToolAnnotations::name())
+                    .description(Some("The server's behaviour hints: its unverified claims.")),
+            );
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(
+                "A tool as a turn hands it to the model (`EligibleTool::model_definition`).",
+            ))
+            .property("name", typed(Type::String.into(), "The model-facing name."))
+            .required("name")
+            .property(
+                "description",
+                typed(
+                    Type::String.into(),
+                    "The tool's description, as its server reported it.",
+                ),
+            )
+            .required("description")
+            .property(
+                "input_schema",
+                typed(
+                    Type::Object.into(),
+                    "The tool's input JSON Schema, as its server reported it.",
+                ),
+            )
+            .required("input_schema")
+            .property(
+                "title",
+                typed(
+                    SchemaType::from_iter([Type::String, Type::Null]),
+                    "The tool's display name, when it has one (never the model-facing name).",
+                ),
+            )
+            .property(
+                "output_schema",
+                typed(
+                    Type::Object.into(),
+                    "The JSON Schema of the tool's structured result, as its server reported it.",
+                ),
+            )
+            .property("annotations_untrusted", annotations)
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for ModelTool<'_> {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "ModelTool".into()
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        use utoipa::PartialSchema;
+        schemas.push((
+            McpToolAnnotations::name().into(),
+            McpToolAnnotations::schema(),
+        ));
+        <McpToolAnnotations as utoipa::ToSchema>::schemas(schemas);
+    }
 }
 
 /// The eligible tools of a view, ordered by server, then tool name. Empty when stale.

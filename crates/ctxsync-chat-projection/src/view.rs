@@ -529,7 +529,7 @@ mod golden {
             catalog,
             r#"[{"name":"fs__ping","server":"fs","tool":"ping","description":"","input_schema":{"type":"object"},"title":"Ping","output_schema":null,"annotations_untrusted":null,"always_load":true,"server_instructions":"Read before you write."},{"name":"fs__read","server":"fs","tool":"read","description":"Reads a file.","input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"title":"Read file","output_schema":{"type":"object"},"annotations_untrusted":{"title":"Read file","read_only_hint":true,"destructive_hint":false,"open_world_hint":false},"always_load":true,"server_instructions":"Read before you write."},{"name":"net__ping","server":"net","tool":"ping","description":"","input_schema":{"type":"object"},"title":"Ping","output_schema":null,"annotations_untrusted":null,"always_load":false,"server_instructions":""}]"#
         );
-        let definitions: Vec<crate::ModelTool> = view
+        let definitions: Vec<crate::ModelTool<'_>> = view
             .tools()
             .iter()
             .map(EligibleTool::model_definition)

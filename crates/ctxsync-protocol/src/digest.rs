@@ -10,10 +10,7 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
-use crate::domain::{
-    InstructionFileBody, McpConnectTimings, McpIcon, McpServerBody, McpServerInfo, McpTool,
-    McpToolAnnotations, ResourceBody, SkillBody,
-};
+use crate::domain::{self, InstructionFileBody, ResourceBody, SkillBody};
 use crate::limits::json_text_len;
 use crate::v1;
 use crate::v1::context_resource::Body;
@@ -145,106 +142,28 @@ impl Canonical {
         }
     }
 
-    fn server(&mut self, server: &v1::McpServer) {
-        let v1::McpServer {
-            server_name,
-            description,
-            tools,
-            protocol_version,
-            server_info,
-            instructions,
-            timings,
-            always_load,
-        } = server;
-        self.text(server_name);
-        self.text(description);
-        self.len(tools.len());
-        for tool in tools {
-            self.tool(tool);
-        }
-        self.text(protocol_version);
-        if let Some(info) = self.present(server_info.as_ref()) {
-            let v1::McpServerInfo {
-                name,
-                version,
-                title,
-                description,
-            } = info;
-            self.text(name);
-            self.text(version);
-            self.text(title);
-            self.text(description);
-        }
-        self.text(instructions);
-        if let Some(timings) = self.present(timings.as_ref()) {
-            let v1::McpConnectTimings {
-                start_ms,
-                handshake_ms,
-                tools_ms,
-            } = timings;
-            if let Some(start) = self.present(*start_ms) {
-                self.number(start);
-            }
-            self.number(*handshake_ms);
-            self.number(*tools_ms);
-        }
-        self.bool(*always_load);
-    }
-
-    fn tool(&mut self, tool: &v1::McpTool) {
-        let v1::McpTool {
-            name,
-            description,
-            input_schema,
-            title,
-            annotations,
-            output_schema,
-            icons,
-            meta,
-        } = tool;
-        self.text(name);
-        self.text(description);
-        self.text(input_schema);
-        self.text(title);
-        if let Some(annotations) = self.present(annotations.as_ref()) {
-            let v1::McpToolAnnotations {
-                title,
-                read_only_hint,
-                destructive_hint,
-                idempotent_hint,
-                open_world_hint,
-            } = annotations;
-            self.text(title);
-            self.flag(*read_only_hint);
-            self.flag(*destructive_hint);
-            self.flag(*idempotent_hint);
-            self.flag(*open_world_hint);
-        }
-        self.text(output_schema);
-        self.len(icons.len());
-        for v1::McpIcon {
-            src,
-            mime_type,
-            sizes,
-            theme,
-        } in icons
-        {
-            self.text(src);
-            self.text(mime_type);
-            self.len(sizes.len());
-            for size in sizes {
-                self.text(size);
-            }
-            self.text(theme);
-        }
-        self.text(meta);
+    /// A JSON field as its wire form carries it: its compact text, the empty string when
+    /// absent.
+    fn json<J: JsonField + ?Sized>(&mut self, value: &J) {
+        value.feed(self);
     }
 }
 
-/// The same encoding read from the domain types: every field as its wire form would
-/// carry it (JSON as its compact text, an absent JSON value as the empty string).
-impl Canonical {
-    fn json(&mut self, value: Option<&serde_json::Value>) {
+/// A JSON field of either form: the wire holds its text, the domain a parsed value.
+trait JsonField {
+    fn feed(&self, h: &mut Canonical);
+}
+
+/// Wire form: the text as sent.
+impl JsonField for String {
+    fn feed(&self, h: &mut Canonical) {
+        h.text(self);
+    }
+}
+
+/// Domain form: the compact text the wire would carry, written straight into the hash.
+impl JsonField for serde_json::Value {
+    fn feed(&self, h: &mut Canonical) {
         struct Feed<'a>(&'a mut Sha256);
         impl std::io::Write for Feed<'_> {
             fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -255,108 +174,131 @@ impl Canonical {
                 Ok(())
             }
         }
-        let Some(value) = value else {
-            return self.len(0);
-        };
-        self.len(json_text_len(value));
-        serde_json::to_writer(Feed(&mut self.0), value).expect("a JSON value serializes");
-    }
-
-    fn domain_server(&mut self, server: &McpServerBody) {
-        let McpServerBody {
-            server_name,
-            description,
-            tools,
-            protocol_version,
-            server_info,
-            instructions,
-            timings,
-            always_load,
-        } = server;
-        self.text(server_name);
-        self.text(description);
-        self.len(tools.len());
-        for tool in tools {
-            self.domain_tool(tool);
-        }
-        self.text(protocol_version);
-        if let Some(info) = self.present(server_info.as_ref()) {
-            let McpServerInfo {
-                name,
-                version,
-                title,
-                description,
-            } = info;
-            self.text(name);
-            self.text(version);
-            self.text(title);
-            self.text(description);
-        }
-        self.text(instructions);
-        if let Some(timings) = self.present(timings.as_ref()) {
-            let McpConnectTimings {
-                start_ms,
-                handshake_ms,
-                tools_ms,
-            } = timings;
-            if let Some(start) = self.present(*start_ms) {
-                self.number(start);
-            }
-            self.number(*handshake_ms);
-            self.number(*tools_ms);
-        }
-        self.bool(*always_load);
-    }
-
-    fn domain_tool(&mut self, tool: &McpTool) {
-        let McpTool {
-            name,
-            description,
-            input_schema,
-            title,
-            annotations,
-            output_schema,
-            icons,
-            meta,
-        } = tool;
-        self.text(name);
-        self.text(description);
-        self.json(Some(input_schema));
-        self.text(title);
-        if let Some(annotations) = self.present(annotations.as_ref()) {
-            let McpToolAnnotations {
-                title,
-                read_only_hint,
-                destructive_hint,
-                idempotent_hint,
-                open_world_hint,
-            } = annotations;
-            self.text(title);
-            self.flag(*read_only_hint);
-            self.flag(*destructive_hint);
-            self.flag(*idempotent_hint);
-            self.flag(*open_world_hint);
-        }
-        self.json(output_schema.as_ref());
-        self.len(icons.len());
-        for McpIcon {
-            src,
-            mime_type,
-            sizes,
-            theme,
-        } in icons
-        {
-            self.text(src);
-            self.text(mime_type);
-            self.len(sizes.len());
-            for size in sizes {
-                self.text(size);
-            }
-            self.text(theme);
-        }
-        self.json(meta.as_ref());
+        h.len(json_text_len(self));
+        serde_json::to_writer(Feed(&mut h.0), self).expect("a JSON value serializes");
     }
 }
+
+/// An absent domain value is the empty wire text.
+impl JsonField for Option<serde_json::Value> {
+    fn feed(&self, h: &mut Canonical) {
+        match self {
+            Some(value) => value.feed(h),
+            None => h.len(0),
+        }
+    }
+}
+
+/// Writes the layout of an MCP server body and its tools once, for both forms: the wire
+/// (prost) and domain types share every field name and differ only in how JSON is held
+/// ([`JsonField`]), which no trait over the two struct families could express without
+/// restating each field, so the layout is a macro instantiated for each form.
+macro_rules! mcp_layout {
+    ($server_fn:ident, $tool_fn:ident, $types:ident:
+        $server:ident, $tool:ident, $info:ident, $timings:ident, $annotations:ident, $icon:ident) => {
+        impl Canonical {
+            fn $server_fn(&mut self, server: &$types::$server) {
+                let $types::$server {
+                    server_name,
+                    description,
+                    tools,
+                    protocol_version,
+                    server_info,
+                    instructions,
+                    timings,
+                    always_load,
+                } = server;
+                self.text(server_name);
+                self.text(description);
+                self.len(tools.len());
+                for tool in tools {
+                    self.$tool_fn(tool);
+                }
+                self.text(protocol_version);
+                if let Some(info) = self.present(server_info.as_ref()) {
+                    let $types::$info {
+                        name,
+                        version,
+                        title,
+                        description,
+                    } = info;
+                    self.text(name);
+                    self.text(version);
+                    self.text(title);
+                    self.text(description);
+                }
+                self.text(instructions);
+                if let Some(timings) = self.present(timings.as_ref()) {
+                    let $types::$timings {
+                        start_ms,
+                        handshake_ms,
+                        tools_ms,
+                    } = timings;
+                    if let Some(start) = self.present(*start_ms) {
+                        self.number(start);
+                    }
+                    self.number(*handshake_ms);
+                    self.number(*tools_ms);
+                }
+                self.bool(*always_load);
+            }
+
+            fn $tool_fn(&mut self, tool: &$types::$tool) {
+                let $types::$tool {
+                    name,
+                    description,
+                    input_schema,
+                    title,
+                    annotations,
+                    output_schema,
+                    icons,
+                    meta,
+                } = tool;
+                self.text(name);
+                self.text(description);
+                self.json(input_schema);
+                self.text(title);
+                if let Some(annotations) = self.present(annotations.as_ref()) {
+                    let $types::$annotations {
+                        title,
+                        read_only_hint,
+                        destructive_hint,
+                        idempotent_hint,
+                        open_world_hint,
+                    } = annotations;
+                    self.text(title);
+                    self.flag(*read_only_hint);
+                    self.flag(*destructive_hint);
+                    self.flag(*idempotent_hint);
+                    self.flag(*open_world_hint);
+                }
+                self.json(output_schema);
+                self.len(icons.len());
+                for $types::$icon {
+                    src,
+                    mime_type,
+                    sizes,
+                    theme,
+                } in icons
+                {
+                    self.text(src);
+                    self.text(mime_type);
+                    self.len(sizes.len());
+                    for size in sizes {
+                        self.text(size);
+                    }
+                    self.text(theme);
+                }
+                self.json(meta);
+            }
+        }
+    };
+}
+
+mcp_layout!(server, tool, v1:
+    McpServer, McpTool, McpServerInfo, McpConnectTimings, McpToolAnnotations, McpIcon);
+mcp_layout!(domain_server, domain_tool, domain:
+    McpServerBody, McpTool, McpServerInfo, McpConnectTimings, McpToolAnnotations, McpIcon);
 
 /// The bodies the server holds for this agent run, as the agent last saw a push
 /// accepted: source → digest. An agent keeps one per run and replaces it with
@@ -404,52 +346,13 @@ impl DeltaBase {
 /// field set, so a change in how they are computed cannot change their bytes.
 #[cfg(test)]
 pub(crate) mod golden {
-    use serde_json::json;
+    use ctxsync_test_support::golden::tools;
 
     use super::BodyDigest;
     use crate::{
-        InstructionFileBody, McpConnectTimings, McpIcon, McpServerBody, McpServerInfo, McpTool,
-        McpToolAnnotations, ResourceBody, SkillBody, body_len, v1,
+        InstructionFileBody, McpConnectTimings, McpServerBody, McpServerInfo, ResourceBody,
+        SkillBody, body_len, v1,
     };
-
-    /// A tool with every field set, and one with none but its name.
-    pub(crate) fn tools() -> Vec<McpTool> {
-        vec![
-            McpTool {
-                name: "read".into(),
-                description: "Reads a file.".into(),
-                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-                title: "Read".into(),
-                annotations: Some(McpToolAnnotations {
-                    title: "Read file".into(),
-                    read_only_hint: Some(true),
-                    destructive_hint: Some(false),
-                    idempotent_hint: None,
-                    open_world_hint: Some(false),
-                }),
-                output_schema: Some(json!({"type": "object", "required": ["text"]})),
-                icons: vec![
-                    McpIcon {
-                        src: "data:image/png;base64,AAAA".into(),
-                        mime_type: "image/png".into(),
-                        sizes: vec!["48x48".into(), "any".into()],
-                        theme: "dark".into(),
-                    },
-                    McpIcon {
-                        src: "https://example.com/i.svg".into(),
-                        ..Default::default()
-                    },
-                ],
-                meta: Some(json!({"ui": {"resourceUri": "ui://read"}, "é": [1, null]})),
-            },
-            McpTool {
-                name: "ping".into(),
-                input_schema: json!({"type": "object"}),
-                annotations: Some(McpToolAnnotations::default()),
-                ..Default::default()
-            },
-        ]
-    }
 
     pub(crate) fn server() -> McpServerBody {
         McpServerBody {

@@ -11,6 +11,7 @@
 mod backend;
 #[cfg(feature = "db")]
 mod db;
+pub mod golden;
 mod heavy;
 mod poll;
 #[cfg(feature = "process")]

@@ -327,7 +327,7 @@ pub struct TurnBody {
     /// Why `tools` and `note` are empty when the inventory could not be read.
     pub inventory_error: Option<String>,
     /// The eligible tools, as handed to the model; held as written, from `ModelTool`s.
-    #[schema(value_type = Vec<ModelTool>)]
+    #[schema(value_type = Vec<ModelTool<'static>>)]
     pub tools: Value,
     /// Names find_tools has activated for this turn; their definitions follow the ones
     /// the turn started with in `tools`.
@@ -392,7 +392,7 @@ pub struct FindToolsBody {
 
 /// find_tools' answer, with the turn it activated for.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct FoundTools {
+pub struct FoundTools<'a> {
     /// The matches, and what this call activated.
     #[serde(flatten)]
     pub found: FindToolsResponse,
@@ -400,7 +400,7 @@ pub struct FoundTools {
     #[schema(format = Uuid)]
     pub turn_id: String,
     /// The definitions of the tools this call activated, to add to the turn's tools.
-    pub definitions: Vec<ModelTool>,
+    pub definitions: Vec<ModelTool<'a>>,
 }
 
 /// A one-time link to the chat's page.

@@ -267,7 +267,7 @@ pub(super) async fn turn(
     // title, output schema and `annotations_untrusted` when the server gave them; over
     // the budget, the tools that stay loaded and find_tools (a new turn activated none).
     let planned = plan_turn_tools(&context.tools, &state.tool_budget, &ActiveTools::new());
-    let tools = planned.tools;
+    let tools = planned.definitions();
     let tool_count = tools.len();
     let outcome = serde_json::to_value(StoredOutcome {
         note: &context.note,
@@ -375,7 +375,7 @@ fn turn_not_found(chat: ChatId, turn: TurnId) -> ApiError {
 #[utoipa::path(post, path = "/api/chats/{id}/find-tools", tag = "chats", request_body = FindToolsBody,
     params(("id" = String, Path, format = Uuid, description = "The chat's id")),
     responses(
-        (status = 200, description = "The matches, and what this call activated", body = FoundTools),
+        (status = 200, description = "The matches, and what this call activated", body = FoundTools<'static>),
         (status = 400, description = "An id is not a UUID, the chat has no turn yet, or the search is not valid", body = ErrorBody),
         (status = 404, description = "No such chat, or no such turn of it", body = ErrorBody),
         (status = 413, description = "The body is larger than 64 KiB", body = ErrorBody),
