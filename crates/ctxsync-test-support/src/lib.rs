@@ -21,7 +21,7 @@ pub use backend::Backend;
 #[cfg(feature = "db")]
 pub use db::store;
 pub use heavy::{HeavyTest, TimingBound, heavy, timing_bound};
-pub use poll::{Poll, poll};
+pub use poll::{Poll, TimedOut, poll};
 #[cfg(feature = "process")]
 pub use process::{Logs, process_alive};
 pub use workspace::Workspace;
