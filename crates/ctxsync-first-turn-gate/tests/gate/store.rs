@@ -414,19 +414,21 @@ async fn a_timeout_on_one_replica_is_not_waited_again_on_another(db: TestStore) 
         .expect("a new run waits again");
     assert_eq!(sample.outcome.reason, OutcomeReason::DiscoveryComplete);
     // The end is recorded (just after the release): completed, sparing nobody a wait.
-    let deadline = std::time::Instant::now() + RELEASE_BOUND;
-    loop {
-        let record = a
-            .read_gate_attempt(chat, agent, RunId::new("run-2").as_ref())
-            .await
-            .expect("read the attempt log");
-        if record.is_some_and(|r| r.ended_at.is_some()) {
-            assert!(record.is_some_and(|r| !r.timed_out), "{record:?}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{record:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let record = ctxsync_test_support::poll("the attempt's end in the log")
+        .within(RELEASE_BOUND)
+        .every(Duration::from_millis(10))
+        .until(|| async {
+            let record = a
+                .read_gate_attempt(chat, agent, RunId::new("run-2").as_ref())
+                .await
+                .expect("read the attempt log");
+            match record {
+                Some(ended) if ended.ended_at.is_some() => Ok(ended),
+                _ => Err(record),
+            }
+        })
+        .await;
+    assert!(!record.timed_out, "{record:?}");
 }
 
 /// A replica restart (a new store and gate on the same database) keeps the timeout.

@@ -8,7 +8,7 @@ use crate::processes;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ctxsync_persistence::test_support::TestDatabase;
 use processes::{FixtureWorkspace, Logs, WAIT, Workspace, ctxsync, wait_for_log};
@@ -437,19 +437,12 @@ async fn a_new_certificate_is_served_without_dropping_open_connections() {
     files.replace(&second);
     wait_for_log(&logs, "server", "reloaded the TLS certificate").await;
     let new_client = client(&second);
-    let deadline = Instant::now() + WAIT;
-    while new_client
-        .get(format!("{}/healthz", server.http))
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the new certificate is not served"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let healthz = format!("{}/healthz", server.http);
+    processes::poll("the new certificate to be served")
+        .within(WAIT)
+        .every(Duration::from_millis(25))
+        .until(|| async { new_client.get(&healthz).send().await.map(drop) })
+        .await;
     // A fresh connection that trusts only the old CA is refused now...
     let refused = client(&first)
         .get(format!("{}/healthz", server.http))
