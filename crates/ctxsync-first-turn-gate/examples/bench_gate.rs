@@ -20,10 +20,8 @@ use ctxsync_chat_projection::store::load_agent_view;
 use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, ChatId, Store};
-use ctxsync_protocol::{
-    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
-    Snapshot, Startup,
-};
+use ctxsync_protocol::{DiscoveryPhase, RunId, Snapshot, Startup};
+use ctxsync_test_support::{bench_servers, push_accepted as push};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -40,48 +38,13 @@ struct Trials {
     polling: usize,
 }
 
-/// The workspace's servers; a trial's pushes differ only in phase.
-fn resources() -> Vec<Resource> {
-    (0..5)
-        .map(|i| Resource {
-            source: format!("mcp:server-{i}"),
-            source_path: None,
-            content_hash: format!("{i:064x}"),
-            size_bytes: 0,
-            status: ResourceStatus::Ok,
-            error: None,
-            body: ResourceBody::McpServer(McpServerBody {
-                server_name: format!("server-{i}"),
-                description: String::new(),
-                tools: (0..4)
-                    .map(|t| McpTool {
-                        name: format!("tool_{t}"),
-                        description: format!("tool {t} of server {i}"),
-                        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}), ..Default::default() })
-                    .collect(), ..Default::default() }),
-        })
-        .collect()
-}
-
+/// The workspace's servers (five, four tools each); a trial's pushes differ only in phase.
 fn snapshot(version: u64, run: &str, phase: DiscoveryPhase) -> Snapshot {
+    let schema = json!({"type": "object", "properties": {"path": {"type": "string"}}});
     Snapshot {
-        version,
         aggregate_hash: "0".repeat(64),
-        resources: resources(),
-        initial: version == 1,
-        snapshot_error: None,
-        agent_run_id: RunId::new(run),
-        phase,
-        ..Default::default()
+        ..ctxsync_test_support::snapshot(version, run, phase, bench_servers(5, 4, &schema))
     }
-}
-
-async fn push(store: &Store, agent: AgentId, snapshot: Snapshot) {
-    let outcome = store
-        .push_context_state(agent, snapshot)
-        .await
-        .expect("push");
-    assert!(outcome.accepted(), "push dropped: {outcome:?}");
 }
 
 /// A new agent process `run`, still discovering.

@@ -12,3 +12,16 @@ pub async fn store(backend: Backend) -> Option<TestStore> {
         Backend::Postgres => TestStore::postgres().await,
     }
 }
+
+/// Pushes `snapshot` for `agent` and fails the test unless the store accepted it.
+pub async fn push_accepted(
+    store: &ctxsync_persistence::Store,
+    agent: ctxsync_persistence::AgentId,
+    snapshot: ctxsync_protocol::Snapshot,
+) {
+    let outcome = store
+        .push_context_state(agent, snapshot)
+        .await
+        .expect("push");
+    assert!(outcome.accepted(), "push dropped: {outcome:?}");
+}

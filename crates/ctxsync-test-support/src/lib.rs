@@ -15,15 +15,19 @@ mod heavy;
 mod poll;
 #[cfg(feature = "process")]
 mod process;
+#[cfg(feature = "protocol")]
+mod resources;
 mod workspace;
 
 pub use backend::Backend;
 #[cfg(feature = "db")]
-pub use db::store;
+pub use db::{push_accepted, store};
 pub use heavy::{HeavyTest, TimingBound, heavy, timing_bound};
 pub use poll::{Poll, TimedOut, poll};
 #[cfg(feature = "process")]
 pub use process::{Logs, process_alive};
+#[cfg(feature = "protocol")]
+pub use resources::{bench_servers, mcp_server, mcp_tool, pending_servers, snapshot};
 pub use workspace::Workspace;
 
 /// Runs each `async fn $name(x: T)` once per backend, as the tests `$name::sqlite` and

@@ -345,20 +345,8 @@ ctxsync_test_support::on_both_backends! {
 
 fn pushed(version: u64, phase: DiscoveryPhase, pending: &[(&str, u64)]) -> Snapshot {
     Snapshot {
-        version,
-        aggregate_hash: "agg".into(),
-        resources: vec![rich_server()],
-        initial: version == 1,
-        agent_run_id: RunId::new("run-1"),
-        phase,
-        pending_servers: pending
-            .iter()
-            .map(|(name, ms)| PendingServer {
-                server_name: (*name).to_owned(),
-                elapsed_ms: *ms,
-            })
-            .collect(),
-        ..Default::default()
+        pending_servers: ctxsync_test_support::pending_servers(pending),
+        ..ctxsync_test_support::snapshot(version, "run-1", phase, vec![rich_server()])
     }
 }
 

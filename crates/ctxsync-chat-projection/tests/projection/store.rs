@@ -11,6 +11,7 @@ use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, Store};
 use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending, Unspecified};
 use ctxsync_protocol::{Resource, ResourceBody, RunId, Snapshot, Startup};
+use ctxsync_test_support::push_accepted as push;
 
 ctxsync_test_support::on_both_backends! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,23 +73,9 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase, resources: Vec<Resou
         })
         .collect();
     Snapshot {
-        version,
         aggregate_hash: format!("agg[{}]", files.join(";")),
-        resources,
-        initial: version == 1,
-        snapshot_error: None,
-        agent_run_id: RunId::new(run),
-        phase,
-        ..Default::default()
+        ..ctxsync_test_support::snapshot(version, run, phase, resources)
     }
-}
-
-async fn push(store: &Store, agent: AgentId, snapshot: Snapshot) {
-    let outcome = store
-        .push_context_state(agent, snapshot)
-        .await
-        .expect("push");
-    assert!(outcome.accepted(), "push dropped: {outcome:?}");
 }
 
 fn fs() -> Vec<Resource> {

@@ -9,9 +9,9 @@ use ctxsync_chat_projection::store::load_agent_view;
 use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate, TurnMode};
 use ctxsync_persistence::test_support::{TestDatabase, TestStore, test_options};
 use ctxsync_persistence::{AgentId, ChatId, Store, StoreOptions};
-use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending, Unspecified};
-use ctxsync_protocol::{McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId};
-use ctxsync_protocol::{Snapshot, Startup};
+use ctxsync_protocol::DiscoveryPhase::{Complete, Pending, Unspecified};
+use ctxsync_protocol::{Resource, ResourceStatus, RunId, Startup};
+use ctxsync_test_support::{mcp_server, mcp_tool, push_accepted as push, snapshot};
 
 ctxsync_test_support::on_both_backends! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,26 +64,18 @@ async fn start(store: &Store, agent: AgentId, run: &str) {
 fn server(name: &str, tools: &[&str], status: ResourceStatus) -> Resource {
     let tools = tools
         .iter()
-        .map(|t| McpTool {
-            name: (*t).to_owned(),
-            description: format!("the {t} tool"),
-            input_schema: serde_json::json!({"type": "object"}),
-            ..Default::default()
+        .map(|t| {
+            mcp_tool(
+                t,
+                format!("the {t} tool"),
+                serde_json::json!({"type": "object"}),
+            )
         })
         .collect();
     Resource {
-        source: format!("mcp:{name}"),
-        source_path: None,
-        content_hash: format!("hash-{name}"),
-        size_bytes: 0,
         status,
         error: (status != ResourceStatus::Ok).then(|| "failed to connect".to_owned()),
-        body: ResourceBody::McpServer(McpServerBody {
-            server_name: name.to_owned(),
-            description: String::new(),
-            tools,
-            ..Default::default()
-        }),
+        ..mcp_server(name, format!("hash-{name}"), tools)
     }
 }
 
@@ -94,27 +86,6 @@ fn servers() -> Vec<Resource> {
         server("empty", &[], ResourceStatus::Ok),
         server("broken", &[], ResourceStatus::Unreadable),
     ]
-}
-
-fn snapshot(version: u64, run: &str, phase: DiscoveryPhase, resources: Vec<Resource>) -> Snapshot {
-    Snapshot {
-        version,
-        aggregate_hash: "agg".into(),
-        resources,
-        initial: version == 1,
-        snapshot_error: None,
-        agent_run_id: RunId::new(run),
-        phase,
-        ..Default::default()
-    }
-}
-
-async fn push(store: &Store, agent: AgentId, snapshot: Snapshot) {
-    let outcome = store
-        .push_context_state(agent, snapshot)
-        .await
-        .expect("push");
-    assert!(outcome.accepted(), "push dropped: {outcome:?}");
 }
 
 /// A pending current run, then the completing push: the waiter is released by that

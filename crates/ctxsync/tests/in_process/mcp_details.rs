@@ -58,26 +58,10 @@ async fn push(
         store.update_startup(agent, startup).await.expect("startup");
     }
     let snapshot = Snapshot {
-        version,
-        aggregate_hash: "agg".into(),
-        resources,
-        initial: version == 1,
-        agent_run_id: RunId::new("run-1"),
-        phase,
-        pending_servers: pending
-            .iter()
-            .map(|(name, ms)| PendingServer {
-                server_name: (*name).into(),
-                elapsed_ms: *ms,
-            })
-            .collect(),
-        ..Default::default()
+        pending_servers: ctxsync_test_support::pending_servers(pending),
+        ..ctxsync_test_support::snapshot(version, "run-1", phase, resources)
     };
-    let outcome = store
-        .push_context_state(agent, snapshot)
-        .await
-        .expect("push");
-    assert!(outcome.accepted(), "{outcome:?}");
+    ctxsync_test_support::push_accepted(store, agent, snapshot).await;
 }
 
 const HOSTILE: &str = r#"<img src=x onerror="alert(1)">"#;
