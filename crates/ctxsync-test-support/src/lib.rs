@@ -17,6 +17,8 @@ mod poll;
 mod process;
 #[cfg(feature = "protocol")]
 mod resources;
+#[cfg(feature = "tls")]
+mod tls;
 mod workspace;
 
 pub use backend::Backend;
@@ -28,6 +30,8 @@ pub use poll::{Poll, TimedOut, poll};
 pub use process::{Logs, process_alive};
 #[cfg(feature = "protocol")]
 pub use resources::{bench_servers, mcp_server, mcp_tool, pending_servers, snapshot};
+#[cfg(feature = "tls")]
+pub use tls::TestCa;
 pub use workspace::Workspace;
 
 /// Runs each `async fn $name(x: T)` once per backend, as the tests `$name::sqlite` and
