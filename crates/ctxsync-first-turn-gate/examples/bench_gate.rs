@@ -152,16 +152,7 @@ fn row(
     target: Option<&str>,
     pass: Option<bool>,
 ) {
-    let row = json!({
-        "name": name,
-        "value": value,
-        "unit": "ms",
-        "reference": reference,
-        "ratio": ratio,
-        "target": target,
-        "pass": pass,
-    });
-    println!("{row}");
+    ctxsync_test_support::bench_row(name, value, "ms", reference, ratio, target, pass);
 }
 
 /// Prints the rows of one setup: gate p50 against polling p50 (ratio), gate p99 (against

@@ -9,6 +9,8 @@
 #![allow(missing_docs)] // test helpers: each item's doc says what it is for where it helps
 
 mod backend;
+#[cfg(feature = "bench")]
+mod bench;
 #[cfg(feature = "db")]
 mod db;
 mod heavy;
@@ -22,6 +24,8 @@ mod tls;
 mod workspace;
 
 pub use backend::Backend;
+#[cfg(feature = "bench")]
+pub use bench::{bench_row, bench_row_against};
 #[cfg(feature = "db")]
 pub use db::{push_accepted, store};
 pub use heavy::{HeavyTest, TimingBound, heavy, timing_bound};
