@@ -3,8 +3,10 @@
 //!
 //! Always built: [`Backend`] and [`on_both_backends!`], the bounded [`poll`]er, the temp
 //! [`Workspace`] and the [`heavy`] and [`timing_bound`] guards. Behind features: `db`
-//! (`store`, a fresh test database per backend) and `process` (log files and pid
-//! liveness for child processes).
+//! (`store`, a fresh test database per backend, and `push_accepted`), `process` (log
+//! files, pid liveness and the server's announced addresses for child processes),
+//! `protocol` (builders of resources and snapshots), `bench` (the benchmark examples'
+//! row format) and `tls` (a test certificate authority).
 
 #![allow(missing_docs)] // test helpers: each item's doc says what it is for where it helps
 
@@ -31,7 +33,7 @@ pub use db::{push_accepted, store};
 pub use heavy::{HeavyTest, TimingBound, heavy, timing_bound};
 pub use poll::{Poll, TimedOut, poll};
 #[cfg(feature = "process")]
-pub use process::{Logs, process_alive};
+pub use process::{Logs, ServerAddress, process_alive, server_address};
 #[cfg(feature = "protocol")]
 pub use resources::{bench_servers, mcp_server, mcp_tool, pending_servers, snapshot};
 #[cfg(feature = "tls")]

@@ -9,6 +9,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use ctxsync_test_support::ServerAddress;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// One benchmark row on its own stdout line: [`row`] computes the ratio (value ÷ a
@@ -206,10 +207,11 @@ impl ServerProcess {
                 let Some(line) = lines.next_line().await? else {
                     bail!("the server exited before printing its addresses");
                 };
-                if let Some(url) = line.strip_prefix("agent API (gRPC): ") {
-                    grpc = Some(url.trim().to_owned());
-                } else if let Some(url) = line.strip_prefix("chat API (HTTP):") {
-                    http = Some(url.trim().to_owned());
+                // Text or a JSON object, whichever `CTXSYNC_LOG_FORMAT` chose.
+                match ctxsync_test_support::server_address(&line) {
+                    Some(ServerAddress::Agent(url)) => grpc = Some(url),
+                    Some(ServerAddress::Http(url)) => http = Some(url),
+                    None => {}
                 }
             }
             Ok((grpc.unwrap_or_default(), http.unwrap_or_default()))
