@@ -20,7 +20,7 @@ use ctxsync_chat_projection::store::load_agent_view;
 use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, ChatId, Store};
-use ctxsync_protocol::{DiscoveryPhase, RunId, Snapshot, Startup};
+use ctxsync_protocol::{DiscoveryPhase, Snapshot};
 use ctxsync_test_support::{bench_servers, push_accepted as push};
 use serde_json::json;
 use tokio::time::Instant;
@@ -49,15 +49,7 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase) -> Snapshot {
 
 /// A new agent process `run`, still discovering.
 async fn start_pending(store: &Store, agent: AgentId, run: &str) {
-    let startup = Startup {
-        version: "bench".into(),
-        expanded_directory: "/ws".into(),
-        agent_run_id: RunId::new(run),
-    };
-    store
-        .update_startup(agent, startup)
-        .await
-        .expect("update startup");
+    ctxsync_test_support::start_run(store, agent, run, "bench").await;
     push(store, agent, snapshot(1, run, DiscoveryPhase::Pending)).await;
 }
 

@@ -29,13 +29,13 @@ pub use backend::Backend;
 #[cfg(feature = "bench")]
 pub use bench::{bench_row, bench_row_against};
 #[cfg(feature = "db")]
-pub use db::{push_accepted, store};
+pub use db::{push_accepted, start_run, store};
 pub use heavy::{HeavyTest, TimingBound, heavy, timing_bound};
 pub use poll::{Poll, TimedOut, poll};
 #[cfg(feature = "process")]
 pub use process::{Logs, ServerAddress, process_alive, server_address};
 #[cfg(feature = "protocol")]
-pub use resources::{bench_servers, mcp_server, mcp_tool, pending_servers, snapshot};
+pub use resources::{bench_servers, jira_details, mcp_server, mcp_tool, pending_servers, snapshot};
 #[cfg(feature = "tls")]
 pub use tls::TestCa;
 pub use workspace::Workspace;

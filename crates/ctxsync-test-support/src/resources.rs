@@ -2,8 +2,8 @@
 //! parts every crate's fixtures share, each fixture keeping its own names and hashes.
 
 use ctxsync_protocol::{
-    DiscoveryPhase, McpServerBody, McpTool, PendingServer, Resource, ResourceBody, ResourceStatus,
-    RunId, Snapshot,
+    DiscoveryPhase, McpConnectTimings, McpServerBody, McpServerInfo, McpTool, PendingServer,
+    Resource, ResourceBody, ResourceStatus, RunId, Snapshot,
 };
 use serde_json::Value;
 
@@ -34,6 +34,22 @@ pub fn mcp_server(name: &str, content_hash: impl Into<String>, tools: Vec<McpToo
             ..Default::default()
         }),
     }
+}
+
+/// The details the MCP-details tests give their `jira` server: the protocol revision it
+/// negotiated, its server info and its connect timings.
+pub fn jira_details(body: &mut McpServerBody) {
+    body.protocol_version = "2026-07-28".into();
+    body.server_info = Some(McpServerInfo {
+        name: "jira-mcp".into(),
+        version: "1.4.2".into(),
+        ..Default::default()
+    });
+    body.timings = Some(McpConnectTimings {
+        start_ms: Some(120),
+        handshake_ms: 35,
+        tools_ms: 4,
+    });
 }
 
 /// The benchmarks' inventory: `servers` servers `server-I`, each with `tools_each`

@@ -10,7 +10,7 @@ use ctxsync_chat_projection::{Binding, View, project};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, Store};
 use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending, Unspecified};
-use ctxsync_protocol::{Resource, ResourceBody, RunId, Snapshot, Startup};
+use ctxsync_protocol::{Resource, ResourceBody, RunId, Snapshot};
 use ctxsync_test_support::push_accepted as push;
 
 ctxsync_test_support::on_both_backends! {
@@ -51,15 +51,7 @@ async fn new_agent(store: &Store, name: &str) -> AgentId {
 
 /// UpdateStartup as process `run` (`""`: a legacy agent).
 async fn start(store: &Store, agent: AgentId, run: &str) {
-    let startup = Startup {
-        version: "1.0.0".into(),
-        expanded_directory: "/ws".into(),
-        agent_run_id: RunId::new(run),
-    };
-    store
-        .update_startup(agent, startup)
-        .await
-        .expect("update startup");
+    ctxsync_test_support::start_run(store, agent, run, "1.0.0").await;
 }
 
 /// A snapshot stamped with `run` (`""`: none), its aggregate hash derived from the

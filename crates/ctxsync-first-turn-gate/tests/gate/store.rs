@@ -10,7 +10,7 @@ use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate, TurnMode};
 use ctxsync_persistence::test_support::{TestDatabase, TestStore, test_options};
 use ctxsync_persistence::{AgentId, ChatId, Store, StoreOptions};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending, Unspecified};
-use ctxsync_protocol::{Resource, ResourceStatus, RunId, Startup};
+use ctxsync_protocol::{Resource, ResourceStatus, RunId};
 use ctxsync_test_support::{mcp_server, mcp_tool, push_accepted as push, snapshot};
 
 ctxsync_test_support::on_both_backends! {
@@ -50,15 +50,7 @@ async fn new_agent(store: &Store) -> AgentId {
 
 /// UpdateStartup as process `run` (`""`: a legacy agent).
 async fn start(store: &Store, agent: AgentId, run: &str) {
-    let startup = Startup {
-        version: "1.0.0".into(),
-        expanded_directory: "/ws".into(),
-        agent_run_id: RunId::new(run),
-    };
-    store
-        .update_startup(agent, startup)
-        .await
-        .expect("update startup");
+    ctxsync_test_support::start_run(store, agent, run, "1.0.0").await;
 }
 
 fn server(name: &str, tools: &[&str], status: ResourceStatus) -> Resource {
