@@ -12,10 +12,11 @@ pub fn bench_row(
     target: Option<&str>,
     pass: Option<bool>,
 ) {
-    println!(
-        "{}",
-        row_json(name, value, unit, reference, ratio, target, pass)
-    );
+    let row = serde_json::json!({
+        "name": name, "value": value, "unit": unit, "reference": reference,
+        "ratio": ratio, "target": target, "pass": pass,
+    });
+    println!("{row}");
 }
 
 /// [`bench_row`] with the usual ratio: value ÷ reference, when there is a positive
@@ -30,49 +31,4 @@ pub fn bench_row_against(
 ) {
     let ratio = reference.filter(|r| *r > 0.0).map(|r| value / r);
     bench_row(name, value, unit, reference, ratio, target, pass);
-}
-
-fn row_json(
-    name: &str,
-    value: f64,
-    unit: &str,
-    reference: Option<f64>,
-    ratio: Option<f64>,
-    target: Option<&str>,
-    pass: Option<bool>,
-) -> serde_json::Value {
-    serde_json::json!({
-        "name": name, "value": value, "unit": unit, "reference": reference,
-        "ratio": ratio, "target": target, "pass": pass,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_row_has_every_field_xtask_reads() {
-        let row = row_json(
-            "p50",
-            1.5,
-            "ms",
-            Some(3.0),
-            Some(0.5),
-            Some("<= 2 ms"),
-            Some(true),
-        );
-        assert_eq!(
-            row,
-            serde_json::json!({
-                "name": "p50", "value": 1.5, "unit": "ms", "reference": 3.0,
-                "ratio": 0.5, "target": "<= 2 ms", "pass": true,
-            })
-        );
-        let bare = row_json("rss", 10.0, "KiB", None, None, None, None);
-        assert!(
-            bare["reference"].is_null() && bare["pass"].is_null(),
-            "{bare}"
-        );
-    }
 }
