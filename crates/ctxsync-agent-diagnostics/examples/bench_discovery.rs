@@ -19,6 +19,7 @@ use std::{
 
 use ctxsync_agent_diagnostics::{Engine, EngineConfig, Phase, RetryPolicy};
 use ctxsync_mcp_fixture::FixtureConfig;
+use ctxsync_test_support::bench_row_against as emit;
 use serde_json::{Value, json};
 
 /// Each benchmarked server takes this long to answer `initialize`.
@@ -31,27 +32,6 @@ const MEMORY_SERVERS: usize = 50;
 const RATIO_TARGET: f64 = 1.3;
 /// Bound on one discovery; far above anything a healthy run needs.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn emit(
-    name: &str,
-    value: f64,
-    unit: &str,
-    reference: Option<f64>,
-    target: Option<&str>,
-    pass: Option<bool>,
-) {
-    let ratio = reference.filter(|r| *r > 0.0).map(|r| value / r);
-    let line: Value = json!({
-        "name": name,
-        "value": value,
-        "unit": unit,
-        "reference": reference,
-        "ratio": ratio,
-        "target": target,
-        "pass": pass,
-    });
-    println!("{line}");
-}
 
 /// The fixture servers of the timing benchmark, as command lines.
 fn server_args() -> Vec<String> {

@@ -20,10 +20,8 @@ use ctxsync_chat_projection::store::load_agent_view;
 use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, ChatId, Store};
-use ctxsync_protocol::{
-    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
-    Snapshot, Startup,
-};
+use ctxsync_protocol::{DiscoveryPhase, Snapshot};
+use ctxsync_test_support::{bench_servers, push_accepted as push};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -40,61 +38,18 @@ struct Trials {
     polling: usize,
 }
 
-/// The workspace's servers; a trial's pushes differ only in phase.
-fn resources() -> Vec<Resource> {
-    (0..5)
-        .map(|i| Resource {
-            source: format!("mcp:server-{i}"),
-            source_path: None,
-            content_hash: format!("{i:064x}"),
-            size_bytes: 0,
-            status: ResourceStatus::Ok,
-            error: None,
-            body: ResourceBody::McpServer(McpServerBody {
-                server_name: format!("server-{i}"),
-                description: String::new(),
-                tools: (0..4)
-                    .map(|t| McpTool {
-                        name: format!("tool_{t}"),
-                        description: format!("tool {t} of server {i}"),
-                        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}), ..Default::default() })
-                    .collect(), ..Default::default() }),
-        })
-        .collect()
-}
-
+/// The workspace's servers (five, four tools each); a trial's pushes differ only in phase.
 fn snapshot(version: u64, run: &str, phase: DiscoveryPhase) -> Snapshot {
+    let schema = json!({"type": "object", "properties": {"path": {"type": "string"}}});
     Snapshot {
-        version,
         aggregate_hash: "0".repeat(64),
-        resources: resources(),
-        initial: version == 1,
-        snapshot_error: None,
-        agent_run_id: RunId::new(run),
-        phase,
-        ..Default::default()
+        ..ctxsync_test_support::snapshot(version, run, phase, bench_servers(5, 4, &schema))
     }
-}
-
-async fn push(store: &Store, agent: AgentId, snapshot: Snapshot) {
-    let outcome = store
-        .push_context_state(agent, snapshot)
-        .await
-        .expect("push");
-    assert!(outcome.accepted(), "push dropped: {outcome:?}");
 }
 
 /// A new agent process `run`, still discovering.
 async fn start_pending(store: &Store, agent: AgentId, run: &str) {
-    let startup = Startup {
-        version: "bench".into(),
-        expanded_directory: "/ws".into(),
-        agent_run_id: RunId::new(run),
-    };
-    store
-        .update_startup(agent, startup)
-        .await
-        .expect("update startup");
+    ctxsync_test_support::start_run(store, agent, run, "bench").await;
     push(store, agent, snapshot(1, run, DiscoveryPhase::Pending)).await;
 }
 
@@ -189,16 +144,7 @@ fn row(
     target: Option<&str>,
     pass: Option<bool>,
 ) {
-    let row = json!({
-        "name": name,
-        "value": value,
-        "unit": "ms",
-        "reference": reference,
-        "ratio": ratio,
-        "target": target,
-        "pass": pass,
-    });
-    println!("{row}");
+    ctxsync_test_support::bench_row(name, value, "ms", reference, ratio, target, pass);
 }
 
 /// Prints the rows of one setup: gate p50 against polling p50 (ratio), gate p99 (against

@@ -323,16 +323,8 @@ fn emit(name: &str, value: f64, unit: &str, reference: Option<f64>, target: Opti
     let ratio = reference.map(|r| value / r);
     let least = target.as_ref().and_then(|t| t.least);
     let pass = ratio.zip(least).map(|(r, least)| r >= least);
-    let line = json!({
-        "name": name,
-        "value": value,
-        "unit": unit,
-        "reference": reference,
-        "ratio": ratio,
-        "target": target.map(|t| t.text),
-        "pass": pass,
-    });
-    println!("{line}");
+    let target = target.map(|t| t.text);
+    ctxsync_test_support::bench_row(name, value, unit, reference, ratio, target.as_deref(), pass);
 }
 
 /// Runs `trials` trials of `pushes` pushes each, planned by `plan`; returns the median

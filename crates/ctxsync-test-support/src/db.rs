@@ -12,3 +12,35 @@ pub async fn store(backend: Backend) -> Option<TestStore> {
         Backend::Postgres => TestStore::postgres().await,
     }
 }
+
+/// Pushes `snapshot` for `agent` and fails the test unless the store accepted it.
+pub async fn push_accepted(
+    store: &ctxsync_persistence::Store,
+    agent: ctxsync_persistence::AgentId,
+    snapshot: ctxsync_protocol::Snapshot,
+) {
+    let outcome = store
+        .push_context_state(agent, snapshot)
+        .await
+        .expect("push");
+    assert!(outcome.accepted(), "push dropped: {outcome:?}");
+}
+
+/// UpdateStartup for `agent` as process `run` (`""`: a legacy agent without one) of agent
+/// `version`, in `/ws`.
+pub async fn start_run(
+    store: &ctxsync_persistence::Store,
+    agent: ctxsync_persistence::AgentId,
+    run: &str,
+    version: &str,
+) {
+    let startup = ctxsync_protocol::Startup {
+        version: version.into(),
+        expanded_directory: "/ws".into(),
+        agent_run_id: ctxsync_protocol::RunId::new(run),
+    };
+    store
+        .update_startup(agent, startup)
+        .await
+        .expect("update startup");
+}

@@ -3,12 +3,16 @@
 //!
 //! Always built: [`Backend`] and [`on_both_backends!`], the bounded [`poll`]er, the temp
 //! [`Workspace`] and the [`heavy`] and [`timing_bound`] guards. Behind features: `db`
-//! (`store`, a fresh test database per backend) and `process` (log files and pid
-//! liveness for child processes).
+//! (`store`, a fresh test database per backend, and `push_accepted`), `process` (log
+//! files, pid liveness and the server's announced addresses for child processes),
+//! `protocol` (builders of resources and snapshots), `bench` (the benchmark examples'
+//! row format) and `tls` (a test certificate authority).
 
 #![allow(missing_docs)] // test helpers: each item's doc says what it is for where it helps
 
 mod backend;
+#[cfg(feature = "bench")]
+mod bench;
 #[cfg(feature = "db")]
 mod db;
 pub mod golden;
@@ -16,15 +20,25 @@ mod heavy;
 mod poll;
 #[cfg(feature = "process")]
 mod process;
+#[cfg(feature = "protocol")]
+mod resources;
+#[cfg(feature = "tls")]
+mod tls;
 mod workspace;
 
 pub use backend::Backend;
+#[cfg(feature = "bench")]
+pub use bench::{bench_row, bench_row_against};
 #[cfg(feature = "db")]
-pub use db::store;
+pub use db::{push_accepted, start_run, store};
 pub use heavy::{HeavyTest, TimingBound, heavy, timing_bound};
-pub use poll::{Poll, poll};
+pub use poll::{Poll, TimedOut, poll};
 #[cfg(feature = "process")]
-pub use process::{Logs, process_alive};
+pub use process::{Logs, ServerAddress, process_alive, server_address};
+#[cfg(feature = "protocol")]
+pub use resources::{bench_servers, jira_details, mcp_server, mcp_tool, pending_servers, snapshot};
+#[cfg(feature = "tls")]
+pub use tls::TestCa;
 pub use workspace::Workspace;
 
 /// Runs each `async fn $name(x: T)` once per backend, as the tests `$name::sqlite` and

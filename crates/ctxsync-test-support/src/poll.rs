@@ -29,6 +29,19 @@ pub fn poll<'a>(what: impl Into<String>) -> Poll<'a> {
     }
 }
 
+/// A poll that reached its deadline: what was awaited, the last state seen and any
+/// explanation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedOut(String);
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
 impl Debug for Poll<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Poll")
@@ -61,7 +74,21 @@ impl<'a> Poll<'a> {
 
     /// Probes until `probe` returns `Ok`; panics at the deadline with the last `Err`.
     /// Tokio's clock, so a test on a paused clock waits in virtual time.
-    pub async fn until<T, E, F, Fut>(self, mut probe: F) -> T
+    pub async fn until<T, E, F, Fut>(self, probe: F) -> T
+    where
+        E: Debug,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        match self.try_until(probe).await {
+            Ok(value) => value,
+            Err(timed_out) => panic!("{timed_out}"),
+        }
+    }
+
+    /// [`Poll::until`], but the timeout is returned (its text is what `until` panics
+    /// with), for helpers whose callers report a failure in their own words.
+    pub async fn try_until<T, E, F, Fut>(self, mut probe: F) -> Result<T, TimedOut>
     where
         E: Debug,
         F: FnMut() -> Fut,
@@ -70,7 +97,7 @@ impl<'a> Poll<'a> {
         let deadline = tokio::time::Instant::now() + self.deadline;
         loop {
             let last = match probe().await {
-                Ok(value) => return value,
+                Ok(value) => return Ok(value),
                 Err(last) => last,
             };
             if tokio::time::Instant::now() >= deadline {
@@ -79,10 +106,10 @@ impl<'a> Poll<'a> {
                     .as_ref()
                     .map(|explain| format!("\n{}", explain()))
                     .unwrap_or_default();
-                panic!(
+                return Err(TimedOut(format!(
                     "timed out after {:?} waiting for {}; last seen: {last:#?}{extra}",
                     self.deadline, self.what
-                );
+                )));
             }
             tokio::time::sleep(self.every).await;
         }
@@ -139,6 +166,24 @@ mod tests {
             .within(Duration::from_secs(1))
             .until(|| async { Err::<(), _>(7) })
             .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn try_until_returns_the_timeout_instead_of_panicking() {
+        let timed_out = poll("a miracle")
+            .within(Duration::from_secs(1))
+            .explain(|| "nobody came".to_owned())
+            .try_until(|| async { Err::<(), _>(7) })
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            timed_out.starts_with("timed out after 1s waiting for a miracle; last seen: 7"),
+            "{timed_out}"
+        );
+        assert!(timed_out.ends_with("\nnobody came"), "{timed_out}");
+        let got = poll("at once").try_until(|| async { Ok::<_, ()>(5) }).await;
+        assert_eq!(got, Ok(5));
     }
 
     #[tokio::test(start_paused = true)]

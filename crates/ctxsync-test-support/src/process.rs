@@ -53,3 +53,58 @@ pub fn process_alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// An address `ctxsync server` announces on stdout, as printed (`http://host:port`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerAddress {
+    /// The agent API (gRPC).
+    Agent(String),
+    /// The chat API (HTTP).
+    Http(String),
+}
+
+/// The address a line of `ctxsync server`'s stdout announces, if any. The line is plain
+/// text, or with JSON logs (`--log-format json`, `CTXSYNC_LOG_FORMAT=json`) an object
+/// whose `message` is that text.
+pub fn server_address(line: &str) -> Option<ServerAddress> {
+    let line = line.trim();
+    let json_message = serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .and_then(|object| object["message"].as_str().map(str::to_owned));
+    let text = json_message.as_deref().unwrap_or(line);
+    if let Some(url) = text.strip_prefix("agent API (gRPC):") {
+        Some(ServerAddress::Agent(url.trim().to_owned()))
+    } else {
+        text.strip_prefix("chat API (HTTP):")
+            .map(|url| ServerAddress::Http(url.trim().to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_addresses_from_text_lines() {
+        assert_eq!(
+            server_address("agent API (gRPC): http://127.0.0.1:5001\n"),
+            Some(ServerAddress::Agent("http://127.0.0.1:5001".into()))
+        );
+        assert_eq!(
+            server_address("chat API (HTTP):  http://127.0.0.1:5002"),
+            Some(ServerAddress::Http("http://127.0.0.1:5002".into()))
+        );
+        assert_eq!(server_address("API token: secret"), None);
+    }
+
+    #[test]
+    fn reads_addresses_from_json_log_objects() {
+        let line = r#"{"timestamp":"2026-12-05T01:00:00Z","level":"INFO","message":"chat API (HTTP):  http://127.0.0.1:5002","target":"ctxsync::operator"}"#;
+        assert_eq!(
+            server_address(line),
+            Some(ServerAddress::Http("http://127.0.0.1:5002".into()))
+        );
+        let other = r#"{"level":"INFO","message":"listening","target":"ctxsync::server"}"#;
+        assert_eq!(server_address(other), None);
+    }
+}

@@ -17,10 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use ctxsync_persistence::test_support::{TestDatabase, with_bearer};
-use ctxsync_protocol::{
-    DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
-    Snapshot, Startup, v1,
-};
+use ctxsync_protocol::{DiscoveryPhase, RunId, Snapshot, Startup, v1};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
@@ -39,38 +36,10 @@ const TRIAL_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Five servers with four tools each; the pushes of a trial differ only in phase.
 fn snapshot(version: u64, run: &str, phase: DiscoveryPhase) -> Snapshot {
-    let resources = (0..5)
-        .map(|i| Resource {
-            source: format!("mcp:server-{i}"),
-            source_path: None,
-            content_hash: format!("{i:064x}"),
-            size_bytes: 0,
-            status: ResourceStatus::Ok,
-            error: None,
-            body: ResourceBody::McpServer(McpServerBody {
-                server_name: format!("server-{i}"),
-                description: String::new(),
-                tools: (0..4)
-                    .map(|t| McpTool {
-                        name: format!("tool_{t}"),
-                        description: format!("tool {t} of server {i}"),
-                        input_schema: json!({"type": "object"}),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            }),
-        })
-        .collect();
+    let servers = ctxsync_test_support::bench_servers(5, 4, &json!({"type": "object"}));
     Snapshot {
-        version,
         aggregate_hash: "0".repeat(64),
-        resources,
-        initial: version == 1,
-        snapshot_error: None,
-        agent_run_id: RunId::new(run),
-        phase,
-        ..Default::default()
+        ..ctxsync_test_support::snapshot(version, run, phase, servers)
     }
 }
 

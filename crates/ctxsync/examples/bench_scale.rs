@@ -433,19 +433,14 @@ async fn connect(
 /// Writes a CA-signed certificate for `localhost` into `dir`; returns the server's flags
 /// and a connector trusting the CA.
 fn make_tls(dir: &std::path::Path) -> Result<(Vec<String>, tokio_rustls::TlsConnector)> {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate()?;
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate()?;
-    let cert = CertificateParams::new(vec!["localhost".to_owned()])?.signed_by(&key, &issuer)?;
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let ca = ctxsync_test_support::TestCa::new("bench_scale CA");
+    let (cert, key) = ca.server_cert(&["localhost"]);
     let (cert_file, key_file) = (dir.join("server.pem"), dir.join("server.key"));
-    std::fs::write(&cert_file, cert.pem())?;
-    std::fs::write(&key_file, key.serialize_pem())?;
+    std::fs::write(&cert_file, cert)?;
+    std::fs::write(&key_file, key)?;
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca_cert.der().clone())?;
+    roots.add(CertificateDer::from_pem_slice(ca.pem().as_bytes())?)?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?

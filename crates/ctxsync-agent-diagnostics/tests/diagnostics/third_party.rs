@@ -174,17 +174,11 @@ async fn serve_http(
             .spawn()
             .expect("start the HTTP server"),
     );
-    let deadline = tokio::time::Instant::now() + COLD_START_TIMEOUT;
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the server never listened on {port}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll(format!("the server to listen on {port}"))
+        .within(COLD_START_TIMEOUT)
+        .every(Duration::from_millis(50))
+        .until(|| async { tokio::net::TcpStream::connect(("127.0.0.1", port)).await })
+        .await;
     (child, format!("http://127.0.0.1:{port}/mcp"))
 }
 

@@ -8,38 +8,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ctxsync_agent_publication::{ConnectionState, Publisher};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use ctxsync_test_support::TestCa;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use support::{FakeServer, Recorder, TOKEN, WAIT, Workspace, config};
 
 /// A CA's PEM and a server configuration for `localhost` signed by it.
 fn ca_and_server(name: &str) -> (String, Arc<rustls::ServerConfig>) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_pem = params.self_signed(&ca_key).unwrap().pem();
-    let issuer = Issuer::new(params, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
+    let ca = TestCa::new(name);
+    let (leaf, key) = ca.server_cert(&["localhost"]);
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut server = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
         .with_single_cert(
-            vec![CertificateDer::from_pem_slice(leaf.pem().as_bytes()).unwrap()],
-            PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap(),
+            vec![CertificateDer::from_pem_slice(leaf.as_bytes()).unwrap()],
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
         )
         .unwrap();
     server.alpn_protocols = vec![b"h2".to_vec()];
-    (ca_pem, Arc::new(server))
+    (ca.pem().to_owned(), Arc::new(server))
 }
 
 #[tokio::test]

@@ -39,7 +39,7 @@ use ctxsync_protocol::{
     DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
@@ -228,11 +228,7 @@ fn row(name: &str, value: f64, unit: &str, reference: Option<f64>, target: Optio
         Some((target, pass)) => (Some(target), Some(pass)),
         None => (None, None),
     };
-    println!(
-        "{}",
-        json!({ "name": name, "value": value, "unit": unit, "reference": reference,
-                "ratio": ratio, "target": target, "pass": pass })
-    );
+    ctxsync_test_support::bench_row(name, value, unit, reference, ratio, target.as_deref(), pass);
 }
 
 /// The held-out half: the first byte of the query's SHA-256 is odd.

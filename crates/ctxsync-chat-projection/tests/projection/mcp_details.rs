@@ -16,8 +16,7 @@ use ctxsync_chat_projection::{
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending};
 use ctxsync_protocol::{
-    McpConnectTimings, McpServerInfo, McpTool, McpToolAnnotations, PendingServer, Resource,
-    ResourceBody, RunId, Snapshot, Startup,
+    McpConnectTimings, McpTool, McpToolAnnotations, PendingServer, Resource, ResourceBody, Snapshot,
 };
 use serde_json::json;
 
@@ -64,17 +63,7 @@ fn rich_server() -> Resource {
         None,
     );
     if let ResourceBody::McpServer(body) = &mut row.body {
-        body.protocol_version = "2026-07-28".into();
-        body.server_info = Some(McpServerInfo {
-            name: "jira-mcp".into(),
-            version: "1.4.2".into(),
-            ..Default::default()
-        });
-        body.timings = Some(McpConnectTimings {
-            start_ms: Some(120),
-            handshake_ms: 35,
-            tools_ms: 4,
-        });
+        ctxsync_test_support::jira_details(body);
     }
     row
 }
@@ -345,32 +334,15 @@ ctxsync_test_support::on_both_backends! {
 
 fn pushed(version: u64, phase: DiscoveryPhase, pending: &[(&str, u64)]) -> Snapshot {
     Snapshot {
-        version,
-        aggregate_hash: "agg".into(),
-        resources: vec![rich_server()],
-        initial: version == 1,
-        agent_run_id: RunId::new("run-1"),
-        phase,
-        pending_servers: pending
-            .iter()
-            .map(|(name, ms)| PendingServer {
-                server_name: (*name).to_owned(),
-                elapsed_ms: *ms,
-            })
-            .collect(),
-        ..Default::default()
+        pending_servers: ctxsync_test_support::pending_servers(pending),
+        ..ctxsync_test_support::snapshot(version, "run-1", phase, vec![rich_server()])
     }
 }
 
 async fn stored_details_reach_the_view(db: TestStore) {
     let store = db.store();
     let agent = store.create_agent("a").await.expect("create agent").id;
-    let startup = Startup {
-        version: "1.0.0".into(),
-        expanded_directory: "/ws".into(),
-        agent_run_id: RunId::new("run-1"),
-    };
-    store.update_startup(agent, startup).await.expect("startup");
+    ctxsync_test_support::start_run(store, agent, "run-1", "1.0.0").await;
     let outcome = store
         .push_context_state(agent, pushed(1, Pending, &[("github", 4_000)]))
         .await

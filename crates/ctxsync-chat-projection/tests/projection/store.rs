@@ -10,7 +10,8 @@ use ctxsync_chat_projection::{Binding, View, project};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentId, Store};
 use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending, Unspecified};
-use ctxsync_protocol::{Resource, ResourceBody, RunId, Snapshot, Startup};
+use ctxsync_protocol::{Resource, ResourceBody, RunId, Snapshot};
+use ctxsync_test_support::push_accepted as push;
 
 ctxsync_test_support::on_both_backends! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,15 +51,7 @@ async fn new_agent(store: &Store, name: &str) -> AgentId {
 
 /// UpdateStartup as process `run` (`""`: a legacy agent).
 async fn start(store: &Store, agent: AgentId, run: &str) {
-    let startup = Startup {
-        version: "1.0.0".into(),
-        expanded_directory: "/ws".into(),
-        agent_run_id: RunId::new(run),
-    };
-    store
-        .update_startup(agent, startup)
-        .await
-        .expect("update startup");
+    ctxsync_test_support::start_run(store, agent, run, "1.0.0").await;
 }
 
 /// A snapshot stamped with `run` (`""`: none), its aggregate hash derived from the
@@ -72,23 +65,9 @@ fn snapshot(version: u64, run: &str, phase: DiscoveryPhase, resources: Vec<Resou
         })
         .collect();
     Snapshot {
-        version,
         aggregate_hash: format!("agg[{}]", files.join(";")),
-        resources,
-        initial: version == 1,
-        snapshot_error: None,
-        agent_run_id: RunId::new(run),
-        phase,
-        ..Default::default()
+        ..ctxsync_test_support::snapshot(version, run, phase, resources)
     }
-}
-
-async fn push(store: &Store, agent: AgentId, snapshot: Snapshot) {
-    let outcome = store
-        .push_context_state(agent, snapshot)
-        .await
-        .expect("push");
-    assert!(outcome.accepted(), "push dropped: {outcome:?}");
 }
 
 fn fs() -> Vec<Resource> {

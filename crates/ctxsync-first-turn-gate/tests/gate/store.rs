@@ -9,9 +9,9 @@ use ctxsync_chat_projection::store::load_agent_view;
 use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate, TurnMode};
 use ctxsync_persistence::test_support::{TestDatabase, TestStore, test_options};
 use ctxsync_persistence::{AgentId, ChatId, Store, StoreOptions};
-use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending, Unspecified};
-use ctxsync_protocol::{McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId};
-use ctxsync_protocol::{Snapshot, Startup};
+use ctxsync_protocol::DiscoveryPhase::{Complete, Pending, Unspecified};
+use ctxsync_protocol::{Resource, ResourceStatus, RunId};
+use ctxsync_test_support::{mcp_server, mcp_tool, push_accepted as push, snapshot};
 
 ctxsync_test_support::on_both_backends! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,40 +50,24 @@ async fn new_agent(store: &Store) -> AgentId {
 
 /// UpdateStartup as process `run` (`""`: a legacy agent).
 async fn start(store: &Store, agent: AgentId, run: &str) {
-    let startup = Startup {
-        version: "1.0.0".into(),
-        expanded_directory: "/ws".into(),
-        agent_run_id: RunId::new(run),
-    };
-    store
-        .update_startup(agent, startup)
-        .await
-        .expect("update startup");
+    ctxsync_test_support::start_run(store, agent, run, "1.0.0").await;
 }
 
 fn server(name: &str, tools: &[&str], status: ResourceStatus) -> Resource {
     let tools = tools
         .iter()
-        .map(|t| McpTool {
-            name: (*t).to_owned(),
-            description: format!("the {t} tool"),
-            input_schema: serde_json::json!({"type": "object"}),
-            ..Default::default()
+        .map(|t| {
+            mcp_tool(
+                t,
+                format!("the {t} tool"),
+                serde_json::json!({"type": "object"}),
+            )
         })
         .collect();
     Resource {
-        source: format!("mcp:{name}"),
-        source_path: None,
-        content_hash: format!("hash-{name}"),
-        size_bytes: 0,
         status,
         error: (status != ResourceStatus::Ok).then(|| "failed to connect".to_owned()),
-        body: ResourceBody::McpServer(McpServerBody {
-            server_name: name.to_owned(),
-            description: String::new(),
-            tools,
-            ..Default::default()
-        }),
+        ..mcp_server(name, format!("hash-{name}"), tools)
     }
 }
 
@@ -94,27 +78,6 @@ fn servers() -> Vec<Resource> {
         server("empty", &[], ResourceStatus::Ok),
         server("broken", &[], ResourceStatus::Unreadable),
     ]
-}
-
-fn snapshot(version: u64, run: &str, phase: DiscoveryPhase, resources: Vec<Resource>) -> Snapshot {
-    Snapshot {
-        version,
-        aggregate_hash: "agg".into(),
-        resources,
-        initial: version == 1,
-        snapshot_error: None,
-        agent_run_id: RunId::new(run),
-        phase,
-        ..Default::default()
-    }
-}
-
-async fn push(store: &Store, agent: AgentId, snapshot: Snapshot) {
-    let outcome = store
-        .push_context_state(agent, snapshot)
-        .await
-        .expect("push");
-    assert!(outcome.accepted(), "push dropped: {outcome:?}");
 }
 
 /// A pending current run, then the completing push: the waiter is released by that
@@ -414,19 +377,21 @@ async fn a_timeout_on_one_replica_is_not_waited_again_on_another(db: TestStore) 
         .expect("a new run waits again");
     assert_eq!(sample.outcome.reason, OutcomeReason::DiscoveryComplete);
     // The end is recorded (just after the release): completed, sparing nobody a wait.
-    let deadline = std::time::Instant::now() + RELEASE_BOUND;
-    loop {
-        let record = a
-            .read_gate_attempt(chat, agent, RunId::new("run-2").as_ref())
-            .await
-            .expect("read the attempt log");
-        if record.is_some_and(|r| r.ended_at.is_some()) {
-            assert!(record.is_some_and(|r| !r.timed_out), "{record:?}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{record:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let record = ctxsync_test_support::poll("the attempt's end in the log")
+        .within(RELEASE_BOUND)
+        .every(Duration::from_millis(10))
+        .until(|| async {
+            let record = a
+                .read_gate_attempt(chat, agent, RunId::new("run-2").as_ref())
+                .await
+                .expect("read the attempt log");
+            match record {
+                Some(ended) if ended.ended_at.is_some() => Ok(ended),
+                _ => Err(record),
+            }
+        })
+        .await;
+    assert!(!record.timed_out, "{record:?}");
 }
 
 /// A replica restart (a new store and gate on the same database) keeps the timeout.

@@ -14,9 +14,9 @@ use common::*;
 use ctxsync_persistence::test_support::{TestDatabase, connect_listener, test_options};
 use ctxsync_persistence::{ChangeEvent, DatabaseConfig, Store, StoreError, StoreOptions};
 use ctxsync_protocol::DiscoveryPhase::Pending;
+use ctxsync_test_support::TestCa;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
 /// `url` with one more query parameter.
 fn with_param(url: &str, param: &str) -> String {
@@ -134,37 +134,6 @@ async fn bad_tls_settings_fail_before_connecting() {
 
 // ---- a cluster that requires TLS -----------------------------------------------------
 
-/// A certificate authority made for these tests.
-struct TestCa {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-impl TestCa {
-    fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().unwrap();
-        let pem = params.self_signed(&key).unwrap().pem();
-        Self {
-            issuer: Issuer::new(params, key),
-            pem,
-        }
-    }
-
-    /// A server certificate for `localhost` only (no IP address): (cert, key) PEM.
-    fn localhost_cert(&self) -> (String, String) {
-        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "localhost");
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
 /// A PostgreSQL cluster of its own on 127.0.0.1: TLS only (`hostssl`, no `host` line),
 /// with a certificate for `localhost` from a test CA. Stopped and removed on drop.
 struct Cluster {
@@ -255,10 +224,11 @@ impl Cluster {
         owned_by_postgres(dir.path()).unwrap();
 
         let (ca, other_ca) = (TestCa::new("ctxsync test CA"), TestCa::new("unrelated CA"));
-        let (cert, key) = ca.localhost_cert();
+        // For `localhost` only (no IP address).
+        let (cert, key) = ca.server_cert(&["localhost"]);
         let (ca_file, other_ca_file) = (dir.path().join("ca.pem"), dir.path().join("other-ca.pem"));
-        std::fs::write(&ca_file, &ca.pem).unwrap();
-        std::fs::write(&other_ca_file, &other_ca.pem).unwrap();
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+        std::fs::write(&other_ca_file, other_ca.pem()).unwrap();
         let (cert_file, key_file) = (dir.path().join("server.crt"), dir.path().join("server.key"));
         std::fs::write(&cert_file, cert).unwrap();
         std::fs::write(&key_file, key).unwrap();

@@ -9,40 +9,14 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use ctxsync_test_support::ServerAddress;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-/// Prints one benchmark row: a JSON object on its own stdout line. The ratio is value ÷
-/// reference when there is a (positive) reference.
-pub(crate) fn row(
-    name: &str,
-    value: f64,
-    unit: &str,
-    reference: Option<f64>,
-    target: Option<&str>,
-    pass: Option<bool>,
-) {
-    let ratio = reference.filter(|r| *r > 0.0).map(|r| value / r);
-    row_with_ratio(name, value, unit, reference, ratio, target, pass);
-}
-
-/// [`row`] with an explicit ratio, for comparisons where smaller values are better.
-pub(crate) fn row_with_ratio(
-    name: &str,
-    value: f64,
-    unit: &str,
-    reference: Option<f64>,
-    ratio: Option<f64>,
-    target: Option<&str>,
-    pass: Option<bool>,
-) {
-    println!(
-        "{}",
-        serde_json::json!({
-            "name": name, "value": value, "unit": unit, "reference": reference,
-            "ratio": ratio, "target": target, "pass": pass,
-        })
-    );
-}
+/// One benchmark row on its own stdout line: [`row`] computes the ratio (value ÷ a
+/// positive reference), [`row_with_ratio`] takes it, for comparisons where smaller values
+/// are better.
+#[allow(unused_imports)] // each example uses a subset, as with `dead_code` above
+pub(crate) use ctxsync_test_support::{bench_row as row_with_ratio, bench_row_against as row};
 
 /// A `kB` line of `/proc/<pid>/status` in KiB, e.g. `VmRSS` or `VmHWM`.
 pub(crate) fn status_kib(pid: u32, key: &str) -> Result<f64> {
@@ -233,10 +207,11 @@ impl ServerProcess {
                 let Some(line) = lines.next_line().await? else {
                     bail!("the server exited before printing its addresses");
                 };
-                if let Some(url) = line.strip_prefix("agent API (gRPC): ") {
-                    grpc = Some(url.trim().to_owned());
-                } else if let Some(url) = line.strip_prefix("chat API (HTTP):") {
-                    http = Some(url.trim().to_owned());
+                // Text or a JSON object, whichever `CTXSYNC_LOG_FORMAT` chose.
+                match ctxsync_test_support::server_address(&line) {
+                    Some(ServerAddress::Agent(url)) => grpc = Some(url),
+                    Some(ServerAddress::Http(url)) => http = Some(url),
+                    None => {}
                 }
             }
             Ok((grpc.unwrap_or_default(), http.unwrap_or_default()))

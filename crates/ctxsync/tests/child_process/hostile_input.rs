@@ -200,23 +200,21 @@ async fn agent_exits_soon_after_sigterm_while_its_servers_hang() {
     let logs = Logs::new();
     let mut agent = start_agent(&logs, &workspace.path(), &[]);
     wait_for_log(&logs, "agent", "agent started").await;
-    let deadline = Instant::now() + WAIT;
-    let stubborn_pid = loop {
-        let pid = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|text| text.trim().parse::<i32>().ok());
-        if let Some(pid) = pid
-            && accepted.load(Ordering::SeqCst) > 0
-        {
-            break pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the servers were never contacted; log:\n{}",
-            logs.read("agent")
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    };
+    let stubborn_pid =
+        processes::poll("the servers to be contacted (the stubborn one's pid, if written)")
+            .within(WAIT)
+            .every(Duration::from_millis(25))
+            .explain(|| format!("log:\n{}", logs.read("agent")))
+            .until(|| async {
+                let pid = std::fs::read_to_string(&pid_file)
+                    .ok()
+                    .and_then(|text| text.trim().parse::<i32>().ok());
+                match pid {
+                    Some(pid) if accepted.load(Ordering::SeqCst) > 0 => Ok(pid),
+                    _ => Err(pid),
+                }
+            })
+            .await;
 
     let took = terminate(&mut agent, &logs).await;
     eprintln!("agent with hanging servers exited {took:?} after SIGTERM");

@@ -8,46 +8,15 @@ use crate::processes;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ctxsync_persistence::test_support::TestDatabase;
+use ctxsync_test_support::TestCa;
 use processes::{FixtureWorkspace, Logs, WAIT, Workspace, ctxsync, wait_for_log};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const API_TOKEN: &str = "tls-test-api-token-0123456789";
-
-/// A certificate authority made for one test.
-struct TestCa {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-impl TestCa {
-    fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        Self {
-            pem: cert.pem(),
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A server certificate for `localhost` and 127.0.0.1: (chain PEM, key PEM).
-    fn server_cert(&self) -> (String, String) {
-        let params =
-            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
 
 /// The server's certificate files, signed by `ca`.
 struct CertFiles {
@@ -67,7 +36,7 @@ impl CertFiles {
 
     /// Replaces both files the way certificate managers do: write aside, rename over.
     fn replace(&self, ca: &TestCa) {
-        let (cert, key) = ca.server_cert();
+        let (cert, key) = ca.server_cert(&["localhost", "127.0.0.1"]);
         for (path, content) in [(&self.cert, cert), (&self.key, key)] {
             let aside = path.with_extension("new");
             std::fs::write(&aside, content).unwrap();
@@ -78,13 +47,13 @@ impl CertFiles {
 
 fn write_ca(dir: &Path, name: &str, ca: &TestCa) -> PathBuf {
     let path = dir.join(name);
-    std::fs::write(&path, &ca.pem).unwrap();
+    std::fs::write(&path, ca.pem()).unwrap();
     path
 }
 
 /// An HTTPS client that trusts `ca` (and nothing else).
 fn client(ca: &TestCa) -> reqwest::Client {
-    let cert = reqwest::Certificate::from_pem(ca.pem.as_bytes()).unwrap();
+    let cert = reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap();
     reqwest::Client::builder()
         .tls_certs_only([cert])
         .build()
@@ -437,19 +406,12 @@ async fn a_new_certificate_is_served_without_dropping_open_connections() {
     files.replace(&second);
     wait_for_log(&logs, "server", "reloaded the TLS certificate").await;
     let new_client = client(&second);
-    let deadline = Instant::now() + WAIT;
-    while new_client
-        .get(format!("{}/healthz", server.http))
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the new certificate is not served"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let healthz = format!("{}/healthz", server.http);
+    processes::poll("the new certificate to be served")
+        .within(WAIT)
+        .every(Duration::from_millis(25))
+        .until(|| async { new_client.get(&healthz).send().await.map(drop) })
+        .await;
     // A fresh connection that trusts only the old CA is refused now...
     let refused = client(&first)
         .get(format!("{}/healthz", server.http))

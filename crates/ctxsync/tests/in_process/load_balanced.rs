@@ -8,7 +8,7 @@
 use crate::support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ctxsync_mcp_fixture::{FixtureConfig, ToolSpec};
 use reqwest::Method;
@@ -392,32 +392,36 @@ async fn the_page_reconnects_when_its_replica_is_killed() {
 
     // The page's event stream is the one request still open (a favicon or script fetch
     // ends at once; the stream stays): its replica is the victim.
-    let mut seen: Vec<String> = Vec::new();
-    let deadline = Instant::now() + WAIT;
-    while seen.len() < STABLE_POLLS || seen.iter().any(|name| *name != seen[0]) {
-        let stats = lb.stats().await;
-        let open: Vec<&str> = stats
-            .iter()
-            .filter(|s| s.current > 0)
-            .map(|s| s.name.as_str())
-            .collect();
-        match (
-            open.as_slice(),
-            stats.iter().map(|s| s.current).sum::<u64>(),
-        ) {
-            ([name], 1) => seen.push((*name).to_owned()),
-            _ => seen.clear(),
-        }
-        if seen.len() > STABLE_POLLS {
-            seen.remove(0);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the page's event stream never settled on one replica: {stats:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let victim = seen[0].clone();
+    // The replicas seen holding the one open request, across the last probes.
+    let seen = &std::cell::RefCell::new(Vec::<String>::new());
+    let victim = ctxsync_test_support::poll("the page's event stream to settle on one replica")
+        .within(WAIT)
+        .every(Duration::from_millis(50))
+        .until(|| async {
+            let stats = lb.stats().await;
+            let open: Vec<&str> = stats
+                .iter()
+                .filter(|s| s.current > 0)
+                .map(|s| s.name.as_str())
+                .collect();
+            let mut seen = seen.borrow_mut();
+            match (
+                open.as_slice(),
+                stats.iter().map(|s| s.current).sum::<u64>(),
+            ) {
+                ([name], 1) => seen.push((*name).to_owned()),
+                _ => seen.clear(),
+            }
+            if seen.len() > STABLE_POLLS {
+                seen.remove(0);
+            }
+            if seen.len() >= STABLE_POLLS && seen.iter().all(|name| *name == seen[0]) {
+                Ok(seen[0].clone())
+            } else {
+                Err(stats)
+            }
+        })
+        .await;
     let survivor = LoadBalanced::other(&victim);
     // The notice may show for only the first backoff; the page records that it did.
     browser

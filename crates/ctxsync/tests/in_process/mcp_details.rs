@@ -17,17 +17,7 @@ fn rich_server(tool_title: &str) -> Resource {
     let ResourceBody::McpServer(body) = &mut row.body else {
         unreachable!("server() builds a server row")
     };
-    body.protocol_version = "2026-07-28".into();
-    body.server_info = Some(McpServerInfo {
-        name: "jira-mcp".into(),
-        version: "1.4.2".into(),
-        ..Default::default()
-    });
-    body.timings = Some(McpConnectTimings {
-        start_ms: Some(120),
-        handshake_ms: 35,
-        tools_ms: 4,
-    });
+    ctxsync_test_support::jira_details(body);
     let tool = &mut body.tools[0];
     tool.title = tool_title.into();
     tool.annotations = Some(McpToolAnnotations {
@@ -50,34 +40,13 @@ async fn push(
 ) {
     let store = &h.server.store;
     if version == 1 {
-        let startup = Startup {
-            version: "test".into(),
-            expanded_directory: "/ws".into(),
-            agent_run_id: RunId::new("run-1"),
-        };
-        store.update_startup(agent, startup).await.expect("startup");
+        ctxsync_test_support::start_run(store, agent, "run-1", "test").await;
     }
     let snapshot = Snapshot {
-        version,
-        aggregate_hash: "agg".into(),
-        resources,
-        initial: version == 1,
-        agent_run_id: RunId::new("run-1"),
-        phase,
-        pending_servers: pending
-            .iter()
-            .map(|(name, ms)| PendingServer {
-                server_name: (*name).into(),
-                elapsed_ms: *ms,
-            })
-            .collect(),
-        ..Default::default()
+        pending_servers: ctxsync_test_support::pending_servers(pending),
+        ..ctxsync_test_support::snapshot(version, "run-1", phase, resources)
     };
-    let outcome = store
-        .push_context_state(agent, snapshot)
-        .await
-        .expect("push");
-    assert!(outcome.accepted(), "{outcome:?}");
+    ctxsync_test_support::push_accepted(store, agent, snapshot).await;
 }
 
 const HOSTILE: &str = r#"<img src=x onerror="alert(1)">"#;

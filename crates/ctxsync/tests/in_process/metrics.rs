@@ -323,18 +323,26 @@ fn check_connect_histograms(text: &str, families: &[(String, Family)]) {
 
 /// Scrapes until no event stream is counted open, failing after 40 seconds.
 async fn wait_until_no_stream_is_counted(h: &Harness) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    loop {
+    ctxsync_test_support::poll(
+        "the closed stream to be counted no more (the scrape is the last seen)",
+    )
+    .within(Duration::from_secs(40))
+    .every(Duration::from_millis(200))
+    .until(|| async {
         let (text, families) = scrape(h).await;
         let open = value(&families, "ctxsync_event_streams_open", json!({}));
-        if open == 0.0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the closed stream is still counted:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The scrape as text, so the timeout shows it line by line.
+        if open == 0.0 { Ok(()) } else { Err(Text(text)) }
+    })
+    .await;
+}
+
+/// Shows a scrape as its lines (a `String`'s `Debug` would escape them).
+struct Text(String);
+
+impl std::fmt::Debug for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
 }
 

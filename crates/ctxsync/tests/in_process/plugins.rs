@@ -7,7 +7,7 @@ use crate::support;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ctxsync_mcp_fixture::{FixtureConfig, ToolSpec};
 use reqwest::Method;
@@ -165,22 +165,24 @@ fn write_plugins(dir: &Path, workspace: &Path, home: &Path) -> Plugins {
 
 /// The chat once discovery is complete with servers and both skills, within DEADLINE.
 async fn wait_for_discovery(h: &Harness, chat: &str) -> Value {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let (_, body) = h
-            .call(Method::GET, &format!("/api/chats/{chat}"), None)
-            .await;
-        if body["mcp_discovery"]["phase"] == "complete"
-            && body["context"]["mcp"]["servers"].is_array()
-            && body["context"]["skills"]
-                .as_array()
-                .is_some_and(|s| s.len() >= 2)
-        {
-            break body;
-        }
-        assert!(Instant::now() < deadline, "timed out: {body:#}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let path = format!("/api/chats/{chat}");
+    ctxsync_test_support::poll("discovery to complete with servers and both skills")
+        .within(DEADLINE)
+        .every(Duration::from_millis(100))
+        .until(|| async {
+            let (_, body) = h.call(Method::GET, &path, None).await;
+            if body["mcp_discovery"]["phase"] == "complete"
+                && body["context"]["mcp"]["servers"].is_array()
+                && body["context"]["skills"]
+                    .as_array()
+                    .is_some_and(|s| s.len() >= 2)
+            {
+                Ok(body)
+            } else {
+                Err(body)
+            }
+        })
+        .await
 }
 
 /// Servers: only the good one runs, attributed to its plugin, in the plugin root with

@@ -3,7 +3,7 @@
 //! is released by the first's commit through LISTEN/NOTIFY — not by a re-check timer.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ctxsync_mcp_fixture::{FixtureConfig, ToolSpec};
 use ctxsync_persistence::test_support::TestDatabase;
@@ -155,25 +155,19 @@ async fn a_push_to_one_replica_releases_a_turn_waiting_on_another() {
         .unwrap();
 
     // Wait (bounded) until replica B sees the agent's pending snapshot, then take the turn there.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let read = call(
-            &http,
-            &b.http,
-            reqwest::Method::GET,
-            &format!("/api/chats/{chat_id}"),
-            None,
-        )
+    let chat_path = format!("/api/chats/{chat_id}");
+    ctxsync_test_support::poll("replica B to see the pending snapshot")
+        .within(Duration::from_secs(30))
+        .every(Duration::from_millis(20))
+        .until(|| async {
+            let read = call(&http, &b.http, reqwest::Method::GET, &chat_path, None).await;
+            if read["mcp_discovery"]["phase"] == "pending" {
+                Ok(())
+            } else {
+                Err(read)
+            }
+        })
         .await;
-        if read["mcp_discovery"]["phase"] == "pending" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "replica B never saw the pending snapshot: {read}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let turn = call(
         &http,
         &b.http,

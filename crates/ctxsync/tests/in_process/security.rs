@@ -310,20 +310,19 @@ fn spawn_agent(
 
 /// Discovery settles with one working server and four failures; returns the chat view.
 async fn wait_for_discovery(h: &Harness, chat: &str) -> Value {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let (_, view) = h
-            .call(Method::GET, &format!("/api/chats/{chat}"), None)
-            .await;
-        if view["mcp_discovery"]["phase"] == "complete" {
-            break view;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "discovery never completed: {view}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let path = format!("/api/chats/{chat}");
+    ctxsync_test_support::poll("discovery to complete (the chat view is the last seen)")
+        .within(DEADLINE)
+        .every(Duration::from_millis(50))
+        .until(|| async {
+            let (_, view) = h.call(Method::GET, &path, None).await;
+            if view["mcp_discovery"]["phase"] == "complete" {
+                Ok(view)
+            } else {
+                Err(view)
+            }
+        })
+        .await
 }
 
 /// Every API response (and the model note and `/metrics`) is free of canaries.

@@ -8,7 +8,6 @@ use crate::support;
 
 use ctxsync::server::ServerConfig;
 use ctxsync::tls::TlsFiles;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use support::*;
@@ -381,21 +380,15 @@ async fn html_carries_a_strict_csp_and_tokens_are_never_cached() {
 
 /// A certificate authority made for one test, and a server certificate it signed.
 fn write_test_certificate(dir: &std::path::Path) -> (TlsFiles, reqwest::Certificate) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
+    let ca = ctxsync_test_support::TestCa::new("sessions test CA");
+    let (cert, key) = ca.server_cert(&["127.0.0.1"]);
     let files = TlsFiles {
         cert: dir.join("server.pem"),
         key: dir.join("server.key"),
     };
-    std::fs::write(&files.cert, cert.pem()).unwrap();
-    std::fs::write(&files.key, key.serialize_pem()).unwrap();
-    let trusted = reqwest::Certificate::from_pem(ca_cert.pem().as_bytes()).unwrap();
+    std::fs::write(&files.cert, cert).unwrap();
+    std::fs::write(&files.key, key).unwrap();
+    let trusted = reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap();
     (files, trusted)
 }
 

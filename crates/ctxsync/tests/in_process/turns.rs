@@ -5,7 +5,7 @@
 
 use crate::support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ctxsync::server::{RunningServer, ServerConfig};
 use ctxsync_chat_projection::ToolBudget;
@@ -435,11 +435,16 @@ async fn a_rebound_chat_waits_for_its_new_agent_then_offers_its_tools(s: Servers
         .await
     };
     let complete = async {
-        let deadline = Instant::now() + DEADLINE;
-        while gate_attempts_waiting(&s, s.other()).await < 1 {
-            assert!(Instant::now() < deadline, "the turn never waited on B");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        ctxsync_test_support::poll("the turn to wait on B (waiting attempts are the last seen)")
+            .within(DEADLINE)
+            .every(Duration::from_millis(10))
+            .until(|| async {
+                match gate_attempts_waiting(&s, s.other()).await {
+                    0 => Err(0),
+                    _ => Ok(()),
+                }
+            })
+            .await;
         push(
             s.one(),
             beta,

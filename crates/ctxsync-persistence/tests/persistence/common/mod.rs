@@ -7,8 +7,8 @@ use ctxsync_persistence::test_support::{TestAgentApi, TestStore, serve_agent_api
 use ctxsync_persistence::{AgentContext, AgentId, ChangeEvent, Store};
 use ctxsync_protocol::v1::agent_client::AgentClient;
 use ctxsync_protocol::{
-    DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool, Resource, ResourceBody,
-    ResourceStatus, RunId, SkillBody, Snapshot, Startup, v1,
+    DiscoveryPhase, InstructionFileBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
+    SkillBody, Snapshot, Startup, v1,
 };
 use ctxsync_test_support::Backend;
 use sha2::{Digest, Sha256};
@@ -239,29 +239,15 @@ pub(crate) fn mcp_config(path: &str) -> Resource {
 }
 
 pub(crate) fn mcp_server(name: &str, tools: &[&str]) -> Resource {
+    let schema = serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}});
     let tools: Vec<McpTool> = tools
         .iter()
-        .map(|t| McpTool {
-            name: (*t).into(),
-            description: format!("the {t} tool"),
-            input_schema: serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}}), ..Default::default() })
+        .map(|t| ctxsync_test_support::mcp_tool(t, format!("the {t} tool"), schema.clone()))
         .collect();
     let mut hash_parts = vec![name];
     hash_parts.extend(tools.iter().map(|t| t.name.as_str()));
-    Resource {
-        source: format!("mcp:{name}"),
-        source_path: None,
-        content_hash: hex_sha256(&hash_parts),
-        size_bytes: 0,
-        status: ResourceStatus::Ok,
-        error: None,
-        body: ResourceBody::McpServer(McpServerBody {
-            server_name: name.into(),
-            description: String::new(),
-            tools,
-            ..Default::default()
-        }),
-    }
+    let content_hash = hex_sha256(&hash_parts);
+    ctxsync_test_support::mcp_server(name, content_hash, tools)
 }
 
 pub(crate) fn failed_server(name: &str, error: &str) -> Resource {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentContext, AgentId};
 pub(crate) use ctxsync_test_support::{Backend, Logs, Workspace, poll, process_alive};
+use ctxsync_test_support::{ServerAddress, server_address};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -20,10 +21,6 @@ pub(crate) const WAIT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(25);
 /// Short MCP connect timeout, so a test never waits for the 30 s default.
 pub(crate) const MCP_TIMEOUT_MS: &str = "4000";
-/// The line `ctxsync server` prints with its agent API address.
-const SERVER_ADDRESS_PREFIX: &str = "agent API (gRPC): ";
-/// The line `ctxsync server` prints with its chat API address.
-const SERVER_HTTP_PREFIX: &str = "chat API (HTTP):";
 /// A command that exists nowhere, for the "command not found" row.
 pub(crate) const MISSING_COMMAND: &str = "no-such-mcp-server-e2e";
 
@@ -42,14 +39,6 @@ pub(crate) fn ctxsync() -> Command {
 /// A fresh database for one test; `None` only when PostgreSQL may be skipped locally.
 pub(crate) async fn database(backend: Backend) -> Option<TestStore> {
     ctxsync_test_support::store(backend).await
-}
-
-/// A line the server wrote on stdout as text: with JSON logs, the object's `message`.
-pub(crate) fn operator_text(line: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(line) {
-        Ok(object) => object["message"].as_str().unwrap_or_default().to_owned(),
-        Err(_) => line.to_owned(),
-    }
 }
 
 /// A `ctxsync server` child process on the test's database.
@@ -125,15 +114,15 @@ impl ServerProcess {
                     line.clear();
                     match stdout.read_line(&mut line).await {
                         Ok(0) | Err(_) => return None,
-                        Ok(_) => {
-                            let line = operator_text(line.trim());
-                            let line = line.as_str();
-                            if let Some(url) = line.strip_prefix(SERVER_ADDRESS_PREFIX) {
+                        Ok(_) => match server_address(&line) {
+                            Some(ServerAddress::Agent(url)) => {
                                 grpc = Some(url.trim_start_matches("http://").to_owned());
-                            } else if let Some(url) = line.strip_prefix(SERVER_HTTP_PREFIX) {
-                                http = Some(url.trim().trim_start_matches("http://").to_owned());
                             }
-                        }
+                            Some(ServerAddress::Http(url)) => {
+                                http = Some(url.trim_start_matches("http://").to_owned());
+                            }
+                            None => {}
+                        },
                     }
                 }
                 grpc.zip(http)

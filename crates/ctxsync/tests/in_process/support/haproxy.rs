@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ctxsync_persistence::test_support::TestDatabase;
 use serde_json::Value;
@@ -246,22 +246,24 @@ impl LoadBalanced {
     }
 
     async fn wait_until_all_up(&self) {
-        let deadline = Instant::now() + START_WAIT;
-        loop {
-            if let Some(stats) = self.try_stats().await
-                && REPLICAS
-                    .iter()
-                    .all(|name| stats.iter().any(|s| s.name == *name && s.status == "UP"))
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "HAProxy did not see both replicas up; logs:\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(POLL).await;
-        }
+        ctxsync_test_support::poll("HAProxy to see both replicas up")
+            .within(START_WAIT)
+            .every(POLL)
+            .explain(|| format!("logs:\n{}", self.logs()))
+            .until(|| async {
+                let stats = self.try_stats().await;
+                match &stats {
+                    Some(seen)
+                        if REPLICAS.iter().all(|name| {
+                            seen.iter().any(|s| s.name == *name && s.status == "UP")
+                        }) =>
+                    {
+                        Ok(())
+                    }
+                    _ => Err(stats),
+                }
+            })
+            .await;
     }
 
     /// The replica called `name`.
@@ -389,20 +391,22 @@ impl LoadBalanced {
     pub(crate) async fn wait_for_stats(
         &self,
         what: &str,
-        mut done: impl FnMut(&[ServerStats]) -> bool,
+        done: impl FnMut(&[ServerStats]) -> bool,
     ) -> Vec<ServerStats> {
-        let deadline = Instant::now() + START_WAIT;
-        loop {
-            let stats = self.stats().await;
-            if done(&stats) {
-                return stats;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; HAProxy's view: {stats:?}"
-            );
-            tokio::time::sleep(POLL).await;
-        }
+        // Each probe's future borrows `done` in turn, hence the cell.
+        let done = &std::cell::RefCell::new(done);
+        ctxsync_test_support::poll(format!("{what} in HAProxy's statistics"))
+            .within(START_WAIT)
+            .every(POLL)
+            .until(|| async {
+                let stats = self.stats().await;
+                if (done.borrow_mut())(&stats) {
+                    Ok(stats)
+                } else {
+                    Err(stats)
+                }
+            })
+            .await
     }
 
     /// SIGKILL to the replica `name`, as in a crash: no drain, its connections just break.

@@ -184,24 +184,12 @@ pub(crate) fn config_file() -> Resource {
 }
 
 pub(crate) fn server(name: &str, tools: &[(&str, &str)]) -> Resource {
-    Resource {
-        source: format!("mcp:{name}"),
-        source_path: None,
-        content_hash: format!("s-{name}-{}", tools.len()),
-        size_bytes: 0,
-        status: ResourceStatus::Ok,
-        error: None,
-        body: ResourceBody::McpServer(McpServerBody {
-            server_name: name.into(),
-            description: String::new(),
-            tools: tools
-                .iter()
-                .map(|(t, d)| McpTool {
-                    name: (*t).into(),
-                    description: (*d).into(),
-                    input_schema: json!({ "type": "object", "properties": { "query": { "type": "string" } } }), ..Default::default() })
-                .collect(), ..Default::default() }),
-    }
+    let schema = json!({ "type": "object", "properties": { "query": { "type": "string" } } });
+    let tools: Vec<_> = tools
+        .iter()
+        .map(|(t, d)| ctxsync_test_support::mcp_tool(t, *d, schema.clone()))
+        .collect();
+    ctxsync_test_support::mcp_server(name, format!("s-{name}-{}", tools.len()), tools)
 }
 
 pub(crate) fn failed_server(name: &str, error: &str) -> Resource {

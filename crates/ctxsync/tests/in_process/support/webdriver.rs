@@ -169,17 +169,17 @@ impl Browser {
 
     /// Waits (bounded) until `predicate` holds for the page's evaluated `script`.
     pub(crate) async fn wait_for(&self, script: &str, timeout: Duration) -> Result<Value> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let value = self.eval(script).await?;
-            if !value.is_null() && value != Value::Bool(false) {
-                return Ok(value);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                bail!("timed out after {timeout:?} waiting for `{script}`");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        // A failed evaluation ends the wait at once (`Ok(Err)`); only a falsy value waits.
+        ctxsync_test_support::poll(format!("`{script}`"))
+            .within(timeout)
+            .every(Duration::from_millis(50))
+            .try_until(|| async {
+                match self.eval(script).await {
+                    Ok(value) if value.is_null() || value == Value::Bool(false) => Err(value),
+                    settled => Ok(settled),
+                }
+            })
+            .await?
     }
 
     /// The WebDriver id of the first element matching a CSS selector.
