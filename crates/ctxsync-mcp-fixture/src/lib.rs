@@ -17,10 +17,13 @@
 #![deny(missing_docs)]
 
 mod binary;
+mod call_log;
+mod call_tools;
 mod config;
 mod http;
 mod malformed;
 mod process;
+mod sampling;
 mod server;
 mod silent;
 
