@@ -240,6 +240,14 @@ pub struct FixtureConfig {
     /// client's listen is never acknowledged.
     #[arg(long)]
     ignore_listen: bool,
+    /// Also offer the call tools (`sleep`, `sized_result`, `image`, `fail`, `progress`,
+    /// `sample`, `env`, `count`; see their descriptions).
+    #[arg(long)]
+    call_tools: bool,
+    /// Append one JSON line per `tools/call` event to this file:
+    /// `{"event":"started"|"cancelled"|"finished","tool":NAME,"request_id":ID}`.
+    #[arg(long, value_name = "PATH")]
+    call_log: Option<PathBuf>,
     /// HTTP mode: answer a `server/discover` POST with this status and a plain-text body
     /// instead of JSON-RPC, as a legacy server behind a router that knows no such method
     /// does (e.g. 404 or 405).
@@ -381,6 +389,12 @@ impl FixtureConfig {
         }
         if let Some(path) = &self.pid_file {
             flag("pid-file", Some(path.display().to_string()));
+        }
+        if self.call_tools {
+            flag("call-tools", None);
+        }
+        if let Some(path) = &self.call_log {
+            flag("call-log", Some(path.display().to_string()));
         }
         args
     }
@@ -555,6 +569,16 @@ impl FixtureConfig {
         self.discover_http_status = Some(status);
         self
     }
+    /// Also offer the call tools (see `--call-tools`).
+    pub fn call_tools(mut self) -> Self {
+        self.call_tools = true;
+        self
+    }
+    /// Append one JSON line per `tools/call` event to `path` (see `--call-log`).
+    pub fn call_log(mut self, path: impl Into<PathBuf>) -> Self {
+        self.call_log = Some(path.into());
+        self
+    }
 
     pub(crate) fn instructions_value(&self) -> Option<String> {
         if self.report_env {
@@ -648,8 +672,15 @@ impl FixtureConfig {
     pub(crate) fn discover_http_status_value(&self) -> Option<u16> {
         self.discover_http_status
     }
+    pub(crate) fn call_tools_enabled(&self) -> bool {
+        self.call_tools
+    }
+    pub(crate) fn call_log_path(&self) -> Option<&PathBuf> {
+        self.call_log.as_ref()
+    }
 
-    /// The initial tool list (explicit tools, generated tools, then `whoami`).
+    /// The initial tool list (explicit tools, generated tools, `whoami`, `report_env`, then
+    /// the call tools).
     pub(crate) fn initial_tools(&self) -> Vec<ToolSpec> {
         let mut tools = self.tool_specs.clone();
         tools.extend(
@@ -664,6 +695,9 @@ impl FixtureConfig {
         }
         if self.report_env {
             tools.push(ToolSpec::new("report_env", environment_report()));
+        }
+        if self.call_tools {
+            tools.extend(crate::call_tools::specs());
         }
         tools
     }
@@ -719,7 +753,9 @@ mod tests {
                 .stderr_flood(10)
                 .change_tools_after(Duration::from_millis(5), 4)
                 .fail_relist()
-                .pid_file("/tmp/pid"),
+                .pid_file("/tmp/pid")
+                .call_tools()
+                .call_log("/tmp/calls.jsonl"),
         );
         check(FixtureConfig::new().hang().exit_on_start(7));
         check(
@@ -775,6 +811,20 @@ mod tests {
                     .whoami()
             ),
             ["a", "tool_0", "whoami"]
+        );
+        assert_eq!(
+            names(FixtureConfig::new().tools(0).whoami().call_tools()),
+            [
+                "whoami",
+                "sleep",
+                "sized_result",
+                "image",
+                "fail",
+                "progress",
+                "sample",
+                "env",
+                "count"
+            ]
         );
     }
 }

@@ -9,7 +9,11 @@
 //! lists, secrets and floods on stderr, malformed or endless stdout instead of an answer,
 //! floods of unsolicited notifications, `tools/list_changed`, a `subscriptions/listen`
 //! never acknowledged, a `server/discover` refused with a bare HTTP 4xx, a per-instance
-//! nonce and an optional required HTTP header. Other crates' tests get the binary from [`binary_path`].
+//! nonce and an optional required HTTP header. With `--call-tools` it also offers tools for
+//! tool-call routing (`sleep` that honours or ignores cancellation, `sized_result`, `image`,
+//! `fail`, `progress`, `sample`, `env`, `count`), and `--call-log PATH` appends one JSON line
+//! per call event (`started`, `cancelled`, `finished`) so tests see what reached the server.
+//! Other crates' tests get the binary from [`binary_path`].
 //!
 //! It must never be a normal dependency of a library crate (dev-dependency only; the demo
 //! binary is the one exception) and never depends on other ctxsync crates.
@@ -17,10 +21,13 @@
 #![deny(missing_docs)]
 
 mod binary;
+mod call_log;
+mod call_tools;
 mod config;
 mod http;
 mod malformed;
 mod process;
+mod sampling;
 mod server;
 mod silent;
 

@@ -4,23 +4,26 @@ use std::{
     borrow::Cow,
     sync::{
         Arc, RwLock,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
 
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult,
-        ErrorCode, Icon, Implementation, InitializeRequestParams, InitializeResult,
-        ListToolsResult, MetaObject, NumberOrString, PaginatedRequestParams,
-        ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities,
-        ServerConfig, SubscriptionFilter, Tool, ToolAnnotations,
+        CallToolRequestParams, CallToolResponse, DiscoverResult, ErrorCode, Icon, Implementation,
+        InitializeRequestParams, InitializeResult, ListToolsResult, MetaObject, NumberOrString,
+        PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+        ServerCapabilities, ServerConfig, SubscriptionFilter, Tool, ToolAnnotations,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 
-use crate::config::{FixtureConfig, FixtureLifecycle, ToolSpec};
+use crate::{
+    call_log::{CallEvent, CallRecorder},
+    call_tools::{Answer, CallTool, Ending},
+    config::{FixtureConfig, FixtureLifecycle, ToolSpec},
+};
 
 /// The cursor a `--repeat-cursor` server returns on every page.
 const REPEATED_CURSOR: &str = "again";
@@ -35,6 +38,8 @@ struct Shared {
     tools_changed: AtomicBool,
     /// Whether scripted exits may end the process (never for an in-process server).
     process_mode: bool,
+    /// Calls of the `count` tool so far.
+    count: AtomicU64,
 }
 
 /// One fixture server instance; clones share nonce and tools (one per HTTP session).
@@ -59,6 +64,7 @@ impl FixtureServer {
             tools_changed: AtomicBool::new(false),
             nonce,
             process_mode,
+            count: AtomicU64::new(0),
             config,
         };
         let server = Self {
@@ -177,6 +183,42 @@ impl FixtureServer {
             next_cursor,
             ..ListToolsResult::with_all_items(page)
         }))
+    }
+
+    /// Unknown tools are invalid params; call tools run; `whoami` names the instance; any
+    /// other tool echoes its arguments.
+    async fn answer_call(
+        &self,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+        recorder: &CallRecorder,
+    ) -> Answer {
+        let known = self.tools().iter().any(|tool| tool.name == request.name);
+        if !known {
+            return Answer::finished(Err(ErrorData::invalid_params(
+                Cow::Owned(format!("unknown tool {}", request.name)),
+                None,
+            )));
+        }
+        if self.shared.config.call_tools_enabled() {
+            let tool = CallTool {
+                request,
+                context,
+                recorder,
+                counter: &self.shared.count,
+            };
+            if let Some(answer) = tool.run().await {
+                return answer;
+            }
+        }
+        let text = if request.name == "whoami" {
+            self.shared.nonce.clone()
+        } else {
+            let arguments =
+                serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
+            format!("{} called with {arguments}", request.name)
+        };
+        Answer::text(text)
     }
 
     fn with_ttl(&self, result: ListToolsResult) -> ListToolsResult {
@@ -300,22 +342,19 @@ impl ServerHandler for FixtureServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let known = self.tools().iter().any(|tool| tool.name == request.name);
-        if !known {
-            return Err(ErrorData::invalid_params(
-                Cow::Owned(format!("unknown tool {}", request.name)),
-                None,
-            ));
+        let recorder = CallRecorder::new(
+            self.shared.config.call_log_path().cloned(),
+            &request.name,
+            context.id.clone(),
+        );
+        recorder.record(CallEvent::Started);
+        let answer = self.answer_call(&request, &context, &recorder).await;
+        if answer.ending == Ending::Finished {
+            recorder.record(CallEvent::Finished);
         }
-        let text = if request.name == "whoami" {
-            self.shared.nonce.clone()
-        } else {
-            let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
-            format!("{} called with {arguments}", request.name)
-        };
-        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+        answer.response
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
