@@ -2,7 +2,9 @@
 //! (`cargo xtask layers` rejects any other kind of dependency on it).
 //!
 //! Always built: [`Backend`] and [`on_both_backends!`], the bounded [`poll`]er, the temp
-//! [`Workspace`] and the [`heavy`] and [`timing_bound`] guards. Behind features: `db`
+//! [`Workspace`], the [`heavy`] and [`timing_bound`] guards, and [`golden`]'s tool list
+//! (the one literal the digest and the published rows' golden vectors share). Behind
+//! features: `db`
 //! (`store`, a fresh test database per backend, and `push_accepted`), `process` (log
 //! files, pid liveness and the server's announced addresses for child processes),
 //! `protocol` (builders of resources and snapshots), `bench` (the benchmark examples'
