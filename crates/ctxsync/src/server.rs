@@ -537,6 +537,9 @@ fn warn_if_exposed(grpc_addr: SocketAddr, http_addr: SocketAddr) {
 /// `ctxsync server`: starts the server, prints its addresses and where the API token is,
 /// and serves until Ctrl-C or SIGTERM; then drains, and a second signal exits at once.
 pub async fn run(args: ServerArgs) -> Result<()> {
+    // Listening before the start-up lines: a supervisor that sends SIGTERM as soon as it
+    // reads them must get a drain and exit 0, not the signal's default action.
+    let mut stop = StopSignal::install();
     let server = start(ServerConfig::from_args(args)?).await?;
     say(&format!("agent API (gRPC): {}", server.agent_url()));
     say(&format!("chat API (HTTP):  {}", server.http_url()));
@@ -545,10 +548,10 @@ pub async fn run(args: ServerArgs) -> Result<()> {
         TokenSource::File(path) => format!("API token: in {}", path.display()),
         TokenSource::Generated(path) => format!("API token: generated into {}", path.display()),
     });
-    wait_for_stop_signal().await;
+    stop.recv().await;
     tracing::info!("stopping: draining in-flight requests (a second signal exits at once)");
-    tokio::spawn(async {
-        wait_for_stop_signal().await;
+    tokio::spawn(async move {
+        stop.recv().await;
         tracing::warn!("second stop signal: exiting without draining");
         std::process::exit(1);
     });
@@ -585,15 +588,38 @@ fn say(line: &str) {
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn wait_for_stop_signal() {
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match terminate.as_mut() {
-                Some(signal) => { signal.recv().await; }
+    StopSignal::install().recv().await;
+}
+
+/// Ctrl-C and SIGTERM, caught from the moment it is installed: a signal that arrives
+/// before `recv` is kept for it, instead of ending the process as by default.
+#[derive(Debug)]
+struct StopSignal {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignal {
+    fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        Self {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
+        }
+    }
+
+    async fn recv(&mut self) {
+        async fn next(signal: Option<&mut tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
                 None => std::future::pending::<()>().await,
             }
-        } => {}
+        }
+        tokio::select! {
+            () = next(self.interrupt.as_mut()) => {}
+            () = next(self.terminate.as_mut()) => {}
+        }
     }
 }
