@@ -49,7 +49,18 @@ pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
     crate::run_with_env(
         root,
         cargo.to_owned(),
-        &["doc", "--workspace", "--no-deps"],
+        // With the examples (which take dev-dependencies) and the workspace-hack's
+        // `unify`, the documented crates' dependencies are the ones clippy checked.
+        &[
+            "doc",
+            "--workspace",
+            "--no-deps",
+            // Not `--bins`: a binary named like its library would overwrite its docs.
+            "--lib",
+            "--examples",
+            "--features",
+            crate::workspace_hack::UNIFY,
+        ],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
     let libraries = LAYERS

@@ -198,7 +198,9 @@ fn test(root: &Path) -> Result<()> {
     let schemathesis = root.join("target/test-artifacts/schemathesis.txt");
     let _ = std::fs::remove_file(&schemathesis);
     for member in workspace_members(root)? {
-        run(root, cargo(), &["test", "-p", &member])?;
+        // One feature set for every crate's test build (see workspace_hack).
+        let unify = workspace_hack::UNIFY;
+        run(root, cargo(), &["test", "-p", &member, "--features", unify])?;
     }
     // The test's output is captured when it passes; its counts belong in the log.
     if let Ok(summary) = std::fs::read_to_string(&schemathesis) {
@@ -234,6 +236,9 @@ fn ci(root: &Path) -> Result<()> {
                 "clippy",
                 "--workspace",
                 "--all-targets",
+                // The tests' feature set: its build scripts and proc-macros are theirs.
+                "--features",
+                workspace_hack::UNIFY,
                 "--",
                 "-D",
                 "warnings",
@@ -312,7 +317,7 @@ fn fuzz_check(root: &Path) -> Result<()> {
             // The main workspace's features (and fuzz/'s copy of its dev profile): the
             // dependencies are the ones clippy just checked, not a second graph.
             "--features",
-            "ctxsync-workspace-hack",
+            workspace_hack::UNIFY,
         ],
         &[("CUSTOM_LIBFUZZER_PATH", unlinked)],
     )

@@ -5,9 +5,12 @@
 //! and Cargo resolves features per invocation. Without this crate, tokio, hyper, rmcp and
 //! the C libraries built from source (OpenSSL, libpq, aws-lc) were each compiled with up
 //! to eight feature sets, one per crate's view, and every crate above them again; that was
-//! most of CI's test step. Every member takes the crate as a dev-dependency, so each
-//! test build resolves the same features and reuses the same artifacts, while a crate's
-//! normal build (what an embedder gets, what `cargo xtask embedding` checks) is untouched.
+//! most of CI's test step. Every member takes the crate as a dev-dependency, and with its
+//! feature `unify` ([`UNIFY`], which `cargo xtask test`, CI's clippy and fuzz-check pass)
+//! each test build resolves the same features and reuses the same artifacts. Without it
+//! the crate is empty: a plain `cargo test -p NAME` builds only what NAME needs, the
+//! benchmarks' release build compiles no test-only packages, and a crate's normal build
+//! (what an embedder gets, what `cargo xtask embedding` checks) never sees it.
 //!
 //! The manifest is generated from `cargo metadata` (`cargo xtask workspace-hack`) and
 //! checked by `--check`: a dependency or feature change that makes it stale fails CI
@@ -21,6 +24,8 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 pub(crate) const NAME: &str = "ctxsync-workspace-hack";
+/// The `--features` value that turns the unification on for a member's build.
+pub(crate) const UNIFY: &str = "ctxsync-workspace-hack/unify";
 const MANIFEST: &str = "crates/ctxsync-workspace-hack/Cargo.toml";
 
 /// Writes the manifest, or with `check` fails when the committed one differs from what
@@ -150,17 +155,26 @@ fn render(metadata: &Value, built: &Built) -> Result<String> {
             .or_default()
             .insert(&package.version);
     }
-    let lines = |packages: &[Package]| -> String {
+    let mut keys = BTreeSet::new();
+    let mut lines = |packages: &[Package]| -> String {
         packages
             .iter()
-            .map(|p| entry(p, versions[p.name.as_str()].len() > 1))
+            .map(|p| {
+                let (key, line) = entry(p, versions[p.name.as_str()].len() > 1);
+                keys.insert(key);
+                line
+            })
             .collect()
     };
+    let dependencies = lines(&target);
+    let build_dependencies = lines(&host);
     let mut out = String::from(HEADER);
+    out.push_str("\n[features]\n");
+    out.push_str(&unify_feature(&keys));
     out.push_str("\n[dependencies]\n");
-    out.push_str(&lines(&target));
+    out.push_str(&dependencies);
     out.push_str("\n[build-dependencies]\n");
-    out.push_str(&lines(&host));
+    out.push_str(&build_dependencies);
     out.push_str("\n[lints]\nworkspace = true\n");
     Ok(out)
 }
@@ -170,9 +184,11 @@ const HEADER: &str = "\
 # fails when it is stale. Do not edit by hand.
 #
 # Every third-party package of the workspace with the features the whole workspace turns
-# on. Each member takes this crate as a dev-dependency, so `cargo test -p NAME` resolves
-# the same features for every crate and the test builds share their artifacts; normal
-# builds never see it.
+# on, behind the feature `unify`. Each member takes this crate as a dev-dependency; with
+# `--features ctxsync-workspace-hack/unify` (as `cargo xtask test`, CI's clippy and
+# fuzz-check pass it) `cargo test -p NAME` resolves the same features for every crate and
+# the test builds share their artifacts. Without it (a plain `cargo test -p NAME`, the
+# benchmarks' release build) the crate is empty; normal builds never see it.
 [package]
 name = \"ctxsync-workspace-hack\"
 description = \"Dev-only: unifies third-party features across the workspace's test builds (generated).\"
@@ -315,7 +331,18 @@ impl<'a> Resolve<'a> {
     }
 }
 
-fn entry(package: &Package, several_versions: bool) -> String {
+/// `unify`, the one feature: it turns every (optional) dependency on.
+fn unify_feature(keys: &BTreeSet<String>) -> String {
+    let mut feature = String::from("unify = [\n");
+    for key in keys {
+        feature.push_str(&format!("    \"dep:{key}\",\n"));
+    }
+    feature.push_str("]\n");
+    feature
+}
+
+/// The manifest key of a package and its dependency line.
+fn entry(package: &Package, several_versions: bool) -> (String, String) {
     let key = if several_versions {
         format!("{}-{}", package.name, compatible_series(&package.version))
     } else {
@@ -330,11 +357,12 @@ fn entry(package: &Package, several_versions: bool) -> String {
         .collect();
     // Build metadata (`+spec-1.1.0`) is no part of a version requirement.
     let version = package.version.split('+').next().unwrap_or_default();
-    format!(
-        "{key} = {{ package = \"{}\", version = \"{version}\", default-features = {default}, features = [{}] }}\n",
+    let line = format!(
+        "{key} = {{ package = \"{}\", version = \"{version}\", optional = true, default-features = {default}, features = [{}] }}\n",
         package.name,
         features.join(", ")
-    )
+    );
+    (key, line)
 }
 
 /// The part of a version two semver-compatible releases share: `2` for 2.0.119, `0-4`
@@ -385,8 +413,16 @@ mod tests {
         };
         assert_eq!(
             entry(&package, true),
-            "base64-0-22 = { package = \"base64\", version = \"0.22.1\", default-features = true, features = [\"alloc\", \"std\"] }\n"
+            (
+                "base64-0-22".to_owned(),
+                "base64-0-22 = { package = \"base64\", version = \"0.22.1\", optional = true, default-features = true, features = [\"alloc\", \"std\"] }\n".to_owned()
+            )
         );
-        assert!(entry(&package, false).starts_with("base64 = "));
+        assert!(entry(&package, false).1.starts_with("base64 = "));
+        let keys = ["base64-0-22".to_owned(), "tokio".to_owned()].into();
+        assert_eq!(
+            unify_feature(&keys),
+            "unify = [\n    \"dep:base64-0-22\",\n    \"dep:tokio\",\n]\n"
+        );
     }
 }
