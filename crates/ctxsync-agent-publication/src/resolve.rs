@@ -600,6 +600,14 @@ fn sorted_servers(report: &DiscoveryReport) -> Vec<HashedServer<'_>> {
             key.number(u64::from(outcome.connected));
             key.optional(outcome.error.as_deref());
             key.optional(outcome.warning.as_deref());
+            // Everything else the row carries, so two outcomes under one name (the later
+            // is dropped as a duplicate) sort the same whatever order discovery gave.
+            key.number(u64::from(outcome.always_load));
+            let details = outcome
+                .details
+                .as_ref()
+                .map(|d| serde_json::to_string(d).expect("server details serialize to JSON"));
+            key.optional(details.as_deref());
             let server = HashedServer {
                 outcome,
                 content_hash,
