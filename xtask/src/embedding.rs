@@ -3,7 +3,6 @@
 //! backend builds alone, and those builds leave out what they promise to leave out.
 
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
@@ -87,7 +86,7 @@ pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
         )?;
     }
     for promise in PROMISES {
-        let tree = normal_dependencies(root, cargo, promise)?;
+        let tree = normal_dependencies(root, promise)?;
         let present: Vec<&str> = promise
             .absent
             .iter()
@@ -118,30 +117,20 @@ pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
 }
 
 /// The distinct crate names of the build's normal (not dev, not build) dependency tree.
-fn normal_dependencies(root: &Path, cargo: &Path, promise: &Promise) -> Result<Vec<String>> {
-    let output = Command::new(cargo)
-        .args([
-            "tree",
-            "-p",
-            promise.package,
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
-        .args(promise.features)
-        .args(["--format", "{p}"])
-        .current_dir(root)
-        .output()
-        .context("running cargo tree")?;
-    if !output.status.success() {
-        bail!(
-            "cargo tree -p {} failed: {}",
-            promise.package,
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let mut names: Vec<String> = String::from_utf8_lossy(&output.stdout)
+fn normal_dependencies(root: &Path, promise: &Promise) -> Result<Vec<String>> {
+    let tree = [
+        "tree",
+        "-p",
+        promise.package,
+        "-e",
+        "normal",
+        "--prefix",
+        "none",
+    ];
+    let args = [&tree[..], promise.features, &["--format", "{p}"]].concat();
+    let output = crate::cargo_stdout(root, &args)
+        .with_context(|| format!("listing {}'s normal dependencies", promise.package))?;
+    let mut names: Vec<String> = String::from_utf8_lossy(&output)
         .lines()
         .filter_map(|line| line.split_whitespace().next())
         .map(str::to_owned)

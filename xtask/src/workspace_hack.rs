@@ -45,9 +45,10 @@ pub(crate) fn run(root: &Path, check: bool) -> Result<()> {
     )?;
     let metadata: Value = serde_json::from_slice(&metadata).context("parsing cargo metadata")?;
     let built = built_features(root, &host)?;
-    let manifest = render(&metadata, &built)?;
+    let resolve = Resolve::of(&metadata)?;
+    let manifest = render(&resolve, &built);
     let path = root.join(MANIFEST);
-    let missing = members_without_hack(&metadata);
+    let missing = resolve.members_without_hack();
     if check {
         let committed = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
@@ -141,8 +142,7 @@ struct Sides {
     host: BTreeSet<String>,
 }
 
-fn render(metadata: &Value, built: &Built) -> Result<String> {
-    let resolve = Resolve::of(metadata)?;
+fn render(resolve: &Resolve<'_>, built: &Built) -> String {
     let sides = resolve.sides();
     let target = resolve.packages_of(&sides.target, built);
     let host = resolve.packages_of(&sides.host, built);
@@ -176,7 +176,7 @@ fn render(metadata: &Value, built: &Built) -> Result<String> {
     out.push_str("\n[build-dependencies]\n");
     out.push_str(&build_dependencies);
     out.push_str("\n[lints]\nworkspace = true\n");
-    Ok(out)
+    out
 }
 
 const HEADER: &str = "\
@@ -238,6 +238,21 @@ impl<'a> Resolve<'a> {
             .get(id)
             .and_then(|p| p["name"].as_str())
             .unwrap_or_default()
+    }
+
+    /// Members whose manifest does not name the hack as a dev-dependency.
+    fn members_without_hack(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .filter_map(|id| self.packages.get(id))
+            .filter(|p| p["name"] != NAME)
+            .filter(|p| {
+                !p["dependencies"].as_array().is_some_and(|deps| {
+                    deps.iter().any(|d| d["name"] == NAME && d["kind"] == "dev")
+                })
+            })
+            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .collect()
     }
 
     fn is_proc_macro(&self, id: &str) -> bool {
@@ -374,28 +389,6 @@ fn compatible_series(version: &str) -> String {
         (Some(major), _) => major.to_owned(),
         _ => version.to_owned(),
     }
-}
-
-/// Members whose manifest does not name the hack as a dev-dependency.
-fn members_without_hack(metadata: &Value) -> Vec<String> {
-    let members: BTreeSet<&str> = metadata["workspace_members"]
-        .as_array()
-        .map(|m| m.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    metadata["packages"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-        .iter()
-        .filter(|p| p["id"].as_str().is_some_and(|id| members.contains(id)))
-        .filter(|p| p["name"] != NAME)
-        .filter(|p| {
-            !p["dependencies"]
-                .as_array()
-                .is_some_and(|deps| deps.iter().any(|d| d["name"] == NAME && d["kind"] == "dev"))
-        })
-        .filter_map(|p| p["name"].as_str().map(str::to_owned))
-        .collect()
 }
 
 #[cfg(test)]
