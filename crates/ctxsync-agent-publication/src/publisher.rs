@@ -220,6 +220,8 @@ impl Publisher {
             agent_run_id: reports
                 .as_ref()
                 .and_then(|_| RunId::new(run_id.to_string())),
+            // Until the agent's call wing lands, it declares nothing (issue 36).
+            accepts_tool_calls: false,
         };
         let scan = ScanConfig {
             workspace_dir: workspace,

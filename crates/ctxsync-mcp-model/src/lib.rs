@@ -4,7 +4,8 @@
 //! [`McpToolAnnotations`] and [`McpIcon`]s), what a connected server said about itself
 //! ([`ServerDetails`], and [`McpServerInfo`] as a snapshot stores it), how long connecting
 //! took ([`McpConnectTimings`]) and a server the initial discovery still waits for
-//! ([`PendingServer`]). The agent's MCP engine reports with these types, the protocol
+//! ([`PendingServer`]), and a tool call's envelope ([`CallStatus`], [`CallReason`],
+//! [`CallEnd`], [`CallProgress`], [`model_text`]). The agent's MCP engine reports with these types, the protocol
 //! re-exports them beside its wire conversions, and the control plane reads them back from
 //! storage, so a tool's fields are written down once between the engine and the model.
 //!
@@ -48,8 +49,12 @@
 #![deny(missing_docs)]
 
 mod tool;
+mod tool_call;
 
 pub use tool::{McpIcon, McpSpelling, McpTool, McpToolAnnotations, mcp_spelling};
+pub use tool_call::{
+    CallEnd, CallError, CallProgress, CallReason, CallStatus, cut as cut_text, model_text,
+};
 
 use serde::{Deserialize, Serialize};
 

@@ -585,7 +585,20 @@ impl Agent for AgentApi {
             } else {
                 0
             },
+            accepts_tool_calls: false,
         }))
+    }
+
+    type ToolCallsStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<v1::ServerCallMessage, Status>> + Send>,
+    >;
+
+    async fn tool_calls(
+        &self,
+        _request: Request<tonic::Streaming<v1::AgentCallMessage>>,
+    ) -> Result<Response<Self::ToolCallsStream>, Status> {
+        // Replaced by the call channel (issue 36).
+        Err(Status::unimplemented("tool calls are not served yet"))
     }
 
     async fn push_context_state(

@@ -104,7 +104,9 @@ macro_rules! no_precheck {
 no_precheck!(
     v1::UpdateStartupRequest,
     v1::Startup,
-    v1::PushContextStateResponse
+    v1::PushContextStateResponse,
+    v1::AgentCallMessage,
+    v1::ServerCallMessage
 );
 
 /// Field numbers of the messages the walk looks into (proto/ctxsync/agent/v1/agent.proto):

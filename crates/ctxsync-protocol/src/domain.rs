@@ -57,6 +57,8 @@ pub struct Startup {
     pub expanded_directory: String,
     /// `None` for a legacy agent, which gives no freshness guarantee.
     pub agent_run_id: Option<RunId>,
+    /// The agent runs tool calls: after `UpdateStartup` it opens the call stream.
+    pub accepts_tool_calls: bool,
 }
 
 /// One context snapshot as an agent pushes it.
@@ -356,6 +358,7 @@ impl TryFrom<v1::Startup> for Startup {
             version: wire.version,
             expanded_directory: wire.expanded_directory,
             agent_run_id: RunId::new(wire.agent_run_id),
+            accepts_tool_calls: wire.accepts_tool_calls,
         })
     }
 }
@@ -642,6 +645,7 @@ impl From<Startup> for v1::Startup {
                 .map(RunId::into_string)
                 .unwrap_or_default(),
             delta_digest_scheme: 0,
+            accepts_tool_calls: startup.accepts_tool_calls,
         }
     }
 }

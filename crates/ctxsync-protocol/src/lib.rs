@@ -4,7 +4,8 @@
 //! ([`v1`]), the wire limits of SPEC §4 ([`limits`]), their validation ([`WireError`]),
 //! conversions between wire messages and plain domain types ([`domain`]), so that
 //! higher layers never touch prost structs, and the body digest of delta pushes
-//! ([`BodyDigest`], [`DeltaBase`]), so agents and servers compute it one way.
+//! ([`BodyDigest`], [`DeltaBase`]), so agents and servers compute it one way; the
+//! tool-call channel's messages and the canonical form of a call's arguments ([`call`]).
 //!
 //! Must never: touch a database, a file system or the MCP engine; hold state. Validation
 //! is pure and runs before any I/O in the layers above.
@@ -43,6 +44,7 @@
 
 #![deny(missing_docs)]
 
+pub mod call;
 pub mod codec;
 mod digest;
 pub mod domain;

@@ -38,6 +38,7 @@ pub async fn start_run(
         version: version.into(),
         expanded_directory: "/ws".into(),
         agent_run_id: ctxsync_protocol::RunId::new(run),
+        accepts_tool_calls: false,
     };
     store
         .update_startup(agent, startup)

@@ -56,6 +56,7 @@ impl Agent {
             version: "bench".into(),
             expanded_directory: "/ws".into(),
             agent_run_id: RunId::new(run),
+            accepts_tool_calls: false,
         });
         self.client
             .update_startup(with_bearer(startup, &self.token))

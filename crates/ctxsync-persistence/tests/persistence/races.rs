@@ -103,6 +103,7 @@ async fn process(
         version: "race".into(),
         expanded_directory: "/ws".into(),
         agent_run_id: RunId::new(run.clone()),
+        accepts_tool_calls: false,
     };
     let mut initial = true;
     for version in 1..=PUSHES {

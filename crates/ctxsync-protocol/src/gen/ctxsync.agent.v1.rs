@@ -18,6 +18,10 @@ pub struct Startup {
     /// connection. 0, as older servers answer, means full pushes only; agents send 0.
     #[prost(uint32, tag = "4")]
     pub delta_digest_scheme: u32,
+    /// Set by agents that run tool calls: after UpdateStartup they open ToolCalls.
+    /// Older agents leave it false, and their calls are refused as unsupported.
+    #[prost(bool, tag = "5")]
+    pub accepts_tool_calls: bool,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct UpdateStartupRequest {
@@ -352,6 +356,127 @@ pub struct McpIcon {
     #[prost(string, tag = "4")]
     pub theme: ::prost::alloc::string::String,
 }
+/// What an agent sends on ToolCalls.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct AgentCallMessage {
+    #[prost(oneof = "agent_call_message::Kind", tags = "1, 2, 3, 4, 5")]
+    pub kind: ::core::option::Option<agent_call_message::Kind>,
+}
+/// Nested message and enum types in `AgentCallMessage`.
+pub mod agent_call_message {
+    #[derive(Clone, PartialEq, ::prost::Oneof)]
+    pub enum Kind {
+        /// The first message, and only the first.
+        #[prost(message, tag = "1")]
+        Hello(super::CallHello),
+        /// A call was delivered: the server may forget its arguments.
+        #[prost(message, tag = "2")]
+        Accepted(super::CallAccepted),
+        /// The latest progress a call's MCP server reported.
+        #[prost(message, tag = "3")]
+        Progress(super::CallProgress),
+        /// A call ended (or never started). Sent once per call.
+        #[prost(message, tag = "4")]
+        Ended(super::CallEnded),
+        /// Keeps the stream alive while no call is moving.
+        #[prost(message, tag = "5")]
+        Heartbeat(super::Heartbeat),
+    }
+}
+/// What the server sends on ToolCalls.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ServerCallMessage {
+    #[prost(oneof = "server_call_message::Kind", tags = "1, 2, 3")]
+    pub kind: ::core::option::Option<server_call_message::Kind>,
+}
+/// Nested message and enum types in `ServerCallMessage`.
+pub mod server_call_message {
+    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
+    pub enum Kind {
+        /// Run this call.
+        #[prost(message, tag = "1")]
+        Call(super::CallRequest),
+        /// Cancel a call this stream delivered (a no-op for one that ended).
+        #[prost(message, tag = "2")]
+        Cancel(super::CallCancel),
+        #[prost(message, tag = "3")]
+        Heartbeat(super::Heartbeat),
+    }
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Heartbeat {}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CallHello {
+    /// The run id of the process opening the stream; must be the agent row's current one.
+    #[prost(string, tag = "1")]
+    pub agent_run_id: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CallRequest {
+    /// The server-assigned id of the call (a UUID): an agent runs one id at most once.
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    /// The run whose tool list the turn was built from; another run refuses the call.
+    #[prost(string, tag = "2")]
+    pub agent_run_id: ::prost::alloc::string::String,
+    /// The MCP server's name as the agent reported it, and the tool's own name there.
+    #[prost(string, tag = "3")]
+    pub server: ::prost::alloc::string::String,
+    #[prost(string, tag = "4")]
+    pub tool: ::prost::alloc::string::String,
+    /// The call's arguments: a JSON object, at most 1 MiB.
+    #[prost(string, tag = "5")]
+    pub arguments_json: ::prost::alloc::string::String,
+    /// The call's deadline, from when the agent received it.
+    #[prost(uint64, tag = "6")]
+    pub timeout_ms: u64,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CallCancel {
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CallAccepted {
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct CallProgress {
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(double, tag = "2")]
+    pub progress: f64,
+    #[prost(double, optional, tag = "3")]
+    pub total: ::core::option::Option<f64>,
+    #[prost(string, optional, tag = "4")]
+    pub message: ::core::option::Option<::prost::alloc::string::String>,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CallEnded {
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    /// `complete`, `error`, `refused`, `timed_out`, `canceled`.
+    #[prost(string, tag = "2")]
+    pub status: ::prost::alloc::string::String,
+    /// For `refused`: `stale_run`, `tool_gone`, `denied`, `busy`.
+    #[prost(string, tag = "3")]
+    pub reason: ::prost::alloc::string::String,
+    /// For `error`: a JSON-RPC error code (0 when the connection failed) and a
+    /// sanitized message.
+    #[prost(int64, tag = "4")]
+    pub error_code: i64,
+    #[prost(string, tag = "5")]
+    pub error_message: ::prost::alloc::string::String,
+    /// For `complete`: the MCP CallToolResult as JSON, redacted and capped.
+    #[prost(string, tag = "6")]
+    pub result_json: ::prost::alloc::string::String,
+    #[prost(bool, tag = "7")]
+    pub truncated: bool,
+    /// How long the MCP call took on the agent.
+    #[prost(uint64, tag = "8")]
+    pub duration_ms: u64,
+}
 /// Generated client implementations.
 pub mod agent_client {
     #![allow(
@@ -492,6 +617,37 @@ pub mod agent_client {
                 .insert(GrpcMethod::new("ctxsync.agent.v1.Agent", "PushContextState"));
             self.inner.unary(req, path, codec).await
         }
+        /// ToolCalls is the call channel of an agent that declared `accepts_tool_calls` in
+        /// its UpdateStartup: one long-lived stream the agent opens, dialling out to the same
+        /// server address. Its first message is a CallHello naming the agent's run; a run that
+        /// is not the agent row's current one is refused (FAILED_PRECONDITION). The server
+        /// sends calls and cancels; the agent answers with acknowledgements, progress and
+        /// ends. Either side sends a heartbeat at least every 15 s; a side that hears nothing
+        /// for 45 s treats the stream as gone.
+        pub async fn tool_calls(
+            &mut self,
+            request: impl tonic::IntoStreamingRequest<Message = super::AgentCallMessage>,
+        ) -> std::result::Result<
+            tonic::Response<tonic::codec::Streaming<super::ServerCallMessage>>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = crate::codec::BoundedCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/ctxsync.agent.v1.Agent/ToolCalls",
+            );
+            let mut req = request.into_streaming_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("ctxsync.agent.v1.Agent", "ToolCalls"));
+            self.inner.streaming(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -521,6 +677,23 @@ pub mod agent_server {
             tonic::Response<super::PushContextStateResponse>,
             tonic::Status,
         >;
+        /// Server streaming response type for the ToolCalls method.
+        type ToolCallsStream: tonic::codegen::tokio_stream::Stream<
+                Item = std::result::Result<super::ServerCallMessage, tonic::Status>,
+            >
+            + std::marker::Send
+            + 'static;
+        /// ToolCalls is the call channel of an agent that declared `accepts_tool_calls` in
+        /// its UpdateStartup: one long-lived stream the agent opens, dialling out to the same
+        /// server address. Its first message is a CallHello naming the agent's run; a run that
+        /// is not the agent row's current one is refused (FAILED_PRECONDITION). The server
+        /// sends calls and cancels; the agent answers with acknowledgements, progress and
+        /// ends. Either side sends a heartbeat at least every 15 s; a side that hears nothing
+        /// for 45 s treats the stream as gone.
+        async fn tool_calls(
+            &self,
+            request: tonic::Request<tonic::Streaming<super::AgentCallMessage>>,
+        ) -> std::result::Result<tonic::Response<Self::ToolCallsStream>, tonic::Status>;
     }
     /// Agent is the API a workspace agent process calls on the control plane.
     #[derive(Debug)]
@@ -685,6 +858,54 @@ pub mod agent_server {
                                 max_encoding_message_size,
                             );
                         let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/ctxsync.agent.v1.Agent/ToolCalls" => {
+                    #[allow(non_camel_case_types)]
+                    struct ToolCallsSvc<T: Agent>(pub Arc<T>);
+                    impl<
+                        T: Agent,
+                    > tonic::server::StreamingService<super::AgentCallMessage>
+                    for ToolCallsSvc<T> {
+                        type Response = super::ServerCallMessage;
+                        type ResponseStream = T::ToolCallsStream;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::ResponseStream>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<
+                                tonic::Streaming<super::AgentCallMessage>,
+                            >,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Agent>::tool_calls(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ToolCallsSvc(inner);
+                        let codec = crate::codec::BoundedCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.streaming(method, req).await;
                         Ok(res)
                     };
                     Box::pin(fut)

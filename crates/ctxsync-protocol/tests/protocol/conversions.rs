@@ -293,6 +293,7 @@ fn startup_sends_no_delta_scheme() {
         version: "1".into(),
         expanded_directory: "/ws".into(),
         agent_run_id: RunId::new("r"),
+        accepts_tool_calls: false,
     });
     assert_eq!(wire.delta_digest_scheme, 0);
     // A server's answer naming the scheme still reads as a startup.

@@ -464,6 +464,17 @@ impl Agent for OldService {
         *self.0.pushes.lock().unwrap() += 1;
         Err(Status::unimplemented("PushContextState is not implemented"))
     }
+
+    type ToolCallsStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<v1::ServerCallMessage, Status>> + Send>,
+    >;
+
+    async fn tool_calls(
+        &self,
+        _request: Request<tonic::Streaming<v1::AgentCallMessage>>,
+    ) -> Result<Response<Self::ToolCallsStream>, Status> {
+        Err(Status::unimplemented("ToolCalls is not implemented"))
+    }
 }
 
 #[tokio::test]

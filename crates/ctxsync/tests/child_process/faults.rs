@@ -69,6 +69,7 @@ async fn a_waiter_whose_client_disconnects_does_not_break_later_turns() {
         version: "t".into(),
         expanded_directory: "/ws".into(),
         agent_run_id: RunId::new("run-1"),
+        accepts_tool_calls: false,
     };
     store.update_startup(agent.id, startup).await.unwrap();
     // Three clients give up 200 ms into a wait of up to 3 s.
@@ -712,6 +713,7 @@ async fn check_listen_releases_a_turn(
                 version: "t".into(),
                 expanded_directory: "/probe".into(),
                 agent_run_id: RunId::new("probe-run"),
+                accepts_tool_calls: false,
             },
         )
         .await

@@ -319,6 +319,7 @@ async fn waiting_chat(db: &TestStore, http_url: &str, token: &str) -> (AgentId, 
                 version: "1".into(),
                 expanded_directory: "/ws".into(),
                 agent_run_id: RunId::new("run-1"),
+                accepts_tool_calls: false,
             },
         )
         .await

@@ -215,6 +215,7 @@ async fn restart_withholds_tools(
         version: "test".into(),
         expanded_directory: "/ws".into(),
         agent_run_id: RunId::new("run-2"),
+        accepts_tool_calls: false,
     };
     h.server
         .store
@@ -389,6 +390,7 @@ async fn publish(
         version: "test".into(),
         expanded_directory: "/ws".into(),
         agent_run_id: RunId::new(run),
+        accepts_tool_calls: false,
     };
     store.update_startup(agent, startup).await.expect("startup");
     let snapshot = Snapshot {
@@ -803,6 +805,7 @@ async fn check_stale_panel(
         version: "test".into(),
         expanded_directory: "/ws".into(),
         agent_run_id: RunId::new(RUN_2),
+        accepts_tool_calls: false,
     };
     h.server
         .store
@@ -916,6 +919,7 @@ async fn a_stale_banner_clears_live_when_the_fresh_run_publishes() {
         version: "test".into(),
         expanded_directory: "/ws".into(),
         agent_run_id: RunId::new(RUN_2),
+        accepts_tool_calls: false,
     };
     h.server
         .store

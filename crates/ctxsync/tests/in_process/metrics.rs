@@ -205,6 +205,7 @@ async fn push_over_grpc(h: &Harness) -> ctxsync_persistence::AgentId {
         version: "test".into(),
         expanded_directory: "/ws".into(),
         agent_run_id: RunId::new("run-1"),
+        accepts_tool_calls: false,
     };
     client
         .update_startup(with_bearer(v1::UpdateStartupRequest::from(startup), &token))

@@ -44,6 +44,7 @@ fn startup(run: Option<&str>) -> Startup {
         version: "test".into(),
         expanded_directory: "/ws".into(),
         agent_run_id: run.and_then(RunId::new),
+        accepts_tool_calls: false,
     }
 }
 

@@ -366,6 +366,7 @@ async fn a_restarted_agent_never_offers_the_old_process_tools(s: Scenario) {
         version: "e2e".into(),
         expanded_directory: s.workspace.path().display().to_string(),
         agent_run_id: RunId::new("a-process-that-has-not-pushed-yet"),
+        accepts_tool_calls: false,
     };
     store
         .update_startup(s.agent.parse().unwrap(), startup)

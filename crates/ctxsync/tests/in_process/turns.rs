@@ -116,6 +116,7 @@ async fn push(
         version: "test".into(),
         expanded_directory: "/ws".into(),
         agent_run_id: RunId::new(run),
+        accepts_tool_calls: false,
     };
     store.update_startup(agent, startup).await.unwrap();
     let snapshot = ctxsync_protocol::Snapshot {

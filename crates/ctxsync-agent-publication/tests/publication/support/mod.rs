@@ -217,6 +217,17 @@ impl Agent for Service {
             delta_base_missing,
         }))
     }
+
+    type ToolCallsStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<v1::ServerCallMessage, Status>> + Send>,
+    >;
+
+    async fn tool_calls(
+        &self,
+        _request: Request<tonic::Streaming<v1::AgentCallMessage>>,
+    ) -> Result<Response<Self::ToolCallsStream>, Status> {
+        Err(Status::unimplemented("ToolCalls is not implemented"))
+    }
 }
 
 /// A running fake server; stop it (gracefully, closing connections) with [`Self::stop`].

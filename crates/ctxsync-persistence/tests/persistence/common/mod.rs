@@ -74,6 +74,7 @@ impl Harness {
             version: "1.2.3".into(),
             expanded_directory: "/workspace".into(),
             agent_run_id: RunId::new(run),
+            accepts_tool_calls: false,
         };
         self.startup_wire(token, startup.into()).await
     }

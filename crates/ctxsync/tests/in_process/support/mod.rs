@@ -138,6 +138,7 @@ impl Harness {
             version: "test".into(),
             expanded_directory: "/ws".into(),
             agent_run_id: RunId::new(run),
+            accepts_tool_calls: false,
         };
         store.update_startup(agent, startup).await.expect("startup");
         let snapshot = Snapshot {
