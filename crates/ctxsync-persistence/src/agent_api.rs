@@ -312,6 +312,8 @@ pub struct AgentApi {
     metrics: Arc<AgentApiMetrics>,
     /// Whether `UpdateStartup` answers offer delta pushes (on unless turned off).
     offer_deltas: bool,
+    /// Serves `ToolCalls` streams; without it, they are refused `UNIMPLEMENTED`.
+    calls: Option<Arc<crate::call_channel::CallHub>>,
 }
 
 /// The agent a request's bearer token belongs to, put in the request's extensions by
@@ -330,7 +332,15 @@ impl AgentApi {
             store,
             metrics: Arc::default(),
             offer_deltas: true,
+            calls: None,
         }
+    }
+
+    /// Serves agents' `ToolCalls` streams through `hub` (the one the HTTP layer sends
+    /// calls through).
+    pub fn with_calls(mut self, hub: Arc<crate::call_channel::CallHub>) -> Self {
+        self.calls = Some(hub);
+        self
     }
 
     /// Whether `UpdateStartup` answers offer delta pushes. Off, the server answers as one

@@ -95,3 +95,8 @@ uuid_id!(
     /// A turn of a chat (a row of `chat_turns`).
     TurnId
 );
+uuid_id!(
+    /// A tool call, as the server assigns it (a row of `tool_calls`): the id the agent
+    /// sees and dedupes by, never the caller's `call_id`.
+    ToolCallId
+);

@@ -103,6 +103,7 @@ compile_error!(
 
 pub mod agent_api;
 mod agents;
+pub mod call_channel;
 mod chats;
 mod db;
 mod error;
@@ -123,10 +124,12 @@ mod store;
 #[cfg(feature = "test-support")]
 pub mod test_support;
 mod token;
+mod tool_calls;
 mod turns;
 
 pub use agent_api::{AgentApi, AgentApiCounters, AgentApiMetrics};
 pub use agents::MAX_AGENT_NAME_BYTES;
+pub use call_channel::{CallHub, CallHubConfig, CallMetricsSnapshot};
 pub use db::migrations;
 pub use db::{
     Backend, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, DatabaseConfig,
@@ -135,7 +138,7 @@ pub use db::{
 };
 pub use error::StoreError;
 pub use gate_attempts::GateAttemptRecord;
-pub use ids::{AgentId, ChatId, TurnId};
+pub use ids::{AgentId, ChatId, ToolCallId, TurnId};
 pub use model::{
     AgentContext, AgentPhaseGroup, AgentRecord, ChatContext, ChatRecord, MAX_RETIRED_RUN_IDS,
     NewAgent, PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome,
@@ -144,6 +147,10 @@ pub use notify::{AgentSubscription, ChangeEvent, ChatSubscription};
 pub use page_sessions::{MAX_LIVE_PAGE_LINKS, MAX_LIVE_PAGE_SESSIONS};
 pub use store::Store;
 pub use token::AgentToken;
+pub use tool_calls::{
+    CTXSYNC_SERVER, CallAdmission, FIND_TOOLS_NAME, MAX_CALLS_PER_TURN, NewToolCall,
+    ToolCallRecord, ToolOrigin, TurnOrigin,
+};
 pub use turns::{
     ChatTurnMode, MAX_TOOL_NAME_BYTES, MAX_TURNS_PER_CHAT, NewTurn, TurnActivations, TurnRecord,
 };

@@ -18,6 +18,7 @@ use crate::ids::{ChatId, TurnId};
 use crate::schema::{chat_turn_activations, chat_turns, chats};
 use crate::sql_types::{DbTime, JsonText};
 use crate::store::Store;
+use crate::tool_calls::{ToolOrigin, TurnOrigin};
 
 /// Turns kept per chat; recording one more deletes the oldest.
 pub const MAX_TURNS_PER_CHAT: u64 = 32;
@@ -63,6 +64,9 @@ pub struct NewTurn {
     pub outcome: serde_json::Value,
     /// A JSON array: the answer's tools, in order.
     pub tools: serde_json::Value,
+    /// Where the turn's tools came from; `None` when the chat has no agent or the agent
+    /// no run (its calls are refused).
+    pub origin: Option<TurnOrigin>,
 }
 
 /// A stored turn with its activations.
@@ -82,6 +86,8 @@ pub struct TurnRecord {
     pub tools: serde_json::Value,
     /// Tool names find_tools activated for this turn, sorted.
     pub activated: Vec<String>,
+    /// Where the turn's tools came from, as recorded.
+    pub origin: Option<TurnOrigin>,
     /// When the turn was recorded (the writing replica's clock).
     pub created_at: DateTime<Utc>,
 }
@@ -167,7 +173,9 @@ impl Store {
         .await
     }
 
-    /// Adds `names` to the turn's activations (names already active stay as they are).
+    /// Adds `tools` to the turn's activations (names already active stay as they are),
+    /// each with its origin in the turn's run (`None` when the turn's run is no longer
+    /// current: the name is active, but a call of it is refused `not_in_turn`).
     /// `false` when the turn is not one of this chat's (any more): nothing is written.
     /// [`StoreError::InvalidInput`] for an empty name or one over
     /// [`MAX_TOOL_NAME_BYTES`].
@@ -175,8 +183,10 @@ impl Store {
         &self,
         chat: ChatId,
         turn: TurnId,
-        names: Vec<String>,
+        tools: Vec<(String, Option<ToolOrigin>)>,
     ) -> Result<bool, StoreError> {
+        // STUB (issue 36): origins are not stored yet.
+        let names: Vec<String> = tools.into_iter().map(|(name, _)| name).collect();
         if let Some(bad) = names
             .iter()
             .find(|n| n.is_empty() || n.len() > MAX_TOOL_NAME_BYTES)
@@ -229,6 +239,8 @@ impl TurnRow {
             outcome,
             tools,
             activated,
+            // STUB (issue 36): origins are not stored yet.
+            origin: None,
             created_at: self.created_at.0,
         })
     }

@@ -21,6 +21,7 @@ fn turn(mode: ChatTurnMode, tool: &str) -> NewTurn {
         mode,
         outcome: json!({ "note": null, "mcp_discovery": { "phase": "complete", "servers_ok": 1 } }),
         tools: json!([{ "name": tool, "description": "A tool", "input_schema": { "type": "object" } }]),
+        origin: None,
     }
 }
 
@@ -100,7 +101,12 @@ async fn activations_belong_to_one_turn(db: TestStore) {
         .record_turn(chat, &turn(ChatTurnMode::Default, "t"))
         .await
         .unwrap();
-    let names = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+    let names = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| ((*n).to_owned(), None))
+            .collect::<Vec<_>>()
+    };
     assert!(
         store
             .activate_tools(chat, first.id, names(&["docs__search", "docs__read"]))
@@ -114,7 +120,9 @@ async fn activations_belong_to_one_turn(db: TestStore) {
             .await
             .unwrap()
     );
-    let expected = names(&["docs__read", "docs__search", "fs__list"]);
+    let expected: Vec<String> = ["docs__read", "docs__search", "fs__list"]
+        .map(str::to_owned)
+        .to_vec();
     assert_eq!(
         store.turn_activations(chat, None).await.unwrap(),
         Some(TurnActivations {
@@ -191,7 +199,7 @@ async fn only_the_last_turns_of_a_chat_are_kept(db: TestStore) {
     }
     assert!(
         store
-            .activate_tools(chat, ids[2], vec!["kept__tool".into()])
+            .activate_tools(chat, ids[2], vec![("kept__tool".into(), None)])
             .await
             .unwrap()
     );
@@ -199,7 +207,7 @@ async fn only_the_last_turns_of_a_chat_are_kept(db: TestStore) {
         assert_eq!(store.get_turn(chat, *gone).await.unwrap(), None);
         assert!(
             !store
-                .activate_tools(chat, *gone, vec!["a__b".into()])
+                .activate_tools(chat, *gone, vec![("a__b".into(), None)])
                 .await
                 .unwrap()
         );

@@ -280,6 +280,7 @@ pub(super) async fn turn(
         mode: stored_mode,
         outcome,
         tools: serde_json::to_value(&tools).expect("tools serialize"),
+        origin: None,
     };
     let response = match state.store.record_turn(chat, &new_turn).await {
         Ok(recorded) => TurnBody::of(&recorded),
@@ -422,7 +423,11 @@ pub(super) async fn find_tools(
     if !found.activated.is_empty()
         && !state
             .store
-            .activate_tools(chat, stored.turn_id, found.activated.clone())
+            .activate_tools(
+                chat,
+                stored.turn_id,
+                found.activated.iter().map(|n| (n.clone(), None)).collect(),
+            )
             .await?
     {
         // The turn was deleted meanwhile as one of the chat's oldest.
