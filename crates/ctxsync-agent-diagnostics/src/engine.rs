@@ -312,6 +312,13 @@ impl Engine {
         }
     }
 
+    /// Runs tool calls on this engine's connected servers (see [`ToolCaller`]).
+    ///
+    /// [`ToolCaller`]: crate::ToolCaller
+    pub fn caller(&self) -> crate::ToolCaller {
+        todo!("issue 36: tool calls in the engine")
+    }
+
     /// The current report. Never blocks on I/O.
     pub fn report(&self) -> Arc<Report> {
         self.report.borrow().clone()

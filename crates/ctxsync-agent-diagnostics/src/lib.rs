@@ -53,6 +53,7 @@ mod process;
 mod report;
 mod safe_file;
 mod sanitize;
+pub mod tool_call;
 mod watch;
 
 pub use config::{
@@ -82,3 +83,4 @@ pub use safe_file::{
     MAX_CONFIG_FILE_BYTES, RegularFile, SafeFileError, open_regular_file, read_regular_file,
 };
 pub use sanitize::{MAX_DIAGNOSTIC_BYTES, REDACTED, SecretSet, sanitize_diagnostic};
+pub use tool_call::{CallSpec, DEFAULT_MAX_RESULT_BYTES, ToolCaller};
