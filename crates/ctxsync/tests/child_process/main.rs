@@ -10,3 +10,4 @@ mod faults;
 mod hostile_input;
 mod hostile_traffic;
 mod tls;
+mod tool_calls;

@@ -1,0 +1,480 @@
+//! Tool calls end to end: a real `ctxsync server`, a real `ctxsync agent` and the fixture
+//! MCP server as the agent's child, on both backends. Each call goes through the chat API,
+//! the agent's call stream and rmcp, and the fixture's call log says what the MCP server
+//! saw (started, cancelled, finished).
+
+use std::time::{Duration, Instant};
+
+use ctxsync_persistence::test_support::TestStore;
+use ctxsync_persistence::{AgentId, ChatId};
+use ctxsync_protocol::DiscoveryPhase;
+use serde_json::{Value, json};
+
+use crate::processes::{
+    AgentProcess, Backend, Logs, ServerProcess, WAIT, Workspace, database, poll, wait_for_context,
+};
+
+const API_TOKEN: &str = "tool-calls-e2e-api-token-0123456789";
+/// A value the fixture's `env` tool prints; it is a secret of the server's entry.
+const SECRET: &str = "s3cr3t-value-from-the-entry-env-7f3a";
+
+/// One server, one agent whose workspace declares the fixture `calls` with its call tools.
+struct World {
+    store: TestStore,
+    logs: Logs,
+    server: ServerProcess,
+    agent: AgentProcess,
+    agent_id: AgentId,
+    token: String,
+    workspace: Workspace,
+    chat: ChatId,
+    http: reqwest::Client,
+}
+
+impl World {
+    async fn start(backend: Backend, agent_args: &[&str]) -> Option<Self> {
+        let store = database(backend).await?;
+        let agent = store.create_agent("calls").await.unwrap();
+        let token = agent.token.expose().to_owned();
+        let logs = Logs::new();
+        let server = ServerProcess::start_with(&store, &logs, &["--api-token", API_TOKEN]).await;
+        let workspace = Workspace::new();
+        let ctxsync = env!("CARGO_BIN_EXE_ctxsync");
+        let call_log = workspace.path().join("calls.jsonl");
+        workspace.write(
+            ".mcp.json",
+            json!({"mcpServers": {"calls": {
+                "command": ctxsync,
+                "args": ["mcp-fixture", "--call-tools", "--call-log", call_log],
+                "env": {"CALL_SECRET": SECRET},
+            }}})
+            .to_string(),
+        );
+        let process = AgentProcess::start(
+            &logs,
+            "agent",
+            &server.url(),
+            &workspace.path(),
+            &token,
+            agent_args,
+        );
+        let chat = store.create_chat(Some(agent.id)).await.unwrap().id;
+        let world = Self {
+            store,
+            logs,
+            server,
+            agent: process,
+            agent_id: agent.id,
+            token,
+            workspace,
+            chat,
+            http: reqwest::Client::new(),
+        };
+        world.discovered().await;
+        Some(world)
+    }
+
+    /// Waits for the current agent process's complete snapshot.
+    async fn discovered(&self) -> String {
+        let context = wait_for_context(
+            &self.store,
+            self.agent_id,
+            &self.logs,
+            "a complete snapshot",
+            |c| {
+                c.snapshot.as_ref().is_some_and(|s| {
+                    s.phase == DiscoveryPhase::Complete && s.agent_run_id == c.agent.agent_run_id
+                })
+            },
+        )
+        .await;
+        context.agent.agent_run_id.expect("a run id").to_string()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/api/chats/{}{path}", self.server.http_url(), self.chat)
+    }
+
+    /// A new turn's id.
+    async fn turn(&self) -> String {
+        let response = self
+            .http
+            .post(self.url("/turns"))
+            .bearer_auth(API_TOKEN)
+            .json(&json!({}))
+            .send()
+            .await
+            .expect("POST turns");
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        let names: Vec<&str> = body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert!(names.contains(&"calls__count"), "{body:#}");
+        body["turn_id"].as_str().expect("a stored turn").to_owned()
+    }
+
+    async fn post(&self, turn: &str, request: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(self.url(&format!("/turns/{turn}/tool-calls")))
+            .bearer_auth(API_TOKEN)
+            .json(&request)
+            .send()
+            .await
+            .expect("POST tool-calls");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON answer"))
+    }
+
+    async fn call(&self, turn: &str, call_id: &str, name: &str, arguments: Value) -> Value {
+        let (status, call) = self
+            .post(
+                turn,
+                json!({"call_id": call_id, "name": name, "arguments": arguments}),
+            )
+            .await;
+        assert_eq!(status, 200, "{call:#}\n{}", self.logs.read("agent"));
+        call
+    }
+
+    async fn get(&self, turn: &str, call_id: &str, wait_ms: u64) -> Value {
+        let response = self
+            .http
+            .get(self.url(&format!(
+                "/turns/{turn}/tool-calls/{call_id}?wait_ms={wait_ms}"
+            )))
+            .bearer_auth(API_TOKEN)
+            .send()
+            .await
+            .expect("GET tool-call");
+        assert!(response.status().is_success(), "{response:?}");
+        response.json().await.unwrap()
+    }
+
+    /// The fixture's call log: one JSON object per event.
+    fn call_log(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.workspace.path().join("calls.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
+    fn events(&self, tool: &str, event: &str) -> usize {
+        self.call_log()
+            .iter()
+            .filter(|e| e["tool"] == tool && e["event"] == event)
+            .count()
+    }
+
+    async fn wait_for_event(&self, tool: &str, event: &str, count: usize) {
+        poll(format!("{count} `{event}` of {tool} in the call log"))
+            .within(WAIT)
+            .explain(|| format!("{:#?}\n{}", self.call_log(), self.logs.read("agent")))
+            .until_true(|| async { self.events(tool, event) >= count })
+            .await;
+    }
+}
+
+fn status(call: &Value) -> &str {
+    call["status"].as_str().unwrap_or("")
+}
+
+/// Resident memory of `pid` in KiB, from `/proc`.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn calls_run_once_and_end_each_way(backend: Backend) {
+    let Some(world) = World::start(backend, &[]).await else {
+        return;
+    };
+    let turn = world.turn().await;
+
+    // Ten concurrent POSTs of one call: one run, ten identical answers.
+    let posts = (0..10).map(|_| {
+        world.post(
+            &turn,
+            json!({"call_id": "toolu_01", "name": "calls__count", "arguments": {}}),
+        )
+    });
+    let answers = futures::future::join_all(posts).await;
+    for (code, call) in &answers {
+        assert_eq!(*code, 200, "{call:#}");
+        assert_eq!(status(call), "complete", "{call:#}");
+        assert_eq!(call["result"], answers[0].1["result"]);
+        assert_eq!(call["server"], "calls");
+        assert_eq!(call["tool"], "count");
+    }
+    assert_eq!(
+        world.events("count", "started"),
+        1,
+        "{:#?}",
+        world.call_log()
+    );
+    assert!(
+        answers[0].1["model_text"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+    );
+    // The same id with other arguments is another call: 409.
+    let (code, conflict) = world
+        .post(
+            &turn,
+            json!({"call_id": "toolu_01", "name": "calls__count", "arguments": {"n": 1}}),
+        )
+        .await;
+    assert_eq!(code, 409, "{conflict:#}");
+
+    // A timeout reaches the MCP server as notifications/cancelled.
+    let (code, timed_out) = world
+        .post(
+            &turn,
+            json!({"call_id": "slow", "name": "calls__sleep", "arguments": {"ms": 60000},
+                   "timeout_ms": 300}),
+        )
+        .await;
+    assert_eq!(code, 200, "{timed_out:#}");
+    assert_eq!(status(&timed_out), "timed_out", "{timed_out:#}");
+    world.wait_for_event("sleep", "cancelled", 1).await;
+
+    // A cancel too, while the call runs.
+    let (code, running) = world
+        .post(
+            &turn,
+            json!({"call_id": "cancel-me", "name": "calls__sleep", "arguments": {"ms": 60000},
+                   "wait_ms": 0}),
+        )
+        .await;
+    assert_eq!(code, 202, "{running:#}");
+    assert_eq!(status(&running), "running");
+    world.wait_for_event("sleep", "started", 2).await;
+    let canceled: Value = world
+        .http
+        .delete(world.url(&format!("/turns/{turn}/tool-calls/cancel-me")))
+        .bearer_auth(API_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status(&canceled), "canceled", "{canceled:#}");
+    world.wait_for_event("sleep", "cancelled", 2).await;
+
+    // A tool error is a complete call whose result says so; a JSON-RPC error is `error`.
+    let failed = world
+        .call(
+            &turn,
+            "fail-tool",
+            "calls__fail",
+            json!({"mode": "tool", "message": "nope"}),
+        )
+        .await;
+    assert_eq!(status(&failed), "complete", "{failed:#}");
+    assert_eq!(failed["result"]["isError"], true);
+    let rpc = world
+        .call(
+            &turn,
+            "fail-rpc",
+            "calls__fail",
+            json!({"mode": "rpc", "message": "bad"}),
+        )
+        .await;
+    assert_eq!(status(&rpc), "error", "{rpc:#}");
+    assert!(
+        rpc["error"]["code"].as_i64().is_some_and(|c| c != 0),
+        "{rpc:#}"
+    );
+
+    // Progress is relayed and the latest kept.
+    let progressed = world
+        .call(
+            &turn,
+            "prog",
+            "calls__progress",
+            json!({"steps": 3, "interval_ms": 300}),
+        )
+        .await;
+    assert_eq!(status(&progressed), "complete", "{progressed:#}");
+    assert!(
+        progressed["progress"]["progress"].as_f64().is_some(),
+        "{progressed:#}"
+    );
+
+    // A 10 MiB result is capped before it leaves the agent, and memory stays bounded.
+    let big = world
+        .call(
+            &turn,
+            "big",
+            "calls__sized_result",
+            json!({"bytes": 10 * 1024 * 1024}),
+        )
+        .await;
+    assert_eq!(status(&big), "complete", "{:.300}", big.to_string());
+    assert_eq!(big["truncated"], true);
+    let size = big["result"].to_string().len();
+    assert!(size <= 256 * 1024 + 1024, "{size} bytes");
+    let agent_rss = rss_kib(world.agent.child.id().unwrap());
+    let server_rss = rss_kib(world.server.pid());
+    assert!(agent_rss < 400 * 1024, "agent RSS {agent_rss} KiB");
+    assert!(server_rss < 400 * 1024, "server RSS {server_rss} KiB");
+
+    // A secret of the server's entry that its tool prints comes back nowhere.
+    let printed = world
+        .call(
+            &turn,
+            "secret",
+            "calls__env",
+            json!({"name": "CALL_SECRET"}),
+        )
+        .await;
+    assert_eq!(status(&printed), "complete", "{printed:#}");
+    assert!(!printed.to_string().contains(SECRET), "{printed:#}");
+    let stored = world
+        .store
+        .get_tool_call(world.chat, turn.parse().unwrap(), "secret")
+        .await
+        .unwrap()
+        .expect("the call is stored");
+    assert!(!format!("{:?}", stored.result).contains(SECRET));
+    assert!(!world.logs.read("agent").contains(SECRET));
+    assert!(!world.logs.read("server").contains(SECRET));
+    assert!(!world.logs.read("agent").contains(&world.token));
+
+    // A name the turn does not carry is refused, and recorded.
+    let refused = world.call(&turn, "nope", "calls__missing", json!({})).await;
+    assert_eq!(status(&refused), "refused");
+    assert_eq!(refused["reason"], "not_in_turn");
+    let again = world.get(&turn, "nope", 0).await;
+    assert_eq!(again["reason"], "not_in_turn");
+
+    // None of this changed discovery.
+    let context = world
+        .store
+        .read_agent_context(world.agent_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        context.snapshot.map(|s| s.phase),
+        Some(DiscoveryPhase::Complete)
+    );
+}
+
+async fn a_restarted_agent_refuses_the_old_turns_call(backend: Backend) {
+    let Some(mut world) = World::start(backend, &[]).await else {
+        return;
+    };
+    let old_run = world.discovered().await;
+    let turn = world.turn().await;
+    world.agent.terminate().await;
+    world.agent = AgentProcess::start(
+        &world.logs,
+        "agent2",
+        &world.server.url(),
+        &world.workspace.path(),
+        &world.token,
+        &[],
+    );
+    poll("the new agent's complete snapshot")
+        .within(WAIT)
+        .until_true(|| async { world.discovered().await != old_run })
+        .await;
+    let started_before = world.events("count", "started");
+    let stale = world.call(&turn, "old", "calls__count", json!({})).await;
+    assert_eq!(status(&stale), "refused", "{stale:#}");
+    assert_eq!(stale["reason"], "stale_run");
+    // A new turn runs on the new process; the old call never ran there.
+    let fresh_turn = world.turn().await;
+    let fresh = world
+        .call(&fresh_turn, "new", "calls__count", json!({}))
+        .await;
+    assert_eq!(status(&fresh), "complete", "{fresh:#}");
+    assert_eq!(world.events("count", "started"), started_before + 1);
+}
+
+async fn a_killed_agent_ends_its_call_unknown(backend: Backend) {
+    let Some(mut world) = World::start(backend, &[]).await else {
+        return;
+    };
+    let turn = world.turn().await;
+    let (code, running) = world
+        .post(
+            &turn,
+            json!({"call_id": "doomed", "name": "calls__sleep", "arguments": {"ms": 60000},
+                   "wait_ms": 0}),
+        )
+        .await;
+    assert_eq!(code, 202, "{running:#}");
+    world.wait_for_event("sleep", "started", 1).await;
+    let killed = Instant::now();
+    world.agent.kill().await;
+    let ended = world.get(&turn, "doomed", 15_000).await;
+    assert_eq!(status(&ended), "unknown", "{ended:#}");
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "unknown after {:?}",
+        killed.elapsed()
+    );
+}
+
+async fn an_agent_without_tool_calls_denies_them(backend: Backend) {
+    let Some(world) = World::start(backend, &["--no-tool-calls"]).await else {
+        return;
+    };
+    let turn = world.turn().await;
+    let denied = world.call(&turn, "d", "calls__count", json!({})).await;
+    assert_eq!(status(&denied), "refused", "{denied:#}");
+    assert_eq!(denied["reason"], "denied");
+    assert_eq!(world.events("count", "started"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_run_once_and_end_each_way_on_sqlite() {
+    calls_run_once_and_end_each_way(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_run_once_and_end_each_way_on_postgres() {
+    calls_run_once_and_end_each_way(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_refuses_the_old_turns_call_on_sqlite() {
+    a_restarted_agent_refuses_the_old_turns_call(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_refuses_the_old_turns_call_on_postgres() {
+    a_restarted_agent_refuses_the_old_turns_call(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_agent_ends_its_call_unknown_on_sqlite() {
+    a_killed_agent_ends_its_call_unknown(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_agent_ends_its_call_unknown_on_postgres() {
+    a_killed_agent_ends_its_call_unknown(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_tool_calls_denies_them_on_sqlite() {
+    an_agent_without_tool_calls_denies_them(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_tool_calls_denies_them_on_postgres() {
+    an_agent_without_tool_calls_denies_them(Backend::Postgres).await;
+}
