@@ -19,6 +19,7 @@ pub(crate) const PROGRAMS: &[(&str, &str)] = &[
     ("ctxsync", "bench_replicas"),
     ("ctxsync", "bench_agent"),
     ("ctxsync", "bench_scale"),
+    ("ctxsync", "bench_tool_calls"),
 ];
 
 /// One measured figure, as a benchmark program prints it and `--json` writes it.
