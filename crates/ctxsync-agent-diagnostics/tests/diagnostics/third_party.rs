@@ -225,3 +225,149 @@ async fn discovers_the_everything_server_over_streamable_http() {
     let everything = connected(&report, "everything", "2025-11-25");
     assert!(tool_names(everything).contains(&"echo"));
 }
+
+/// An engine over `servers` once discovery is complete; the caller closes it.
+async fn running_engine(servers: Value) -> (Engine, Workspace) {
+    let ws = Workspace::new();
+    ws.write_servers(servers);
+    let mut config = ws.engine_config();
+    config.connect_timeout = COLD_START_TIMEOUT;
+    config.discover_probe_timeout = COLD_START_TIMEOUT / 2;
+    let engine = Engine::start(config);
+    let mut rx = engine.subscribe();
+    tokio::time::timeout(
+        COLD_START_TIMEOUT + PATIENCE,
+        rx.wait_for(|r| r.phase == ctxsync_agent_diagnostics::Phase::Complete),
+    )
+    .await
+    .expect("discovery reaches a terminal result within the connect timeout")
+    .expect("the engine is running");
+    (engine, ws)
+}
+
+/// Calls `tool` on `server` with a 30 s deadline and the default cap; the end and the
+/// progress reports it relayed.
+async fn call(
+    engine: &Engine,
+    server: &str,
+    tool: &str,
+    arguments: Value,
+) -> (
+    ctxsync_mcp_model::CallEnd,
+    Vec<ctxsync_mcp_model::CallProgress>,
+) {
+    let (progress, mut reports) = tokio::sync::mpsc::channel(64);
+    let spec = ctxsync_agent_diagnostics::CallSpec {
+        server: server.into(),
+        tool: tool.into(),
+        arguments: arguments.as_object().expect("an object").clone(),
+        timeout: Duration::from_secs(30),
+        max_result_bytes: ctxsync_agent_diagnostics::DEFAULT_MAX_RESULT_BYTES,
+    };
+    let end = engine
+        .caller()
+        .call(spec, progress, tokio_util::sync::CancellationToken::new())
+        .await;
+    let mut relayed = Vec::new();
+    while let Ok(report) = reports.try_recv() {
+        relayed.push(report);
+    }
+    (end, relayed)
+}
+
+fn result_text(end: &ctxsync_mcp_model::CallEnd) -> String {
+    let result = end.result.as_ref().expect("a result");
+    result["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|block| block["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn calls_tools_on_the_everything_server() {
+    let Some(server_path) = everything_server("calls_tools_on_the_everything_server") else {
+        return;
+    };
+    let secret = "everything-secret-0c5e1d2b";
+    let (engine, _ws) = running_engine(json!({"everything": {
+        "command": server_path, "args": ["stdio"], "env": {"EVERYTHING_TOKEN": secret},
+    }}))
+    .await;
+    use ctxsync_mcp_model::CallStatus;
+
+    let (echo, _) = call(&engine, "everything", "echo", json!({"message": "hi"})).await;
+    assert_eq!(echo.status, CallStatus::Complete, "{echo:?}");
+    assert!(result_text(&echo).contains("hi"), "{echo:?}");
+
+    // The TypeScript SDK reports progress when the request carries a progress token.
+    let (long, progress) = call(
+        &engine,
+        "everything",
+        "trigger-long-running-operation",
+        json!({"duration": 0.3, "steps": 3}),
+    )
+    .await;
+    assert_eq!(long.status, CallStatus::Complete, "{long:?}");
+    assert!(!progress.is_empty(), "no progress relayed");
+    assert_eq!(progress.last().unwrap().total, Some(3.0), "{progress:?}");
+
+    // Its environment, with the entry's secret, comes back redacted.
+    let (env, _) = call(&engine, "everything", "get-env", json!({})).await;
+    assert_eq!(env.status, CallStatus::Complete, "{env:?}");
+    let text = result_text(&env);
+    assert!(text.contains("EVERYTHING_TOKEN"), "{text:.2000}");
+    assert!(!text.contains(secret), "the secret came back");
+
+    // An image block stays an image block within the cap.
+    let (image, _) = call(&engine, "everything", "get-tiny-image", json!({})).await;
+    assert_eq!(image.status, CallStatus::Complete, "{image:?}");
+    let content = image.result.as_ref().unwrap()["content"].to_string();
+    assert!(content.contains("\"image\""), "{content:.500}");
+
+    let (missing, _) = call(&engine, "everything", "no-such-tool", json!({})).await;
+    assert_eq!(missing.status, CallStatus::Refused, "{missing:?}");
+    engine.close().await;
+}
+
+#[tokio::test]
+async fn calls_tools_on_a_python_sdk_server() {
+    let Some(python) = python("calls_tools_on_a_python_sdk_server") else {
+        return;
+    };
+    let (engine, _ws) =
+        running_engine(json!({"py": {"command": python, "args": [python_server(), "stdio"]}}))
+            .await;
+    use ctxsync_mcp_model::CallStatus;
+
+    let (sum, _) = call(&engine, "py", "add", json!({"a": 2, "b": 3})).await;
+    assert_eq!(sum.status, CallStatus::Complete, "{sum:?}");
+    let result = sum.result.as_ref().unwrap();
+    assert_eq!(
+        result["structuredContent"],
+        json!({"result": 5}),
+        "{result}"
+    );
+    assert_eq!(result["isError"], json!(false), "{result}");
+
+    let (entry, _) = call(&engine, "py", "lookup", json!({"key": "k"})).await;
+    assert_eq!(entry.status, CallStatus::Complete, "{entry:?}");
+    assert_eq!(
+        entry.result.as_ref().unwrap()["structuredContent"],
+        json!({"key": "k", "value": "K"})
+    );
+
+    // Arguments the tool's schema refuses: the SDK answers a tool error (isError).
+    let (bad, _) = call(&engine, "py", "add", json!({"a": "x"})).await;
+    assert!(
+        bad.status == CallStatus::Error
+            || bad
+                .result
+                .as_ref()
+                .is_some_and(|r| r["isError"] == json!(true)),
+        "{bad:?}"
+    );
+    engine.close().await;
+}
