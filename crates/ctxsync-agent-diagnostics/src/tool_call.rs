@@ -214,9 +214,11 @@ fn finish(result: ServerResult, max_bytes: usize, secrets: &SecretSet) -> CallEn
             return CallEnd::error(0, format!("the tool result cannot be encoded: {error}"));
         }
     };
+    let mut result = result;
+    let replaced = replace_oversized_binaries(&mut result, max_bytes);
     let result = sanitize_value(result, secrets, max_bytes);
     match cap_result(result, max_bytes) {
-        Some((result, truncated)) => CallEnd::complete(result, truncated),
+        Some((result, truncated)) => CallEnd::complete(result, truncated || replaced),
         None => CallEnd::error(
             0,
             format!("no tool result fits in the result cap of {max_bytes} bytes"),
@@ -596,6 +598,37 @@ fn shrink_block(mut block: Value, size: usize, room: usize) -> Option<Value> {
         *block.pointer_mut(&pointer)? = Value::String(cut);
         return Some(block);
     }
+    fits(placeholder(&block, &kind, size), room)
+}
+
+/// Binary blocks whose data alone is over the cap replaced by their placeholders, before
+/// the sanitizer cuts their data (and so their size) down; whether any was.
+fn replace_oversized_binaries(result: &mut Value, max_bytes: usize) -> bool {
+    let Some(blocks) = result.get_mut("content").and_then(Value::as_array_mut) else {
+        return false;
+    };
+    let mut replaced = false;
+    for block in blocks {
+        let data = block
+            .get("data")
+            .or_else(|| block.pointer("/resource/blob"))
+            .and_then(Value::as_str);
+        if data.is_some_and(|data| data.len() > max_bytes) {
+            let kind = block
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown")
+                .to_owned();
+            *block = placeholder(block, &kind, 0);
+            replaced = true;
+        }
+    }
+    replaced
+}
+
+/// A text block standing for `block` (of `kind`, `size` bytes serialized): its type,
+/// MIME type and size (decoded, for base64 data).
+fn placeholder(block: &Value, kind: &str, size: usize) -> Value {
     let mime = block
         .get("mimeType")
         .or_else(|| block.pointer("/resource/mimeType"))
@@ -611,11 +644,10 @@ fn shrink_block(mut block: Value, size: usize, room: usize) -> Option<Value> {
         Some(mime) => format!("{kind} content ({mime}, {bytes} bytes)"),
         None => format!("{kind} content ({bytes} bytes)"),
     };
-    let placeholder = serde_json::json!({
+    serde_json::json!({
         "type": "text",
         "text": format!("[{what} omitted: larger than the result cap]"),
-    });
-    fits(placeholder, room)
+    })
 }
 
 #[cfg(test)]
