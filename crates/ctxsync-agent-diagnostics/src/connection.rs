@@ -352,8 +352,13 @@ impl ConnectionTask {
         let (tools, warning) = self.clean(listing);
         let details = self.redact_details(details);
         let names = tools.iter().map(|tool| tool.name.clone());
+        let stdout = process.as_ref().map(ServerProcess::stdout_watch);
+        if let Some(stdout) = &stdout {
+            // A tool result too large for a message now costs only its call.
+            stdout.tolerate_oversized();
+        }
         self.calls
-            .insert(self.id, session.peer().clone(), names, progress);
+            .insert(self.id, session.peer().clone(), names, progress, stdout);
         let modern = !session
             .peer()
             .peer_info()

@@ -30,7 +30,10 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::sanitize::{SecretSet, redact, sanitize_diagnostic};
+use crate::{
+    line_limit::{MAX_MESSAGE_BYTES, StdoutWatch},
+    sanitize::{SecretSet, redact, sanitize_diagnostic},
+};
 
 /// The default cap of a call's whole result, `structuredContent` included.
 pub const DEFAULT_MAX_RESULT_BYTES: usize = 256 * 1024;
@@ -124,9 +127,16 @@ impl ToolCaller {
         let _route = target
             .routes
             .register(handle.progress_token.clone(), progress);
+        let id = serde_json::to_string(&handle.id).unwrap_or_default();
         let response = tokio::select! {
             biased;
             response = &mut handle.rx => response,
+            () = dropped(target.stdout.as_deref(), &id) => {
+                return CallEnd::error(0, format!(
+                    "the tool result is larger than the stdio transport's {} MiB message limit",
+                    MAX_MESSAGE_BYTES / (1024 * 1024)
+                ));
+            }
             () = cancel.cancelled() => {
                 notify_cancelled(handle, "cancelled by the caller").await;
                 return ended(CallStatus::Canceled);
@@ -141,6 +151,15 @@ impl ToolCaller {
             Ok(Err(error)) => service_error(&error, &secrets),
             Ok(Ok(result)) => finish(result, spec.max_result_bytes, &secrets),
         }
+    }
+}
+
+/// Resolves once the server's answer to request `id` was dropped for its size; never
+/// without a stdout to watch (HTTP).
+async fn dropped(stdout: Option<&StdoutWatch>, id: &str) {
+    match stdout {
+        Some(stdout) => stdout.dropped(id).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -235,6 +254,8 @@ struct Target {
     peer: Peer<RoleClient>,
     tools: Arc<HashSet<String>>,
     routes: Arc<ProgressRoutes>,
+    /// A stdio server's stdout, which notes the messages dropped for their size.
+    stdout: Option<Arc<StdoutWatch>>,
 }
 
 #[derive(Default)]
@@ -280,11 +301,13 @@ impl CallTargets {
         peer: Peer<RoleClient>,
         tools: impl IntoIterator<Item = String>,
         routes: Arc<ProgressRoutes>,
+        stdout: Option<Arc<StdoutWatch>>,
     ) {
         let target = Target {
             peer,
             tools: Arc::new(tools.into_iter().collect()),
             routes,
+            stdout,
         };
         self.lock().by_task.insert(task, target);
     }

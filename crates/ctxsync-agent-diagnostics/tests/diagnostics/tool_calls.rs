@@ -484,3 +484,24 @@ async fn arguments_reach_the_tool() {
     assert_eq!(text_of(&end), "abcde");
     setup.engine.close().await;
 }
+
+#[tokio::test]
+async fn a_result_over_the_message_limit_fails_only_its_call() {
+    let setup = Setup::start(|c| c).await;
+    let before = setup.engine.report();
+    let history = History::record(&setup.engine);
+    let caller = setup.caller();
+    let (end, _) = run(&caller, spec("sized_result", json!({"bytes": 17 * MIB}))).await;
+    assert_eq!(end.status, CallStatus::Error, "{end:?}");
+    let error = end.error.expect("an error");
+    assert_eq!(error.code, 0);
+    assert!(error.message.contains("16 MiB message limit"), "{error:?}");
+
+    // The connection and discovery are untouched: the next call runs on the same process.
+    let (end, _) = run(&caller, spec("count", json!({}))).await;
+    assert_complete(&end, false);
+    assert_eq!(text_of(&end), "1");
+    assert_eq!(setup.engine.report(), before);
+    assert_eq!(history.reports().len(), 1, "a call published a report");
+    setup.engine.close().await;
+}
