@@ -202,4 +202,16 @@ impl Store {
         let _ = agent;
         todo!("issue 36: store")
     }
+
+    /// Ends `end` every running call sent to `agent` whose run is not `keep_run` (all of
+    /// them for `None`), and answers the calls it ended.
+    pub async fn end_running_tool_calls(
+        &self,
+        agent: AgentId,
+        keep_run: Option<&RunId>,
+        end: &CallEnd,
+    ) -> Result<Vec<ToolCallRecord>, StoreError> {
+        let _ = (agent, keep_run, end);
+        todo!("issue 36: store")
+    }
 }
