@@ -331,6 +331,7 @@ fn update_startup(
         workspace_agents::retired_agent_run_ids.eq(&retired_json),
         workspace_agents::started_at.eq(Some(now)),
         workspace_agents::updated_at.eq(now),
+        workspace_agents::accepts_tool_calls.eq(startup.accepts_tool_calls),
     ));
     on_backend!(tx, |c| update.execute(c))?;
     let outcome = StartupOutcome {
