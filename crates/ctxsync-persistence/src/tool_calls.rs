@@ -394,18 +394,6 @@ impl Store {
         })
         .await
     }
-
-    /// Ends `end` every running call sent to `agent` whose run is not `keep_run` (all of
-    /// them for `None`), and answers the calls it ended.
-    pub async fn end_running_tool_calls(
-        &self,
-        agent: AgentId,
-        keep_run: Option<&RunId>,
-        end: &CallEnd,
-    ) -> Result<Vec<ToolCallRecord>, StoreError> {
-        let _ = (agent, keep_run, end);
-        todo!("issue 36: store")
-    }
 }
 
 /// A call checked and digested before its transaction.
