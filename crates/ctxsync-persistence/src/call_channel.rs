@@ -530,10 +530,7 @@ impl CallHub {
             state.recent.insert(record.id, None);
             state.recent_order.push_back((now, record.id));
         }
-        if let Some(tx) = state.waiters.get(&record.id) {
-            tx.send_replace(Some(record.clone()));
-        }
-        drop(state);
+        // Counted before the waiters wake, so what they read next includes this end.
         if first {
             let slot = CallStatus::ALL.iter().position(|s| *s == record.status);
             if let Some(slot) = slot {
@@ -542,6 +539,9 @@ impl CallHub {
             if let Some(ms) = record.duration_ms {
                 self.durations.observe(Duration::from_millis(ms));
             }
+        }
+        if let Some(tx) = state.waiters.get(&record.id) {
+            tx.send_replace(Some(record.clone()));
         }
     }
 

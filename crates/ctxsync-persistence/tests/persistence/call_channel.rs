@@ -234,6 +234,18 @@ impl Served {
             .expect("every label is listed")
             .1
     }
+
+    /// The count of `label` once it reaches `count`: a waiter may read the end from the
+    /// store a moment before the replica that recorded it counted it.
+    async fn ended_reaches(&self, label: &str, count: u64) -> u64 {
+        let started = Instant::now();
+        while self.ended(label) < count && started.elapsed() < DEADLINE {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Settled: a second count would show by now too.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.ended(label)
+    }
 }
 
 /// The agent's side of one stream.
@@ -413,10 +425,10 @@ async fn a_dispatched_call_runs_to_the_agents_end(world: World) {
     assert_eq!(record.result, Some(result));
     assert_eq!(record.duration_ms, Some(42));
 
+    assert_eq!(served.ended_reaches("complete", 1).await, 1);
     let metrics = served.hub.metrics();
     assert_eq!(metrics.in_flight, 0);
     assert_eq!(metrics.ended.len(), CallStatus::ALL.len());
-    assert_eq!(served.ended("complete"), 1);
     assert_eq!(served.ended("error"), 0, "the intruder's end was ignored");
     assert_eq!(metrics.duration_count, 1);
     assert!((metrics.duration_sum - 0.042).abs() < 1e-9);
@@ -445,7 +457,7 @@ async fn a_dropped_stream_ends_its_calls_unknown(world: World) {
     assert_eq!(record.status, CallStatus::Unknown);
     assert_eq!(record.reason, Some(CallReason::StreamLost));
     assert!(started.elapsed() < DEADLINE, "{:?}", started.elapsed());
-    assert_eq!(served.ended("unknown"), 1);
+    assert_eq!(served.ended_reaches("unknown", 1).await, 1);
     assert_eq!(served.hub.metrics().in_flight, 0);
 }
 
@@ -489,7 +501,7 @@ async fn no_stream_within_the_grace_is_agent_unreachable(world: World) {
         waited.map(|r| r.reason),
         Some(Some(CallReason::AgentUnreachable))
     );
-    assert_eq!(served.ended("refused"), 1);
+    assert_eq!(served.ended_reaches("refused", 1).await, 1);
     assert_eq!(served.hub.metrics().in_flight, 0);
 
     // The same call id may run again.
@@ -557,7 +569,7 @@ async fn a_cancel_reaches_the_agent_and_records_its_end(world: World) {
         (again.status, again.duration_ms),
         (record.status, record.duration_ms)
     );
-    assert_eq!(served.ended("canceled"), 1);
+    assert_eq!(served.ended_reaches("canceled", 1).await, 1);
 }
 
 async fn a_cancel_the_agent_does_not_answer_is_recorded_by_the_server(world: World) {
@@ -588,7 +600,7 @@ async fn a_cancel_the_agent_does_not_answer_is_recorded_by_the_server(world: Wor
         served.stored(&call).await.unwrap().status,
         CallStatus::Canceled
     );
-    assert_eq!(served.ended("canceled"), 2);
+    assert_eq!(served.ended_reaches("canceled", 2).await, 2);
     assert_eq!(served.ended("complete"), 0);
 }
 
@@ -609,7 +621,7 @@ async fn a_silent_call_times_out_at_its_deadline(world: World) {
         },
         "the agent is told to stop"
     );
-    assert_eq!(served.ended("timed_out"), 1);
+    assert_eq!(served.ended_reaches("timed_out", 1).await, 1);
     assert_eq!(served.hub.metrics().in_flight, 0);
 }
 
@@ -629,7 +641,7 @@ async fn a_restart_ends_the_old_runs_calls(world: World) {
     assert_eq!(record.status, CallStatus::Unknown);
     assert_eq!(record.reason, Some(CallReason::AgentRestarted));
     assert!(stream.closed().await, "the old run's stream is closed");
-    assert_eq!(served.ended("unknown"), 1, "counted once");
+    assert_eq!(served.ended_reaches("unknown", 1).await, 1, "counted once");
     assert_eq!(served.hub.metrics().in_flight, 0);
     assert_eq!(
         served.store.running_tool_calls(agent.id).await.unwrap(),
