@@ -102,8 +102,8 @@ impl Store {
     }
 
     /// SPEC §5.3. Refuses a retired run id ([`StoreError::SupersededRun`]), writing
-    /// nothing; otherwise overwrites the row's run id (none included) and notifies when
-    /// it changed. (A run id's length was checked where the request was validated.)
+    /// nothing; otherwise overwrites the row's run id (none included) and whether the
+    /// process takes tool calls, and notifies when the run id changed. (A run id's length was checked where the request was validated.)
     pub async fn update_startup(
         &self,
         agent: AgentId,

@@ -203,6 +203,13 @@ impl fmt::Debug for ByteCount {
     }
 }
 
+/// `time` as both backends store it (PostgreSQL keeps microseconds), so a record
+/// answered from memory equals the same record read back.
+fn stored_precision(time: DbTime) -> DbTime {
+    use chrono::SubsecRound;
+    DbTime(time.0.trunc_subsecs(6))
+}
+
 /// sha256 of the canonical arguments, lower-case hex.
 fn arguments_digest(arguments: &str) -> String {
     use fmt::Write;
@@ -741,6 +748,7 @@ fn admit(
     prepared: &PreparedCall,
     now: DbTime,
 ) -> Result<Option<CallAdmission>, StoreError> {
+    let now = stored_precision(now);
     let call = &prepared.call;
     let Some(turn) = lock_turn(tx, call.chat, call.turn)? else {
         return Ok(None);
@@ -895,6 +903,7 @@ pub(crate) fn apply_end(
     if row.status != CallStatus::Running.as_str() {
         return Ok(row);
     }
+    let now = stored_precision(now);
     let running = tool_call_ends::table
         .find(row.id)
         .filter(tool_call_ends::status.eq(CallStatus::Running.as_str()));

@@ -136,15 +136,14 @@ impl Store {
             ));
         }
         let id = TurnId::new_random();
-        let outcome = JsonText(turn.outcome.to_string());
-        let tools = JsonText(turn.tools.to_string());
-        let mode = turn.mode;
-        let origin = StoredOrigin::new(turn.origin.as_ref())?;
+        let columns = TurnColumns {
+            mode: turn.mode,
+            outcome: JsonText(turn.outcome.to_string()),
+            tools: JsonText(turn.tools.to_string()),
+            origin: StoredOrigin::new(turn.origin.as_ref())?,
+        };
         self.with_conn(move |conn, _| {
-            conn.write(|tx| {
-                let now = DbTime(Utc::now());
-                insert_turn(tx, chat, id, mode, &outcome, &tools, &origin, now)
-            })
+            conn.write(|tx| insert_turn(tx, chat, id, &columns, DbTime(Utc::now())))
         })
         .await
     }
@@ -238,6 +237,14 @@ struct TurnRow {
     origins: JsonText,
 }
 
+/// What a new turn stores, prepared before its transaction.
+struct TurnColumns {
+    mode: ChatTurnMode,
+    outcome: JsonText,
+    tools: JsonText,
+    origin: StoredOrigin,
+}
+
 /// A turn's origin in its columns: the agent and run (both or neither) and the tools'
 /// origins as JSON.
 struct StoredOrigin {
@@ -304,12 +311,16 @@ fn insert_turn(
     tx: &mut Tx<'_>,
     chat_id: ChatId,
     id: TurnId,
-    mode: ChatTurnMode,
-    outcome: &JsonText,
-    tools: &JsonText,
-    origin: &StoredOrigin,
+    columns: &TurnColumns,
     now: DbTime,
 ) -> Result<TurnRecord, StoreError> {
+    let TurnColumns {
+        mode,
+        outcome,
+        tools,
+        origin,
+    } = columns;
+    let mode = *mode;
     let chat = chats::table.find(chat_id).select(chats::id);
     let found: Option<ChatId> = on_backend!(tx, |c| chat.first(c).optional())?;
     if found.is_none() {
