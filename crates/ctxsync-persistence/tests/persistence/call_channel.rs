@@ -13,7 +13,7 @@ use ctxsync_persistence::{
     AgentApi, AgentId, CallAdmission, CallHub, CallHubConfig, ChatTurnMode, NewToolCall, NewTurn,
     ToolCallRecord, ToolOrigin, TurnOrigin,
 };
-use ctxsync_protocol::call::{AgentCall, ServerCall};
+use ctxsync_protocol::call::{AgentCall, MAX_CALL_RESULT_BYTES, ServerCall};
 use ctxsync_protocol::v1::agent_client::AgentClient;
 use ctxsync_protocol::{RunId, Startup, v1};
 use ctxsync_test_support::Backend;
@@ -37,6 +37,7 @@ ctxsync_test_support::on_both_backends! {
     a_silent_call_times_out_at_its_deadline,
     a_restart_ends_the_old_runs_calls,
     the_request_timeout_does_not_cut_a_long_stream,
+    a_result_at_the_wire_cap_decodes,
 }
 
 /// Bound on anything that must happen; never waited out when it does.
@@ -666,4 +667,22 @@ async fn the_request_timeout_does_not_cut_a_long_stream(world: World) {
         .send(ended(&call, CallEnd::complete(result, false), 5))
         .await;
     assert_eq!(served.wait(&call).await.status, CallStatus::Complete);
+}
+
+/// The Agent server's one decoding limit lets a call's largest message through.
+async fn a_result_at_the_wire_cap_decodes(world: World) {
+    let served = world.serve(quick(), None).await;
+    let agent = served.agent().await;
+    let mut stream = served.open(&agent, RUN).await.unwrap();
+    let call = served.call(&agent, "c1", 60_000).await;
+    served.hub.dispatch(&call).await.unwrap();
+    stream.accept(&call).await;
+    let text = "x".repeat(MAX_CALL_RESULT_BYTES - 1024);
+    let result = json!({"content": [{"type": "text", "text": text}], "isError": false});
+    stream
+        .send(ended(&call, CallEnd::complete(result.clone(), true), 5))
+        .await;
+    let record = served.wait(&call).await;
+    assert_eq!(record.status, CallStatus::Complete);
+    assert_eq!(record.result, Some(result));
 }
