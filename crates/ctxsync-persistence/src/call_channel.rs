@@ -437,6 +437,30 @@ impl CallHub {
         self.finish(id, end, duration_ms).await
     }
 
+    /// Calls the store already recorded `canceled` (a pruned turn's,
+    /// [`crate::TurnRecord::canceled_calls`]): each one sent from here gets its cancel on
+    /// its agent's stream, and all are counted and their waiters woken.
+    pub fn canceled_by_store(&self, records: &[ToolCallRecord]) {
+        for record in records {
+            let link = {
+                let state = self.lock();
+                state.sent.get(&record.id).and_then(|sent| {
+                    state
+                        .streams
+                        .get(&sent.agent)
+                        .filter(|entry| entry.epoch == sent.epoch)
+                        .map(|entry| Arc::clone(&entry.link))
+                })
+            };
+            if let Some(link) = link {
+                link.try_send(ServerCall::Cancel {
+                    id: record.id.to_string(),
+                });
+            }
+            self.settle(record, (record.status, record.reason), Origin::Store);
+        }
+    }
+
     /// Counts a call that admission ended at once (`refused` before it was sent), so
     /// `/metrics` sees every end; a running call is ignored.
     pub fn count_admitted_end(&self, record: &ToolCallRecord) {

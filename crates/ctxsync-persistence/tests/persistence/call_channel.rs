@@ -38,6 +38,7 @@ ctxsync_test_support::on_both_backends! {
     a_restart_ends_the_old_runs_calls,
     the_request_timeout_does_not_cut_a_long_stream,
     a_result_at_the_wire_cap_decodes,
+    a_pruned_turns_call_is_canceled_on_its_stream,
 }
 
 /// Bound on anything that must happen; never waited out when it does.
@@ -685,4 +686,35 @@ async fn a_result_at_the_wire_cap_decodes(world: World) {
     let record = served.wait(&call).await;
     assert_eq!(record.status, CallStatus::Complete);
     assert_eq!(record.result, Some(result));
+}
+
+/// The store cancels a pruned turn's running calls; the hub forwards the cancel.
+async fn a_pruned_turns_call_is_canceled_on_its_stream(world: World) {
+    let served = world.serve(quick(), None).await;
+    let agent = served.agent().await;
+    let mut stream = served.open(&agent, RUN).await.unwrap();
+    let call = served.call(&agent, "c1", 60_000).await;
+    served.hub.dispatch(&call).await.unwrap();
+    stream.accept(&call).await;
+    let turn = NewTurn {
+        mode: ChatTurnMode::Default,
+        outcome: json!({}),
+        tools: json!([]),
+        origin: None,
+    };
+    let mut canceled = Vec::new();
+    for _ in 0..ctxsync_persistence::MAX_TURNS_PER_CHAT {
+        let recorded = served.store.record_turn(agent.chat, &turn).await.unwrap();
+        canceled.extend(recorded.canceled_calls);
+    }
+    assert_eq!(canceled.len(), 1, "the first turn was pruned with its call");
+    served.hub.canceled_by_store(&canceled);
+    assert_eq!(
+        stream.next().await,
+        ServerCall::Cancel {
+            id: call.id.to_string()
+        }
+    );
+    assert_eq!(served.ended("canceled"), 1);
+    assert_eq!(served.hub.metrics().in_flight, 0);
 }
