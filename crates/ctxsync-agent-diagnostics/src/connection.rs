@@ -11,7 +11,7 @@ use rmcp::{
     ClientHandler, RoleClient,
     model::{
         ClientCapabilities, ClientConfig, Implementation, PaginatedRequestParams,
-        ServerNotification, SubscriptionFilter,
+        ProgressNotificationParam, ServerNotification, SubscriptionFilter,
     },
     service::{ClientInitializeError, ClientServiceExt, NotificationContext, Peer, Subscription},
     transport::{
@@ -31,6 +31,7 @@ use crate::{
     sanitize::{
         MAX_DIAGNOSTIC_BYTES, SecretSet, bound_to, redact_known, redact_tools, sanitize_diagnostic,
     },
+    tool_call::{CallTargets, ProgressRoutes},
 };
 
 /// Most `tools/list` pages followed before the server is considered broken.
@@ -119,12 +120,16 @@ pub(crate) struct ConnectionTask {
     pub events: mpsc::UnboundedSender<ServerEvent>,
     pub cancel: CancellationToken,
     pub groups: Arc<ProcessGroups>,
+    /// Where this connection registers for tool calls once connected.
+    pub calls: Arc<CallTargets>,
 }
 
-/// Receives `notifications/tools/list_changed` for one connection.
+/// Receives `notifications/tools/list_changed` and the tool calls' progress for one
+/// connection.
 #[derive(Debug, Clone)]
 struct Client {
     tools_changed: mpsc::UnboundedSender<()>,
+    progress: Arc<ProgressRoutes>,
 }
 
 impl ClientHandler for Client {
@@ -138,6 +143,14 @@ impl ClientHandler for Client {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         // The receiver is gone only when the connection is closing.
         let _ = self.tools_changed.send(());
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.relay(params);
     }
 }
 
@@ -230,6 +243,8 @@ impl ConnectionTask {
             Ok(Ok(listing)) => {
                 let refresh_in = listing.refresh_in;
                 let (tools, warning) = self.clean(listing);
+                self.calls
+                    .set_tools(self.id, tools.iter().map(|tool| tool.name.clone()));
                 self.send(EventKind::ToolsChanged { tools, warning });
                 refresh_in
             }
@@ -290,18 +305,27 @@ impl ConnectionTask {
     }
 
     fn sanitize(&self, text: &str) -> String {
+        sanitize_diagnostic(&without_type_names(text), &self.diagnostic_secrets())
+    }
+
+    /// What this server's diagnostics, and its tool calls, are sanitized of.
+    fn diagnostic_secrets(&self) -> SecretSet {
         let mut secrets = (*self.secrets).clone();
         // The program name is what "command not found" must show, not a secret.
         if let TransportConfig::Stdio { command, .. } = &self.entry.transport {
             secrets.remove(command);
         }
-        sanitize_diagnostic(&without_type_names(text), &secrets)
+        secrets
     }
 
     /// Runs until cancelled or the connection is lost, reporting through `events`.
     pub(crate) async fn run(self) {
         let (tools_changed, mut tools_changed_rx) = mpsc::unbounded_channel();
-        let client = Client { tools_changed };
+        let progress = Arc::new(ProgressRoutes::new(self.diagnostic_secrets()));
+        let client = Client {
+            tools_changed,
+            progress: progress.clone(),
+        };
         let mut process: Option<ServerProcess> = None;
         let attempt = tokio::select! {
             () = self.cancel.cancelled() => Err(ConnectError::Cancelled),
@@ -327,6 +351,14 @@ impl ConnectionTask {
             .map(|delay| tokio::time::Instant::now() + delay);
         let (tools, warning) = self.clean(listing);
         let details = self.redact_details(details);
+        let names = tools.iter().map(|tool| tool.name.clone());
+        let stdout = process.as_ref().map(ServerProcess::stdout_watch);
+        if let Some(stdout) = &stdout {
+            // A tool result too large for a message now costs only its call.
+            stdout.tolerate_oversized();
+        }
+        self.calls
+            .insert(self.id, session.peer().clone(), names, progress, stdout);
         let modern = !session
             .peer()
             .peer_info()
@@ -389,6 +421,7 @@ impl ConnectionTask {
                 }
             }
         };
+        self.calls.remove(self.id);
         stop_session.cancel();
         if let Some(process) = process.take() {
             process.shutdown().await;

@@ -22,6 +22,7 @@ use crate::{
     process::ProcessGroups,
     report::{PendingServer, Phase, Progress, Report, ServerDetails, ServerReport, ToolInfo},
     sanitize::{SecretSet, sanitize_diagnostic},
+    tool_call::CallTargets,
 };
 
 /// Default bound on one server's spawn + `initialize` + first complete `tools/list`.
@@ -234,6 +235,7 @@ pub struct Engine {
     report: watch::Receiver<Arc<Report>>,
     progress: watch::Receiver<Progress>,
     groups: Arc<ProcessGroups>,
+    calls: Arc<CallTargets>,
     actor: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -251,6 +253,7 @@ impl Engine {
         let (progress_tx, progress) = watch::channel(Progress::default());
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let groups = Arc::new(ProcessGroups::default());
+        let calls = Arc::new(CallTargets::default());
         let files = config.files();
         let (watcher, poller) = if config.watch {
             let paths: Vec<PathBuf> = files.iter().map(|file| file.path.clone()).collect();
@@ -297,6 +300,7 @@ impl Engine {
             report_tx,
             progress_tx,
             groups: groups.clone(),
+            calls: calls.clone(),
             closing: Vec::new(),
             debounce: None,
             _watcher: watcher,
@@ -308,6 +312,7 @@ impl Engine {
             report,
             progress,
             groups,
+            calls,
             actor: Mutex::new(Some(actor)),
         }
     }
@@ -316,7 +321,7 @@ impl Engine {
     ///
     /// [`ToolCaller`]: crate::ToolCaller
     pub fn caller(&self) -> crate::ToolCaller {
-        todo!("issue 36: tool calls in the engine")
+        crate::ToolCaller::new(self.calls.clone())
     }
 
     /// The current report. Never blocks on I/O.
@@ -498,6 +503,8 @@ struct Actor {
     report_tx: watch::Sender<Arc<Report>>,
     progress_tx: watch::Sender<Progress>,
     groups: Arc<ProcessGroups>,
+    /// Which connection of each server tool calls go to.
+    calls: Arc<CallTargets>,
     /// Connections being closed in the background (replaced ones).
     closing: Vec<JoinHandle<()>>,
     debounce: Option<Instant>,
@@ -693,6 +700,7 @@ impl Actor {
             events: self.events_tx.clone(),
             cancel: cancel.clone(),
             groups: self.groups.clone(),
+            calls: self.calls.clone(),
         };
         let join = tokio::spawn(task.run());
         self.task_names.insert(id, name.to_owned());
@@ -729,6 +737,7 @@ impl Actor {
                 details,
             } if is_attempt => {
                 let (entry, task) = slot.attempt.take().expect("is_attempt");
+                self.calls.promote(&name, task.id);
                 let replaced = slot.live.replace(Live {
                     entry,
                     task,

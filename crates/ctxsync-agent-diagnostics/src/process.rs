@@ -192,6 +192,11 @@ impl ServerProcess {
         }
     }
 
+    /// What the stdout reader observes, shared (tool calls wait on dropped messages).
+    pub(crate) fn stdout_watch(&self) -> Arc<StdoutWatch> {
+        self.stdout.clone()
+    }
+
     /// Whether the connection was failed because stdout carried an oversized message.
     pub(crate) fn sent_oversized_message(&self) -> bool {
         self.stdout.oversized()

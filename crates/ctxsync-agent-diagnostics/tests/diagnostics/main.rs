@@ -9,3 +9,4 @@ mod lifecycle;
 mod loose_ends;
 mod plugins;
 mod third_party;
+mod tool_calls;
