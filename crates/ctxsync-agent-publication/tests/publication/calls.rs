@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ctxsync_agent_publication::{
-    CallRunner, CallSpec, DiscoveryReport, MAX_RUNNING_CALLS, MAX_WAITING_CALLS, PublishError,
-    Publisher, ToolCallConfig,
+    CallRunner, CallSpec, ConnectionState, DiscoveryReport, MAX_RUNNING_CALLS, MAX_WAITING_CALLS,
+    PublishError, Publisher, ToolCallConfig,
 };
 use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
 use ctxsync_protocol::RunId;
@@ -132,7 +132,7 @@ struct Agent {
     run_id: RunId,
     // Held so the publisher, its report source and its server live as long as the test.
     _server: FakeServer,
-    _reports: watch::Sender<Arc<DiscoveryReport>>,
+    _reports: Option<watch::Sender<Arc<DiscoveryReport>>>,
     _ws: Workspace,
     task: Running,
 }
@@ -176,7 +176,7 @@ async fn start(calls: ToolCallConfig) -> Agent {
         script,
         run_id,
         _server: server,
-        _reports: reports,
+        _reports: Some(reports),
         _ws: ws,
         task,
     }
@@ -541,4 +541,142 @@ fn without_a_run_id_nothing_is_declared() {
         .with_tool_calls(Script::new(), ToolCallConfig::default())
         .unwrap();
     assert!(!publisher.startup().accepts_tool_calls);
+}
+
+/// The fixture's call log events for `tool`, in order.
+fn logged(log: &std::path::Path, tool: &str) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["tool"] == tool)
+        .filter_map(|line| line["event"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn calls_run_through_a_real_engine_capped_and_cancellable() {
+    use ctxsync_agent_diagnostics::{Engine, EngineConfig, RetryPolicy};
+    use ctxsync_agent_publication::EngineReports;
+    use ctxsync_mcp_fixture::FixtureConfig;
+    use ctxsync_protocol::v1::push_context_state_request::mcp_discovery::Phase;
+
+    let recorder = Recorder::new();
+    let server = FakeServer::start(recorder.clone()).await;
+    let ws = Workspace::new();
+    let log = ws.file("calls.jsonl");
+    let fixture = FixtureConfig::new().tools(0).call_tools().call_log(&log);
+    let command = ctxsync_mcp_fixture::binary_path().expect("the fixture binary");
+    let servers = json!({"mcpServers": {"s": {"command": command, "args": fixture.to_args()}}});
+    ws.write(".mcp.json", servers.to_string());
+    let mut engine_config = EngineConfig::new(ws.path());
+    engine_config.connect_timeout = Duration::from_secs(10);
+    engine_config.retry = RetryPolicy {
+        enabled: false,
+        ..RetryPolicy::default()
+    };
+    let engine = Engine::start(engine_config);
+    let publisher = Publisher::new(
+        config(&server.url(), &ws.path()),
+        Some(Box::new(EngineReports::new(&engine))),
+    )
+    .unwrap()
+    .with_tool_calls(
+        engine.caller(),
+        ToolCallConfig {
+            max_result_bytes: 2048,
+            ..calls_config(false)
+        },
+    )
+    .unwrap();
+    let run_id = publisher.run_id().cloned().unwrap();
+    let running = tokio::spawn(publisher.run());
+    recorder
+        .wait_for_push("a complete push", |p| {
+            p.mcp_discovery
+                .as_ref()
+                .is_some_and(|d| d.phase == Phase::Complete as i32)
+        })
+        .await;
+    let agent = Agent {
+        recorder,
+        script: Script::new(),
+        run_id,
+        _server: server,
+        _reports: None,
+        _ws: ws,
+        task: running,
+    };
+
+    let mut sized = agent.request("big", "sized_result", 0);
+    sized.server = "s".into();
+    sized.arguments = json!({"bytes": 100_000}).as_object().unwrap().clone();
+    agent.send(sized).await;
+    let end = agent.ended("big").await;
+    assert_eq!(end.status, CallStatus::Complete, "{end:?}");
+    assert!(end.truncated);
+    assert!(serde_json::to_vec(&end.result.unwrap()).unwrap().len() <= 2048);
+
+    let mut sleep = agent.request("slow", "sleep", 0);
+    sleep.server = "s".into();
+    sleep.arguments = json!({"ms": 600_000}).as_object().unwrap().clone();
+    agent.send(sleep).await;
+    tokio::time::timeout(WAIT, async {
+        while !logged(&log, "sleep").contains(&"started".to_owned()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the sleep call reached the fixture");
+    agent
+        .recorder
+        .send_to_agent(ServerCall::Cancel { id: "slow".into() })
+        .await;
+    assert_eq!(agent.ended("slow").await.status, CallStatus::Canceled);
+    tokio::time::timeout(WAIT, async {
+        while !logged(&log, "sleep").contains(&"cancelled".to_owned()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the cancel reached the fixture");
+
+    let mut gone = agent.request("gone", "no_such_tool", 0);
+    gone.server = "s".into();
+    agent.send(gone).await;
+    assert_eq!(agent.ended("gone").await, refused(CallReason::ToolGone));
+    drop(agent);
+    engine.close().await;
+}
+
+#[tokio::test]
+async fn a_server_without_tool_calls_leaves_pushes_alone_and_is_not_asked_again() {
+    let recorder = Recorder::new();
+    recorder.refuse_call_streams();
+    let server = FakeServer::start(recorder.clone()).await;
+    let ws = Workspace::new();
+    let (_reports, rx) = watch::channel(Arc::new(DiscoveryReport::default()));
+    let publisher = Publisher::new(config(&server.url(), &ws.path()), Some(Box::new(rx)))
+        .unwrap()
+        .with_tool_calls(Script::new(), calls_config(false))
+        .unwrap();
+    let status = publisher.status();
+    let running = tokio::spawn(publisher.run());
+    recorder.wait_for_pushes(1).await;
+    let attempts = || recorder.call_stream_attempts();
+    tokio::time::timeout(WAIT, async {
+        while attempts() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the agent asked for the stream");
+    // Several backoff cycles of the test timing (at most 80 ms each).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(attempts(), 1, "not asked again on the same connection");
+    let status = status.borrow().clone();
+    assert_eq!(status.connection, ConnectionState::Ready, "{status:?}");
+    assert_eq!(status.last_push, Some((status.published_version, true)));
+    assert!(!running.is_finished());
+    running.abort();
 }

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -92,6 +92,10 @@ pub(crate) struct Recorder {
     agent_messages: watch::Sender<Vec<(usize, AgentCall)>>,
     /// Agent messages that failed the protocol's validation (must stay empty).
     invalid_agent_messages: Mutex<Vec<String>>,
+    /// Answer `ToolCalls` UNIMPLEMENTED, as a server predating tool calls does.
+    refuse_call_streams: AtomicBool,
+    /// `ToolCalls` requests received, refused ones included.
+    call_stream_attempts: AtomicUsize,
 }
 
 impl Recorder {
@@ -105,7 +109,19 @@ impl Recorder {
             streams_opened: Mutex::new(Vec::new()),
             agent_messages: watch::channel(Vec::new()).0,
             invalid_agent_messages: Mutex::new(Vec::new()),
+            refuse_call_streams: AtomicBool::new(false),
+            call_stream_attempts: AtomicUsize::new(0),
         })
+    }
+
+    /// From now on, `ToolCalls` answers UNIMPLEMENTED (a server predating tool calls).
+    pub(crate) fn refuse_call_streams(&self) {
+        self.refuse_call_streams.store(true, Ordering::Relaxed);
+    }
+
+    /// `ToolCalls` requests received, refused ones included.
+    pub(crate) fn call_stream_attempts(&self) -> usize {
+        self.call_stream_attempts.load(Ordering::Relaxed)
     }
 
     /// Sends `message` on the newest open `ToolCalls` stream.
@@ -307,6 +323,10 @@ impl Agent for Service {
         &self,
         request: Request<tonic::Streaming<v1::AgentCallMessage>>,
     ) -> Result<Response<Self::ToolCallsStream>, Status> {
+        self.0.call_stream_attempts.fetch_add(1, Ordering::Relaxed);
+        if self.0.refuse_call_streams.load(Ordering::Relaxed) {
+            return Err(Status::unimplemented("ToolCalls is not implemented"));
+        }
         let authorization = authorization(&request);
         let mut inbound = request.into_inner();
         let (sender, outbound) = mpsc::channel(64);
