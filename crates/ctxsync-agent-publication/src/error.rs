@@ -55,6 +55,13 @@ pub enum PublishError {
         /// rustls's error.
         reason: String,
     },
+    /// The tool call configuration is out of bounds (the result cap, or the heartbeat
+    /// against the silence limit).
+    #[error("tool calls: {reason}")]
+    ToolCalls {
+        /// What is wrong, naming the flag.
+        reason: String,
+    },
     /// `UpdateStartup` answered `FailedPrecondition`: a newer process of the same agent
     /// registered itself, and this one must stop.
     #[error(

@@ -9,7 +9,10 @@
 //! gRPC with registration (`UpdateStartup`) on every connection, coalescing, backoff and
 //! reconnects ([`Publisher`]); the connection to the server, `http://` or `https://`
 //! (rustls inside the one-connection connector; the platform's trusted roots plus
-//! [`PublisherConfig::ca_cert_files`]).
+//! [`PublisherConfig::ca_cert_files`]); the call wing ([`Publisher::with_tool_calls`]):
+//! the `ToolCalls` stream opened after each registration that declared
+//! `accepts_tool_calls`, and the tool calls it carries, run through a [`CallRunner`] (the
+//! engine's `ToolCaller`).
 //!
 //! Only one refusal stops the publisher: a newer process of the same agent superseded it
 //! ([`PublishError::Superseded`]). Everything else is retried: transient failures with
@@ -75,6 +78,7 @@
 #![deny(missing_docs)]
 
 mod backoff;
+mod calls;
 mod connection;
 mod engine_source;
 mod error;
@@ -88,6 +92,11 @@ mod tls;
 mod watcher;
 
 pub use backoff::{BackoffPolicy, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX};
+pub use calls::{
+    CallRunner, DEFAULT_TOOL_RESULT_MAX_BYTES, MAX_RUNNING_CALLS, MAX_WAITING_CALLS,
+    MIN_TOOL_RESULT_BYTES, REMEMBERED_CALL_IDS, ToolCallConfig,
+};
+pub use ctxsync_agent_diagnostics::CallSpec;
 pub use engine_source::{EngineReports, discovery_report};
 pub use error::PublishError;
 pub use front_matter::{FrontMatter, FrontMatterError, parse_front_matter};

@@ -19,6 +19,7 @@ use tonic::Code;
 use tracing::{debug, error, info, warn};
 
 use crate::backoff::{Backoff, BackoffPolicy};
+use crate::calls::{CallRunner, CallWing, Registered, ToolCallConfig};
 use crate::connection::{BearerAuth, Connection, ServerTarget};
 use crate::error::PublishError;
 use crate::report::ReportSource;
@@ -163,6 +164,7 @@ pub struct Publisher {
     reports: Option<Box<dyn ReportSource>>,
     status: watch::Sender<PublisherStatus>,
     run_id: uuid::Uuid,
+    calls: Option<CallWing>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -172,6 +174,7 @@ impl std::fmt::Debug for Publisher {
             .field("startup", &self.startup)
             .field("scan", &self.scan)
             .field("mcp_discovery", &self.reports.is_some())
+            .field("tool_calls", &self.calls.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -220,7 +223,7 @@ impl Publisher {
             agent_run_id: reports
                 .as_ref()
                 .and_then(|_| RunId::new(run_id.to_string())),
-            // Until the agent's call wing lands, it declares nothing (issue 36).
+            // Declared by `with_tool_calls`.
             accepts_tool_calls: false,
         };
         let scan = ScanConfig {
@@ -238,7 +241,29 @@ impl Publisher {
             reports,
             status,
             run_id,
+            calls: None,
         })
+    }
+
+    /// Takes tool calls (issue 36): declares `accepts_tool_calls` in `Startup`, opens the
+    /// `ToolCalls` stream after each registration and runs calls through `runner` (the
+    /// engine's `ToolCaller`). `config.deny` (`--no-tool-calls`) still declares and opens
+    /// the stream, refusing every call `denied`. Without a report source there is no run
+    /// id to route calls by, so nothing is declared. Fails when `config` is out of bounds.
+    pub fn with_tool_calls<R: CallRunner>(
+        mut self,
+        runner: R,
+        config: ToolCallConfig,
+    ) -> Result<Self, PublishError> {
+        config.check()?;
+        match self.startup.agent_run_id.clone() {
+            Some(run_id) => {
+                self.startup.accepts_tool_calls = true;
+                self.calls = Some(CallWing::new(runner, config, run_id));
+            }
+            None => warn!("tool calls need MCP discovery (a run id); this agent takes none"),
+        }
+        Ok(self)
     }
 
     /// This process's run id, sent in `Startup` and on every snapshot; `None` without MCP
@@ -272,6 +297,7 @@ impl Publisher {
             reports,
             status,
             run_id,
+            calls,
         } = self;
         if server.is_plaintext_over_network() {
             warn!(
@@ -280,6 +306,13 @@ impl Publisher {
             );
         }
         let (published_tx, published_rx) = watch::channel(None);
+        let (registered, registrations) = watch::channel(None);
+        let calls = async move {
+            match calls {
+                Some(wing) => wing.run(registrations, timing.backoff).await,
+                None => std::future::pending().await,
+            }
+        };
         let watcher = FileWatcher::new(timing.poll_interval, max_watched_dirs);
         let produce = produce(
             scan,
@@ -297,11 +330,16 @@ impl Publisher {
             status,
             token_refused: false,
             base: None,
+            registered,
+            registrations: 0,
         }
         .run(published_rx);
+        // The call wing runs beside the push loop, never inside it: neither waits on the
+        // other, and a failure of one is not the other's.
         tokio::select! {
             never = produce => match never {},
             result = deliver => result,
+            never = calls => match never {},
         }
     }
 }
@@ -494,6 +532,11 @@ struct Deliver {
     /// until one is accepted, and after any push whose outcome is unknown. It outlives a
     /// connection: the server keeps the rows, and a refused delta costs one round trip.
     base: Option<DeltaBase>,
+    /// The current registration, for the call wing (only when calls are declared);
+    /// `None` between connections.
+    registered: watch::Sender<Option<Registered>>,
+    /// Registrations so far.
+    registrations: u64,
 }
 
 /// Refused deltas in a row after which a connection sends only full pushes: a server
@@ -559,7 +602,11 @@ impl Deliver {
                     continue;
                 }
             };
-            match self.session(connection, &mut published).await {
+            let ended = self.session(connection, &mut published).await;
+            // The call wing keeps a stream it has open until that stream ends, but opens
+            // no new one on this connection.
+            self.registered.send_replace(None);
+            match ended {
                 Ok(SessionEnd::AfterRoundTrip) => {} // e.g. a server restart: reconnect at once
                 Ok(SessionEnd::Early) => {
                     // Closed before any push was answered: back off, so a server that
@@ -638,6 +685,13 @@ impl Deliver {
             "registered with the server"
         );
         self.set_connection(ConnectionState::Ready);
+        if self.startup.accepts_tool_calls {
+            self.registrations += 1;
+            self.registered.send_replace(Some(Registered {
+                generation: self.registrations,
+                client: connection.client.clone(),
+            }));
+        }
         Ok(answer)
     }
 

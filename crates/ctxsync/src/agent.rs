@@ -9,9 +9,10 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ctxsync_agent_diagnostics::{Engine, EngineConfig};
 use ctxsync_agent_publication::{
-    DEFAULT_MAX_WATCHED_DIRS, EngineReports, Publisher, PublisherConfig, ReportSource, ScanConfig,
-    Timing,
+    DEFAULT_MAX_WATCHED_DIRS, DEFAULT_TOOL_RESULT_MAX_BYTES, EngineReports, MIN_TOOL_RESULT_BYTES,
+    Publisher, PublisherConfig, ReportSource, ScanConfig, Timing, ToolCallConfig,
 };
+use ctxsync_protocol::call::MAX_CALL_RESULT_BYTES;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 /// The environment variable holding the agent's token (never a flag: flags show in `ps`).
@@ -56,6 +57,21 @@ pub struct AgentArgs {
     /// when the system's limit is reached, the rest is polled and snapshots say so.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_WATCHED_DIRS)]
     pub max_watched_dirs: usize,
+    /// Refuse every tool call the server sends (`denied`). The agent still tells the
+    /// server it takes calls, so callers learn the refusal at once.
+    #[arg(long)]
+    pub no_tool_calls: bool,
+    /// The cap of one tool call's whole result (structuredContent included), in bytes:
+    /// text is cut, structuredContent dropped when it does not fit, a large binary block
+    /// replaced by a placeholder, and the result marked truncated.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = DEFAULT_TOOL_RESULT_MAX_BYTES as u64,
+        value_parser = clap::value_parser!(u64)
+            .range(MIN_TOOL_RESULT_BYTES as u64..=MAX_CALL_RESULT_BYTES as u64),
+    )]
+    pub tool_result_max_bytes: u64,
     /// Where Agent Plugins packages come from.
     #[command(flatten)]
     pub plugins: PluginArgs,
@@ -151,12 +167,30 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         timing: Timing::default(),
         max_watched_dirs: args.max_watched_dirs,
     };
-    let result = match Publisher::new(config, reports) {
+    let calls = ToolCallConfig {
+        deny: args.no_tool_calls,
+        // In range: clap checked it against the same bounds.
+        max_result_bytes: usize::try_from(args.tool_result_max_bytes).unwrap_or(usize::MAX),
+        ..ToolCallConfig::default()
+    };
+    let publisher = Publisher::new(config, reports).and_then(|publisher| match &engine {
+        Some(engine) => publisher.with_tool_calls(engine.caller(), calls),
+        // Without discovery there is no run id to route calls by: nothing is declared.
+        None => Ok(publisher),
+    });
+    let result = match publisher {
         Ok(publisher) => {
             tracing::info!(
                 workspace = %workspace.display(),
                 run_id = publisher.run_id().map_or("(none: --no-mcp)", |run| run.as_str()),
                 mcp_discovery = engine.is_some(),
+                tool_calls = if !publisher.startup().accepts_tool_calls {
+                    "off"
+                } else if args.no_tool_calls {
+                    "denied"
+                } else {
+                    "on"
+                },
                 "agent started"
             );
             tokio::select! {
@@ -246,4 +280,44 @@ pub(crate) fn engine_config(
         config.injected_secrets.push(token.to_owned());
     }
     config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Command {
+        #[command(flatten)]
+        agent: AgentArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<AgentArgs, clap::Error> {
+        let base = [
+            "agent",
+            "--server",
+            "http://127.0.0.1:1",
+            "--workspace",
+            ".",
+        ];
+        Command::try_parse_from(base.iter().chain(extra)).map(|c| c.agent)
+    }
+
+    #[test]
+    fn tool_call_flags_default_and_are_bounded() {
+        let args = parse(&[]).unwrap();
+        assert!(!args.no_tool_calls);
+        assert_eq!(args.tool_result_max_bytes, 262_144);
+        let args = parse(&["--no-tool-calls", "--tool-result-max-bytes", "1024"]).unwrap();
+        assert!(args.no_tool_calls);
+        assert_eq!(args.tool_result_max_bytes, 1024);
+        let too_big = (MAX_CALL_RESULT_BYTES + 1).to_string();
+        for bad in ["1023", too_big.as_str()] {
+            let error = parse(&["--tool-result-max-bytes", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("--tool-result-max-bytes"), "{error}");
+        }
+    }
 }

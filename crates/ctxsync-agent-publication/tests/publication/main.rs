@@ -2,6 +2,7 @@
 
 mod support;
 
+mod calls;
 mod engine;
 mod fuzz;
 mod https;

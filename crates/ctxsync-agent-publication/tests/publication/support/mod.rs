@@ -1,18 +1,20 @@
 //! Test support: a real in-process tonic `Agent` server on 127.0.0.1 that records every
-//! call (with its `authorization` header) and answers from a script; temp workspaces.
+//! call (with its `authorization` header) and answers from a script, and on `ToolCalls`
+//! records what the agent sends and sends what a test scripts; temp workspaces.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ctxsync_agent_publication::{BackoffPolicy, PublisherConfig, ScanConfig, Timing};
+use ctxsync_protocol::call::{AgentCall, ServerCall};
 use ctxsync_protocol::v1::agent_server::{Agent, AgentServer};
 use ctxsync_protocol::{DELTA_DIGEST_SCHEME, Push, Startup, v1};
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Request, Response, Status};
@@ -31,6 +33,14 @@ pub(crate) enum Call {
         request: v1::PushContextStateRequest,
         authorization: Option<String>,
     },
+}
+
+/// A `ToolCalls` stream the agent opened.
+#[derive(Clone, Debug)]
+pub(crate) struct StreamOpened {
+    pub authorization: Option<String>,
+    /// How many `UpdateStartup` calls the server had answered by then.
+    pub after_startups: usize,
 }
 
 impl Call {
@@ -63,6 +73,9 @@ pub(crate) enum Reply {
     DeltaBaseMissing,
 }
 
+/// The server's sending half of one `ToolCalls` stream.
+type ServerHalf = mpsc::Sender<Result<v1::ServerCallMessage, Status>>;
+
 /// What the server recorded and will answer, shared across restarts.
 #[derive(Debug)]
 pub(crate) struct Recorder {
@@ -71,6 +84,18 @@ pub(crate) struct Recorder {
     push_replies: Mutex<VecDeque<Reply>>,
     /// Whether UpdateStartup answers offer delta pushes (off: a server predating them).
     offer_deltas: AtomicBool,
+    /// The server's half of each `ToolCalls` stream, by index; `None` once ended.
+    call_streams: Mutex<Vec<Option<ServerHalf>>>,
+    /// Each `ToolCalls` stream as it was opened, by index.
+    streams_opened: Mutex<Vec<StreamOpened>>,
+    /// What the agent sent on `ToolCalls`, with the stream's index.
+    agent_messages: watch::Sender<Vec<(usize, AgentCall)>>,
+    /// Agent messages that failed the protocol's validation (must stay empty).
+    invalid_agent_messages: Mutex<Vec<String>>,
+    /// Answer `ToolCalls` UNIMPLEMENTED, as a server predating tool calls does.
+    refuse_call_streams: AtomicBool,
+    /// `ToolCalls` requests received, refused ones included.
+    call_stream_attempts: AtomicUsize,
 }
 
 impl Recorder {
@@ -80,7 +105,79 @@ impl Recorder {
             startup_replies: Mutex::new(VecDeque::new()),
             push_replies: Mutex::new(VecDeque::new()),
             offer_deltas: AtomicBool::new(false),
+            call_streams: Mutex::new(Vec::new()),
+            streams_opened: Mutex::new(Vec::new()),
+            agent_messages: watch::channel(Vec::new()).0,
+            invalid_agent_messages: Mutex::new(Vec::new()),
+            refuse_call_streams: AtomicBool::new(false),
+            call_stream_attempts: AtomicUsize::new(0),
         })
+    }
+
+    /// From now on, `ToolCalls` answers UNIMPLEMENTED (a server predating tool calls).
+    pub(crate) fn refuse_call_streams(&self) {
+        self.refuse_call_streams.store(true, Ordering::Relaxed);
+    }
+
+    /// `ToolCalls` requests received, refused ones included.
+    pub(crate) fn call_stream_attempts(&self) -> usize {
+        self.call_stream_attempts.load(Ordering::Relaxed)
+    }
+
+    /// Sends `message` on the newest open `ToolCalls` stream.
+    pub(crate) async fn send_to_agent(&self, message: ServerCall) {
+        let sender = self
+            .call_streams
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find_map(Clone::clone)
+            .expect("an open call stream");
+        sender
+            .send(Ok(message.into()))
+            .await
+            .expect("the call stream is open");
+    }
+
+    /// Ends the newest open `ToolCalls` stream (the server's half ends with OK).
+    pub(crate) fn end_call_stream(&self) {
+        let mut streams = self.call_streams.lock().unwrap();
+        if let Some(open) = streams.iter_mut().rev().find(|s| s.is_some()) {
+            *open = None;
+        }
+    }
+
+    /// The `ToolCalls` streams the agent opened, by index.
+    pub(crate) fn streams_opened(&self) -> Vec<StreamOpened> {
+        self.streams_opened.lock().unwrap().clone()
+    }
+
+    /// Everything the agent sent on `ToolCalls`, with each stream's index; every message
+    /// passed the protocol's validation.
+    pub(crate) fn agent_messages(&self) -> Vec<(usize, AgentCall)> {
+        let invalid = self.invalid_agent_messages.lock().unwrap();
+        assert!(invalid.is_empty(), "invalid agent messages: {invalid:?}");
+        self.agent_messages.borrow().clone()
+    }
+
+    /// Waits (bounded by [`WAIT`]) until the agent's messages satisfy `done`.
+    pub(crate) async fn wait_for_agent(
+        &self,
+        what: &str,
+        done: impl Fn(&[(usize, AgentCall)]) -> bool,
+    ) -> Vec<(usize, AgentCall)> {
+        let mut messages = self.agent_messages.subscribe();
+        if tokio::time::timeout(WAIT, messages.wait_for(|m| done(m)))
+            .await
+            .is_err()
+        {
+            panic!(
+                "timed out waiting for {what}; agent messages: {:#?}",
+                self.agent_messages()
+            );
+        }
+        self.agent_messages()
     }
 
     /// From now on, UpdateStartup answers offer delta pushes (scheme 1).
@@ -224,9 +321,48 @@ impl Agent for Service {
 
     async fn tool_calls(
         &self,
-        _request: Request<tonic::Streaming<v1::AgentCallMessage>>,
+        request: Request<tonic::Streaming<v1::AgentCallMessage>>,
     ) -> Result<Response<Self::ToolCallsStream>, Status> {
-        Err(Status::unimplemented("ToolCalls is not implemented"))
+        self.0.call_stream_attempts.fetch_add(1, Ordering::Relaxed);
+        if self.0.refuse_call_streams.load(Ordering::Relaxed) {
+            return Err(Status::unimplemented("ToolCalls is not implemented"));
+        }
+        let authorization = authorization(&request);
+        let mut inbound = request.into_inner();
+        let (sender, outbound) = mpsc::channel(64);
+        let stream = {
+            let mut streams = self.0.call_streams.lock().unwrap();
+            streams.push(Some(sender));
+            streams.len() - 1
+        };
+        let after_startups = self
+            .0
+            .calls()
+            .iter()
+            .filter(|c| c.startup().is_some())
+            .count();
+        self.0.streams_opened.lock().unwrap().push(StreamOpened {
+            authorization,
+            after_startups,
+        });
+        let recorder = self.0.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = inbound.message().await {
+                match AgentCall::try_from(message) {
+                    Ok(message) => recorder
+                        .agent_messages
+                        .send_modify(|all| all.push((stream, message))),
+                    Err(error) => recorder
+                        .invalid_agent_messages
+                        .lock()
+                        .unwrap()
+                        .push(error.to_string()),
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(outbound),
+        )))
     }
 }
 
@@ -276,7 +412,7 @@ impl FakeServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
-        let (connections, incoming) = tokio::sync::mpsc::channel(16);
+        let (connections, incoming) = mpsc::channel(16);
         let accepting = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let (acceptor, connections) = (acceptor.clone(), connections.clone());
@@ -319,6 +455,10 @@ impl FakeServer {
     pub(crate) async fn stop(mut self) {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
+        }
+        // A graceful shutdown waits for open streams: end the call streams.
+        for stream in self.recorder.call_streams.lock().unwrap().iter_mut() {
+            *stream = None;
         }
         if let Some(task) = self.task.take() {
             let _ = tokio::time::timeout(WAIT, task).await;

@@ -1,0 +1,600 @@
+//! The agent's call wing (issue 36): the `ToolCalls` stream to the control plane and the
+//! tool calls it carries, run through the MCP engine ([`CallRunner`], implemented for
+//! `ctxsync_agent_diagnostics::ToolCaller`).
+//!
+//! Owns: opening the stream on the publisher's registered connection (after an
+//! `UpdateStartup` that declared `accepts_tool_calls`) with `Hello`, heartbeats, the
+//! server's silence limit and reopening with backoff; which calls run (the run id,
+//! `--no-tool-calls`, the runner's listing, [`MAX_RUNNING_CALLS`] running and
+//! [`MAX_WAITING_CALLS`] waiting, each call id at most once per run); each call's deadline
+//! (counted from receipt), its cancellation and its progress.
+//!
+//! Must never: run a call id twice within a run, or a call addressed to another run; log
+//! a call's arguments; let a call outlive the stream that carried it (its end could no
+//! longer be reported, so it is cancelled); lose an end while its stream lives; make the
+//! push loop wait on, or fail with, the call stream.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::convert::Infallible;
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ctxsync_agent_diagnostics::{CallSpec, ToolCaller};
+use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
+use ctxsync_protocol::call::{
+    AgentCall, CALL_HEARTBEAT, CALL_SILENCE_LIMIT, CallRequest, MAX_CALL_RESULT_BYTES, ServerCall,
+};
+use ctxsync_protocol::{RunId, v1};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep, sleep_until};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tonic::Code;
+use tracing::{debug, info, warn};
+
+use crate::backoff::{Backoff, BackoffPolicy};
+use crate::connection::Client;
+use crate::error::PublishError;
+
+/// Most calls running at once; more wait.
+pub const MAX_RUNNING_CALLS: usize = 8;
+/// Most calls waiting to run; beyond that a call is refused `busy`.
+pub const MAX_WAITING_CALLS: usize = 32;
+/// How many ended call ids a run remembers (besides every held one), so a re-sent call
+/// is never run twice.
+pub const REMEMBERED_CALL_IDS: usize = 4096;
+/// The smallest `--tool-result-max-bytes`.
+pub const MIN_TOOL_RESULT_BYTES: usize = 1024;
+/// The default `--tool-result-max-bytes` (256 KiB).
+pub const DEFAULT_TOOL_RESULT_MAX_BYTES: usize =
+    ctxsync_agent_diagnostics::DEFAULT_MAX_RESULT_BYTES;
+
+/// Messages waiting to go out on one stream; a progress report finding it full is dropped
+/// (the server keeps only the latest anyway), every other message waits for room.
+const OUTGOING_CAPACITY: usize = 64;
+/// Progress reports of one call waiting to be relayed.
+const PROGRESS_CAPACITY: usize = 4;
+
+/// How the agent takes tool calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCallConfig {
+    /// `--no-tool-calls`: the stream is still opened, and every call refused `denied`
+    /// (so the caller learns it at once, not `agent_unsupported`).
+    pub deny: bool,
+    /// `--tool-result-max-bytes`: the cap of a call's whole result, from
+    /// [`MIN_TOOL_RESULT_BYTES`] to `ctxsync_protocol::call::MAX_CALL_RESULT_BYTES`.
+    pub max_result_bytes: usize,
+    /// How often a heartbeat goes out when nothing else did (`CALL_HEARTBEAT`).
+    pub heartbeat: Duration,
+    /// How long the server may stay silent before the stream counts as lost
+    /// (`CALL_SILENCE_LIMIT`).
+    pub silence_limit: Duration,
+}
+
+impl Default for ToolCallConfig {
+    fn default() -> Self {
+        Self {
+            deny: false,
+            max_result_bytes: DEFAULT_TOOL_RESULT_MAX_BYTES,
+            heartbeat: CALL_HEARTBEAT,
+            silence_limit: CALL_SILENCE_LIMIT,
+        }
+    }
+}
+
+impl ToolCallConfig {
+    pub(crate) fn check(&self) -> Result<(), PublishError> {
+        let invalid = |reason: String| Err(PublishError::ToolCalls { reason });
+        if !(MIN_TOOL_RESULT_BYTES..=MAX_CALL_RESULT_BYTES).contains(&self.max_result_bytes) {
+            return invalid(format!(
+                "--tool-result-max-bytes is {}; it must be from {MIN_TOOL_RESULT_BYTES} to {MAX_CALL_RESULT_BYTES}",
+                self.max_result_bytes
+            ));
+        }
+        if self.heartbeat.is_zero() || self.silence_limit <= self.heartbeat {
+            return invalid(format!(
+                "the heartbeat ({:?}) must be above zero and below the silence limit ({:?})",
+                self.heartbeat, self.silence_limit
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What runs a call: the MCP engine's `ToolCaller` in the agent, a scripted runner in
+/// tests.
+pub trait CallRunner: Clone + Send + Sync + 'static {
+    /// Whether `server` is connected and currently lists `tool`.
+    fn lists(&self, server: &str, tool: &str) -> bool;
+
+    /// Runs `spec` to its end (which is never `running` or `unknown`), honouring its
+    /// timeout and `cancel`, passing progress to `progress`.
+    fn call(
+        &self,
+        spec: CallSpec,
+        progress: mpsc::Sender<CallProgress>,
+        cancel: CancellationToken,
+    ) -> impl Future<Output = CallEnd> + Send;
+}
+
+impl CallRunner for ToolCaller {
+    fn lists(&self, server: &str, tool: &str) -> bool {
+        ToolCaller::lists(self, server, tool)
+    }
+
+    fn call(
+        &self,
+        spec: CallSpec,
+        progress: mpsc::Sender<CallProgress>,
+        cancel: CancellationToken,
+    ) -> impl Future<Output = CallEnd> + Send {
+        ToolCaller::call(self, spec, progress, cancel)
+    }
+}
+
+/// A connection the publisher registered on; `generation` grows with each registration.
+#[derive(Clone, Debug)]
+pub(crate) struct Registered {
+    pub generation: u64,
+    pub client: Client,
+}
+
+/// The publisher's current registration (`None` between connections).
+pub(crate) type Registrations = watch::Receiver<Option<Registered>>;
+
+type WingFuture = Pin<Box<dyn Future<Output = Infallible> + Send>>;
+
+/// The call wing with its runner's type erased, so the publisher stays non-generic.
+pub(crate) struct CallWing {
+    start: Box<dyn FnOnce(Registrations, BackoffPolicy) -> WingFuture + Send>,
+}
+
+impl std::fmt::Debug for CallWing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallWing")
+    }
+}
+
+impl CallWing {
+    pub(crate) fn new<R: CallRunner>(runner: R, config: ToolCallConfig, run_id: RunId) -> Self {
+        Self {
+            start: Box::new(move |registrations, backoff| {
+                let wing = Wing {
+                    runner,
+                    config,
+                    run_id,
+                    permits: Arc::new(Semaphore::new(MAX_RUNNING_CALLS)),
+                    ledger: Arc::default(),
+                };
+                Box::pin(wing.run(registrations, backoff))
+            }),
+        }
+    }
+
+    /// Opens the stream on every registration and keeps it open; never returns.
+    pub(crate) fn run(self, registrations: Registrations, backoff: BackoffPolicy) -> WingFuture {
+        (self.start)(registrations, backoff)
+    }
+}
+
+/// Which call ids this run has seen, and the ones it holds (waiting or running).
+#[derive(Debug, Default)]
+struct Ledger {
+    recent: VecDeque<String>,
+    recent_set: HashSet<String>,
+    held: HashMap<String, CancellationToken>,
+}
+
+impl Ledger {
+    fn seen(&self, id: &str) -> bool {
+        self.recent_set.contains(id) || self.held.contains_key(id)
+    }
+
+    fn remember(&mut self, id: &str) {
+        if self.recent_set.insert(id.to_owned()) {
+            self.recent.push_back(id.to_owned());
+            if self.recent.len() > REMEMBERED_CALL_IDS
+                && let Some(oldest) = self.recent.pop_front()
+            {
+                self.recent_set.remove(&oldest);
+            }
+        }
+    }
+}
+
+fn lock(ledger: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
+    // The ledger stays consistent across a panic (each change is one insert or remove).
+    ledger.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct Wing<R> {
+    runner: R,
+    config: ToolCallConfig,
+    run_id: RunId,
+    permits: Arc<Semaphore>,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+/// How one stream ended.
+enum StreamEnd {
+    /// The server refused it in a way only a new registration can change (an older
+    /// server, a run that is no longer current, a refused token).
+    Refused,
+    /// It failed or ended; `heard` when the server had sent something on it.
+    Lost { heard: bool },
+}
+
+impl<R: CallRunner> Wing<R> {
+    async fn run(self, mut registrations: Registrations, policy: BackoffPolicy) -> Infallible {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.run_id.hash(&mut hasher);
+        let mut backoff = Backoff::new(policy, hasher.finish());
+        loop {
+            let Some(Registered { generation, client }) = registrations
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|registered| registered.clone())
+            else {
+                // The publisher is gone, and with it everything this wing could serve.
+                return std::future::pending().await;
+            };
+            let end = self.serve(client).await;
+            let newer =
+                |r: &Option<Registered>| r.as_ref().is_none_or(|r| r.generation != generation);
+            match end {
+                StreamEnd::Refused => {
+                    let _ = registrations.wait_for(newer).await;
+                }
+                StreamEnd::Lost { heard } => {
+                    if heard {
+                        backoff.reset();
+                    }
+                    let delay = backoff.next_delay();
+                    debug!(retry_in = ?delay, "reopening the tool call stream");
+                    // A new connection needs no wait: it was just registered.
+                    tokio::select! {
+                        () = sleep(delay) => {}
+                        _ = registrations.wait_for(|r| r.as_ref().is_some_and(|r| r.generation != generation)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// One stream: `Hello`, then calls until the stream ends, fails or falls silent. Every
+    /// call it holds is cancelled when it returns.
+    async fn serve(&self, mut client: Client) -> StreamEnd {
+        let stream = CancellationToken::new();
+        let _cancel_held = stream.clone().drop_guard();
+        let (tx, rx) = mpsc::channel(OUTGOING_CAPACITY);
+        let out = Outgoing {
+            tx,
+            sent: Arc::default(),
+        };
+        let hello = AgentCall::Hello {
+            agent_run_id: self.run_id.clone(),
+        };
+        if out.tx.try_send(hello.into()).is_err() {
+            unreachable!("a new channel has room");
+        }
+        let outbound = Outbound {
+            rx,
+            closed: Box::pin(stream.clone().cancelled_owned()),
+        };
+        let mut inbound = match client.tool_calls(outbound).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => {
+                return match status.code() {
+                    Code::Unimplemented => {
+                        warn!(
+                            "the server does not implement tool calls (an older server); waiting for the next connection"
+                        );
+                        StreamEnd::Refused
+                    }
+                    Code::FailedPrecondition | Code::Unauthenticated | Code::PermissionDenied => {
+                        warn!(error = %status.message(), code = ?status.code(), "the server refused the tool call stream; waiting for the next registration");
+                        StreamEnd::Refused
+                    }
+                    code => {
+                        warn!(error = %status.message(), ?code, "cannot open the tool call stream");
+                        StreamEnd::Lost { heard: false }
+                    }
+                };
+            }
+        };
+        info!(run_id = %self.run_id.as_str(), deny = self.config.deny, "the tool call stream is open");
+        let mut heard = false;
+        let beat = self.config.heartbeat;
+        let mut heartbeat = interval_at(Instant::now() + beat, beat);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let silence = sleep(self.config.silence_limit);
+        tokio::pin!(silence);
+        loop {
+            tokio::select! {
+                message = inbound.message() => match message {
+                    Ok(Some(message)) => {
+                        heard = true;
+                        silence.as_mut().reset(Instant::now() + self.config.silence_limit);
+                        self.receive(message, &out, &stream).await;
+                    }
+                    Ok(None) => {
+                        info!("the server ended the tool call stream; cancelling the calls it held");
+                        return StreamEnd::Lost { heard };
+                    }
+                    Err(status) => {
+                        warn!(error = %status.message(), code = ?status.code(), "the tool call stream failed; cancelling the calls it held");
+                        return StreamEnd::Lost { heard };
+                    }
+                },
+                _ = heartbeat.tick() => {
+                    if !out.sent.swap(false, Ordering::Relaxed) {
+                        // Full means messages are queued: the stream is not idle.
+                        let _ = out.tx.try_send(AgentCall::Heartbeat.into());
+                    }
+                }
+                () = &mut silence => {
+                    warn!(silent_for = ?self.config.silence_limit, "the server went silent on the tool call stream; cancelling the calls it held");
+                    return StreamEnd::Lost { heard };
+                }
+            }
+        }
+    }
+
+    async fn receive(
+        &self,
+        wire: v1::ServerCallMessage,
+        out: &Outgoing,
+        stream: &CancellationToken,
+    ) {
+        match ServerCall::try_from(wire) {
+            Ok(ServerCall::Heartbeat) => {}
+            Ok(ServerCall::Cancel { id }) => {
+                if let Some(token) = lock(&self.ledger).held.get(&id) {
+                    debug!(call = %id, "the server cancelled a call");
+                    token.cancel();
+                }
+            }
+            Ok(ServerCall::Call(request)) => self.admit(request, out, stream).await,
+            // The error names the field and the problem, never a value.
+            Err(error) => warn!(%error, "ignoring a malformed message on the tool call stream"),
+        }
+    }
+
+    /// Answers a new call (`Accepted`, then a refusal or, later, its end) or ignores a
+    /// call id this run has already seen.
+    async fn admit(&self, request: CallRequest, out: &Outgoing, stream: &CancellationToken) {
+        let received = Instant::now();
+        let refusal = if request.agent_run_id != self.run_id {
+            Some(CallReason::StaleRun)
+        } else if self.config.deny {
+            Some(CallReason::Denied)
+        } else if !self.runner.lists(&request.server, &request.tool) {
+            Some(CallReason::ToolGone)
+        } else {
+            None
+        };
+        let token = stream.child_token();
+        let refusal = {
+            let mut ledger = lock(&self.ledger);
+            if ledger.seen(&request.id) {
+                debug!(call = %request.id, "ignoring a call id this run has already seen");
+                return;
+            }
+            let refusal = refusal.or_else(|| {
+                (ledger.held.len() >= MAX_RUNNING_CALLS + MAX_WAITING_CALLS)
+                    .then_some(CallReason::Busy)
+            });
+            match refusal {
+                // Not recorded by the server either: a retry with this id may run.
+                Some(CallReason::Busy) => {}
+                Some(_) => ledger.remember(&request.id),
+                None => {
+                    ledger.remember(&request.id);
+                    ledger.held.insert(request.id.clone(), token.clone());
+                }
+            }
+            refusal
+        };
+        let id = request.id.clone();
+        if let Some(reason) = refusal {
+            info!(call = %id, server = %request.server, tool = %request.tool, reason = reason.as_str(), "refused a tool call");
+            out.send(AgentCall::Accepted { id: id.clone() }).await;
+            let end = CallEnd::with_reason(CallStatus::Refused, reason);
+            out.end(id, end, Duration::ZERO).await;
+            return;
+        }
+        info!(call = %id, server = %request.server, tool = %request.tool, timeout = ?request.timeout, "running a tool call");
+        let held = Held {
+            ledger: self.ledger.clone(),
+            id: id.clone(),
+        };
+        out.send(AgentCall::Accepted { id }).await;
+        let call = run_call(
+            self.runner.clone(),
+            self.permits.clone(),
+            self.config.max_result_bytes,
+            request,
+            received,
+            token,
+            out.clone(),
+            held,
+        );
+        tokio::spawn(call);
+    }
+}
+
+/// Removes a call from the ledger's held calls when its task ends (or never starts).
+struct Held {
+    ledger: Arc<Mutex<Ledger>>,
+    id: String,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        lock(&self.ledger).held.remove(&self.id);
+    }
+}
+
+/// Waits for a running slot (the wait counts against the deadline), runs the call,
+/// relays its progress and sends its end.
+#[allow(clippy::too_many_arguments)]
+async fn run_call<R: CallRunner>(
+    runner: R,
+    permits: Arc<Semaphore>,
+    max_result_bytes: usize,
+    request: CallRequest,
+    received: Instant,
+    cancel: CancellationToken,
+    out: Outgoing,
+    _held: Held,
+) {
+    let CallRequest {
+        id,
+        server,
+        tool,
+        arguments,
+        timeout,
+        ..
+    } = request;
+    let deadline = received + timeout;
+    let permit = tokio::select! {
+        biased;
+        () = cancel.cancelled() => {
+            return out.end(id, bare_end(CallStatus::Canceled), Duration::ZERO).await;
+        }
+        () = sleep_until(deadline) => {
+            return out.end(id, bare_end(CallStatus::TimedOut), Duration::ZERO).await;
+        }
+        permit = permits.acquire_owned() => match permit {
+            Ok(permit) => permit,
+            Err(_) => unreachable!("the semaphore is never closed"),
+        },
+    };
+    let started = Instant::now();
+    let (progress_tx, mut progress_rx) = mpsc::channel(PROGRESS_CAPACITY);
+    let spec = CallSpec {
+        server,
+        tool,
+        arguments,
+        timeout: deadline.saturating_duration_since(started),
+        max_result_bytes,
+    };
+    let call = runner.call(spec, progress_tx, cancel);
+    tokio::pin!(call);
+    let mut end = loop {
+        tokio::select! {
+            end = &mut call => break end,
+            Some(progress) = progress_rx.recv() => out.progress(&id, progress),
+        }
+    };
+    drop(permit);
+    if !end.status.is_end() || end.status == CallStatus::Unknown {
+        // Only the server decides `unknown`, and `running` is no end.
+        end = CallEnd::error(0, "the engine reported no end for the call");
+    }
+    debug!(call = %id, status = end.status.as_str(), "a tool call ended");
+    out.end(id, end, started.elapsed()).await;
+}
+
+/// An end with nothing but its status (`canceled`, `timed_out`).
+fn bare_end(status: CallStatus) -> CallEnd {
+    CallEnd {
+        status,
+        reason: None,
+        error: None,
+        result: None,
+        truncated: false,
+    }
+}
+
+/// The sending side of one stream.
+#[derive(Clone)]
+struct Outgoing {
+    tx: mpsc::Sender<v1::AgentCallMessage>,
+    /// Something was sent since the last heartbeat tick.
+    sent: Arc<AtomicBool>,
+}
+
+impl Outgoing {
+    /// Waits for room: acceptances and ends are never dropped while the stream lives.
+    async fn send(&self, message: AgentCall) {
+        self.sent.store(true, Ordering::Relaxed);
+        // An error means the stream is gone, and the server accounts for its calls.
+        let _ = self.tx.send(message.into()).await;
+    }
+
+    async fn end(&self, id: String, end: CallEnd, duration: Duration) {
+        self.send(AgentCall::Ended { id, end, duration }).await;
+    }
+
+    /// Dropped when the channel is full: a later report or the end supersedes it.
+    fn progress(&self, id: &str, progress: CallProgress) {
+        let message = AgentCall::Progress {
+            id: id.to_owned(),
+            progress,
+        };
+        if self.tx.try_send(message.into()).is_ok() {
+            self.sent.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The request stream tonic sends: the outgoing channel until the stream ends, so a
+/// stream whose calls were cancelled closes at once instead of when the last task ends.
+struct Outbound {
+    rx: mpsc::Receiver<v1::AgentCallMessage>,
+    closed: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl tokio_stream::Stream for Outbound {
+    type Item = v1::AgentCallMessage;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.closed.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        self.rx.poll_recv(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ledger_forgets_only_the_oldest_ended_ids() {
+        let mut ledger = Ledger::default();
+        ledger.held.insert("held".into(), CancellationToken::new());
+        for n in 0..=REMEMBERED_CALL_IDS {
+            ledger.remember(&n.to_string());
+        }
+        assert!(!ledger.seen("0"), "the oldest id is forgotten");
+        assert!(ledger.seen("1") && ledger.seen(&REMEMBERED_CALL_IDS.to_string()));
+        assert!(ledger.seen("held"), "a held call is always known");
+        assert_eq!(ledger.recent.len(), REMEMBERED_CALL_IDS);
+    }
+
+    #[test]
+    fn the_result_cap_is_bounded_and_the_error_names_the_flag() {
+        for bytes in [MIN_TOOL_RESULT_BYTES - 1, MAX_CALL_RESULT_BYTES + 1] {
+            let config = ToolCallConfig {
+                max_result_bytes: bytes,
+                ..ToolCallConfig::default()
+            };
+            let error = config.check().unwrap_err().to_string();
+            assert!(error.contains("--tool-result-max-bytes"), "{error}");
+        }
+        for bytes in [MIN_TOOL_RESULT_BYTES, MAX_CALL_RESULT_BYTES] {
+            let config = ToolCallConfig {
+                max_result_bytes: bytes,
+                ..ToolCallConfig::default()
+            };
+            assert!(config.check().is_ok());
+        }
+    }
+}
