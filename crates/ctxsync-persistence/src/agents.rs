@@ -102,8 +102,8 @@ impl Store {
     }
 
     /// SPEC §5.3. Refuses a retired run id ([`StoreError::SupersededRun`]), writing
-    /// nothing; otherwise overwrites the row's run id (none included) and notifies when
-    /// it changed. (A run id's length was checked where the request was validated.)
+    /// nothing; otherwise overwrites the row's run id (none included) and whether the
+    /// process takes tool calls, and notifies when the run id changed. (A run id's length was checked where the request was validated.)
     pub async fn update_startup(
         &self,
         agent: AgentId,
@@ -331,6 +331,7 @@ fn update_startup(
         workspace_agents::retired_agent_run_ids.eq(&retired_json),
         workspace_agents::started_at.eq(Some(now)),
         workspace_agents::updated_at.eq(now),
+        workspace_agents::accepts_tool_calls.eq(startup.accepts_tool_calls),
     ));
     on_backend!(tx, |c| update.execute(c))?;
     let outcome = StartupOutcome {

@@ -52,6 +52,9 @@ pub struct AgentRecord {
     pub created_at: DateTime<Utc>,
     /// When the row last changed: creation, an UpdateStartup or a token rotation.
     pub updated_at: DateTime<Utc>,
+    /// `Startup.accepts_tool_calls` of the last UpdateStartup: the running process takes
+    /// tool calls (false before the first UpdateStartup).
+    pub accepts_tool_calls: bool,
 }
 
 /// Retired run ids kept per agent (SPEC §5.3).
@@ -253,6 +256,7 @@ pub(crate) struct AgentRow {
     pub started_at: Option<DbTime>,
     pub created_at: DbTime,
     pub updated_at: DbTime,
+    pub accepts_tool_calls: bool,
 }
 
 impl AgentRow {
@@ -274,6 +278,7 @@ impl AgentRow {
             started_at: self.started_at.map(|t| t.0),
             created_at: self.created_at.0,
             updated_at: self.updated_at.0,
+            accepts_tool_calls: self.accepts_tool_calls,
         })
     }
 }

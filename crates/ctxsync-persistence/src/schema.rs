@@ -17,6 +17,7 @@ diesel::table! {
         started_at -> Nullable<TimestampSql>,
         created_at -> TimestampSql,
         updated_at -> TimestampSql,
+        accepts_tool_calls -> Bool,
     }
 }
 
@@ -103,6 +104,9 @@ diesel::table! {
         outcome -> JsonSql,
         tools -> JsonSql,
         created_at -> TimestampSql,
+        agent_id -> Nullable<UuidSql>,
+        agent_run_id -> Nullable<Text>,
+        origins -> JsonSql,
     }
 }
 
@@ -114,6 +118,57 @@ diesel::table! {
         turn_id -> UuidSql,
         tool -> Text,
         activated_at -> TimestampSql,
+        server -> Nullable<Text>,
+        tool_name -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    // Diesel declares at most 16 columns a table without its `32-column-tables` feature
+    // (which would rebuild diesel for every crate), so `tool_calls` is declared twice:
+    // here the call as admitted, and as `tool_call_ends` the columns its end writes.
+    // Reads select the other columns by name (`tool_calls.rs`).
+    tool_calls (id) {
+        id -> UuidSql,
+        turn_id -> UuidSql,
+        chat_id -> UuidSql,
+        call_id -> Text,
+        name -> Text,
+        server -> Text,
+        tool -> Text,
+        agent_id -> Nullable<UuidSql>,
+        agent_run_id -> Nullable<Text>,
+        arguments -> Nullable<Text>,
+        arguments_digest -> Text,
+        arguments_size -> BigInt,
+        timeout_ms -> BigInt,
+        status -> Text,
+        started_at -> TimestampSql,
+        ended_at -> Nullable<TimestampSql>,
+    }
+}
+
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    /// The end columns of `tool_calls` (see there), for the statements that write them.
+    #[sql_name = "tool_calls"]
+    tool_call_ends (id) {
+        id -> UuidSql,
+        status -> Text,
+        arguments -> Nullable<Text>,
+        reason -> Nullable<Text>,
+        error -> Nullable<Text>,
+        result -> Nullable<Text>,
+        truncated -> Bool,
+        progress -> Nullable<Text>,
+        delivered -> Bool,
+        ended_at -> Nullable<TimestampSql>,
+        duration_ms -> Nullable<BigInt>,
     }
 }
 
@@ -161,6 +216,8 @@ diesel::joinable!(workspace_agent_context_resources -> workspace_agents (agent_i
 diesel::joinable!(chat_context_resources -> chats (chat_id));
 diesel::joinable!(page_links -> chats (chat_id));
 diesel::joinable!(page_sessions -> chats (chat_id));
+diesel::joinable!(tool_calls -> chat_turns (turn_id));
+diesel::joinable!(chat_turn_activations -> chat_turns (turn_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     workspace_agents,
@@ -170,4 +227,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     chat_context_resources,
     page_links,
     page_sessions,
+    chat_turns,
+    chat_turn_activations,
+    tool_calls,
 );

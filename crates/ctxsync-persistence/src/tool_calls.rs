@@ -3,19 +3,36 @@
 //! the agent acknowledges delivery, then only their digest and size; the first end
 //! recorded wins. Any replica reads and ends any call.
 //!
-//! STUB: the signatures are the contract between the store, the call channel and the
-//! HTTP layer; the bodies are being written.
+//! Owns the `tool_calls` rows and the name → origin resolution of a call. Must never log
+//! or print a call's arguments (they may carry the user's secrets: `Debug` shows their
+//! size only), nor resolve a name against anything but the turn's recorded origin.
 
 use std::collections::BTreeMap;
+
+use std::fmt;
 
 use chrono::{DateTime, Utc};
 use ctxsync_mcp_model::{CallEnd, CallError, CallProgress, CallReason, CallStatus};
 use ctxsync_protocol::RunId;
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
+use crate::agents::{RowLock, lock_agent};
+use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId, ToolCallId, TurnId};
+use crate::model::{stored_u64, to_i64};
+use crate::schema::{chat_turn_activations, chat_turns, tool_call_ends, tool_calls};
+use crate::sql_types::{DbTime, JsonText};
 use crate::store::Store;
+
+/// Longest caller's `call_id`.
+const MAX_CALLER_ID_BYTES: usize = 128;
+/// Longest model-facing name a call may name (the channel's limit on names).
+const MAX_CALL_NAME_BYTES: usize = ctxsync_protocol::call::MAX_CALL_NAME_BYTES;
 
 /// Calls one turn may hold; one more is refused (`StoreError::LimitReached`).
 pub const MAX_CALLS_PER_TURN: u64 = 256;
@@ -45,8 +62,8 @@ pub struct ToolOrigin {
     pub tool: String,
 }
 
-/// A call to admit.
-#[derive(Clone, Debug, PartialEq)]
+/// A call to admit. `Debug` shows the arguments' size, never their text.
+#[derive(Clone, PartialEq)]
 pub struct NewToolCall {
     /// The chat the turn belongs to.
     pub chat: ChatId,
@@ -63,8 +80,8 @@ pub struct NewToolCall {
     pub timeout_ms: u64,
 }
 
-/// A stored call.
-#[derive(Clone, Debug, PartialEq)]
+/// A stored call. `Debug` shows the arguments' size, never their text.
+#[derive(Clone, PartialEq)]
 pub struct ToolCallRecord {
     /// The server-assigned id.
     pub id: ToolCallId,
@@ -80,7 +97,8 @@ pub struct ToolCallRecord {
     pub server: String,
     /// The tool's own name on its server (empty when the name resolved to nothing).
     pub tool: String,
-    /// The agent the call goes to (`None` when the turn recorded none).
+    /// The agent the call goes to (`None` when the turn recorded none, and for
+    /// find_tools, which the server answers itself).
     pub agent_id: Option<AgentId>,
     /// The run the turn's tools came from.
     pub agent_run_id: Option<RunId>,
@@ -130,17 +148,116 @@ pub enum CallAdmission {
     Conflict(ToolCallRecord),
 }
 
+impl fmt::Debug for NewToolCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewToolCall")
+            .field("chat", &self.chat)
+            .field("turn", &self.turn)
+            .field("call_id", &self.call_id)
+            .field("name", &self.name)
+            .field("arguments", &ByteCount(self.arguments.len()))
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
+}
+
+impl fmt::Debug for ToolCallRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolCallRecord")
+            .field("id", &self.id)
+            .field("chat_id", &self.chat_id)
+            .field("turn_id", &self.turn_id)
+            .field("call_id", &self.call_id)
+            .field("name", &self.name)
+            .field("server", &self.server)
+            .field("tool", &self.tool)
+            .field("agent_id", &self.agent_id)
+            .field("agent_run_id", &self.agent_run_id)
+            .field(
+                "arguments",
+                &self.arguments.as_ref().map(|a| ByteCount(a.len())),
+            )
+            .field("arguments_digest", &self.arguments_digest)
+            .field("arguments_size", &self.arguments_size)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("status", &self.status)
+            .field("reason", &self.reason)
+            .field("error", &self.error)
+            .field("result", &self.result)
+            .field("truncated", &self.truncated)
+            .field("progress", &self.progress)
+            .field("delivered", &self.delivered)
+            .field("started_at", &self.started_at)
+            .field("ended_at", &self.ended_at)
+            .field("duration_ms", &self.duration_ms)
+            .finish()
+    }
+}
+
+/// Prints `<N bytes>`: how arguments show in `Debug`.
+struct ByteCount(usize);
+
+impl fmt::Debug for ByteCount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<{} bytes>", self.0)
+    }
+}
+
+/// `time` as both backends store it (PostgreSQL keeps microseconds), so a record
+/// answered from memory equals the same record read back.
+fn stored_precision(time: DbTime) -> DbTime {
+    use chrono::SubsecRound;
+    DbTime(time.0.trunc_subsecs(6))
+}
+
+/// sha256 of the canonical arguments, lower-case hex.
+fn arguments_digest(arguments: &str) -> String {
+    use fmt::Write;
+    Sha256::digest(arguments.as_bytes())
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        })
+}
+
+/// Loads the whole rows `query` (a `tool_calls` query without a select) finds.
+macro_rules! load_calls {
+    ($tx:expr, $query:expr, $method:ident) => {
+        on_backend!($tx, |c| $query
+            .select((HeadRow::as_select(), tail()))
+            .$method::<(HeadRow, TailRow)>(c))
+    };
+}
+
 impl Store {
     /// Admits a call in one transaction: `None` when the turn is not `chat`'s (or
     /// `chat` is unknown); a repeated `call_id` answers `Existing` or `Conflict`,
     /// a turn holding [`MAX_CALLS_PER_TURN`] refuses more (`LimitReached`), and the name
     /// resolves against the turn's recorded origin and activations.
+    /// [`StoreError::InvalidInput`] for a `call_id` or name out of bounds.
     pub async fn admit_tool_call(
         &self,
         call: &NewToolCall,
     ) -> Result<Option<CallAdmission>, StoreError> {
-        let _ = call;
-        todo!("issue 36: store")
+        if call.call_id.is_empty() || call.call_id.len() > MAX_CALLER_ID_BYTES {
+            return Err(StoreError::InvalidInput(format!(
+                "a call id must be 1..={MAX_CALLER_ID_BYTES} bytes"
+            )));
+        }
+        if call.name.is_empty() || call.name.len() > MAX_CALL_NAME_BYTES {
+            return Err(StoreError::InvalidInput(format!(
+                "a tool name must be 1..={MAX_CALL_NAME_BYTES} bytes"
+            )));
+        }
+        let prepared = PreparedCall {
+            digest: arguments_digest(&call.arguments),
+            size: to_i64("arguments size", call.arguments.len() as u64)?,
+            timeout_ms: to_i64("timeout_ms", call.timeout_ms)?,
+            call: call.clone(),
+        };
+        self.with_conn(move |conn, _| conn.write(|tx| admit(tx, &prepared, DbTime(Utc::now()))))
+            .await
     }
 
     /// The call `call_id` of `turn` in `chat`; `None` when there is none.
@@ -150,8 +267,19 @@ impl Store {
         turn: TurnId,
         call_id: &str,
     ) -> Result<Option<ToolCallRecord>, StoreError> {
-        let _ = (chat, turn, call_id);
-        todo!("issue 36: store")
+        let call_id = call_id.to_owned();
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                let query = tool_calls::table
+                    .filter(tool_calls::chat_id.eq(chat))
+                    .filter(tool_calls::turn_id.eq(turn))
+                    .filter(tool_calls::call_id.eq(&call_id));
+                let row = load_calls!(tx, query, first).optional()?;
+                row.map(|row| ToolCallRow::from(row).into_record())
+                    .transpose()
+            })
+        })
+        .await
     }
 
     /// The call with server-assigned `id`.
@@ -159,15 +287,30 @@ impl Store {
         &self,
         id: ToolCallId,
     ) -> Result<Option<ToolCallRecord>, StoreError> {
-        let _ = id;
-        todo!("issue 36: store")
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                find_call_by_id(tx, id)?
+                    .map(ToolCallRow::into_record)
+                    .transpose()
+            })
+        })
+        .await
     }
 
     /// The agent acknowledged delivery: the arguments are dropped, only their digest and
     /// size stay.
     pub async fn mark_tool_call_delivered(&self, id: ToolCallId) -> Result<(), StoreError> {
-        let _ = id;
-        todo!("issue 36: store")
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                let update = diesel::update(tool_call_ends::table.find(id)).set((
+                    tool_call_ends::arguments.eq(None::<String>),
+                    tool_call_ends::delivered.eq(true),
+                ));
+                on_backend!(tx, |c| update.execute(c))?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// Stores a running call's latest progress (a no-op once it ended).
@@ -176,22 +319,46 @@ impl Store {
         id: ToolCallId,
         progress: &CallProgress,
     ) -> Result<(), StoreError> {
-        let _ = (id, progress);
-        todo!("issue 36: store")
+        let progress = json_text("progress", progress)?;
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                let update = diesel::update(
+                    tool_call_ends::table
+                        .find(id)
+                        .filter(tool_call_ends::status.eq(CallStatus::Running.as_str())),
+                )
+                .set(tool_call_ends::progress.eq(Some(&progress)));
+                on_backend!(tx, |c| update.execute(c))?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// Records `end` unless the call already ended (the first end wins) and answers the
     /// call as stored. A retryable refusal (`busy`, `agent_unreachable`) is not recorded:
     /// the row is deleted, so a retry with the same `call_id` may run, and the answer is
-    /// the call as it ended. `None` when there is no such call.
+    /// the call as it ended. `None` when there is no such call. Ending drops the
+    /// arguments; `duration_ms` defaults to the time since the call was stored.
+    /// [`StoreError::InvalidInput`] for a `running` end.
     pub async fn end_tool_call(
         &self,
         id: ToolCallId,
         end: &CallEnd,
         duration_ms: Option<u64>,
     ) -> Result<Option<ToolCallRecord>, StoreError> {
-        let _ = (id, end, duration_ms);
-        todo!("issue 36: store")
+        let end = PreparedEnd::new(end, duration_ms)?;
+        self.with_conn(move |conn, _| {
+            conn.write(|tx| {
+                let Some(row) = find_call_by_id(tx, id)? else {
+                    return Ok(None);
+                };
+                apply_end(tx, row, &end, DbTime(Utc::now()))?
+                    .into_record()
+                    .map(Some)
+            })
+        })
+        .await
     }
 
     /// The running calls sent to `agent`, oldest first.
@@ -199,7 +366,610 @@ impl Store {
         &self,
         agent: AgentId,
     ) -> Result<Vec<ToolCallRecord>, StoreError> {
-        let _ = agent;
-        todo!("issue 36: store")
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                running_of_agent(tx, agent)?
+                    .into_iter()
+                    .map(ToolCallRow::into_record)
+                    .collect()
+            })
+        })
+        .await
     }
+
+    /// Ends, with `end`, every running call of `agent` whose run is not `keep_run` (every
+    /// running call when `None`), and answers them as they ended, oldest first: the call
+    /// channel's `unknown` ends when a process restarted or its stream was lost. A
+    /// retryable refusal deletes them instead, as [`Self::end_tool_call`] does.
+    pub async fn end_running_tool_calls(
+        &self,
+        agent: AgentId,
+        keep_run: Option<&RunId>,
+        end: &CallEnd,
+    ) -> Result<Vec<ToolCallRecord>, StoreError> {
+        let end = PreparedEnd::new(end, None)?;
+        let keep_run = keep_run.map(|run| run.as_str().to_owned());
+        self.with_conn(move |conn, _| {
+            conn.write(|tx| {
+                let now = DbTime(Utc::now());
+                running_of_agent(tx, agent)?
+                    .into_iter()
+                    .filter(|row| keep_run.is_none() || row.agent_run_id != keep_run)
+                    .map(|row| apply_end(tx, row, &end, now)?.into_record())
+                    .collect()
+            })
+        })
+        .await
+    }
+}
+
+/// A call checked and digested before its transaction.
+struct PreparedCall {
+    call: NewToolCall,
+    digest: String,
+    size: i64,
+    timeout_ms: i64,
+}
+
+/// An end checked and serialized before its transaction.
+#[derive(Clone)]
+pub(crate) struct PreparedEnd {
+    status: CallStatus,
+    reason: Option<CallReason>,
+    error: Option<String>,
+    result: Option<String>,
+    truncated: bool,
+    duration_ms: Option<i64>,
+}
+
+impl PreparedEnd {
+    pub(crate) fn new(end: &CallEnd, duration_ms: Option<u64>) -> Result<Self, StoreError> {
+        if !end.status.is_end() {
+            return Err(StoreError::InvalidInput(
+                "a call's end cannot be `running`".into(),
+            ));
+        }
+        Ok(Self {
+            status: end.status,
+            reason: end.reason,
+            error: end
+                .error
+                .as_ref()
+                .map(|e| json_text("error", e))
+                .transpose()?,
+            result: end.result.as_ref().map(Value::to_string),
+            truncated: end.truncated,
+            duration_ms: duration_ms.map(|d| to_i64("duration_ms", d)).transpose()?,
+        })
+    }
+
+    /// The end the store does not keep: a retry with the same `call_id` may run.
+    fn is_retryable(&self) -> bool {
+        self.status == CallStatus::Refused && self.reason.is_some_and(CallReason::is_retryable)
+    }
+}
+
+fn json_text(what: &str, value: &impl Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::InvalidInput(format!("{what} does not serialize: {e}")))
+}
+
+/// One stored tool's origin in `chat_turns.origins`.
+#[derive(Serialize, Deserialize)]
+struct OriginJson {
+    server: String,
+    tool: String,
+}
+
+/// `chat_turns.origins` for a turn's tools.
+pub(crate) fn origins_json(tools: &BTreeMap<String, ToolOrigin>) -> Result<JsonText, StoreError> {
+    let map: BTreeMap<&str, OriginJson> = tools
+        .iter()
+        .map(|(name, origin)| {
+            (
+                name.as_str(),
+                OriginJson {
+                    server: origin.server.clone(),
+                    tool: origin.tool.clone(),
+                },
+            )
+        })
+        .collect();
+    json_text("origins", &map).map(JsonText)
+}
+
+/// Reads `chat_turns.origins` back.
+pub(crate) fn parse_origins(
+    text: &JsonText,
+) -> Result<BTreeMap<String, ToolOrigin>, serde_json::Error> {
+    let map: BTreeMap<String, OriginJson> = serde_json::from_str(&text.0)?;
+    Ok(map
+        .into_iter()
+        .map(|(name, o)| {
+            (
+                name,
+                ToolOrigin {
+                    server: o.server,
+                    tool: o.tool,
+                },
+            )
+        })
+        .collect())
+}
+
+/// The `tool_calls` columns diesel declares as `tool_calls` (see `schema.rs`).
+#[derive(Queryable, Selectable, Insertable)]
+#[diesel(table_name = tool_calls)]
+#[diesel(treat_none_as_default_value = false)]
+#[cfg_attr(
+    all(feature = "postgres", feature = "sqlite"),
+    diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
+)]
+struct HeadRow {
+    id: ToolCallId,
+    turn_id: TurnId,
+    chat_id: ChatId,
+    call_id: String,
+    name: String,
+    server: String,
+    tool: String,
+    agent_id: Option<AgentId>,
+    agent_run_id: Option<String>,
+    arguments: Option<String>,
+    arguments_digest: String,
+    arguments_size: i64,
+    timeout_ms: i64,
+    status: String,
+    started_at: DbTime,
+    ended_at: Option<DbTime>,
+}
+
+/// The rest of a `tool_calls` row, selected by name next to a [`HeadRow`].
+type TailSql = (
+    diesel::sql_types::Nullable<diesel::sql_types::Text>,
+    diesel::sql_types::Nullable<diesel::sql_types::Text>,
+    diesel::sql_types::Nullable<diesel::sql_types::Text>,
+    diesel::sql_types::Bool,
+    diesel::sql_types::Nullable<diesel::sql_types::Text>,
+    diesel::sql_types::Bool,
+    diesel::sql_types::Nullable<diesel::sql_types::BigInt>,
+);
+type TailRow = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    bool,
+    Option<String>,
+    bool,
+    Option<i64>,
+);
+
+/// The columns of [`TailRow`], table-qualified so a subquery cannot capture them.
+fn tail() -> diesel::expression::SqlLiteral<TailSql> {
+    diesel::dsl::sql::<TailSql>(
+        "tool_calls.reason, tool_calls.error, tool_calls.result, tool_calls.truncated, \
+         tool_calls.progress, tool_calls.delivered, tool_calls.duration_ms",
+    )
+}
+
+/// A whole `tool_calls` row.
+pub(crate) struct ToolCallRow {
+    id: ToolCallId,
+    turn_id: TurnId,
+    chat_id: ChatId,
+    call_id: String,
+    name: String,
+    server: String,
+    tool: String,
+    agent_id: Option<AgentId>,
+    agent_run_id: Option<String>,
+    arguments: Option<String>,
+    arguments_digest: String,
+    arguments_size: i64,
+    timeout_ms: i64,
+    status: String,
+    reason: Option<String>,
+    error: Option<String>,
+    result: Option<String>,
+    truncated: bool,
+    progress: Option<String>,
+    delivered: bool,
+    started_at: DbTime,
+    ended_at: Option<DbTime>,
+    duration_ms: Option<i64>,
+}
+
+impl From<(HeadRow, TailRow)> for ToolCallRow {
+    fn from((h, t): (HeadRow, TailRow)) -> Self {
+        let (reason, error, result, truncated, progress, delivered, duration_ms) = t;
+        Self {
+            id: h.id,
+            turn_id: h.turn_id,
+            chat_id: h.chat_id,
+            call_id: h.call_id,
+            name: h.name,
+            server: h.server,
+            tool: h.tool,
+            agent_id: h.agent_id,
+            agent_run_id: h.agent_run_id,
+            arguments: h.arguments,
+            arguments_digest: h.arguments_digest,
+            arguments_size: h.arguments_size,
+            timeout_ms: h.timeout_ms,
+            status: h.status,
+            reason,
+            error,
+            result,
+            truncated,
+            progress,
+            delivered,
+            started_at: h.started_at,
+            ended_at: h.ended_at,
+            duration_ms,
+        }
+    }
+}
+
+impl ToolCallRow {
+    pub(crate) fn into_record(self) -> Result<ToolCallRecord, StoreError> {
+        let id = self.id;
+        let corrupt = |what: &str, detail: String| {
+            StoreError::Corrupt(format!("tool call {id}: {what}: {detail}"))
+        };
+        let status = CallStatus::parse(&self.status)
+            .ok_or_else(|| corrupt("status", format!("unknown status {:?}", self.status)))?;
+        let reason = self
+            .reason
+            .map(|r| {
+                CallReason::parse(&r).ok_or_else(|| corrupt("reason", format!("unknown {r:?}")))
+            })
+            .transpose()?;
+        let error = self
+            .error
+            .map(|e| serde_json::from_str(&e).map_err(|e| corrupt("error", e.to_string())))
+            .transpose()?;
+        let result = self
+            .result
+            .map(|r| serde_json::from_str(&r).map_err(|e| corrupt("result", e.to_string())))
+            .transpose()?;
+        let progress = self
+            .progress
+            .map(|p| serde_json::from_str(&p).map_err(|e| corrupt("progress", e.to_string())))
+            .transpose()?;
+        Ok(ToolCallRecord {
+            id,
+            chat_id: self.chat_id,
+            turn_id: self.turn_id,
+            call_id: self.call_id,
+            name: self.name,
+            server: self.server,
+            tool: self.tool,
+            agent_id: self.agent_id,
+            agent_run_id: self.agent_run_id.and_then(RunId::new),
+            arguments: self.arguments,
+            arguments_digest: self.arguments_digest,
+            arguments_size: stored_u64("arguments size", self.arguments_size)?,
+            timeout_ms: stored_u64("timeout_ms", self.timeout_ms)?,
+            status,
+            reason,
+            error,
+            result,
+            truncated: self.truncated,
+            progress,
+            delivered: self.delivered,
+            started_at: self.started_at.0,
+            ended_at: self.ended_at.map(|t| t.0),
+            duration_ms: self
+                .duration_ms
+                .map(|d| stored_u64("duration_ms", d))
+                .transpose()?,
+        })
+    }
+}
+
+/// The turn columns a call resolves against.
+#[derive(Queryable)]
+struct TurnOriginRow {
+    agent_id: Option<AgentId>,
+    agent_run_id: Option<String>,
+    origins: JsonText,
+}
+
+/// The turn, locked against concurrent admissions (PostgreSQL; SQLite's IMMEDIATE
+/// transaction holds the write lock already), so the per-turn limit holds and a turn
+/// being pruned waits or makes this retry.
+fn lock_turn(
+    tx: &mut Tx<'_>,
+    chat: ChatId,
+    turn: TurnId,
+) -> Result<Option<TurnOriginRow>, StoreError> {
+    let query = chat_turns::table
+        .find(turn)
+        .filter(chat_turns::chat_id.eq(chat))
+        .select((
+            chat_turns::agent_id,
+            chat_turns::agent_run_id,
+            chat_turns::origins,
+        ));
+    Ok(match tx {
+        #[cfg(feature = "postgres")]
+        Tx::Postgres(c) => query.for_no_key_update().first(*c).optional()?,
+        #[cfg(feature = "sqlite")]
+        Tx::Sqlite(c) => query.first(*c).optional()?,
+    })
+}
+
+fn find_call_by_id(tx: &mut Tx<'_>, id: ToolCallId) -> Result<Option<ToolCallRow>, StoreError> {
+    let query = tool_calls::table.find(id);
+    Ok(load_calls!(tx, query, first)
+        .optional()?
+        .map(ToolCallRow::from))
+}
+
+fn running_of_agent(tx: &mut Tx<'_>, agent: AgentId) -> Result<Vec<ToolCallRow>, StoreError> {
+    let query = tool_calls::table
+        .filter(tool_calls::agent_id.eq(agent))
+        .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
+        .order((tool_calls::started_at, tool_calls::id));
+    Ok(load_calls!(tx, query, load)?
+        .into_iter()
+        .map(ToolCallRow::from)
+        .collect())
+}
+
+/// The origin `name` has in the turn: its recorded tools first, then what find_tools
+/// activated for it from the turn's run.
+fn resolve(
+    tx: &mut Tx<'_>,
+    turn: TurnId,
+    origins: &BTreeMap<String, ToolOrigin>,
+    name: &str,
+) -> Result<Option<ToolOrigin>, StoreError> {
+    if let Some(origin) = origins.get(name) {
+        return Ok(Some(origin.clone()));
+    }
+    let query = chat_turn_activations::table
+        .filter(chat_turn_activations::turn_id.eq(turn))
+        .filter(chat_turn_activations::tool.eq(name))
+        .select((
+            chat_turn_activations::server,
+            chat_turn_activations::tool_name,
+        ));
+    let found: Option<(Option<String>, Option<String>)> =
+        on_backend!(tx, |c| query.first(c).optional())?;
+    Ok(match found {
+        Some((Some(server), Some(tool))) => Some(ToolOrigin { server, tool }),
+        _ => None,
+    })
+}
+
+fn admit(
+    tx: &mut Tx<'_>,
+    prepared: &PreparedCall,
+    now: DbTime,
+) -> Result<Option<CallAdmission>, StoreError> {
+    let now = stored_precision(now);
+    let call = &prepared.call;
+    let Some(turn) = lock_turn(tx, call.chat, call.turn)? else {
+        return Ok(None);
+    };
+    let existing = tool_calls::table
+        .filter(tool_calls::turn_id.eq(call.turn))
+        .filter(tool_calls::call_id.eq(&call.call_id));
+    let existing = load_calls!(tx, existing, first).optional()?;
+    if let Some(existing) = existing.map(ToolCallRow::from) {
+        let same = existing.name == call.name && existing.arguments_digest == prepared.digest;
+        let record = existing.into_record()?;
+        return Ok(Some(if same {
+            CallAdmission::Existing(record)
+        } else {
+            CallAdmission::Conflict(record)
+        }));
+    }
+    let held = tool_calls::table
+        .filter(tool_calls::turn_id.eq(call.turn))
+        .count();
+    let held: i64 = on_backend!(tx, |c| held.get_result(c))?;
+    if u64::try_from(held).unwrap_or(0) >= MAX_CALLS_PER_TURN {
+        return Err(StoreError::LimitReached(format!(
+            "a turn holds at most {MAX_CALLS_PER_TURN} tool calls"
+        )));
+    }
+
+    let mut row = ToolCallRow {
+        id: ToolCallId::new_random(),
+        turn_id: call.turn,
+        chat_id: call.chat,
+        call_id: call.call_id.clone(),
+        name: call.name.clone(),
+        server: String::new(),
+        tool: String::new(),
+        agent_id: turn.agent_id,
+        agent_run_id: turn.agent_run_id.clone(),
+        arguments: Some(call.arguments.clone()),
+        arguments_digest: prepared.digest.clone(),
+        arguments_size: prepared.size,
+        timeout_ms: prepared.timeout_ms,
+        status: CallStatus::Running.as_str().to_owned(),
+        reason: None,
+        error: None,
+        result: None,
+        truncated: false,
+        progress: None,
+        delivered: false,
+        started_at: now,
+        ended_at: None,
+        duration_ms: None,
+    };
+    if call.name == FIND_TOOLS_NAME {
+        // The server answers it itself: no agent holds it.
+        row.server = CTXSYNC_SERVER.to_owned();
+        row.tool = FIND_TOOLS_NAME.to_owned();
+        row.agent_id = None;
+        return insert_call(tx, row).map(|r| Some(CallAdmission::Started(r)));
+    }
+    let origins = parse_origins(&turn.origins)
+        .map_err(|e| StoreError::Corrupt(format!("turn {}: origins: {e}", call.turn)))?;
+    let Some(origin) = resolve(tx, call.turn, &origins, &call.name)? else {
+        return refuse(tx, row, CallReason::NotInTurn, now);
+    };
+    row.server = origin.server;
+    row.tool = origin.tool;
+    let (Some(agent), Some(run)) = (turn.agent_id, turn.agent_run_id.as_deref()) else {
+        // Without a recorded agent and run nothing can prove which process listed it.
+        return refuse(tx, row, CallReason::StaleRun, now);
+    };
+    // Share-locked so a concurrent UpdateStartup either waits for this admission (and
+    // then sees the running call) or makes it retry and see the new run.
+    let agent_row = match lock_agent(tx, agent, RowLock::Share) {
+        Ok(row) => Some(row),
+        Err(StoreError::AgentNotFound(_)) => None,
+        Err(e) => return Err(e),
+    };
+    let Some(agent_row) = agent_row.filter(|a| a.agent_run_id == run) else {
+        return refuse(tx, row, CallReason::StaleRun, now);
+    };
+    if !agent_row.accepts_tool_calls {
+        return refuse(tx, row, CallReason::AgentUnsupported, now);
+    }
+    insert_call(tx, row).map(|r| Some(CallAdmission::Started(r)))
+}
+
+/// Stores `row` as ended at once, refused for `reason`.
+fn refuse(
+    tx: &mut Tx<'_>,
+    mut row: ToolCallRow,
+    reason: CallReason,
+    now: DbTime,
+) -> Result<Option<CallAdmission>, StoreError> {
+    row.status = CallStatus::Refused.as_str().to_owned();
+    row.reason = Some(reason.as_str().to_owned());
+    row.arguments = None;
+    row.ended_at = Some(now);
+    row.duration_ms = Some(0);
+    insert_call(tx, row).map(|r| Some(CallAdmission::Refused(r)))
+}
+
+/// Inserts `row`: its head, then (for a call ended at once) its end columns.
+fn insert_call(tx: &mut Tx<'_>, row: ToolCallRow) -> Result<ToolCallRecord, StoreError> {
+    let head = HeadRow {
+        id: row.id,
+        turn_id: row.turn_id,
+        chat_id: row.chat_id,
+        call_id: row.call_id.clone(),
+        name: row.name.clone(),
+        server: row.server.clone(),
+        tool: row.tool.clone(),
+        agent_id: row.agent_id,
+        agent_run_id: row.agent_run_id.clone(),
+        arguments: row.arguments.clone(),
+        arguments_digest: row.arguments_digest.clone(),
+        arguments_size: row.arguments_size,
+        timeout_ms: row.timeout_ms,
+        status: row.status.clone(),
+        started_at: row.started_at,
+        ended_at: row.ended_at,
+    };
+    let insert = diesel::insert_into(tool_calls::table).values(&head);
+    match on_backend!(tx, |c| insert.execute(c)) {
+        Ok(_) => {
+            if row.reason.is_some() || row.duration_ms.is_some() {
+                let update = diesel::update(tool_call_ends::table.find(row.id)).set((
+                    tool_call_ends::reason.eq(&row.reason),
+                    tool_call_ends::duration_ms.eq(row.duration_ms),
+                ));
+                on_backend!(tx, |c| update.execute(c))?;
+            }
+            row.into_record()
+        }
+        // A concurrent admission of the same call id committed first (PostgreSQL): the
+        // retry reads it and answers `Existing` or `Conflict`.
+        Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, info)) => {
+            Err(StoreError::Conflict(info.message().to_owned()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Records `end` on `row` unless it already ended (the first end wins); a retryable
+/// refusal deletes the row instead. Answers the row as it now stands (or, deleted, as it
+/// ended).
+pub(crate) fn apply_end(
+    tx: &mut Tx<'_>,
+    mut row: ToolCallRow,
+    end: &PreparedEnd,
+    now: DbTime,
+) -> Result<ToolCallRow, StoreError> {
+    if row.status != CallStatus::Running.as_str() {
+        return Ok(row);
+    }
+    let now = stored_precision(now);
+    let running = tool_call_ends::table
+        .find(row.id)
+        .filter(tool_call_ends::status.eq(CallStatus::Running.as_str()));
+    let elapsed = (now.0 - row.started_at.0).num_milliseconds().max(0);
+    row.status = end.status.as_str().to_owned();
+    row.reason = end.reason.map(|r| r.as_str().to_owned());
+    row.error = end.error.clone();
+    row.result = end.result.clone();
+    row.truncated = end.truncated;
+    row.arguments = None;
+    row.ended_at = Some(now);
+    row.duration_ms = Some(end.duration_ms.unwrap_or(elapsed));
+    let changed = if end.is_retryable() {
+        on_backend!(tx, |c| diesel::delete(running).execute(c))?
+    } else {
+        let update = diesel::update(running).set((
+            tool_call_ends::status.eq(&row.status),
+            tool_call_ends::reason.eq(&row.reason),
+            tool_call_ends::error.eq(&row.error),
+            tool_call_ends::result.eq(&row.result),
+            tool_call_ends::truncated.eq(row.truncated),
+            tool_call_ends::arguments.eq(None::<String>),
+            tool_call_ends::ended_at.eq(row.ended_at),
+            tool_call_ends::duration_ms.eq(row.duration_ms),
+        ));
+        on_backend!(tx, |c| update.execute(c))?
+    };
+    if changed == 0 {
+        // Ended since it was read (SQLite cannot get here; PostgreSQL would have
+        // failed the write on serialization): answer what is stored.
+        return find_call_by_id(tx, row.id)?
+            .ok_or_else(|| StoreError::Conflict(format!("tool call {} vanished", row.id)));
+    }
+    Ok(row)
+}
+
+/// Cancels the running calls of `chat`'s turns numbered below `keep_from`, before those
+/// turns are pruned, and answers them as they ended (oldest first) so the caller can tell
+/// their agents.
+pub(crate) fn cancel_calls_of_pruned_turns(
+    tx: &mut Tx<'_>,
+    chat: ChatId,
+    keep_from: i64,
+    now: DbTime,
+) -> Result<Vec<ToolCallRecord>, StoreError> {
+    let pruned = chat_turns::table
+        .filter(chat_turns::chat_id.eq(chat))
+        .filter(chat_turns::seq.lt(keep_from))
+        .select(chat_turns::id);
+    let query = tool_calls::table
+        .filter(tool_calls::turn_id.eq_any(pruned))
+        .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
+        .order((tool_calls::started_at, tool_calls::id));
+    let running = load_calls!(tx, query, load)?;
+    let end = PreparedEnd::new(
+        &CallEnd {
+            status: CallStatus::Canceled,
+            reason: None,
+            error: None,
+            result: None,
+            truncated: false,
+        },
+        None,
+    )?;
+    running
+        .into_iter()
+        .map(|row| apply_end(tx, ToolCallRow::from(row), &end, now)?.into_record())
+        .collect()
 }

@@ -6,19 +6,27 @@
 //! checks their shape (an object and an array). Turns are numbered 1, 2, 3, … per chat in
 //! the inserting transaction, so "the latest turn" never depends on a replica's clock.
 //! Growth is bounded: recording a turn deletes the chat's turns older than the last
-//! [`MAX_TURNS_PER_CHAT`], with their activations.
+//! [`MAX_TURNS_PER_CHAT`], with their activations and tool calls (a running call is
+//! cancelled first, in the same transaction).
+//!
+//! A turn also records where its tools came from ([`TurnOrigin`]): tool calls resolve
+//! against that, never against the agent's current snapshot.
 
 use chrono::{DateTime, Utc};
+use ctxsync_protocol::RunId;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
-use crate::ids::{ChatId, TurnId};
+use crate::ids::{AgentId, ChatId, TurnId};
 use crate::schema::{chat_turn_activations, chat_turns, chats};
 use crate::sql_types::{DbTime, JsonText};
 use crate::store::Store;
-use crate::tool_calls::{ToolOrigin, TurnOrigin};
+use crate::tool_calls::{
+    ToolCallRecord, ToolOrigin, TurnOrigin, cancel_calls_of_pruned_turns, origins_json,
+    parse_origins,
+};
 
 /// Turns kept per chat; recording one more deletes the oldest.
 pub const MAX_TURNS_PER_CHAT: u64 = 32;
@@ -90,6 +98,10 @@ pub struct TurnRecord {
     pub origin: Option<TurnOrigin>,
     /// When the turn was recorded (the writing replica's clock).
     pub created_at: DateTime<Utc>,
+    /// Only from [`Store::record_turn`] (empty when read back): the calls that were
+    /// running in the turns it pruned, recorded `canceled` before their turns (and so
+    /// they) were deleted. The caller sends each one's cancel to its agent.
+    pub canceled_calls: Vec<ToolCallRecord>,
 }
 
 /// The tools activated for one turn.
@@ -103,7 +115,9 @@ pub struct TurnActivations {
 
 impl Store {
     /// Records a turn of `chat` as its newest, deleting turns past the last
-    /// [`MAX_TURNS_PER_CHAT`]. A new turn has nothing activated.
+    /// [`MAX_TURNS_PER_CHAT`] with their calls (those still running are first recorded
+    /// `canceled` and answered in [`TurnRecord::canceled_calls`]). A new turn has nothing
+    /// activated.
     /// [`StoreError::ChatNotFound`] for an unknown chat; [`StoreError::InvalidInput`]
     /// when the outcome is not a JSON object or the tools not an array.
     pub async fn record_turn(
@@ -122,11 +136,14 @@ impl Store {
             ));
         }
         let id = TurnId::new_random();
-        let outcome = JsonText(turn.outcome.to_string());
-        let tools = JsonText(turn.tools.to_string());
-        let mode = turn.mode;
+        let columns = TurnColumns {
+            mode: turn.mode,
+            outcome: JsonText(turn.outcome.to_string()),
+            tools: JsonText(turn.tools.to_string()),
+            origin: StoredOrigin::new(turn.origin.as_ref())?,
+        };
         self.with_conn(move |conn, _| {
-            conn.write(|tx| insert_turn(tx, chat, id, mode, &outcome, &tools, DbTime(Utc::now())))
+            conn.write(|tx| insert_turn(tx, chat, id, &columns, DbTime(Utc::now())))
         })
         .await
     }
@@ -185,11 +202,9 @@ impl Store {
         turn: TurnId,
         tools: Vec<(String, Option<ToolOrigin>)>,
     ) -> Result<bool, StoreError> {
-        // STUB (issue 36): origins are not stored yet.
-        let names: Vec<String> = tools.into_iter().map(|(name, _)| name).collect();
-        if let Some(bad) = names
+        if let Some((bad, _)) = tools
             .iter()
-            .find(|n| n.is_empty() || n.len() > MAX_TOOL_NAME_BYTES)
+            .find(|(n, _)| n.is_empty() || n.len() > MAX_TOOL_NAME_BYTES)
         {
             return Err(StoreError::InvalidInput(format!(
                 "tool name must be 1..={MAX_TOOL_NAME_BYTES} bytes, got {} bytes",
@@ -197,7 +212,7 @@ impl Store {
             )));
         }
         self.with_conn(move |conn, _| {
-            conn.write(|tx| insert_activations(tx, chat, turn, &names, DbTime(Utc::now())))
+            conn.write(|tx| insert_activations(tx, chat, turn, &tools, DbTime(Utc::now())))
         })
         .await
     }
@@ -217,6 +232,42 @@ struct TurnRow {
     outcome: JsonText,
     tools: JsonText,
     created_at: DbTime,
+    agent_id: Option<AgentId>,
+    agent_run_id: Option<String>,
+    origins: JsonText,
+}
+
+/// What a new turn stores, prepared before its transaction.
+struct TurnColumns {
+    mode: ChatTurnMode,
+    outcome: JsonText,
+    tools: JsonText,
+    origin: StoredOrigin,
+}
+
+/// A turn's origin in its columns: the agent and run (both or neither) and the tools'
+/// origins as JSON.
+struct StoredOrigin {
+    agent_id: Option<AgentId>,
+    agent_run_id: Option<String>,
+    origins: JsonText,
+}
+
+impl StoredOrigin {
+    fn new(origin: Option<&TurnOrigin>) -> Result<Self, StoreError> {
+        Ok(match origin {
+            Some(origin) => Self {
+                agent_id: Some(origin.agent_id),
+                agent_run_id: Some(origin.agent_run_id.as_str().to_owned()),
+                origins: origins_json(&origin.tools)?,
+            },
+            None => Self {
+                agent_id: None,
+                agent_run_id: None,
+                origins: JsonText("{}".into()),
+            },
+        })
+    }
 }
 
 impl TurnRow {
@@ -231,6 +282,16 @@ impl TurnRow {
         let tools =
             serde_json::from_str(&self.tools.0).map_err(|e| corrupt("tools", e.to_string()))?;
         let number = u64::try_from(self.seq).map_err(|e| corrupt("number", e.to_string()))?;
+        let tools_origins =
+            parse_origins(&self.origins).map_err(|e| corrupt("origins", e.to_string()))?;
+        let origin = match (self.agent_id, self.agent_run_id.and_then(RunId::new)) {
+            (Some(agent_id), Some(agent_run_id)) => Some(TurnOrigin {
+                agent_id,
+                agent_run_id,
+                tools: tools_origins,
+            }),
+            _ => None,
+        };
         Ok(TurnRecord {
             id: self.id,
             chat_id: self.chat_id,
@@ -239,9 +300,9 @@ impl TurnRow {
             outcome,
             tools,
             activated,
-            // STUB (issue 36): origins are not stored yet.
-            origin: None,
+            origin,
             created_at: self.created_at.0,
+            canceled_calls: Vec::new(),
         })
     }
 }
@@ -250,11 +311,16 @@ fn insert_turn(
     tx: &mut Tx<'_>,
     chat_id: ChatId,
     id: TurnId,
-    mode: ChatTurnMode,
-    outcome: &JsonText,
-    tools: &JsonText,
+    columns: &TurnColumns,
     now: DbTime,
 ) -> Result<TurnRecord, StoreError> {
+    let TurnColumns {
+        mode,
+        outcome,
+        tools,
+        origin,
+    } = columns;
+    let mode = *mode;
     let chat = chats::table.find(chat_id).select(chats::id);
     let found: Option<ChatId> = on_backend!(tx, |c| chat.first(c).optional())?;
     if found.is_none() {
@@ -273,6 +339,9 @@ fn insert_turn(
         chat_turns::outcome.eq(outcome),
         chat_turns::tools.eq(tools),
         chat_turns::created_at.eq(now),
+        chat_turns::agent_id.eq(origin.agent_id),
+        chat_turns::agent_run_id.eq(&origin.agent_run_id),
+        chat_turns::origins.eq(&origin.origins),
     ));
     match on_backend!(tx, |c| insert.execute(c)) {
         Ok(_) => {}
@@ -284,13 +353,16 @@ fn insert_turn(
         Err(e) => return Err(e.into()),
     }
     let keep_from = seq - i64::try_from(MAX_TURNS_PER_CHAT).unwrap_or(i64::MAX) + 1;
+    // A pruned turn's running call is ended before the cascade deletes it, so the caller
+    // can still cancel it on its agent.
+    let canceled_calls = cancel_calls_of_pruned_turns(tx, chat_id, keep_from, now)?;
     let prune = diesel::delete(
         chat_turns::table
             .filter(chat_turns::chat_id.eq(chat_id))
             .filter(chat_turns::seq.lt(keep_from)),
     );
     on_backend!(tx, |c| prune.execute(c))?;
-    TurnRow {
+    let mut record = TurnRow {
         id,
         chat_id,
         seq,
@@ -298,8 +370,13 @@ fn insert_turn(
         outcome: outcome.clone(),
         tools: tools.clone(),
         created_at: now,
+        agent_id: origin.agent_id,
+        agent_run_id: origin.agent_run_id.clone(),
+        origins: origin.origins.clone(),
     }
-    .into_record(Vec::new())
+    .into_record(Vec::new())?;
+    record.canceled_calls = canceled_calls;
+    Ok(record)
 }
 
 fn find_turn(
@@ -350,7 +427,7 @@ fn insert_activations(
     tx: &mut Tx<'_>,
     chat_id: ChatId,
     turn: TurnId,
-    names: &[String],
+    tools: &[(String, Option<ToolOrigin>)],
     now: DbTime,
 ) -> Result<bool, StoreError> {
     if turn_of_chat(tx, chat_id, turn)?.is_none() {
@@ -358,12 +435,14 @@ fn insert_activations(
     }
     // One row per statement: diesel has no multi-row upsert on SQLite, and find_tools
     // activates at most a few tens of names per call.
-    for name in names {
+    for (name, origin) in tools {
         let insert = diesel::insert_into(chat_turn_activations::table)
             .values((
                 chat_turn_activations::turn_id.eq(turn),
                 chat_turn_activations::tool.eq(name.as_str()),
                 chat_turn_activations::activated_at.eq(now),
+                chat_turn_activations::server.eq(origin.as_ref().map(|o| o.server.as_str())),
+                chat_turn_activations::tool_name.eq(origin.as_ref().map(|o| o.tool.as_str())),
             ))
             .on_conflict_do_nothing();
         on_backend!(tx, |c| insert.execute(c))?;

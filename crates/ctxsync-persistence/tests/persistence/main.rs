@@ -11,4 +11,5 @@ mod postgres;
 mod postgres_tls;
 mod races;
 mod server_timings;
+mod tool_calls;
 mod turns;

@@ -22,6 +22,7 @@ const TABLES: &[&str] = &[
     "gate_attempts",
     "page_links",
     "page_sessions",
+    "tool_calls",
     "workspace_agent_context_resources",
     "workspace_agent_context_snapshots",
     "workspace_agents",

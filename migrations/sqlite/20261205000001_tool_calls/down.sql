@@ -1,0 +1,7 @@
+DROP TABLE tool_calls;
+ALTER TABLE chat_turn_activations DROP COLUMN tool_name;
+ALTER TABLE chat_turn_activations DROP COLUMN server;
+ALTER TABLE chat_turns DROP COLUMN origins;
+ALTER TABLE chat_turns DROP COLUMN agent_run_id;
+ALTER TABLE chat_turns DROP COLUMN agent_id;
+ALTER TABLE workspace_agents DROP COLUMN accepts_tool_calls;
