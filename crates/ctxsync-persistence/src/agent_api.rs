@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use ctxsync_protocol::call::{AgentCall, MAX_CALL_MESSAGE_BYTES};
 use ctxsync_protocol::limits::{
     MAX_ERROR_BYTES, MAX_HASH_BYTES, MAX_RESOURCES, MAX_SOURCE_BYTES, MAX_TOTAL_BODY_BYTES,
 };
@@ -18,6 +19,7 @@ use ctxsync_protocol::v1::{
 };
 use ctxsync_protocol::{BODY_DIGEST_BYTES, DELTA_DIGEST_SCHEME};
 use ctxsync_protocol::{McpConnectTimings, Push, RunId, Startup, v1};
+use tokio_stream::StreamExt;
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
@@ -33,6 +35,14 @@ pub const MAX_REQUEST_BYTES: usize = MAX_TOTAL_BODY_BYTES
     + MAX_RESOURCES
         * (2 * MAX_SOURCE_BYTES + MAX_HASH_BYTES + MAX_ERROR_BYTES + BODY_DIGEST_BYTES + 64)
     + 64 * 1024;
+
+// A call result at its cap, with its envelope, decodes under the one limit the Agent
+// server sets for every method.
+const _: () = assert!(MAX_REQUEST_BYTES >= MAX_CALL_MESSAGE_BYTES);
+
+/// The message a ToolCalls stream opened by a run other than the agent's current one
+/// receives (`FAILED_PRECONDITION`).
+pub const STALE_CALL_RUN_MESSAGE: &str = "the call stream's run is not the agent's current one";
 
 /// The message an UpdateStartup from a superseded process receives.
 pub const SUPERSEDED_MESSAGE: &str = "superseded by a newer agent process";
@@ -583,6 +593,18 @@ impl Agent for AgentApi {
             .await
             .map_err(|e| self.status(e))?;
         bump(&self.metrics.startups_accepted);
+        if let Some(hub) = &self.calls
+            && outcome.run_id_changed()
+        {
+            // The old process is gone: what it held may or may not have run. The startup
+            // is stored either way; a failure here leaves those calls to their deadlines.
+            if let Err(error) = hub
+                .agent_restarted(agent, outcome.agent_run_id.as_ref())
+                .await
+            {
+                tracing::warn!(%agent, %error, "ending a restarted agent's calls failed");
+            }
+        }
         Ok(Response::new(v1::Startup {
             version: outcome.startup_version,
             expanded_directory: outcome.expanded_directory,
@@ -595,7 +617,8 @@ impl Agent for AgentApi {
             } else {
                 0
             },
-            accepts_tool_calls: false,
+            // Tells the agent this server serves ToolCalls.
+            accepts_tool_calls: self.calls.is_some(),
         }))
     }
 
@@ -605,10 +628,51 @@ impl Agent for AgentApi {
 
     async fn tool_calls(
         &self,
-        _request: Request<tonic::Streaming<v1::AgentCallMessage>>,
+        request: Request<tonic::Streaming<v1::AgentCallMessage>>,
     ) -> Result<Response<Self::ToolCallsStream>, Status> {
-        // Replaced by the call channel (issue 36).
-        Err(Status::unimplemented("tool calls are not served yet"))
+        let agent = self.agent(&request)?;
+        let Some(hub) = &self.calls else {
+            return Err(Status::unimplemented("this server does not run tool calls"));
+        };
+        let mut inbound = request.into_inner();
+        // The handler answers (and the server's request timeout stops counting) only
+        // after the hello: bounded like any silence.
+        let first = match tokio::time::timeout(hub.config().silence_limit, inbound.message()).await
+        {
+            Err(_) => return Err(Status::deadline_exceeded("no hello on the call stream")),
+            Ok(Err(status)) => return Err(status),
+            Ok(Ok(None)) => {
+                return Err(Status::invalid_argument(
+                    "the call stream ended before its hello",
+                ));
+            }
+            Ok(Ok(Some(first))) => first,
+        };
+        let AgentCall::Hello { agent_run_id } = AgentCall::try_from(first)? else {
+            return Err(Status::invalid_argument(
+                "the call stream's first message must be a hello",
+            ));
+        };
+        let row = self
+            .store
+            .get_agent(agent)
+            .await
+            .map_err(|e| self.status(e))?
+            .ok_or_else(|| unauthenticated(&self.metrics, "unknown agent token"))?;
+        if row.agent_run_id.as_ref() != Some(&agent_run_id) {
+            return Err(Status::failed_precondition(STALE_CALL_RUN_MESSAGE));
+        }
+        let inbound = inbound.map_while(move |item| match item {
+            Ok(message) => Some(AgentCall::try_from(message).map_err(|e| e.to_string())),
+            Err(status) => {
+                tracing::debug!(%agent, code = ?status.code(), "call stream failed");
+                None
+            }
+        });
+        let outbound = hub
+            .open(agent, agent_run_id, Box::pin(inbound))
+            .map(|call| Ok(v1::ServerCallMessage::from(call)));
+        Ok(Response::new(Box::pin(outbound)))
     }
 
     async fn push_context_state(

@@ -7,8 +7,10 @@
 //! reads, chats and their pinned context, chat turns and their find_tools activations),
 //! change
 //! notifications ([`ChangeEvent`]; in-process for SQLite, LISTEN/NOTIFY across
-//! processes for PostgreSQL), and the gRPC agent API service ([`agent_api`]) that
-//! authenticates, validates with `ctxsync-protocol`, and persists.
+//! processes for PostgreSQL), the gRPC agent API service ([`agent_api`]) that
+//! authenticates, validates with `ctxsync-protocol`, and persists, and the tool-call
+//! channel's hub ([`CallHub`]) that sends stored calls down agents' `ToolCalls` streams
+//! and records what comes back.
 //!
 //! Network and disk: PostgreSQL's `sslmode`/`sslrootcert` mean what libpq says for the
 //! pool (libpq itself) and for the LISTEN connection (OpenSSL configured to match), and
@@ -129,7 +131,10 @@ mod turns;
 
 pub use agent_api::{AgentApi, AgentApiCounters, AgentApiMetrics};
 pub use agents::MAX_AGENT_NAME_BYTES;
-pub use call_channel::{CallHub, CallHubConfig, CallMetricsSnapshot};
+pub use call_channel::{
+    CALL_QUEUE, CALL_SECONDS_BUCKETS, CallHub, CallHubConfig, CallMetricsSnapshot,
+    DEFAULT_CANCEL_WAIT, DEFAULT_DEADLINE_SLACK, DEFAULT_RECONNECT_GRACE, PROGRESS_FLUSH,
+};
 pub use db::migrations;
 pub use db::{
     Backend, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, DatabaseConfig,

@@ -3,6 +3,7 @@
 mod common;
 
 mod behaviour;
+mod call_channel;
 mod delta;
 mod gate_attempts;
 mod migrations;

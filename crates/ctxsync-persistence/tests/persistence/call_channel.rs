@@ -1,0 +1,669 @@
+//! The tool-call channel over real gRPC on loopback: an agent's `ToolCalls` stream (a
+//! generated client playing the agent), the hub sending stored calls down it, and every
+//! way a call ends from the server's side: the agent's end, a lost or silent stream, no
+//! stream, a cancel, the deadline and a restart.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
+use ctxsync_persistence::test_support::{TestStore, serve_agent_api, with_bearer};
+use ctxsync_persistence::{
+    AgentApi, AgentId, CallAdmission, CallHub, CallHubConfig, ChatTurnMode, NewToolCall, NewTurn,
+    ToolCallRecord, ToolOrigin, TurnOrigin,
+};
+use ctxsync_protocol::call::{AgentCall, ServerCall};
+use ctxsync_protocol::v1::agent_client::AgentClient;
+use ctxsync_protocol::{RunId, Startup, v1};
+use ctxsync_test_support::Backend;
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+use tonic::transport::Channel;
+
+ctxsync_test_support::on_both_backends! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    open = World::open;
+    a_stale_run_cannot_open_the_stream,
+    a_dispatched_call_runs_to_the_agents_end,
+    a_dropped_stream_ends_its_calls_unknown,
+    a_silent_stream_is_lost_and_an_idle_one_hears_heartbeats,
+    no_stream_within_the_grace_is_agent_unreachable,
+    a_stream_opened_within_the_grace_gets_the_call,
+    a_cancel_reaches_the_agent_and_records_its_end,
+    a_cancel_the_agent_does_not_answer_is_recorded_by_the_server,
+    a_silent_call_times_out_at_its_deadline,
+    a_restart_ends_the_old_runs_calls,
+    the_request_timeout_does_not_cut_a_long_stream,
+}
+
+/// Bound on anything that must happen; never waited out when it does.
+const DEADLINE: Duration = Duration::from_secs(10);
+const RUN: &str = "7d7c1f0e-0b1a-4f43-9a53-8c0a3f6c2b11";
+const NEW_RUN: &str = "0b9e0d55-2f6f-4d8c-a0a8-0f3f0c2e6d42";
+
+/// Settings for tests: nothing waits on a production-sized budget.
+fn quick() -> CallHubConfig {
+    CallHubConfig {
+        reconnect_grace: Duration::from_millis(300),
+        recheck: Duration::from_secs(5),
+        heartbeat: Duration::from_secs(15),
+        silence_limit: Duration::from_secs(45),
+        deadline_slack: Duration::from_millis(100),
+        cancel_wait: Duration::from_secs(5),
+    }
+}
+
+struct World {
+    db: TestStore,
+}
+
+impl World {
+    async fn open(backend: Backend) -> Option<Self> {
+        let db = match backend {
+            Backend::Sqlite => TestStore::sqlite().await,
+            Backend::Postgres => TestStore::postgres().await?,
+        };
+        Some(Self { db })
+    }
+
+    /// The agent API with a hub of `config` on loopback, with the server's request
+    /// `timeout` when given (as the binary sets one).
+    async fn serve(&self, config: CallHubConfig, timeout: Option<Duration>) -> Served {
+        let store = self.db.store().clone();
+        let hub = CallHub::new(store.clone(), config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let api = AgentApi::new(store.clone()).with_calls(Arc::clone(&hub));
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(timeout) = timeout {
+            builder = builder.timeout(timeout);
+        }
+        let server = tokio::spawn(async move {
+            builder
+                .add_service(api.into_server())
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(listener),
+                    async {
+                        let _ = signal.await;
+                    },
+                )
+                .await
+                .expect("serving the agent API");
+        });
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connecting");
+        Served {
+            hub,
+            client: AgentClient::new(channel),
+            store,
+            _shutdown: shutdown,
+            _server: Aborting(server),
+        }
+    }
+}
+
+struct Aborting(tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct Served {
+    hub: Arc<CallHub>,
+    client: AgentClient<Channel>,
+    store: ctxsync_persistence::Store,
+    _shutdown: oneshot::Sender<()>,
+    _server: Aborting,
+}
+
+/// An agent that takes calls, with a turn listing `fs__read` from its run.
+struct Agent {
+    id: AgentId,
+    token: String,
+    chat: ctxsync_persistence::ChatId,
+    turn: ctxsync_persistence::TurnId,
+}
+
+impl Served {
+    async fn agent(&self) -> Agent {
+        let created = self.store.create_agent("caller").await.unwrap();
+        let token = created.token.into_string();
+        self.startup(&token, RUN).await.expect("startup");
+        let chat = self.store.create_chat(Some(created.id)).await.unwrap().id;
+        let origin = TurnOrigin {
+            agent_id: created.id,
+            agent_run_id: RunId::new(RUN).unwrap(),
+            tools: BTreeMap::from([(
+                "fs__read".to_owned(),
+                ToolOrigin {
+                    server: "fs".into(),
+                    tool: "read".into(),
+                },
+            )]),
+        };
+        let turn = NewTurn {
+            mode: ChatTurnMode::Default,
+            outcome: json!({}),
+            tools: json!([{ "name": "fs__read" }]),
+            origin: Some(origin),
+        };
+        let turn = self.store.record_turn(chat, &turn).await.unwrap().id;
+        Agent {
+            id: created.id,
+            token,
+            chat,
+            turn,
+        }
+    }
+
+    async fn startup(&self, token: &str, run: &str) -> Result<v1::Startup, tonic::Status> {
+        let startup = Startup {
+            version: "1.0.0".into(),
+            expanded_directory: "/workspace".into(),
+            agent_run_id: RunId::new(run),
+            accepts_tool_calls: true,
+        };
+        let request = v1::UpdateStartupRequest::from(startup);
+        let mut client = self.client.clone();
+        client
+            .update_startup(with_bearer(request, token))
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// A running call of `agent`'s turn, stored.
+    async fn call(&self, agent: &Agent, call_id: &str, timeout_ms: u64) -> ToolCallRecord {
+        let call = NewToolCall {
+            chat: agent.chat,
+            turn: agent.turn,
+            call_id: call_id.into(),
+            name: "fs__read".into(),
+            arguments: r#"{"path":"/etc/hostname"}"#.into(),
+            timeout_ms,
+        };
+        match self.store.admit_tool_call(&call).await.unwrap() {
+            Some(CallAdmission::Started(record)) => record,
+            other => panic!("admission: {other:?}"),
+        }
+    }
+
+    /// Opens the agent's stream with a hello from `run`.
+    async fn open(&self, agent: &Agent, run: &str) -> Result<Stream, tonic::Status> {
+        let (tx, rx) = mpsc::channel(16);
+        let hello = AgentCall::Hello {
+            agent_run_id: RunId::new(run).unwrap(),
+        };
+        tx.send(hello.into()).await.unwrap();
+        let mut client = self.client.clone();
+        let response = client
+            .tool_calls(with_bearer(ReceiverStream::new(rx), &agent.token))
+            .await?;
+        Ok(Stream {
+            tx,
+            rx: response.into_inner(),
+        })
+    }
+
+    async fn wait(&self, record: &ToolCallRecord) -> ToolCallRecord {
+        self.hub
+            .wait(record.id, DEADLINE)
+            .await
+            .unwrap()
+            .expect("the call exists")
+    }
+
+    async fn stored(&self, record: &ToolCallRecord) -> Option<ToolCallRecord> {
+        self.store.get_tool_call_by_id(record.id).await.unwrap()
+    }
+
+    fn ended(&self, label: &str) -> u64 {
+        let metrics = self.hub.metrics();
+        metrics
+            .ended
+            .iter()
+            .find(|(l, _)| *l == label)
+            .expect("every label is listed")
+            .1
+    }
+
+    /// The count of `label` once it reaches `count`: a waiter may read the end from the
+    /// store a moment before the replica that recorded it counted it.
+    async fn ended_reaches(&self, label: &str, count: u64) -> u64 {
+        let started = Instant::now();
+        while self.ended(label) < count && started.elapsed() < DEADLINE {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Settled: a second count would show by now too.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.ended(label)
+    }
+}
+
+/// The agent's side of one stream.
+struct Stream {
+    tx: mpsc::Sender<v1::AgentCallMessage>,
+    rx: tonic::Streaming<v1::ServerCallMessage>,
+}
+
+impl Stream {
+    async fn send(&self, call: AgentCall) {
+        self.tx.send(call.into()).await.expect("the stream is open");
+    }
+
+    /// The next message that is not a heartbeat.
+    async fn next(&mut self) -> ServerCall {
+        loop {
+            match self.next_any().await {
+                ServerCall::Heartbeat => continue,
+                other => return other,
+            }
+        }
+    }
+
+    async fn next_any(&mut self) -> ServerCall {
+        let message = tokio::time::timeout(DEADLINE, self.rx.message())
+            .await
+            .expect("a message within the deadline")
+            .expect("the stream is healthy")
+            .expect("the stream is open");
+        ServerCall::try_from(message).expect("a valid server message")
+    }
+
+    /// Receives `record`'s request and acknowledges it.
+    async fn accept(&mut self, record: &ToolCallRecord) {
+        match self.next().await {
+            ServerCall::Call(request) => assert_eq!(request.id, record.id.to_string()),
+            other => panic!("expected the call, got {other:?}"),
+        }
+        self.send(AgentCall::Accepted {
+            id: record.id.to_string(),
+        })
+        .await;
+    }
+
+    /// Whether the server ended the stream (within the deadline).
+    async fn closed(&mut self) -> bool {
+        loop {
+            match tokio::time::timeout(DEADLINE, self.rx.message()).await {
+                Err(_) => return false,
+                Ok(Ok(Some(_))) => continue,
+                Ok(Ok(None) | Err(_)) => return true,
+            }
+        }
+    }
+}
+
+fn ended(id: &ToolCallRecord, end: CallEnd, ms: u64) -> AgentCall {
+    AgentCall::Ended {
+        id: id.id.to_string(),
+        end,
+        duration: Duration::from_millis(ms),
+    }
+}
+
+async fn a_stale_run_cannot_open_the_stream(world: World) {
+    let served = world.serve(quick(), None).await;
+    let agent = served.agent().await;
+    let answer = served.startup(&agent.token, NEW_RUN).await.unwrap();
+    assert!(answer.accepts_tool_calls, "a server with a hub says so");
+    let error = served.open(&agent, RUN).await.err().expect("refused");
+    assert_eq!(error.code(), Code::FailedPrecondition, "{error:?}");
+    assert!(
+        served.open(&agent, NEW_RUN).await.is_ok(),
+        "the current run"
+    );
+
+    // A server without a hub does not serve the stream at all.
+    let plain = serve_agent_api(world.db.store().clone()).await;
+    let mut client = plain.client().await;
+    let (tx, rx) = mpsc::channel::<v1::AgentCallMessage>(1);
+    drop(tx);
+    let error = client
+        .tool_calls(with_bearer(ReceiverStream::new(rx), &agent.token))
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), Code::Unimplemented, "{error:?}");
+}
+
+async fn a_dispatched_call_runs_to_the_agents_end(world: World) {
+    let served = world.serve(quick(), None).await;
+    let agent = served.agent().await;
+    let mut stream = served.open(&agent, RUN).await.unwrap();
+    let call = served.call(&agent, "c1", 60_000).await;
+    let sent = served.hub.dispatch(&call).await.unwrap();
+    assert_eq!(sent.status, CallStatus::Running);
+    assert_eq!(served.hub.metrics().in_flight, 1);
+
+    let ServerCall::Call(request) = stream.next().await else {
+        panic!("expected the call");
+    };
+    assert_eq!(request.id, call.id.to_string());
+    assert_eq!(request.agent_run_id.as_str(), RUN);
+    assert_eq!(
+        (request.server.as_str(), request.tool.as_str()),
+        ("fs", "read")
+    );
+    assert_eq!(
+        request.arguments,
+        *json!({"path": "/etc/hostname"}).as_object().unwrap()
+    );
+    assert_eq!(request.timeout, Duration::from_secs(60));
+
+    stream
+        .send(AgentCall::Accepted {
+            id: call.id.to_string(),
+        })
+        .await;
+    for step in 1..=5 {
+        let progress = CallProgress {
+            progress: f64::from(step),
+            total: Some(5.0),
+            message: Some(format!("step {step}")),
+        };
+        stream
+            .send(AgentCall::Progress {
+                id: call.id.to_string(),
+                progress,
+            })
+            .await;
+    }
+    // Coalesced: the latest lands within a flush, and the arguments went on delivery.
+    let started = Instant::now();
+    let stored = loop {
+        let stored = served.stored(&call).await.unwrap();
+        if stored.progress.as_ref().is_some_and(|p| p.progress == 5.0) {
+            break stored;
+        }
+        assert!(started.elapsed() < DEADLINE, "progress never stored");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(stored.delivered);
+    assert_eq!(stored.arguments, None, "dropped once delivered");
+    assert_eq!(stored.progress.unwrap().message.as_deref(), Some("step 5"));
+
+    // Another agent's stream cannot end this call.
+    let other = served.agent().await;
+    let intruder = served.open(&other, RUN).await.unwrap();
+    intruder
+        .send(ended(&call, CallEnd::error(1, "not yours"), 1))
+        .await;
+    intruder
+        .send(AgentCall::Ended {
+            id: "not-a-uuid".into(),
+            end: CallEnd::error(1, "malformed"),
+            duration: Duration::ZERO,
+        })
+        .await;
+
+    let hub = Arc::clone(&served.hub);
+    let id = call.id;
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let record = hub.wait(id, Duration::from_secs(60)).await.unwrap();
+        (record, started.elapsed())
+    });
+    let result = json!({"content": [{"type": "text", "text": "host"}], "isError": false});
+    stream
+        .send(ended(&call, CallEnd::complete(result.clone(), false), 42))
+        .await;
+    let (record, waited) = waiter.await.unwrap();
+    let record = record.expect("the call");
+    assert!(
+        waited < DEADLINE,
+        "woken by the end, not its bound: {waited:?}"
+    );
+    assert_eq!(record.status, CallStatus::Complete);
+    assert_eq!(record.result, Some(result));
+    assert_eq!(record.duration_ms, Some(42));
+
+    assert_eq!(served.ended_reaches("complete", 1).await, 1);
+    let metrics = served.hub.metrics();
+    assert_eq!(metrics.in_flight, 0);
+    assert_eq!(metrics.ended.len(), CallStatus::ALL.len());
+    assert_eq!(served.ended("error"), 0, "the intruder's end was ignored");
+    assert_eq!(metrics.duration_count, 1);
+    assert!((metrics.duration_sum - 0.042).abs() < 1e-9);
+    let at = |le: f64| {
+        metrics
+            .duration_buckets
+            .iter()
+            .find(|b| b.0 == le)
+            .unwrap()
+            .1
+    };
+    assert_eq!((at(0.025), at(0.05)), (0, 1));
+}
+
+async fn a_dropped_stream_ends_its_calls_unknown(world: World) {
+    let served = world.serve(quick(), None).await;
+    let agent = served.agent().await;
+    let mut stream = served.open(&agent, RUN).await.unwrap();
+    let call = served.call(&agent, "c1", 60_000).await;
+    served.hub.dispatch(&call).await.unwrap();
+    stream.accept(&call).await;
+
+    let started = Instant::now();
+    drop(stream);
+    let record = served.wait(&call).await;
+    assert_eq!(record.status, CallStatus::Unknown);
+    assert_eq!(record.reason, Some(CallReason::StreamLost));
+    assert!(started.elapsed() < DEADLINE, "{:?}", started.elapsed());
+    assert_eq!(served.ended_reaches("unknown", 1).await, 1);
+    assert_eq!(served.hub.metrics().in_flight, 0);
+}
+
+async fn a_silent_stream_is_lost_and_an_idle_one_hears_heartbeats(world: World) {
+    let config = CallHubConfig {
+        heartbeat: Duration::from_millis(100),
+        silence_limit: Duration::from_millis(600),
+        ..quick()
+    };
+    let served = world.serve(config, None).await;
+    let agent = served.agent().await;
+    let mut stream = served.open(&agent, RUN).await.unwrap();
+    assert_eq!(stream.next_any().await, ServerCall::Heartbeat);
+    assert_eq!(stream.next_any().await, ServerCall::Heartbeat);
+
+    let call = served.call(&agent, "c1", 60_000).await;
+    served.hub.dispatch(&call).await.unwrap();
+    // The agent reads but never says anything after its hello.
+    let record = served.wait(&call).await;
+    assert_eq!(record.status, CallStatus::Unknown);
+    assert_eq!(record.reason, Some(CallReason::StreamLost));
+    assert!(stream.closed().await, "the server ended the silent stream");
+}
+
+async fn no_stream_within_the_grace_is_agent_unreachable(world: World) {
+    let served = world.serve(quick(), None).await;
+    let agent = served.agent().await;
+    let call = served.call(&agent, "c1", 60_000).await;
+    let started = Instant::now();
+    let record = served.hub.dispatch(&call).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300), "the grace");
+    assert_eq!(record.status, CallStatus::Refused);
+    assert_eq!(record.reason, Some(CallReason::AgentUnreachable));
+    assert_eq!(served.stored(&call).await, None, "not recorded");
+    let waited = served
+        .hub
+        .wait(call.id, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        waited.map(|r| r.reason),
+        Some(Some(CallReason::AgentUnreachable))
+    );
+    assert_eq!(served.ended_reaches("refused", 1).await, 1);
+    assert_eq!(served.hub.metrics().in_flight, 0);
+
+    // The same call id may run again.
+    let again = served.call(&agent, "c1", 60_000).await;
+    assert_ne!(again.id, call.id);
+}
+
+async fn a_stream_opened_within_the_grace_gets_the_call(world: World) {
+    let config = CallHubConfig {
+        reconnect_grace: Duration::from_secs(5),
+        ..quick()
+    };
+    let served = world.serve(config, None).await;
+    let agent = served.agent().await;
+    let call = served.call(&agent, "c1", 60_000).await;
+    let hub = Arc::clone(&served.hub);
+    let pending = call.clone();
+    let started = Instant::now();
+    let dispatch = tokio::spawn(async move { hub.dispatch(&pending).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut stream = served.open(&agent, RUN).await.unwrap();
+    stream.accept(&call).await;
+    let sent = dispatch.await.unwrap();
+    assert_eq!(sent.status, CallStatus::Running);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "sent on registration, not at the grace's end: {:?}",
+        started.elapsed()
+    );
+}
+
+async fn a_cancel_reaches_the_agent_and_records_its_end(world: World) {
+    let served = world.serve(quick(), None).await;
+    let agent = served.agent().await;
+    let mut stream = served.open(&agent, RUN).await.unwrap();
+    let call = served.call(&agent, "c1", 60_000).await;
+    served.hub.dispatch(&call).await.unwrap();
+    stream.accept(&call).await;
+
+    let hub = Arc::clone(&served.hub);
+    let id = call.id;
+    let cancel = tokio::spawn(async move { hub.cancel(id).await.unwrap() });
+    assert_eq!(
+        stream.next().await,
+        ServerCall::Cancel {
+            id: call.id.to_string()
+        }
+    );
+    let canceled = CallEnd {
+        status: CallStatus::Canceled,
+        reason: None,
+        error: None,
+        result: None,
+        truncated: false,
+    };
+    stream.send(ended(&call, canceled, 7)).await;
+    let record = cancel.await.unwrap().expect("the call");
+    assert_eq!(record.status, CallStatus::Canceled);
+    assert_eq!(record.duration_ms, Some(7), "the agent's end");
+
+    let again = served.hub.cancel(call.id).await.unwrap().unwrap();
+    let stored = served.stored(&call).await.unwrap();
+    assert_eq!(again, stored, "an ended call is answered unchanged");
+    assert_eq!(
+        (again.status, again.duration_ms),
+        (record.status, record.duration_ms)
+    );
+    assert_eq!(served.ended_reaches("canceled", 1).await, 1);
+}
+
+async fn a_cancel_the_agent_does_not_answer_is_recorded_by_the_server(world: World) {
+    let config = CallHubConfig {
+        cancel_wait: Duration::from_millis(200),
+        ..quick()
+    };
+    let served = world.serve(config, None).await;
+    let agent = served.agent().await;
+    let mut stream = served.open(&agent, RUN).await.unwrap();
+    let call = served.call(&agent, "c1", 60_000).await;
+    served.hub.dispatch(&call).await.unwrap();
+    stream.accept(&call).await;
+    let record = served.hub.cancel(call.id).await.unwrap().unwrap();
+    assert_eq!(record.status, CallStatus::Canceled);
+    assert!(matches!(stream.next().await, ServerCall::Cancel { .. }));
+    // The agent's late end changes nothing and is not counted again.
+    let late = CallEnd::complete(json!({"content": [], "isError": false}), false);
+    stream.send(ended(&call, late, 1)).await;
+    let unknown = served.call(&agent, "c2", 60_000).await;
+    let cancel_unsent = served.hub.cancel(unknown.id).await.unwrap().unwrap();
+    assert_eq!(
+        cancel_unsent.status,
+        CallStatus::Canceled,
+        "never sent: ended here"
+    );
+    assert_eq!(
+        served.stored(&call).await.unwrap().status,
+        CallStatus::Canceled
+    );
+    assert_eq!(served.ended_reaches("canceled", 2).await, 2);
+    assert_eq!(served.ended("complete"), 0);
+}
+
+async fn a_silent_call_times_out_at_its_deadline(world: World) {
+    let served = world.serve(quick(), None).await;
+    let agent = served.agent().await;
+    let mut stream = served.open(&agent, RUN).await.unwrap();
+    let call = served.call(&agent, "c1", 200).await;
+    served.hub.dispatch(&call).await.unwrap();
+    stream.accept(&call).await;
+    let record = served.wait(&call).await;
+    assert_eq!(record.status, CallStatus::TimedOut);
+    assert!(record.duration_ms.is_some_and(|ms| ms >= 300), "{record:?}");
+    assert_eq!(
+        stream.next().await,
+        ServerCall::Cancel {
+            id: call.id.to_string()
+        },
+        "the agent is told to stop"
+    );
+    assert_eq!(served.ended_reaches("timed_out", 1).await, 1);
+    assert_eq!(served.hub.metrics().in_flight, 0);
+}
+
+async fn a_restart_ends_the_old_runs_calls(world: World) {
+    let served = world.serve(quick(), None).await;
+    let agent = served.agent().await;
+    let mut stream = served.open(&agent, RUN).await.unwrap();
+    let call = served.call(&agent, "c1", 60_000).await;
+    served.hub.dispatch(&call).await.unwrap();
+    stream.accept(&call).await;
+
+    served
+        .startup(&agent.token, NEW_RUN)
+        .await
+        .expect("restart");
+    let record = served.wait(&call).await;
+    assert_eq!(record.status, CallStatus::Unknown);
+    assert_eq!(record.reason, Some(CallReason::AgentRestarted));
+    assert!(stream.closed().await, "the old run's stream is closed");
+    assert_eq!(served.ended_reaches("unknown", 1).await, 1, "counted once");
+    assert_eq!(served.hub.metrics().in_flight, 0);
+    assert_eq!(
+        served.store.running_tool_calls(agent.id).await.unwrap(),
+        vec![]
+    );
+}
+
+/// The binary serves with `Server::builder().timeout(..)`: it bounds a handler until it
+/// answers (after the hello), never the stream that follows.
+async fn the_request_timeout_does_not_cut_a_long_stream(world: World) {
+    let timeout = Duration::from_millis(200);
+    let served = world.serve(quick(), Some(timeout)).await;
+    let agent = served.agent().await;
+    let mut stream = served.open(&agent, RUN).await.unwrap();
+    tokio::time::sleep(timeout * 3).await;
+    stream.send(AgentCall::Heartbeat).await;
+    let call = served.call(&agent, "c1", 60_000).await;
+    served.hub.dispatch(&call).await.unwrap();
+    stream.accept(&call).await;
+    let result = json!({"content": [], "isError": false});
+    stream
+        .send(ended(&call, CallEnd::complete(result, false), 5))
+        .await;
+    assert_eq!(served.wait(&call).await.status, CallStatus::Complete);
+}
