@@ -203,7 +203,10 @@ pub(super) async fn start_call(
                 ),
             ));
         }
-        CallAdmission::Refused(call) => call,
+        CallAdmission::Refused(call) => {
+            state.calls.count_admitted_end(&call);
+            call
+        }
         CallAdmission::Existing(call) => call,
         CallAdmission::Started(call) if call.server == CTXSYNC_SERVER => {
             own_find_tools(&state, call).await?
