@@ -527,6 +527,7 @@ pub struct PageLink {
     tags(
         (name = "agents", description = "Workspace agents and their tokens"),
         (name = "chats", description = "Chats, their turns and their context"),
+        (name = "tool calls", description = "A turn's tools, run by the workspace agent that listed them"),
         (name = "operations", description = "Health, metrics and this document"),
     )
 )]
