@@ -29,6 +29,7 @@ ctxsync_test_support::on_both_backends! {
     a_page_session_cannot_call_read_or_cancel,
     a_name_the_turn_lacks_is_refused_once_and_a_repeat_answers_the_same,
     an_agent_that_never_declared_calls_is_unsupported,
+    a_turn_of_a_run_no_longer_current_is_refused_stale_run,
     find_tools_through_the_call_route_activates_with_structured_content,
     a_call_reaches_the_agents_stream_and_its_end_comes_back,
 }
@@ -401,6 +402,41 @@ async fn an_agent_that_never_declared_calls_is_unsupported(h: Harness) {
     assert_eq!(call["agent_run_id"], "run-1", "the turn recorded its run");
 }
 
+/// The turn recorded the run its tools came from: after the agent restarts, its call is
+/// refused, never sent to the new process.
+async fn a_turn_of_a_run_no_longer_current_is_refused_stale_run(h: Harness) {
+    let (agent, chat, turn) = chat_with_turn(&h, "run-1").await;
+    let name = listed_name(&h, &chat, &turn, "search").await;
+    h.push(
+        agent,
+        "run-2",
+        1,
+        DiscoveryPhase::Complete,
+        vec![server("docs", &[("search", "Search the docs")])],
+    )
+    .await;
+    let (status, call) = post(
+        &h,
+        &calls_path(&chat, &turn),
+        json!({ "call_id": "c1", "name": name }),
+    )
+    .await;
+    assert_eq!(status, 200, "{call}");
+    assert_eq!(call["status"], "refused");
+    assert_eq!(call["reason"], "stale_run");
+    assert_eq!(call["agent_run_id"], "run-1");
+    // A new turn is built from the new run.
+    let turn = new_turn(&h, &chat).await;
+    let (_, call) = post(
+        &h,
+        &calls_path(&chat, &turn),
+        json!({ "call_id": "c1", "name": name }),
+    )
+    .await;
+    assert_eq!(call["agent_run_id"], "run-2", "{call}");
+    assert_eq!(call["reason"], "agent_unsupported");
+}
+
 async fn find_tools_through_the_call_route_activates_with_structured_content(h: Harness) {
     let (_, chat, turn) = chat_with_turn(&h, "run-1").await;
     let path = calls_path(&chat, &turn);
@@ -465,105 +501,11 @@ async fn find_tools_through_the_call_route_activates_with_structured_content(h: 
 /// running after `wait_ms` answers 202, then GET with a wait reads its end, and DELETE
 /// cancels one.
 async fn a_call_reaches_the_agents_stream_and_its_end_comes_back(h: Harness) {
-    let store = &h.server.store;
-    let created = store.create_agent("caller").await.unwrap();
-    let agent = created.id;
-    let token = created.token.expose().to_owned();
-    let startup = Startup {
-        version: "test".into(),
-        expanded_directory: "/ws".into(),
-        agent_run_id: RunId::new("run-calls"),
-        accepts_tool_calls: true,
-    };
-    store.update_startup(agent, startup).await.unwrap();
-    let snapshot = ctxsync_protocol::Snapshot {
-        version: 1,
-        aggregate_hash: "agg".into(),
-        resources: vec![server("docs", &[("search", "Search the docs")])],
-        initial: true,
-        agent_run_id: RunId::new("run-calls"),
-        phase: DiscoveryPhase::Complete,
-        ..Default::default()
-    };
-    store.push_context_state(agent, snapshot).await.unwrap();
-    let chat = h.new_chat(agent).await;
+    let (chat, token) = calling_agent(&h).await;
     let turn = new_turn(&h, &chat).await;
     let name = listed_name(&h, &chat, &turn, "search").await;
     let path = calls_path(&chat, &turn);
-
-    // The agent's stream.
-    let channel = tonic::transport::Endpoint::from_shared(h.server.agent_url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let (tx, rx) = tokio::sync::mpsc::channel::<v1::AgentCallMessage>(16);
-    tx.send(
-        AgentCall::Hello {
-            agent_run_id: RunId::new("run-calls").unwrap(),
-        }
-        .into(),
-    )
-    .await
-    .unwrap();
-    let mut inbound = AgentClient::new(channel)
-        .tool_calls(with_bearer(ReceiverStream::new(rx), &token))
-        .await
-        .expect("the stream opens")
-        .into_inner();
-    // The fake agent: answers `search` with its query echoed, leaves anything with
-    // `"hold": true` running until it is cancelled.
-    let agent_task = tokio::spawn(async move {
-        let mut seen = Vec::new();
-        while let Ok(Ok(Some(message))) = tokio::time::timeout(DEADLINE, inbound.message()).await {
-            match ServerCall::try_from(message).expect("a valid message") {
-                ServerCall::Call(request) => {
-                    tx.send(
-                        AgentCall::Accepted {
-                            id: request.id.clone(),
-                        }
-                        .into(),
-                    )
-                    .await
-                    .unwrap();
-                    seen.push((request.server.clone(), request.tool.clone()));
-                    let arguments = Value::Object(request.arguments);
-                    if arguments["hold"] == true {
-                        continue;
-                    }
-                    let result = json!({
-                        "content": [{ "type": "text", "text": format!("found {}", arguments["query"]) }],
-                        "isError": false,
-                    });
-                    let end = AgentCall::Ended {
-                        id: request.id,
-                        end: CallEnd::complete(result, false),
-                        duration: Duration::from_millis(3),
-                    };
-                    tx.send(end.into()).await.unwrap();
-                }
-                ServerCall::Cancel { id } => {
-                    let end = AgentCall::Ended {
-                        id,
-                        end: CallEnd {
-                            status: ctxsync_mcp_model::CallStatus::Canceled,
-                            reason: None,
-                            error: None,
-                            result: None,
-                            truncated: false,
-                        },
-                        duration: Duration::from_millis(5),
-                    };
-                    tx.send(end.into()).await.unwrap();
-                    // The stream stays open (a closed one would make its calls
-                    // `unknown`) until the test is done with it.
-                    return (seen, Some((tx, inbound)));
-                }
-                ServerCall::Heartbeat => {}
-            }
-        }
-        (seen, None)
-    });
+    let agent_task = fake_agent(&h, &token).await;
 
     let (status, call) = post(
         &h,
@@ -621,4 +563,117 @@ async fn a_call_reaches_the_agents_stream_and_its_end_comes_back(h: Harness) {
         metrics.contains("ctxsync_tool_calls_total{status=\"complete\"} 1\n"),
         "{metrics}"
     );
+}
+
+/// An agent whose run `run-calls` declared calls and listed `docs`' `search`, and a chat
+/// bound to it: (chat, the agent's token).
+async fn calling_agent(h: &Harness) -> (String, String) {
+    let store = &h.server.store;
+    let created = store.create_agent("caller").await.unwrap();
+    let agent = created.id;
+    let token = created.token.expose().to_owned();
+    let startup = Startup {
+        version: "test".into(),
+        expanded_directory: "/ws".into(),
+        agent_run_id: RunId::new("run-calls"),
+        accepts_tool_calls: true,
+    };
+    store.update_startup(agent, startup).await.unwrap();
+    let snapshot = ctxsync_protocol::Snapshot {
+        version: 1,
+        aggregate_hash: "agg".into(),
+        resources: vec![server("docs", &[("search", "Search the docs")])],
+        initial: true,
+        agent_run_id: RunId::new("run-calls"),
+        phase: DiscoveryPhase::Complete,
+        ..Default::default()
+    };
+    store.push_context_state(agent, snapshot).await.unwrap();
+    (h.new_chat(agent).await, token)
+}
+
+type OpenStream = (
+    tokio::sync::mpsc::Sender<v1::AgentCallMessage>,
+    tonic::Streaming<v1::ServerCallMessage>,
+);
+
+/// The agent's stream, served by a task: answers `search` with its query echoed, leaves
+/// anything with `"hold": true` running until it is cancelled, then ends with the
+/// (server, tool) of every call it saw and the stream still open.
+async fn fake_agent(
+    h: &Harness,
+    token: &str,
+) -> tokio::task::JoinHandle<(Vec<(String, String)>, Option<OpenStream>)> {
+    let channel = tonic::transport::Endpoint::from_shared(h.server.agent_url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel::<v1::AgentCallMessage>(16);
+    tx.send(
+        AgentCall::Hello {
+            agent_run_id: RunId::new("run-calls").unwrap(),
+        }
+        .into(),
+    )
+    .await
+    .unwrap();
+    let mut inbound = AgentClient::new(channel)
+        .tool_calls(with_bearer(ReceiverStream::new(rx), token))
+        .await
+        .expect("the stream opens")
+        .into_inner();
+    // The fake agent: answers `search` with its query echoed, leaves anything with
+    // `"hold": true` running until it is cancelled.
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Ok(Ok(Some(message))) = tokio::time::timeout(DEADLINE, inbound.message()).await {
+            match ServerCall::try_from(message).expect("a valid message") {
+                ServerCall::Call(request) => {
+                    tx.send(
+                        AgentCall::Accepted {
+                            id: request.id.clone(),
+                        }
+                        .into(),
+                    )
+                    .await
+                    .unwrap();
+                    seen.push((request.server.clone(), request.tool.clone()));
+                    let arguments = Value::Object(request.arguments);
+                    if arguments["hold"] == true {
+                        continue;
+                    }
+                    let result = json!({
+                        "content": [{ "type": "text", "text": format!("found {}", arguments["query"]) }],
+                        "isError": false,
+                    });
+                    let end = AgentCall::Ended {
+                        id: request.id,
+                        end: CallEnd::complete(result, false),
+                        duration: Duration::from_millis(3),
+                    };
+                    tx.send(end.into()).await.unwrap();
+                }
+                ServerCall::Cancel { id } => {
+                    let end = AgentCall::Ended {
+                        id,
+                        end: CallEnd {
+                            status: ctxsync_mcp_model::CallStatus::Canceled,
+                            reason: None,
+                            error: None,
+                            result: None,
+                            truncated: false,
+                        },
+                        duration: Duration::from_millis(5),
+                    };
+                    tx.send(end.into()).await.unwrap();
+                    // The stream stays open (a closed one would make its calls
+                    // `unknown`) until the test is done with it.
+                    return (seen, Some((tx, inbound)));
+                }
+                ServerCall::Heartbeat => {}
+            }
+        }
+        (seen, None)
+    })
 }
