@@ -30,6 +30,7 @@ ctxsync_test_support::on_both_backends! {
     a_name_the_turn_lacks_is_refused_once_and_a_repeat_answers_the_same,
     an_agent_that_never_declared_calls_is_unsupported,
     a_turn_of_a_run_no_longer_current_is_refused_stale_run,
+    the_call_command_calls_in_a_new_turn_and_fails_unless_complete,
     find_tools_through_the_call_route_activates_with_structured_content,
     a_call_reaches_the_agents_stream_and_its_end_comes_back,
 }
@@ -435,6 +436,50 @@ async fn a_turn_of_a_run_no_longer_current_is_refused_stale_run(h: Harness) {
     .await;
     assert_eq!(call["agent_run_id"], "run-2", "{call}");
     assert_eq!(call["reason"], "agent_unsupported");
+}
+
+/// `ctxsync call`: without `--turn` it starts a turn and calls in it; Ok only for a
+/// complete call without a tool error.
+async fn the_call_command_calls_in_a_new_turn_and_fails_unless_complete(h: Harness) {
+    let (_, chat, first_turn) = chat_with_turn(&h, "run-1").await;
+    let args = |name: &str, arguments: &str| ctxsync::call::CallArgs {
+        chat: chat.clone(),
+        turn: None,
+        name: name.to_owned(),
+        arguments: arguments.to_owned(),
+        timeout_ms: Some(5_000),
+        server: h.server.http_url(),
+        ca_certs: Vec::new(),
+        api_token: Some(h.server.api_token.parse().unwrap()),
+        data_dir: None,
+        json: true,
+    };
+    ctxsync::call::run(args("find_tools", r#"{"queries":["search"]}"#))
+        .await
+        .expect("find_tools completes");
+    let error = ctxsync::call::run(args("nope", "{}")).await.unwrap_err();
+    assert!(error.to_string().contains("refused"), "{error}");
+    let error = ctxsync::call::run(args("find_tools", "[1]"))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("--args"), "{error}");
+    // The calls were made in a new turn, not the one the chat had.
+    let latest = h
+        .server
+        .store
+        .turn_activations(chat.parse().unwrap(), None)
+        .await
+        .unwrap()
+        .expect("a latest turn");
+    assert_ne!(latest.turn_id.to_string(), first_turn);
+    let (status, _) = h
+        .call(
+            Method::GET,
+            &format!("{}/nope", calls_path(&chat, &first_turn)),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "nothing was called in the chat's earlier turn");
 }
 
 async fn find_tools_through_the_call_route_activates_with_structured_content(h: Harness) {
