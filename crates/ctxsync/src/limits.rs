@@ -51,10 +51,26 @@ impl Default for Limits {
     }
 }
 
+/// The longest a tool-call request waits for the call's end (`wait_ms`); the request
+/// timeout must leave it [`FIRST_TURN_MARGIN`] too, so a waiting call is answered 202,
+/// never cut.
+pub const MAX_TOOL_CALL_WAIT: Duration = Duration::from_secs(55);
+
 impl Limits {
     /// Refuses a request timeout that would cut a first turn still inside its wait
-    /// (`first_turn_wait` = discovery budget + snapshot grace) before a margin.
+    /// (`first_turn_wait` = discovery budget + snapshot grace), or a tool call inside its
+    /// longest wait ([`MAX_TOOL_CALL_WAIT`]), before a margin.
     pub fn check(&self, first_turn_wait: Duration) -> Result<()> {
+        let call_needs = MAX_TOOL_CALL_WAIT + FIRST_TURN_MARGIN;
+        if self.http_request_timeout < call_needs {
+            bail!(
+                "--http-request-timeout-ms {} is shorter than a tool call may wait ({} ms, plus {} ms margin); raise it to at least {}",
+                self.http_request_timeout.as_millis(),
+                MAX_TOOL_CALL_WAIT.as_millis(),
+                FIRST_TURN_MARGIN.as_millis(),
+                call_needs.as_millis()
+            );
+        }
         let needed = first_turn_wait + FIRST_TURN_MARGIN;
         if self.http_request_timeout < needed {
             bail!(
@@ -94,7 +110,8 @@ pub struct LimitArgs {
     #[arg(long, default_value_t = ms(Limits::default().http_header_read_timeout), value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub http_header_read_timeout_ms: u64,
     /// Bound on a chat API request until its response starts; must exceed the first
-    /// turn's wait (discovery budget + snapshot grace) by 5 s. Event streams are not cut.
+    /// turn's wait (discovery budget + snapshot grace) and a tool call's longest wait
+    /// (55 s) by 5 s. Event streams are not cut.
     #[arg(long, default_value_t = ms(Limits::default().http_request_timeout), value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub http_request_timeout_ms: u64,
     /// Most open context event streams on this server.
@@ -153,10 +170,21 @@ mod tests {
     #[test]
     fn a_request_timeout_that_would_cut_a_waiting_turn_is_refused_naming_the_need() {
         let limits = Limits {
-            http_request_timeout: Duration::from_secs(10),
+            http_request_timeout: Duration::from_secs(61),
             ..Limits::default()
         };
-        let error = limits.check(Duration::from_secs(18)).unwrap_err();
-        assert!(error.to_string().contains("at least 23000"), "{error}");
+        let error = limits.check(Duration::from_secs(58)).unwrap_err();
+        assert!(error.to_string().contains("at least 63000"), "{error}");
+    }
+
+    #[test]
+    fn a_request_timeout_that_would_cut_a_waiting_tool_call_is_refused() {
+        let limits = Limits {
+            http_request_timeout: Duration::from_secs(59),
+            ..Limits::default()
+        };
+        let error = limits.check(Duration::from_secs(1)).unwrap_err();
+        assert!(error.to_string().contains("tool call"), "{error}");
+        assert!(error.to_string().contains("at least 60000"), "{error}");
     }
 }

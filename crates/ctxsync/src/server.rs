@@ -13,8 +13,8 @@ use std::sync::Arc;
 use ctxsync_first_turn_gate::GateConfig;
 use ctxsync_first_turn_gate::store::StoreGate;
 use ctxsync_persistence::{
-    AgentApi, AgentApiMetrics, ChatId, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT,
-    DatabaseConfig, Store, StoreOptions,
+    AgentApi, AgentApiMetrics, CallHub, CallHubConfig, ChatId, DEFAULT_CONNECTION_TIMEOUT,
+    DEFAULT_OPERATION_TIMEOUT, DatabaseConfig, Store, StoreOptions,
 };
 
 use crate::http::api_token::TokenSource;
@@ -119,10 +119,21 @@ pub struct ServerArgs {
     #[arg(long, env = "CTXSYNC_HEALTH_INTERVAL_MS", default_value_t = millis(crate::probes::DEFAULT_HEALTH_INTERVAL),
         value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
     pub health_interval_ms: u64,
+    /// The longest deadline a tool call may ask for (`timeout_ms`; a call asks 60000 by
+    /// default); above it the call is refused with 400.
+    #[arg(long, default_value_t = millis(DEFAULT_TOOL_CALL_MAX), value_name = "MS",
+        value_parser = clap::value_parser!(u64).range(1..=MAX_TOOL_CALL_MAX_MS))]
+    pub tool_call_max_ms: u64,
     /// What one caller can cost, and the shutdown grace.
     #[command(flatten)]
     pub limits: LimitArgs,
 }
+
+/// `--tool-call-max-ms`'s ceiling: the channel's longest deadline (a day).
+const MAX_TOOL_CALL_MAX_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// `--tool-call-max-ms`'s default: ten minutes.
+pub const DEFAULT_TOOL_CALL_MAX: Duration = Duration::from_secs(600);
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -164,6 +175,10 @@ pub struct ServerConfig {
     pub delta_pushes: bool,
     /// How often gRPC health asks the database.
     pub health_interval: Duration,
+    /// The longest deadline a tool call may ask for.
+    pub tool_call_max: Duration,
+    /// The call hub's grace and re-check interval.
+    pub calls: CallHubConfig,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -181,6 +196,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("limits", &self.limits)
             .field("delta_pushes", &self.delta_pushes)
             .field("health_interval", &self.health_interval)
+            .field("tool_call_max", &self.tool_call_max)
             .finish_non_exhaustive()
     }
 }
@@ -206,6 +222,8 @@ impl ServerConfig {
             limits: Limits::default(),
             delta_pushes: true,
             health_interval: crate::probes::DEFAULT_HEALTH_INTERVAL,
+            tool_call_max: DEFAULT_TOOL_CALL_MAX,
+            calls: CallHubConfig::default(),
         }
     }
 
@@ -242,6 +260,8 @@ impl ServerConfig {
             limits: args.limits.into(),
             delta_pushes: !args.no_delta_pushes,
             health_interval: Duration::from_millis(args.health_interval_ms),
+            tool_call_max: Duration::from_millis(args.tool_call_max_ms),
+            calls: CallHubConfig::default(),
         })
     }
 }
@@ -341,6 +361,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         Some(files) => Some(ReloadingCert::load(files.clone())?),
         None => None,
     };
+    // One hub per process: the agent API's call streams and the HTTP routes share it.
+    let calls = CallHub::new(store.clone(), config.calls.clone());
     let mut tasks = Vec::new();
     if let Some(cert) = &tls {
         tasks.push(tokio::spawn(
@@ -348,7 +370,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
                 .watch(config.tls_reload_interval, shutdown_rx.clone()),
         ));
     }
-    let agent_api = serve_agent_api(&config, &store, tls.as_ref(), &shutdown_rx).await?;
+    let agent_api = serve_agent_api(&config, &store, &calls, tls.as_ref(), &shutdown_rx).await?;
     tasks.extend(agent_api.tasks);
 
     let (api_token, api_token_source) =
@@ -359,6 +381,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         &store,
         auth.clone(),
         agent_api.metrics,
+        calls,
         &shutdown_rx,
     );
     let (http_addr, http_task) = serve_chat_api(&config, state, tls.as_ref(), &shutdown_rx).await?;
@@ -393,6 +416,7 @@ struct AgentApiListener {
 async fn serve_agent_api(
     config: &ServerConfig,
     store: &Store,
+    calls: &Arc<CallHub>,
     tls: Option<&Arc<ReloadingCert>>,
     shutdown_rx: &watch::Receiver<bool>,
 ) -> Result<AgentApiListener> {
@@ -401,7 +425,9 @@ async fn serve_agent_api(
         .await
         .with_context(|| format!("binding the agent API to {}", config.grpc_addr))?;
     let grpc_addr = grpc_listener.local_addr()?;
-    let api = AgentApi::new(store.clone()).offer_deltas(config.delta_pushes);
+    let api = AgentApi::new(store.clone())
+        .offer_deltas(config.delta_pushes)
+        .with_calls(calls.clone());
     let metrics = api.metrics();
     let probes =
         crate::probes::start(store.clone(), config.health_interval, shutdown_rx.clone()).await?;
@@ -450,6 +476,7 @@ fn app_state(
     store: &Store,
     auth: Arc<Auth>,
     agent_api: Arc<AgentApiMetrics>,
+    calls: Arc<CallHub>,
     shutdown_rx: &watch::Receiver<bool>,
 ) -> AppState {
     let limits = &config.limits;
@@ -471,6 +498,8 @@ fn app_state(
         health: Arc::default(),
         event_recheck: config.event_recheck,
         tool_budget: config.tool_budget,
+        calls,
+        tool_call_max: config.tool_call_max,
         stopping: shutdown_rx.clone(),
     }
 }

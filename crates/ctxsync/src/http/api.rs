@@ -403,6 +403,86 @@ pub struct FoundTools<'a> {
     pub definitions: Vec<ModelTool<'a>>,
 }
 
+/// `POST /api/chats/{id}/turns/{turn}/tool-calls`'s body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallRequest {
+    /// The caller's id for the call, unique within the turn (a model's tool-use id fits);
+    /// a repeat with the same name and arguments answers the one recorded call.
+    #[schema(min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_.:-]+$")]
+    pub call_id: String,
+    /// A model-facing name the turn carries (`tools` or `active_tools`), or `find_tools`.
+    #[schema(min_length = 1)]
+    pub name: String,
+    /// The tool's arguments: a JSON object, at most 1 MiB (keys sorted, no whitespace)
+    /// and 64 levels deep; default `{}`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub arguments: Option<Value>,
+    /// The call's deadline in milliseconds: default 60000, at most the server's
+    /// `--tool-call-max-ms` (default 600000).
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub timeout_ms: Option<u64>,
+    /// How long this request waits for the call to end: default 30000, at most 55000.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 55000)]
+    pub wait_ms: Option<u64>,
+}
+
+/// `GET …/tool-calls/{call_id}`'s query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ToolCallWait {
+    /// Wait up to this many milliseconds for the call to end (at most 55000); absent
+    /// answers at once.
+    #[param(minimum = 0, maximum = 55000)]
+    pub wait_ms: Option<u64>,
+}
+
+/// A tool call as stored. Never its arguments.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ToolCallBody {
+    /// The caller's id for the call.
+    pub call_id: String,
+    /// The turn the call belongs to.
+    #[schema(format = Uuid)]
+    pub turn_id: String,
+    /// The model-facing name called.
+    pub name: String,
+    /// The MCP server that runs the tool (`ctxsync` for find_tools; empty when the name
+    /// resolved to nothing).
+    pub server: String,
+    /// The tool's own name on that server (empty when the name resolved to nothing).
+    pub tool: String,
+    /// Where the call stands; every status but `running` is an end.
+    pub status: ctxsync_mcp_model::CallStatus,
+    /// For `refused` and `unknown`: why.
+    pub reason: Option<ctxsync_mcp_model::CallReason>,
+    /// For `error`: the JSON-RPC code (0 when there is none) and a sanitized message.
+    pub error: Option<ctxsync_mcp_model::CallError>,
+    /// For `complete`: the MCP `CallToolResult` (`content`, `structuredContent`,
+    /// `isError`), redacted and capped.
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    /// The result was cut to fit the agent's cap.
+    pub truncated: bool,
+    /// The latest progress the MCP server reported, kept after the end.
+    pub progress: Option<ctxsync_mcp_model::CallProgress>,
+    /// What to hand the model, for every status (at most 256 KiB).
+    pub model_text: String,
+    /// The run of the agent process the turn's tools came from.
+    pub agent_run_id: Option<String>,
+    /// How long the call ran, in milliseconds; `null` while it runs.
+    pub duration_ms: Option<u64>,
+    /// When the call was stored (RFC 3339).
+    #[schema(format = DateTime)]
+    pub started_at: String,
+    /// When its end was recorded (RFC 3339); `null` while it runs.
+    #[schema(format = DateTime)]
+    pub ended_at: Option<String>,
+}
+
 /// A one-time link to the chat's page.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PageLink {
@@ -435,6 +515,9 @@ pub struct PageLink {
         super::handlers::turn,
         super::handlers::get_turn,
         super::handlers::find_tools,
+        super::tool_calls::start_call,
+        super::tool_calls::get_call,
+        super::tool_calls::cancel_call,
         super::handlers::chat_panel,
         super::handlers::refresh_context,
         super::handlers::context_events,
@@ -444,6 +527,7 @@ pub struct PageLink {
     tags(
         (name = "agents", description = "Workspace agents and their tokens"),
         (name = "chats", description = "Chats, their turns and their context"),
+        (name = "tool calls", description = "A turn's tools, run by the workspace agent that listed them"),
         (name = "operations", description = "Health, metrics and this document"),
     )
 )]

@@ -16,7 +16,7 @@ use ctxsync_context_ui::{
     DiscoveryWords, build_chat_panel, render_fragment, render_json, render_text,
 };
 use ctxsync_first_turn_gate::TurnMode;
-use ctxsync_persistence::{AgentId, ChatId, ChatTurnMode, NewTurn, TurnId};
+use ctxsync_persistence::{AgentId, ChatId, ChatTurnMode, NewTurn, ToolOrigin, TurnId, TurnOrigin};
 use futures::{Stream, StreamExt};
 use serde_json::json;
 
@@ -29,7 +29,7 @@ use super::{ApiError, AppState};
 
 type ApiResult<T = Response> = Result<T, ApiError>;
 
-fn parse_id<T: FromStr>(raw: &str, what: &str) -> ApiResult<T> {
+pub(super) fn parse_id<T: FromStr>(raw: &str, what: &str) -> ApiResult<T> {
     raw.parse()
         .map_err(|_| ApiError::bad_request(format!("invalid {what} id {raw:?}: expected a UUID")))
 }
@@ -37,7 +37,7 @@ fn parse_id<T: FromStr>(raw: &str, what: &str) -> ApiResult<T> {
 /// Unwraps a JSON body, turning serde's message (which names the field) into a 400; a
 /// body over the size limit keeps axum's 413 (it was answered 400 before the security
 /// scan test).
-fn body<T>(json: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
+pub(super) fn body<T>(json: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
     json.map(|Json(value)| value).map_err(|rejection| {
         let status = rejection.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -280,7 +280,7 @@ pub(super) async fn turn(
         mode: stored_mode,
         outcome,
         tools: serde_json::to_value(&tools).expect("tools serialize"),
-        origin: None,
+        origin: turn_origin(&state, record.agent_id, &planned.tools).await,
     };
     let response = match state.store.record_turn(chat, &new_turn).await {
         Ok(recorded) => TurnBody::of(&recorded),
@@ -307,6 +307,48 @@ pub(super) async fn turn(
     };
     tracing::info!(%chat, ?mode, tools = tool_count, waited_ms = started.elapsed().as_millis() as u64, turn = ?response.turn_id, "turn prepared");
     Ok(Json(response).into_response())
+}
+
+/// Where a turn's listed tools came from: the agent, the run and each tool's server and
+/// own name. The gate's context does not carry its view's run, so the agent's view is read
+/// again here; it must still list every tool the same way (else the run changed between
+/// the reads and the turn's run is unknown: no origin, its calls are refused). `None`
+/// for an unbound chat, an agent without a run, or a failed read.
+async fn turn_origin(
+    state: &AppState,
+    agent: Option<AgentId>,
+    listed: &[ctxsync_chat_projection::EligibleTool],
+) -> Option<TurnOrigin> {
+    let agent = agent?;
+    let view = match ctxsync_chat_projection::store::load_agent_view(&state.store, agent).await {
+        Ok(view) => view,
+        Err(e) => {
+            tracing::warn!(%agent, error = %e, "reading the turn's run failed; its calls will be refused");
+            return None;
+        }
+    };
+    let run = view.current_run()?.clone();
+    let mut tools = std::collections::BTreeMap::new();
+    // find_tools (no server) is ctxsync's own: the store resolves it by name.
+    for tool in listed.iter().filter(|t| !t.server.is_empty()) {
+        let same = view
+            .tools()
+            .get(&tool.name)
+            .is_some_and(|now| now.server == tool.server && now.tool == tool.tool);
+        if !same {
+            return None;
+        }
+        let origin = ToolOrigin {
+            server: tool.server.clone(),
+            tool: tool.tool.clone(),
+        };
+        tools.insert(tool.name.clone(), origin);
+    }
+    Some(TurnOrigin {
+        agent_id: agent,
+        agent_run_id: run,
+        tools,
+    })
 }
 
 /// A turn of this chat as stored, from any replica: 404 for an unknown turn, one of
@@ -395,7 +437,25 @@ pub(super) async fn find_tools(
         })?),
         None => None,
     };
-    let (chat, loaded) = loaded_chat(&state, &raw).await?;
+    let chat: ChatId = parse_id(&raw, "chat")?;
+    let search = FindToolsRequest {
+        queries: request.queries,
+        names: request.names,
+    };
+    Ok(Json(search_and_activate(&state, chat, turn, search).await?).into_response())
+}
+
+/// find_tools for `turn` of `chat` (its latest when `None`), as `POST …/find-tools` and a
+/// `find_tools` call run it: searches the chat's live catalog and stores what it
+/// activates, each with its origin in the turn's run while that run is the catalog's
+/// (else none, and a call of it is refused). Answers [`FoundTools`] as JSON.
+pub(super) async fn search_and_activate(
+    state: &AppState,
+    chat: ChatId,
+    turn: Option<TurnId>,
+    search: FindToolsRequest,
+) -> ApiResult<serde_json::Value> {
+    let (chat, loaded) = loaded_chat(state, &chat.to_string()).await?;
     let stored = state
         .store
         .turn_activations(chat, turn)
@@ -407,11 +467,8 @@ pub(super) async fn find_tools(
             )),
         })?;
     let mut active: ActiveTools = stored.activated.into_iter().collect();
-    let search = FindToolsRequest {
-        queries: request.queries,
-        names: request.names,
-    };
-    let catalog = loaded.context.mcp().tools();
+    let view = loaded.context.mcp();
+    let catalog = view.tools();
     let found = ctxsync_chat_projection::find_tools(catalog, &search, &mut active)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let definitions = found
@@ -420,25 +477,43 @@ pub(super) async fn find_tools(
         .filter_map(|name| catalog.get(name))
         .map(|t| t.model_definition())
         .collect();
-    if !found.activated.is_empty()
-        && !state
+    if !found.activated.is_empty() {
+        // Origins only from the run the turn was built from: a turn whose run is no
+        // longer current activates names its calls cannot reach.
+        let origin = state
             .store
-            .activate_tools(
-                chat,
-                stored.turn_id,
-                found.activated.iter().map(|n| (n.clone(), None)).collect(),
-            )
+            .get_turn(chat, stored.turn_id)
             .await?
-    {
-        // The turn was deleted meanwhile as one of the chat's oldest.
-        return Err(turn_not_found(chat, stored.turn_id));
+            .and_then(|t| t.origin);
+        let same_run = origin.is_some_and(|o| {
+            Some(o.agent_id) == loaded.chat.agent_id && Some(&o.agent_run_id) == view.current_run()
+        });
+        let activations = found
+            .activated
+            .iter()
+            .map(|name| {
+                let origin = catalog.get(name).filter(|_| same_run).map(|t| ToolOrigin {
+                    server: t.server.clone(),
+                    tool: t.tool.clone(),
+                });
+                (name.clone(), origin)
+            })
+            .collect();
+        if !state
+            .store
+            .activate_tools(chat, stored.turn_id, activations)
+            .await?
+        {
+            // The turn was deleted meanwhile as one of the chat's oldest.
+            return Err(turn_not_found(chat, stored.turn_id));
+        }
     }
-    Ok(Json(FoundTools {
+    Ok(serde_json::to_value(FoundTools {
         found,
         turn_id: stored.turn_id.to_string(),
         definitions,
     })
-    .into_response())
+    .expect("find_tools' answer serializes"))
 }
 
 /// Binds the chat to another agent (pinning that agent's current files and skills). The

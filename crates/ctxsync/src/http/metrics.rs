@@ -7,8 +7,9 @@ use std::fmt::{Display, Write as _};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use ctxsync_persistence::AgentApiMetrics;
+use ctxsync_mcp_model::CallStatus;
 use ctxsync_persistence::agent_api::HistogramSnapshot;
+use ctxsync_persistence::{AgentApiMetrics, CallMetricsSnapshot};
 
 use super::{ApiError, AppState};
 
@@ -16,7 +17,8 @@ use super::{ApiError, AppState};
 pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Agent API pushes (counts and durations), the MCP server connects agents report, the
-/// gate's waits, open event streams, and how many agents are in each discovery phase.
+/// gate's waits, open event streams, how many agents are in each discovery phase, and
+/// tool calls (ends by status, durations, in flight).
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text exposition (format 0.0.4)", content_type = "text/plain", body = String)))]
 pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
@@ -24,6 +26,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, A
     let phases = ctxsync_chat_projection::store::agent_phase_counts(&state.store).await?;
     let mut out = Exposition::default();
     write_agent_api(&mut out, &state.agent_api);
+    write_tool_calls(&mut out, &state.calls.metrics());
     state
         .gate
         .metrics()
@@ -142,6 +145,48 @@ fn write_agent_api(out: &mut Exposition, metrics: &AgentApiMetrics) {
     }
 }
 
+/// The calls this replica saw end, by status (every status, 0 when none), their
+/// durations and the calls it has sent that have not ended.
+fn write_tool_calls(out: &mut Exposition, calls: &CallMetricsSnapshot) {
+    let name = "ctxsync_tool_calls_total";
+    out.family(
+        name,
+        "counter",
+        "Tool calls whose end this replica recorded or saw, by status.",
+    );
+    for status in CallStatus::ALL {
+        let label = status.as_str();
+        let count = calls
+            .ended
+            .iter()
+            .find(|(s, _)| *s == label)
+            .map_or(0, |(_, n)| *n);
+        out.sample(name, &[("status", label)], count);
+    }
+    let name = "ctxsync_tool_call_duration_seconds";
+    out.family(
+        name,
+        "histogram",
+        "How long tool calls ran, from storing the call to its end (the agent's figure for calls that reached it).",
+    );
+    out.histogram(
+        name,
+        &[],
+        &HistogramSnapshot {
+            buckets: calls.duration_buckets.clone(),
+            count: calls.duration_count,
+            sum: calls.duration_sum,
+        },
+    );
+    let name = "ctxsync_tool_calls_in_flight";
+    out.family(
+        name,
+        "gauge",
+        "Tool calls this replica has sent to agents that have not ended yet.",
+    );
+    out.sample(name, &[], calls.in_flight);
+}
+
 type Labels<'a> = &'a [(&'a str, &'a str)];
 
 /// Prometheus text being written; writing to a `String` cannot fail.
@@ -231,6 +276,46 @@ mod tests {
              x_seconds_sum{result=\"accepted\"} 12.25\n\
              x_seconds_count{result=\"accepted\"} 4\n"
         );
+    }
+
+    #[test]
+    fn every_call_status_is_counted_with_the_histogram_and_gauge() {
+        let mut out = Exposition::default();
+        let calls = CallMetricsSnapshot {
+            ended: vec![("complete", 3), ("refused", 1)],
+            in_flight: 2,
+            duration_buckets: vec![(0.1, 2), (1.0, 4)],
+            duration_sum: 1.5,
+            duration_count: 4,
+        };
+        write_tool_calls(&mut out, &calls);
+        for status in CallStatus::ALL {
+            assert!(
+                out.text.contains(&format!(
+                    "ctxsync_tool_calls_total{{status=\"{}\"}}",
+                    status.as_str()
+                )),
+                "{status:?}: {}",
+                out.text
+            );
+        }
+        assert!(
+            out.text
+                .contains("ctxsync_tool_calls_total{status=\"complete\"} 3\n")
+        );
+        assert!(
+            out.text
+                .contains("ctxsync_tool_calls_total{status=\"timed_out\"} 0\n")
+        );
+        assert!(
+            out.text
+                .contains("ctxsync_tool_call_duration_seconds_bucket{le=\"+Inf\"} 4\n")
+        );
+        assert!(
+            out.text
+                .contains("ctxsync_tool_call_duration_seconds_sum 1.5\n")
+        );
+        assert!(out.text.contains("ctxsync_tool_calls_in_flight 2\n"));
     }
 
     #[test]

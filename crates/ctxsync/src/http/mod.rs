@@ -8,6 +8,7 @@ pub mod bounds;
 mod handlers;
 mod metrics;
 mod page;
+mod tool_calls;
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use ctxsync_first_turn_gate::store::StoreGate;
-use ctxsync_persistence::{AgentApiMetrics, ChatId, Store};
+use ctxsync_persistence::{AgentApiMetrics, CallHub, ChatId, Store};
 use serde_json::json;
 
 pub use auth::Auth;
@@ -49,6 +50,10 @@ pub struct AppState {
     /// A turn's budget for tool definitions; over it, tools are deferred behind
     /// find_tools.
     pub tool_budget: ctxsync_chat_projection::ToolBudget,
+    /// Sends stored calls to their agents and waits for their ends.
+    pub calls: Arc<CallHub>,
+    /// The longest deadline a call may ask for (`--tool-call-max-ms`).
+    pub tool_call_max: std::time::Duration,
     /// Turns true when the server stops: event streams end so the drain can finish.
     pub stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -71,6 +76,16 @@ pub fn router(state: AppState) -> Router {
         .route("/api/chats/{id}/turns", post(handlers::turn))
         .route("/api/chats/{id}/turns/{turn}", get(handlers::get_turn))
         .route("/api/chats/{id}/find-tools", post(handlers::find_tools))
+        // Its own body limit: a call's arguments may be 1 MiB.
+        .route(
+            "/api/chats/{id}/turns/{turn}/tool-calls",
+            post(tool_calls::start_call)
+                .layer(DefaultBodyLimit::max(tool_calls::MAX_CALL_BODY_BYTES)),
+        )
+        .route(
+            "/api/chats/{id}/turns/{turn}/tool-calls/{call_id}",
+            get(tool_calls::get_call).delete(tool_calls::cancel_call),
+        )
         .route(
             "/api/chats/{id}/context",
             get(handlers::chat_panel).put(handlers::refresh_context),
@@ -160,6 +175,11 @@ impl ApiError {
     /// The status it is answered with.
     pub fn status(&self) -> StatusCode {
         self.status
+    }
+
+    /// The message it is answered with.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 }
 

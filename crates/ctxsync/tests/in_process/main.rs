@@ -18,4 +18,5 @@ mod replicas;
 mod scenarios;
 mod security;
 mod sessions;
+mod tool_calls;
 mod turns;

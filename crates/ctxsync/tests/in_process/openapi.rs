@@ -69,6 +69,8 @@ fn the_document_is_openapi_3_1_with_exact_schemas() {
         "/api/chats/{id}/turns",
         "/api/chats/{id}/turns/{turn}",
         "/api/chats/{id}/find-tools",
+        "/api/chats/{id}/turns/{turn}/tool-calls",
+        "/api/chats/{id}/turns/{turn}/tool-calls/{call_id}",
         "/api/chats/{id}/context",
         "/api/chats/{id}/context/events",
         "/api/chats/{id}/link",
@@ -93,7 +95,15 @@ fn the_document_is_openapi_3_1_with_exact_schemas() {
     // Every object schema names its properties; the free-form ones are the servers' own
     // JSON (tool schemas, `_meta`) and this document itself.
     let schemas = doc["components"]["schemas"].as_object().unwrap();
-    for name in ["ChatBody", "Panel", "TurnBody", "AgentSummary", "ErrorBody"] {
+    for name in [
+        "ChatBody",
+        "Panel",
+        "TurnBody",
+        "AgentSummary",
+        "ErrorBody",
+        "ToolCallRequest",
+        "ToolCallBody",
+    ] {
         let schema = &schemas[name];
         assert!(
             schema["properties"].is_object() || schema["allOf"].is_array(),
