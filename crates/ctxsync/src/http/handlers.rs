@@ -283,7 +283,12 @@ pub(super) async fn turn(
         origin: turn_origin(&state, record.agent_id, &planned.tools).await,
     };
     let response = match state.store.record_turn(chat, &new_turn).await {
-        Ok(recorded) => TurnBody::of(&recorded),
+        Ok(recorded) => {
+            // Calls of turns this one pruned were cancelled in the store; their agents
+            // still run them until told.
+            state.calls.canceled_by_store(&recorded.canceled_calls);
+            TurnBody::of(&recorded)
+        }
         Err(error) => {
             // The cause goes to the log (by ApiError); the answer names the problem only.
             let refusal = ApiError::from(error);

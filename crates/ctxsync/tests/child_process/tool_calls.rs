@@ -428,6 +428,36 @@ async fn a_killed_agent_ends_its_call_unknown(backend: Backend) {
     );
 }
 
+async fn a_pruned_turns_running_call_is_cancelled_first(backend: Backend) {
+    let Some(world) = World::start(backend, &[]).await else {
+        return;
+    };
+    let turn = world.turn().await;
+    let (code, running) = world
+        .post(
+            &turn,
+            json!({"call_id": "pruned", "name": "calls__sleep", "arguments": {"ms": 60000},
+                   "wait_ms": 0}),
+        )
+        .await;
+    assert_eq!(code, 202, "{running:#}");
+    world.wait_for_event("sleep", "started", 1).await;
+    // A chat keeps its last 32 turns: the 33rd prunes the first, and its call with it.
+    for _ in 0..ctxsync_persistence::MAX_TURNS_PER_CHAT {
+        world.turn().await;
+    }
+    world.wait_for_event("sleep", "cancelled", 1).await;
+    assert!(
+        world
+            .store
+            .get_tool_call(world.chat, turn.parse().unwrap(), "pruned")
+            .await
+            .unwrap()
+            .is_none(),
+        "the call went with its turn"
+    );
+}
+
 async fn an_agent_without_tool_calls_denies_them(backend: Backend) {
     let Some(world) = World::start(backend, &["--no-tool-calls"]).await else {
         return;
@@ -477,4 +507,14 @@ async fn an_agent_without_tool_calls_denies_them_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_without_tool_calls_denies_them_on_postgres() {
     an_agent_without_tool_calls_denies_them(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pruned_turns_running_call_is_cancelled_first_on_sqlite() {
+    a_pruned_turns_running_call_is_cancelled_first(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pruned_turns_running_call_is_cancelled_first_on_postgres() {
+    a_pruned_turns_running_call_is_cancelled_first(Backend::Postgres).await;
 }
