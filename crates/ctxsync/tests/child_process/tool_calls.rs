@@ -200,10 +200,30 @@ async fn calls_run_once_and_end_each_way(backend: Backend) {
     };
     let turn = world.turn().await;
 
+    runs_once_and_conflicts(&world, &turn).await;
+    timeouts_and_cancels_reach_the_server(&world, &turn).await;
+    errors_and_progress(&world, &turn).await;
+    results_are_capped(&world, &turn).await;
+    secrets_come_back_nowhere(&world, &turn).await;
+    unknown_names_are_refused(&world, &turn).await;
+    // None of this changed discovery.
+    let context = world
+        .store
+        .read_agent_context(world.agent_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        context.snapshot.map(|s| s.phase),
+        Some(DiscoveryPhase::Complete)
+    );
+}
+
+async fn runs_once_and_conflicts(world: &World, turn: &str) {
     // Ten concurrent POSTs of one call: one run, ten identical answers.
     let posts = (0..10).map(|_| {
         world.post(
-            &turn,
+            turn,
             json!({"call_id": "toolu_01", "name": "calls__count", "arguments": {}}),
         )
     });
@@ -229,16 +249,18 @@ async fn calls_run_once_and_end_each_way(backend: Backend) {
     // The same id with other arguments is another call: 409.
     let (code, conflict) = world
         .post(
-            &turn,
+            turn,
             json!({"call_id": "toolu_01", "name": "calls__count", "arguments": {"n": 1}}),
         )
         .await;
     assert_eq!(code, 409, "{conflict:#}");
+}
 
+async fn timeouts_and_cancels_reach_the_server(world: &World, turn: &str) {
     // A timeout reaches the MCP server as notifications/cancelled.
     let (code, timed_out) = world
         .post(
-            &turn,
+            turn,
             json!({"call_id": "slow", "name": "calls__sleep", "arguments": {"ms": 60000},
                    "timeout_ms": 300}),
         )
@@ -250,7 +272,7 @@ async fn calls_run_once_and_end_each_way(backend: Backend) {
     // A cancel too, while the call runs.
     let (code, running) = world
         .post(
-            &turn,
+            turn,
             json!({"call_id": "cancel-me", "name": "calls__sleep", "arguments": {"ms": 60000},
                    "wait_ms": 0}),
         )
@@ -270,11 +292,13 @@ async fn calls_run_once_and_end_each_way(backend: Backend) {
         .unwrap();
     assert_eq!(status(&canceled), "canceled", "{canceled:#}");
     world.wait_for_event("sleep", "cancelled", 2).await;
+}
 
+async fn errors_and_progress(world: &World, turn: &str) {
     // A tool error is a complete call whose result says so; a JSON-RPC error is `error`.
     let failed = world
         .call(
-            &turn,
+            turn,
             "fail-tool",
             "calls__fail",
             json!({"mode": "tool", "message": "nope"}),
@@ -284,7 +308,7 @@ async fn calls_run_once_and_end_each_way(backend: Backend) {
     assert_eq!(failed["result"]["isError"], true);
     let rpc = world
         .call(
-            &turn,
+            turn,
             "fail-rpc",
             "calls__fail",
             json!({"mode": "rpc", "message": "bad"}),
@@ -299,7 +323,7 @@ async fn calls_run_once_and_end_each_way(backend: Backend) {
     // Progress is relayed and the latest kept.
     let progressed = world
         .call(
-            &turn,
+            turn,
             "prog",
             "calls__progress",
             json!({"steps": 3, "interval_ms": 300}),
@@ -310,11 +334,13 @@ async fn calls_run_once_and_end_each_way(backend: Backend) {
         progressed["progress"]["progress"].as_f64().is_some(),
         "{progressed:#}"
     );
+}
 
+async fn results_are_capped(world: &World, turn: &str) {
     // A 10 MiB result is capped before it leaves the agent, and memory stays bounded.
     let big = world
         .call(
-            &turn,
+            turn,
             "big",
             "calls__sized_result",
             json!({"bytes": 10 * 1024 * 1024}),
@@ -328,15 +354,12 @@ async fn calls_run_once_and_end_each_way(backend: Backend) {
     let server_rss = rss_kib(world.server.pid());
     assert!(agent_rss < 400 * 1024, "agent RSS {agent_rss} KiB");
     assert!(server_rss < 400 * 1024, "server RSS {server_rss} KiB");
+}
 
+async fn secrets_come_back_nowhere(world: &World, turn: &str) {
     // A secret of the server's entry that its tool prints comes back nowhere.
     let printed = world
-        .call(
-            &turn,
-            "secret",
-            "calls__env",
-            json!({"name": "CALL_SECRET"}),
-        )
+        .call(turn, "secret", "calls__env", json!({"name": "CALL_SECRET"}))
         .await;
     assert_eq!(status(&printed), "complete", "{printed:#}");
     assert!(!printed.to_string().contains(SECRET), "{printed:#}");
@@ -350,25 +373,15 @@ async fn calls_run_once_and_end_each_way(backend: Backend) {
     assert!(!world.logs.read("agent").contains(SECRET));
     assert!(!world.logs.read("server").contains(SECRET));
     assert!(!world.logs.read("agent").contains(&world.token));
+}
 
+async fn unknown_names_are_refused(world: &World, turn: &str) {
     // A name the turn does not carry is refused, and recorded.
-    let refused = world.call(&turn, "nope", "calls__missing", json!({})).await;
+    let refused = world.call(turn, "nope", "calls__missing", json!({})).await;
     assert_eq!(status(&refused), "refused");
     assert_eq!(refused["reason"], "not_in_turn");
-    let again = world.get(&turn, "nope", 0).await;
+    let again = world.get(turn, "nope", 0).await;
     assert_eq!(again["reason"], "not_in_turn");
-
-    // None of this changed discovery.
-    let context = world
-        .store
-        .read_agent_context(world.agent_id)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        context.snapshot.map(|s| s.phase),
-        Some(DiscoveryPhase::Complete)
-    );
 }
 
 async fn a_restarted_agent_refuses_the_old_turns_call(backend: Backend) {
