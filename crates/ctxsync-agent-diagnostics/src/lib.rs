@@ -11,6 +11,9 @@
 //! symlinks kept inside the workspace, reads bounded), which the agent's context resolver
 //! shares. Agent Plugins packages ([`discover_plugins`]) add their `mcp.json` servers as
 //! `<plugin>/<server>`, launched with an allow-listed environment, never the agent's own.
+//! [`Engine::caller`] gives a [`ToolCaller`] that runs a tool call on a connected server
+//! (its deadline, `notifications/cancelled`, progress, the whole result capped and
+//! sanitized) without touching discovery.
 //!
 //! It must never know about protobuf, gRPC or databases, and never depends on another ctxsync
 //! crate (only `ctxsync-mcp-fixture`, as a dev-dependency for tests).

@@ -4,9 +4,8 @@
 //! ([`db::migrations`]), the [`Store`] (agents and tokens, UpdateStartup,
 //! PushContextState, full or delta — a delta is applied only on the base it names, this
 //! run's rows with those body digests, else refused with nothing written —, consistent
-//! reads, chats and their pinned context, chat turns and their find_tools activations),
-//! change
-//! notifications ([`ChangeEvent`]; in-process for SQLite, LISTEN/NOTIFY across
+//! reads, chats and their pinned context, chat turns with their tools' origins and their
+//! find_tools activations, and the turns' tool calls), change notifications ([`ChangeEvent`]; in-process for SQLite, LISTEN/NOTIFY across
 //! processes for PostgreSQL), the gRPC agent API service ([`agent_api`]) that
 //! authenticates, validates with `ctxsync-protocol`, and persists, and the tool-call
 //! channel's hub ([`CallHub`]) that sends stored calls down agents' `ToolCalls` streams
@@ -23,7 +22,8 @@
 //! refuse, or the reverse; trust event or push content (events
 //! carry ids and versions only, readers re-read committed state; pushes are validated
 //! before any database access); store an agent token (only its sha256); let one agent
-//! touch another's rows; depend on a workspace crate other than `ctxsync-protocol`.
+//! touch another's rows or calls; store a call's arguments past its delivery; depend on a
+//! workspace crate other than `ctxsync-protocol` and `ctxsync-mcp-model`.
 //!
 //! ## Blocking database work
 //!
