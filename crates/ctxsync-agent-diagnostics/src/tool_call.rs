@@ -116,8 +116,8 @@ impl ToolCaller {
         // rmcp puts a fresh `progressToken` into every request's `_meta`.
         let sent = tokio::select! {
             biased;
-            () = cancel.cancelled() => return ended(CallStatus::Canceled),
-            () = tokio::time::sleep_until(deadline) => return ended(CallStatus::TimedOut),
+            () = cancel.cancelled() => return CallEnd::bare(CallStatus::Canceled),
+            () = tokio::time::sleep_until(deadline) => return CallEnd::bare(CallStatus::TimedOut),
             sent = target.peer.send_request_with_option(request, PeerRequestOptions::no_options()) => sent,
         };
         let mut handle = match sent {
@@ -139,11 +139,11 @@ impl ToolCaller {
             }
             () = cancel.cancelled() => {
                 notify_cancelled(handle, "cancelled by the caller").await;
-                return ended(CallStatus::Canceled);
+                return CallEnd::bare(CallStatus::Canceled);
             }
             () = tokio::time::sleep_until(deadline) => {
                 notify_cancelled(handle, "request timeout").await;
-                return ended(CallStatus::TimedOut);
+                return CallEnd::bare(CallStatus::TimedOut);
             }
         };
         match response {
@@ -160,16 +160,6 @@ async fn dropped(stdout: Option<&StdoutWatch>, id: &str) {
     match stdout {
         Some(stdout) => stdout.dropped(id).await,
         None => std::future::pending().await,
-    }
-}
-
-fn ended(status: CallStatus) -> CallEnd {
-    CallEnd {
-        status,
-        reason: None,
-        error: None,
-        result: None,
-        truncated: false,
     }
 }
 

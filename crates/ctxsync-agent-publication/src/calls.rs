@@ -465,10 +465,10 @@ async fn run_call<R: CallRunner>(
     let permit = tokio::select! {
         biased;
         () = cancel.cancelled() => {
-            return out.end(id, bare_end(CallStatus::Canceled), Duration::ZERO).await;
+            return out.end(id, CallEnd::bare(CallStatus::Canceled), Duration::ZERO).await;
         }
         () = sleep_until(deadline) => {
-            return out.end(id, bare_end(CallStatus::TimedOut), Duration::ZERO).await;
+            return out.end(id, CallEnd::bare(CallStatus::TimedOut), Duration::ZERO).await;
         }
         permit = permits.acquire_owned() => match permit {
             Ok(permit) => permit,
@@ -499,17 +499,6 @@ async fn run_call<R: CallRunner>(
     }
     debug!(call = %id, status = end.status.as_str(), "a tool call ended");
     out.end(id, end, started.elapsed()).await;
-}
-
-/// An end with nothing but its status (`canceled`, `timed_out`).
-fn bare_end(status: CallStatus) -> CallEnd {
-    CallEnd {
-        status,
-        reason: None,
-        error: None,
-        result: None,
-        truncated: false,
-    }
 }
 
 /// The sending side of one stream.

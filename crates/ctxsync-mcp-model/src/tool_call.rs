@@ -180,6 +180,17 @@ pub struct CallEnd {
 }
 
 impl CallEnd {
+    /// An end with nothing but its status (`canceled`, `timed_out`).
+    pub fn bare(status: CallStatus) -> Self {
+        Self {
+            status,
+            reason: None,
+            error: None,
+            result: None,
+            truncated: false,
+        }
+    }
+
     /// A refusal (or an `unknown` end) for `reason`.
     pub fn with_reason(status: CallStatus, reason: CallReason) -> Self {
         Self {

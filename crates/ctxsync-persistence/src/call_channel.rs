@@ -325,7 +325,7 @@ impl CallHub {
             if let Some(link) = link {
                 link.try_send(ServerCall::Cancel { id: id.to_string() });
             }
-            let end = status_end(CallStatus::TimedOut);
+            let end = CallEnd::bare(CallStatus::TimedOut);
             if let Err(error) = hub.finish(id, &end, Some(millis(elapsed))).await {
                 tracing::warn!(call = %id, %error, "recording a timed-out call failed");
             }
@@ -423,7 +423,7 @@ impl CallHub {
             .sent
             .get(&id)
             .map(|s| millis(s.sent_at.elapsed()));
-        self.finish(id, &status_end(CallStatus::Canceled), elapsed)
+        self.finish(id, &CallEnd::bare(CallStatus::Canceled), elapsed)
             .await
     }
 
@@ -850,16 +850,6 @@ fn parse_arguments(text: &str) -> Option<serde_json::Map<String, Value>> {
     match serde_json::from_str(text) {
         Ok(Value::Object(map)) => Some(map),
         _ => None,
-    }
-}
-
-fn status_end(status: CallStatus) -> CallEnd {
-    CallEnd {
-        status,
-        reason: None,
-        error: None,
-        result: None,
-        truncated: false,
     }
 }
 

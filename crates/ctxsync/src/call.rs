@@ -6,8 +6,6 @@
 //! `call_id` across runs (each run is a new call), or exit 0 for a call that did not
 //! complete without a tool error.
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::{Value, json};
@@ -36,19 +34,9 @@ pub struct CallArgs {
     /// The call's deadline in milliseconds (the server's default: 60000).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_ms: Option<u64>,
-    /// The server's HTTP address (https:// when the server has a certificate).
-    #[arg(long, default_value = "http://127.0.0.1:4780")]
-    pub server: String,
-    /// A PEM file of certificate authorities to trust for https, besides the system's
-    /// (repeatable).
-    #[arg(long = "ca-cert", value_name = "FILE", env = "CTXSYNC_CA_CERT")]
-    pub ca_certs: Vec<PathBuf>,
-    /// The HTTP API token; default: `<data-dir>/api-token` of a local server.
-    #[arg(long, env = "CTXSYNC_API_TOKEN", hide_env_values = true)]
-    pub api_token: Option<crate::secret::Secret>,
-    /// The local server's data directory, to read its API token from.
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
+    /// The server and how to authenticate to it.
+    #[command(flatten)]
+    pub api: crate::api_client::ApiClientArgs,
     /// Print the call as JSON, as the API answers it, instead of its model text.
     #[arg(long)]
     pub json: bool,
@@ -62,11 +50,11 @@ pub async fn run(args: CallArgs) -> Result<()> {
     if !arguments.is_object() {
         bail!("--args must be a JSON object");
     }
-    let token = api_token(args.api_token, args.data_dir)?;
-    let client = client(&args.ca_certs)?;
+    let token = args.api.token()?;
+    let client = args.api.client()?;
     let api = Api {
         client: &client,
-        base: args.server.trim_end_matches('/'),
+        base: args.api.server.trim_end_matches('/'),
         token: &token,
     };
     let chat = &args.chat;
@@ -139,36 +127,6 @@ pub async fn run(args: CallArgs) -> Result<()> {
 /// `complete` and the tool did not report an error.
 fn succeeded(call: &Value) -> bool {
     call["status"] == "complete" && call["result"]["isError"] != true
-}
-
-fn api_token(given: Option<crate::secret::Secret>, data_dir: Option<PathBuf>) -> Result<String> {
-    if let Some(token) = given {
-        return Ok(token.into_inner());
-    }
-    let path = data_dir
-        .unwrap_or_else(crate::paths::default_data_dir)
-        .join("api-token");
-    Ok(std::fs::read_to_string(&path)
-        .with_context(|| format!("no --api-token given and {} cannot be read", path.display()))?
-        .trim()
-        .to_string())
-}
-
-fn client(ca_certs: &[PathBuf]) -> Result<reqwest::Client> {
-    let mut trusted = Vec::new();
-    for path in ca_certs {
-        let pem = std::fs::read(path)
-            .with_context(|| format!("reading the CA certificate file {}", path.display()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .ok()
-            .filter(|certs| !certs.is_empty())
-            .with_context(|| format!("{} holds no PEM certificate", path.display()))?;
-        trusted.extend(certs);
-    }
-    reqwest::Client::builder()
-        .tls_certs_merge(trusted)
-        .build()
-        .context("setting up the HTTP client")
 }
 
 struct Api<'a> {

@@ -1,8 +1,6 @@
 //! `ctxsync context --chat ID`: prints a chat's context panel as plain text (or, with
 //! `--json`, the chat API's panel JSON), read from a running server's HTTP API.
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
@@ -12,19 +10,9 @@ pub struct ContextArgs {
     /// The chat whose context to show.
     #[arg(long)]
     pub chat: String,
-    /// The server's HTTP address (https:// when the server has a certificate).
-    #[arg(long, default_value = "http://127.0.0.1:4780")]
-    pub server: String,
-    /// A PEM file of certificate authorities to trust for https, besides the system's
-    /// (repeatable).
-    #[arg(long = "ca-cert", value_name = "FILE", env = "CTXSYNC_CA_CERT")]
-    pub ca_certs: Vec<PathBuf>,
-    /// The HTTP API token; default: `<data-dir>/api-token` of a local server.
-    #[arg(long, env = "CTXSYNC_API_TOKEN", hide_env_values = true)]
-    pub api_token: Option<crate::secret::Secret>,
-    /// The local server's data directory, to read its API token from.
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
+    /// The server and how to authenticate to it.
+    #[command(flatten)]
+    pub api: crate::api_client::ApiClientArgs,
     /// Print the panel as JSON, as `GET /api/chats/{id}/context` answers it (the schema
     /// is in the server's OpenAPI document).
     #[arg(long)]
@@ -33,41 +21,14 @@ pub struct ContextArgs {
 
 /// Fetches the chat's panel from the server and prints it, control characters escaped.
 pub async fn run(args: ContextArgs) -> Result<()> {
-    let token = match args.api_token {
-        Some(token) => token.into_inner(),
-        None => {
-            let path = args
-                .data_dir
-                .unwrap_or_else(crate::paths::default_data_dir)
-                .join("api-token");
-            std::fs::read_to_string(&path)
-                .with_context(|| {
-                    format!("no --api-token given and {} cannot be read", path.display())
-                })?
-                .trim()
-                .to_string()
-        }
-    };
-    let mut trusted = Vec::new();
-    for path in &args.ca_certs {
-        let pem = std::fs::read(path)
-            .with_context(|| format!("reading the CA certificate file {}", path.display()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .ok()
-            .filter(|certs| !certs.is_empty())
-            .with_context(|| format!("{} holds no PEM certificate", path.display()))?;
-        trusted.extend(certs);
-    }
-    let client = reqwest::Client::builder()
-        .tls_certs_merge(trusted)
-        .build()
-        .context("setting up the HTTP client")?;
+    let token = args.api.token()?;
+    let client = args.api.client()?;
     let format = if args.json {
         Format::Json
     } else {
         Format::Text
     };
-    let panel = fetch_with(&client, &args.server, &args.chat, &token, format).await?;
+    let panel = fetch_with(&client, &args.api.server, &args.chat, &token, format).await?;
     // The panel quotes MCP servers' names, tools and errors: nothing of theirs reaches the
     // terminal as a control sequence.
     match format {

@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod agents;
+pub mod api_client;
 pub mod call;
 pub mod context;
 pub mod demo;

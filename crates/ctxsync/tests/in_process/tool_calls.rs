@@ -448,10 +448,12 @@ async fn the_call_command_calls_in_a_new_turn_and_fails_unless_complete(h: Harne
         name: name.to_owned(),
         arguments: arguments.to_owned(),
         timeout_ms: Some(5_000),
-        server: h.server.http_url(),
-        ca_certs: Vec::new(),
-        api_token: Some(h.server.api_token.parse().unwrap()),
-        data_dir: None,
+        api: ctxsync::api_client::ApiClientArgs {
+            server: h.server.http_url(),
+            ca_certs: Vec::new(),
+            api_token: Some(h.server.api_token.parse().unwrap()),
+            data_dir: None,
+        },
         json: true,
     };
     ctxsync::call::run(args("find_tools", r#"{"queries":["search"]}"#))
