@@ -53,7 +53,7 @@ async fn grpcio_clients_check_health_and_read_the_agent_service_by_reflection() 
     let agent = &answers["agent"];
     assert_eq!(
         agent["methods"],
-        json!(["PushContextState", "UpdateStartup"])
+        json!(["PushContextState", "ToolCalls", "UpdateStartup"])
     );
     assert_eq!(agent["file"], "ctxsync/agent/v1/agent.proto");
     assert_eq!(
