@@ -3,9 +3,9 @@
 //! cancellation (sending `notifications/cancelled`), caps the whole result and passes
 //! every text and JSON value through the server's sanitizer before it leaves.
 //!
-//! It owns the registry of callable servers ([`CallTargets`]: each connection task
+//! It owns the registry of callable servers (`CallTargets`: each connection task
 //! registers its peer and listing, the engine says which connection is current) and the
-//! routing of `notifications/progress` to the call that asked for it ([`ProgressRoutes`]).
+//! routing of `notifications/progress` to the call that asked for it (`ProgressRoutes`).
 //!
 //! Must never: change discovery (a call touches no report, phase or outcome), let a
 //! server's request to the client (sampling, elicitation, roots, input) hang a call, or

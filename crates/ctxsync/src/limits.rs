@@ -52,7 +52,7 @@ impl Default for Limits {
 }
 
 /// The longest a tool-call request waits for the call's end (`wait_ms`); the request
-/// timeout must leave it [`FIRST_TURN_MARGIN`] too, so a waiting call is answered 202,
+/// timeout must leave it a 5 s margin too, so a waiting call is answered 202,
 /// never cut.
 pub const MAX_TOOL_CALL_WAIT: Duration = Duration::from_secs(55);
 
