@@ -11,7 +11,8 @@ use ctxsync_protocol::DiscoveryPhase;
 use serde_json::{Value, json};
 
 use crate::processes::{
-    AgentProcess, Backend, Logs, ServerProcess, WAIT, Workspace, database, poll, wait_for_context,
+    AgentProcess, Backend, Logs, MCP_TIMEOUT_MS, ServerProcess, WAIT, Workspace, database, poll,
+    wait_for_context,
 };
 
 const API_TOKEN: &str = "tool-calls-e2e-api-token-0123456789";
@@ -33,6 +34,16 @@ struct World {
 
 impl World {
     async fn start(backend: Backend, agent_args: &[&str]) -> Option<Self> {
+        Self::start_with(backend, agent_args, serde_json::Map::new(), MCP_TIMEOUT_MS).await
+    }
+
+    /// [`Self::start`] with `more` servers declared beside the fixture.
+    async fn start_with(
+        backend: Backend,
+        agent_args: &[&str],
+        more: serde_json::Map<String, Value>,
+        mcp_timeout_ms: &str,
+    ) -> Option<Self> {
         let store = database(backend).await?;
         let agent = store.create_agent("calls").await.unwrap();
         let token = agent.token.expose().to_owned();
@@ -41,22 +52,24 @@ impl World {
         let workspace = Workspace::new();
         let ctxsync = env!("CARGO_BIN_EXE_ctxsync");
         let call_log = workspace.path().join("calls.jsonl");
-        workspace.write(
-            ".mcp.json",
-            json!({"mcpServers": {"calls": {
+        let mut servers = more;
+        servers.insert(
+            "calls".into(),
+            json!({
                 "command": ctxsync,
                 "args": ["mcp-fixture", "--call-tools", "--call-log", call_log],
                 "env": {"CALL_SECRET": SECRET},
-            }}})
-            .to_string(),
+            }),
         );
-        let process = AgentProcess::start(
+        workspace.write(".mcp.json", json!({ "mcpServers": servers }).to_string());
+        let process = AgentProcess::start_timed(
             &logs,
             "agent",
             &server.url(),
             &workspace.path(),
             &token,
             agent_args,
+            mcp_timeout_ms,
         );
         let chat = store.create_chat(Some(agent.id)).await.unwrap().id;
         let world = Self {
@@ -471,6 +484,107 @@ async fn a_pruned_turns_running_call_is_cancelled_first(backend: Backend) {
     );
 }
 
+/// A third-party server the tests run, where `cargo xtask test` installs it (or `env`
+/// names it); missing, the test fails in CI and is skipped loudly elsewhere.
+fn installed(env: &str, default: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os(env).map_or_else(
+        || {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/tools")
+                .join(default)
+        },
+        std::path::PathBuf::from,
+    );
+    if path.is_file() {
+        return Some(path);
+    }
+    let message = format!(
+        "{} is not installed: set {env} or run `cargo xtask test`",
+        path.display()
+    );
+    assert!(std::env::var_os("CI").is_none(), "{message}");
+    eprintln!("\n!!!!! SKIPPED: {message} !!!!!\n");
+    None
+}
+
+/// Calls through the chat API reach servers on the official Python SDK and the
+/// TypeScript SDK (server-everything) as they reach the fixture.
+async fn third_party_servers_answer_calls(backend: Backend) {
+    let (Some(python), Some(everything)) = (
+        installed("CTXSYNC_PYTHON_MCP", "py/bin/python"),
+        installed(
+            "CTXSYNC_EVERYTHING_SERVER",
+            "node_modules/.bin/mcp-server-everything",
+        ),
+    ) else {
+        return;
+    };
+    let python_server = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../ctxsync-agent-diagnostics/tests/servers/python_sdk.py");
+    let mut more = serde_json::Map::new();
+    more.insert(
+        "py".into(),
+        json!({"command": python, "args": [python_server, "stdio"]}),
+    );
+    more.insert(
+        "everything".into(),
+        json!({"command": everything, "args": ["stdio"], "env": {"EVERYTHING_KEY": SECRET}}),
+    );
+    // Cold interpreters on a loaded machine: a generous connect timeout.
+    let Some(world) = World::start_with(backend, &[], more, "60000").await else {
+        return;
+    };
+    let turn = world.turn().await;
+    let sum = world
+        .call(&turn, "py-add", "py__add", json!({"a": 2, "b": 3}))
+        .await;
+    assert_eq!(status(&sum), "complete", "{sum:#}");
+    assert_eq!(
+        sum["result"]["structuredContent"],
+        json!({"result": 5}),
+        "{sum:#}"
+    );
+    assert_eq!(sum["server"], "py");
+    let echo = world
+        .call(
+            &turn,
+            "ts-echo",
+            "everything__echo",
+            json!({"message": "hello"}),
+        )
+        .await;
+    assert_eq!(status(&echo), "complete", "{echo:#}");
+    assert!(
+        echo["model_text"].as_str().unwrap_or("").contains("hello"),
+        "{echo:#}"
+    );
+    let long = world
+        .call(
+            &turn,
+            "ts-long",
+            "everything__trigger-long-running-operation",
+            json!({"duration": 0.3, "steps": 3}),
+        )
+        .await;
+    assert_eq!(status(&long), "complete", "{long:#}");
+    assert_eq!(long["progress"]["total"], 3.0, "{long:#}");
+    let env = world
+        .call(&turn, "ts-env", "everything__get-env", json!({}))
+        .await;
+    assert_eq!(status(&env), "complete", "{:.500}", env.to_string());
+    assert!(env.to_string().contains("EVERYTHING_KEY"));
+    assert!(!env.to_string().contains(SECRET), "the secret came back");
+    let (code, timed_out) = world
+        .post(
+            &turn,
+            json!({"call_id": "ts-slow", "name": "everything__trigger-long-running-operation",
+                   "arguments": {"duration": 60, "steps": 2}, "timeout_ms": 300}),
+        )
+        .await;
+    assert_eq!(code, 200, "{timed_out:#}");
+    assert_eq!(status(&timed_out), "timed_out", "{timed_out:#}");
+}
+
 async fn an_agent_without_tool_calls_denies_them(backend: Backend) {
     let Some(world) = World::start(backend, &["--no-tool-calls"]).await else {
         return;
@@ -530,4 +644,14 @@ async fn a_pruned_turns_running_call_is_cancelled_first_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pruned_turns_running_call_is_cancelled_first_on_postgres() {
     a_pruned_turns_running_call_is_cancelled_first(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn third_party_servers_answer_calls_on_sqlite() {
+    third_party_servers_answer_calls(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn third_party_servers_answer_calls_on_postgres() {
+    third_party_servers_answer_calls(Backend::Postgres).await;
 }

@@ -215,10 +215,24 @@ impl AgentProcess {
         token: &str,
         args: &[&str],
     ) -> Self {
+        Self::start_timed(logs, name, server, workspace, token, args, MCP_TIMEOUT_MS)
+    }
+
+    /// [`Self::start`] with another MCP connect timeout (third-party servers start
+    /// slower than the fixture).
+    pub(crate) fn start_timed(
+        logs: &Logs,
+        name: &str,
+        server: &str,
+        workspace: &Path,
+        token: &str,
+        args: &[&str],
+        mcp_timeout_ms: &str,
+    ) -> Self {
         let child = ctxsync()
             .args(["agent", "--server", server, "--workspace"])
             .arg(workspace)
-            .args(["--mcp-timeout-ms", MCP_TIMEOUT_MS])
+            .args(["--mcp-timeout-ms", mcp_timeout_ms])
             .args(args)
             .env("CTXSYNC_AGENT_TOKEN", token)
             .stdout(Stdio::null())
