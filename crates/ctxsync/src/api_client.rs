@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 use clap::Args;
 
 /// The flags naming a server's chat API and how to authenticate to it.
@@ -59,4 +59,17 @@ impl ApiClientArgs {
             .build()
             .context("setting up the HTTP client")
     }
+}
+
+/// The error for a non-2xx answer: its status and the server's `error` message (else the
+/// whole text), escaped for a terminal.
+pub fn answer_error(status: reqwest::StatusCode, text: &str) -> anyhow::Error {
+    let message = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| text.to_owned());
+    anyhow!(
+        "the server answered {status}: {}",
+        crate::terminal::for_terminal(&message)
+    )
 }

@@ -159,14 +159,10 @@ impl Api<'_> {
             .text()
             .await
             .context("reading the server's answer")?;
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if !status.is_success() {
-            let message = value["error"].as_str().map_or(text.as_str(), |m| m);
-            bail!(
-                "the server answered {status}: {}",
-                crate::terminal::for_terminal(message)
-            );
+            return Err(crate::api_client::answer_error(status, &text));
         }
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         Ok((status, value))
     }
 }

@@ -1,7 +1,7 @@
 //! `ctxsync context --chat ID`: prints a chat's context panel as plain text (or, with
 //! `--json`, the chat API's panel JSON), read from a running server's HTTP API.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 
 /// `ctxsync context`'s flags.
@@ -79,14 +79,7 @@ async fn fetch_with(
         .await
         .context("reading the server's answer")?;
     if !status.is_success() {
-        let message = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|v| v["error"].as_str().map(str::to_owned))
-            .unwrap_or(text);
-        bail!(
-            "the server answered {status}: {}",
-            crate::terminal::for_terminal(&message)
-        );
+        return Err(crate::api_client::answer_error(status, &text));
     }
     Ok(text)
 }

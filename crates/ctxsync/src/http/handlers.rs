@@ -55,10 +55,14 @@ pub(super) fn body<T>(json: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
 
 async fn loaded_chat(state: &AppState, raw_id: &str) -> ApiResult<(ChatId, LoadedChat)> {
     let chat: ChatId = parse_id(raw_id, "chat")?;
-    let loaded = load_chat(&state.store, chat)
+    Ok((chat, load_chat_by_id(state, chat).await?))
+}
+
+/// The chat's projection; 404 for an unknown chat.
+async fn load_chat_by_id(state: &AppState, chat: ChatId) -> ApiResult<LoadedChat> {
+    load_chat(&state.store, chat)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("chat {chat} not found")))?;
-    Ok((chat, loaded))
+        .ok_or_else(|| ApiError::not_found(format!("chat {chat} not found")))
 }
 
 fn panel_of(chat: ChatId, loaded: &LoadedChat) -> ctxsync_context_ui::Panel {
@@ -214,8 +218,8 @@ pub(super) async fn create_chat(
         return Err(ApiError::not_found(format!("agent {agent} not found")));
     }
     let chat = state.store.create_chat(Some(agent)).await?;
-    let (id, loaded) = loaded_chat(&state, &chat.id.to_string()).await?;
-    Ok((StatusCode::CREATED, Json(chat_json(id, &loaded))).into_response())
+    let loaded = load_chat_by_id(&state, chat.id).await?;
+    Ok((StatusCode::CREATED, Json(chat_json(chat.id, &loaded))).into_response())
 }
 
 #[utoipa::path(get, path = "/api/chats/{id}", tag = "chats",
@@ -343,17 +347,21 @@ async fn turn_origin(
         if !same {
             return None;
         }
-        let origin = ToolOrigin {
-            server: tool.server.clone(),
-            tool: tool.tool.clone(),
-        };
-        tools.insert(tool.name.clone(), origin);
+        tools.insert(tool.name.clone(), origin_of(tool));
     }
     Some(TurnOrigin {
         agent_id: agent,
         agent_run_id: run,
         tools,
     })
+}
+
+/// What a call of `tool` reaches: its server and its own name there.
+fn origin_of(tool: &ctxsync_chat_projection::EligibleTool) -> ToolOrigin {
+    ToolOrigin {
+        server: tool.server.clone(),
+        tool: tool.tool.clone(),
+    }
 }
 
 /// A turn of this chat as stored, from any replica: 404 for an unknown turn, one of
@@ -460,7 +468,7 @@ pub(super) async fn search_and_activate(
     turn: Option<TurnId>,
     search: FindToolsRequest,
 ) -> ApiResult<serde_json::Value> {
-    let (chat, loaded) = loaded_chat(state, &chat.to_string()).await?;
+    let loaded = load_chat_by_id(state, chat).await?;
     let stored = state
         .store
         .turn_activations(chat, turn)
@@ -497,10 +505,7 @@ pub(super) async fn search_and_activate(
             .activated
             .iter()
             .map(|name| {
-                let origin = catalog.get(name).filter(|_| same_run).map(|t| ToolOrigin {
-                    server: t.server.clone(),
-                    tool: t.tool.clone(),
-                });
+                let origin = catalog.get(name).filter(|_| same_run).map(origin_of);
                 (name.clone(), origin)
             })
             .collect();
