@@ -148,7 +148,9 @@ pub use model::{
     AgentContext, AgentPhaseGroup, AgentRecord, ChatContext, ChatRecord, MAX_RETIRED_RUN_IDS,
     NewAgent, PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome,
 };
-pub use notify::{AgentSubscription, ChangeEvent, ChatSubscription};
+pub use notify::{
+    AgentSubscription, CallChange, ChangeEvent, ChatCallSubscription, ChatSubscription,
+};
 pub use page_sessions::{MAX_LIVE_PAGE_LINKS, MAX_LIVE_PAGE_SESSIONS};
 pub use store::Store;
 pub use token::AgentToken;

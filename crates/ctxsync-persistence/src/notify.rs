@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::broadcast;
 
-use crate::ids::{AgentId, ChatId};
+use crate::ids::{AgentId, ChatId, ToolCallId};
 
 /// Events buffered per topic before a slow subscriber sees [`ChangeEvent::Resync`].
 const TOPIC_CAPACITY: usize = 64;
@@ -35,15 +35,74 @@ pub enum ChangeEvent {
         /// The agent the chat is bound to after the change; `None` when unbound.
         agent_id: Option<AgentId>,
     },
+    /// A tool call changed (issue 37): stored, delivered, progressed, asked to cancel or
+    /// ended. Goes to the chat's call subscribers ([`ChatCallSubscription`]) and the
+    /// call hubs, never to [`ChatSubscription`]s (a call is not the chat's context).
+    ToolCallChanged {
+        /// The call (server-assigned id).
+        call_id: ToolCallId,
+        /// Its chat.
+        chat_id: ChatId,
+        /// The agent it goes to; `None` for find_tools.
+        agent_id: Option<AgentId>,
+        /// What happened.
+        change: CallChange,
+    },
     /// Events may have been lost (the PostgreSQL listener reconnected, or this
     /// subscriber fell behind): re-read everything you watch.
     Resync,
+}
+
+/// What happened to a tool call ([`ChangeEvent::ToolCallChanged`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CallChange {
+    /// Stored and waiting for the replica holding its agent's stream.
+    Pending,
+    /// Sent on its agent's stream.
+    Delivered,
+    /// New progress stored.
+    Progress,
+    /// Someone asked to cancel it; the replica holding its stream tells the agent.
+    CancelRequested,
+    /// Its end is stored.
+    Ended,
+}
+
+impl CallChange {
+    /// Every change, in a fixed order (the wire code is the index).
+    pub const ALL: [Self; 5] = [
+        Self::Pending,
+        Self::Delivered,
+        Self::Progress,
+        Self::CancelRequested,
+        Self::Ended,
+    ];
+
+    pub(crate) fn code(self) -> char {
+        match self {
+            Self::Pending => 'p',
+            Self::Delivered => 'd',
+            Self::Progress => 'g',
+            Self::CancelRequested => 'x',
+            Self::Ended => 'e',
+        }
+    }
+
+    pub(crate) fn from_code(code: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|c| code.len() == 1 && code.starts_with(c.code()))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Topic {
     Agent(AgentId),
     Chat(ChatId),
+    /// One chat's tool calls.
+    ChatCalls(ChatId),
+    /// Every tool call (the call hub).
+    Calls,
 }
 
 /// Fans events out to in-process subscribers, one broadcast channel per watched topic.
@@ -71,8 +130,16 @@ impl Hub {
         let topic = match event {
             ChangeEvent::AgentContextChanged { agent_id, .. } => Topic::Agent(*agent_id),
             ChangeEvent::ChatChanged { chat_id, .. } => Topic::Chat(*chat_id),
+            ChangeEvent::ToolCallChanged { chat_id, .. } => {
+                self.send(Topic::ChatCalls(*chat_id), event);
+                Topic::Calls
+            }
             ChangeEvent::Resync => return self.resync_all(),
         };
+        self.send(topic, event);
+    }
+
+    fn send(&self, topic: Topic, event: &ChangeEvent) {
         let topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(sender) = topics.get(&topic) {
             // An error only means nobody listens right now.
@@ -146,6 +213,33 @@ impl AgentSubscription {
     /// The agent this subscription watches.
     pub fn agent_id(&self) -> AgentId {
         self.agent_id
+    }
+
+    /// The next event; `None` once the store is gone. Cancel-safe.
+    pub async fn next(&mut self) -> Option<ChangeEvent> {
+        self.receiver.recv().await
+    }
+}
+
+/// Tool-call events: one chat's ([`crate::Store::subscribe_chat_calls`]) or, for the
+/// call hub, every chat's. Only [`ChangeEvent::ToolCallChanged`] and
+/// [`ChangeEvent::Resync`] arrive.
+#[derive(Debug)]
+pub struct ChatCallSubscription {
+    receiver: TopicReceiver,
+}
+
+impl ChatCallSubscription {
+    pub(crate) fn chat(hub: &Arc<Hub>, chat_id: ChatId) -> Self {
+        Self {
+            receiver: hub.subscribe(Topic::ChatCalls(chat_id)),
+        }
+    }
+
+    pub(crate) fn all(hub: &Arc<Hub>) -> Self {
+        Self {
+            receiver: hub.subscribe(Topic::Calls),
+        }
     }
 
     /// The next event; `None` once the store is gone. Cancel-safe.

@@ -40,6 +40,18 @@ pub(crate) fn encode(origin: u64, event: &ChangeEvent) -> Option<String> {
             chat_id.to_string(),
             agent_id.map(|a| a.to_string()).unwrap_or_default(),
         ),
+        ChangeEvent::ToolCallChanged {
+            call_id,
+            chat_id,
+            agent_id,
+            change,
+        } => {
+            let agent = agent_id.map(|a| a.to_string()).unwrap_or_default();
+            return Some(format!(
+                "{PAYLOAD_VERSION};{origin:016x};t;{call_id};{chat_id},{agent},{}",
+                change.code()
+            ));
+        }
         ChangeEvent::Resync => return None,
     };
     Some(format!(
@@ -77,6 +89,22 @@ pub(crate) fn decode(payload: &str) -> Option<(u64, ChangeEvent)> {
                 a => Some(a.parse().ok()?),
             },
         },
+        "t" => {
+            let mut extra = extra.split(',');
+            let (chat, agent, change) = (extra.next()?, extra.next()?, extra.next()?);
+            if extra.next().is_some() {
+                return None;
+            }
+            ChangeEvent::ToolCallChanged {
+                call_id: id.parse().ok()?,
+                chat_id: chat.parse().ok()?,
+                agent_id: match agent {
+                    "" => None,
+                    a => Some(a.parse().ok()?),
+                },
+                change: crate::notify::CallChange::from_code(change)?,
+            }
+        }
         _ => return None,
     };
     Some((origin, event))
@@ -311,7 +339,8 @@ mod tests {
     fn payloads_round_trip_and_garbage_is_ignored() {
         let agent_id = AgentId::new_random();
         let chat_id = ChatId::new_random();
-        let events = [
+        let call_id = crate::ids::ToolCallId::new_random();
+        let mut events = vec![
             ChangeEvent::AgentContextChanged {
                 agent_id,
                 snapshot_version: Some(42),
@@ -329,6 +358,14 @@ mod tests {
                 agent_id: None,
             },
         ];
+        for (n, change) in crate::notify::CallChange::ALL.into_iter().enumerate() {
+            events.push(ChangeEvent::ToolCallChanged {
+                call_id,
+                chat_id,
+                agent_id: (n % 2 == 0).then_some(agent_id),
+                change,
+            });
+        }
         for event in events {
             let payload = encode(7, &event).expect("encodable");
             assert_eq!(decode(&payload), Some((7, event)), "{payload}");

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::db::{Backend, DatabaseConfig, Pool, PooledConn, StoreOptions};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId};
-use crate::notify::{AgentSubscription, ChangeEvent, ChatSubscription, Hub};
+use crate::notify::{AgentSubscription, ChangeEvent, ChatCallSubscription, ChatSubscription, Hub};
 #[cfg(feature = "postgres")]
 use crate::pg_listener;
 
@@ -136,5 +136,16 @@ impl Store {
             .ok_or(StoreError::ChatNotFound(chat))?;
         subscription.follow_agent(record.agent_id);
         Ok(subscription)
+    }
+
+    /// Events about `chat`'s tool calls, from now on ([`ChangeEvent::ToolCallChanged`],
+    /// and [`ChangeEvent::Resync`] when some may have been lost): subscribe, then read.
+    pub fn subscribe_chat_calls(&self, chat: ChatId) -> ChatCallSubscription {
+        ChatCallSubscription::chat(&self.inner.hub, chat)
+    }
+
+    /// Events about every tool call (the call hub's feed).
+    pub(crate) fn subscribe_all_calls(&self) -> ChatCallSubscription {
+        ChatCallSubscription::all(&self.inner.hub)
     }
 }
