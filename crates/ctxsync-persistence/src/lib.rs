@@ -106,6 +106,7 @@ compile_error!(
 pub mod agent_api;
 mod agents;
 pub mod call_channel;
+mod call_routing;
 mod chats;
 mod db;
 mod error;

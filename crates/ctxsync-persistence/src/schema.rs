@@ -159,6 +159,8 @@ diesel::table! {
     #[sql_name = "tool_calls"]
     tool_call_ends (id) {
         id -> UuidSql,
+        chat_id -> UuidSql,
+        agent_id -> Nullable<UuidSql>,
         status -> Text,
         arguments -> Nullable<Text>,
         reason -> Nullable<Text>,
@@ -169,6 +171,22 @@ diesel::table! {
         delivered -> Bool,
         ended_at -> Nullable<TimestampSql>,
         duration_ms -> Nullable<BigInt>,
+        delivered_generation -> Nullable<BigInt>,
+        cancel_requested -> Bool,
+    }
+}
+
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    /// Which replica holds each agent's call stream (`call_routing.rs`).
+    call_streams (agent_id) {
+        agent_id -> UuidSql,
+        agent_run_id -> Text,
+        generation -> BigInt,
+        replica -> Text,
+        lease_until_ms -> BigInt,
     }
 }
 
@@ -230,4 +248,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     chat_turns,
     chat_turn_activations,
     tool_calls,
+    call_streams,
 );

@@ -119,6 +119,13 @@ impl Store {
         self.inner.hub.publish(event);
     }
 
+    /// [`Self::deliver`] for each of `events`, in order.
+    pub(crate) fn deliver_all(&self, events: &[ChangeEvent]) {
+        for event in events {
+            self.deliver(event);
+        }
+    }
+
     // ---- notifications ---------------------------------------------------------------
 
     /// Events about `agent`, from now on. Subscribe before reading, then re-read on
