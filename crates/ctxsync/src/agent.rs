@@ -72,6 +72,11 @@ pub struct AgentArgs {
             .range(MIN_TOOL_RESULT_BYTES as u64..=MAX_CALL_RESULT_BYTES as u64),
     )]
     pub tool_result_max_bytes: u64,
+    /// How often the tool-call stream carries a heartbeat when idle, in milliseconds:
+    /// below a load balancer's idle timeout, which HTTP/2 pings do not reset.
+    #[arg(long, value_name = "MS", default_value_t = crate::server::DEFAULT_CALL_HEARTBEAT_MS,
+        value_parser = clap::value_parser!(u64).range(100..=crate::server::DEFAULT_CALL_HEARTBEAT_MS))]
+    pub tool_call_heartbeat_ms: u64,
     /// Where Agent Plugins packages come from.
     #[command(flatten)]
     pub plugins: PluginArgs,
@@ -171,6 +176,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         deny: args.no_tool_calls,
         // In range: clap checked it against the same bounds.
         max_result_bytes: usize::try_from(args.tool_result_max_bytes).unwrap_or(usize::MAX),
+        heartbeat: Duration::from_millis(args.tool_call_heartbeat_ms),
         ..ToolCallConfig::default()
     };
     let publisher = Publisher::new(config, reports).and_then(|publisher| match &engine {

@@ -124,10 +124,21 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = millis(DEFAULT_TOOL_CALL_MAX), value_name = "MS",
         value_parser = clap::value_parser!(u64).range(1..=MAX_TOOL_CALL_MAX_MS))]
     pub tool_call_max_ms: u64,
+    /// How often an idle tool-call stream carries a heartbeat to its agent, in
+    /// milliseconds: below a load balancer's idle timeout, which HTTP/2 pings do not
+    /// reset. (How long silence from an agent is tolerated does not change.)
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_CALL_HEARTBEAT_MS,
+        value_parser = clap::value_parser!(u64).range(100..=DEFAULT_CALL_HEARTBEAT_MS))]
+    pub tool_call_heartbeat_ms: u64,
     /// What one caller can cost, and the shutdown grace.
     #[command(flatten)]
     pub limits: LimitArgs,
 }
+
+/// `--tool-call-heartbeat-ms`'s default and ceiling (agent and server): the channel's
+/// heartbeat, a third of the other side's silence limit.
+pub const DEFAULT_CALL_HEARTBEAT_MS: u64 =
+    ctxsync_protocol::call::CALL_HEARTBEAT.as_millis() as u64;
 
 /// `--tool-call-max-ms`'s ceiling: the channel's longest deadline (a day).
 const MAX_TOOL_CALL_MAX_MS: u64 = 24 * 60 * 60 * 1000;
@@ -261,7 +272,10 @@ impl ServerConfig {
             delta_pushes: !args.no_delta_pushes,
             health_interval: Duration::from_millis(args.health_interval_ms),
             tool_call_max: Duration::from_millis(args.tool_call_max_ms),
-            calls: CallHubConfig::default(),
+            calls: CallHubConfig {
+                heartbeat: Duration::from_millis(args.tool_call_heartbeat_ms),
+                ..CallHubConfig::default()
+            },
         })
     }
 }
