@@ -79,7 +79,8 @@ pub enum CallReason {
     NotInTurn,
     /// The agent's server no longer lists the tool.
     ToolGone,
-    /// The agent runs with `--no-tool-calls`.
+    /// The agent runs with `--no-tool-calls`, or its `--allow-tool-calls` does not allow
+    /// the call.
     Denied,
     /// The agent declared calls but had no open call stream within the grace (not
     /// recorded: a retry may run).
@@ -268,7 +269,8 @@ fn refusal_text(reason: Option<CallReason>) -> &'static str {
         }
         Some(CallReason::NotInTurn) => "this turn does not offer a tool of that name.",
         Some(CallReason::ToolGone) => "the MCP server no longer offers this tool.",
-        Some(CallReason::Denied) => "the workspace agent does not run tool calls.",
+        // Not "no tool calls": under `--allow-tool-calls` others of the turn may still run.
+        Some(CallReason::Denied) => "the workspace agent does not allow this tool call.",
         Some(CallReason::AgentUnreachable) => "the workspace agent is not connected.",
         Some(CallReason::AgentUnsupported) => "the workspace agent is too old to run tool calls.",
         Some(CallReason::Busy) => "the workspace agent is running too many calls; retry.",
