@@ -619,8 +619,8 @@ pub(super) async fn refresh_context(
 ///
 /// Beside them, `tool_call` events: the chat's recent calls at once, then each call as it
 /// starts, progresses (a few times a second at most) and ends. A page session reads this
-/// stream, so these carry only what a person may see of a call (`call_events`); the call
-/// routes themselves stay the API token's.
+/// stream, so these carry only what a person may see of a call, never what it was given
+/// or answered; the call routes themselves stay the API token's.
 #[utoipa::path(get, path = "/api/chats/{id}/context/events", tag = "chats",
     params(("id" = String, Path, format = Uuid, description = "The chat's id")),
     responses(
