@@ -25,7 +25,6 @@ use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId, ToolCallId, TurnId};
 use crate::model::{stored_u64, to_i64};
-use crate::notify::CallChange;
 use crate::schema::{chat_turn_activations, chat_turns, tool_call_ends, tool_calls};
 use crate::sql_types::{DbTime, JsonText};
 use crate::store::Store;
@@ -257,18 +256,8 @@ impl Store {
             timeout_ms: to_i64("timeout_ms", call.timeout_ms)?,
             call: call.clone(),
         };
-        let admission = self
-            .with_conn(move |conn, _| conn.write(|tx| admit(tx, &prepared, DbTime(Utc::now()))))
-            .await?;
-        // Temporary: publish call events until main has them.
-        match &admission {
-            Some(CallAdmission::Started(call)) => {
-                temporary_publish(self, call, CallChange::Pending)
-            }
-            Some(CallAdmission::Refused(call)) => temporary_publish(self, call, CallChange::Ended),
-            _ => {}
-        }
-        Ok(admission)
+        self.with_conn(move |conn, _| conn.write(|tx| admit(tx, &prepared, DbTime(Utc::now()))))
+            .await
     }
 
     /// The call `call_id` of `turn` in `chat`; `None` when there is none.
@@ -343,12 +332,7 @@ impl Store {
                 Ok(())
             })
         })
-        .await?;
-        // Temporary: publish call events until main has them.
-        if let Some(call) = self.get_tool_call_by_id(id).await? {
-            temporary_publish(self, &call, CallChange::Progress);
-        }
-        Ok(())
+        .await
     }
 
     /// Records `end` unless the call already ended (the first end wins) and answers the
@@ -364,23 +348,17 @@ impl Store {
         duration_ms: Option<u64>,
     ) -> Result<Option<ToolCallRecord>, StoreError> {
         let end = PreparedEnd::new(end, duration_ms)?;
-        let ended = self
-            .with_conn(move |conn, _| {
-                conn.write(|tx| {
-                    let Some(row) = find_call_by_id(tx, id)? else {
-                        return Ok(None);
-                    };
-                    apply_end(tx, row, &end, DbTime(Utc::now()))?
-                        .into_record()
-                        .map(Some)
-                })
+        self.with_conn(move |conn, _| {
+            conn.write(|tx| {
+                let Some(row) = find_call_by_id(tx, id)? else {
+                    return Ok(None);
+                };
+                apply_end(tx, row, &end, DbTime(Utc::now()))?
+                    .into_record()
+                    .map(Some)
             })
-            .await?;
-        // Temporary: publish call events until main has them.
-        if let Some(call) = &ended {
-            temporary_publish(self, call, CallChange::Ended);
-        }
-        Ok(ended)
+        })
+        .await
     }
 
     /// The running calls sent to `agent`, oldest first.
@@ -423,16 +401,6 @@ impl Store {
         })
         .await
     }
-}
-
-/// Temporary: publish call events until main has them (in-process only).
-fn temporary_publish(store: &Store, call: &ToolCallRecord, change: CallChange) {
-    store.deliver(&crate::notify::ChangeEvent::ToolCallChanged {
-        call_id: call.id,
-        chat_id: call.chat_id,
-        agent_id: call.agent_id,
-        change,
-    });
 }
 
 /// A call checked and digested before its transaction.

@@ -9,8 +9,8 @@ use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{
     AgentId, CTXSYNC_SERVER, CallAdmission, ChatId, ChatTurnMode, FIND_TOOLS_NAME,
-    MAX_CALLS_PER_TURN, MAX_RECENT_CHAT_CALLS, MAX_TURNS_PER_CHAT, NewToolCall, NewTurn, Store,
-    StoreError, ToolCallRecord, ToolOrigin, TurnId, TurnOrigin,
+    MAX_CALLS_PER_TURN, MAX_RECENT_CHAT_CALLS, MAX_TURNS_PER_CHAT, NewToolCall, NewTurn, Store, StoreError,
+    ToolCallRecord, ToolOrigin, TurnId, TurnOrigin,
 };
 use ctxsync_protocol::{RunId, Startup};
 use serde_json::json;
@@ -685,11 +685,7 @@ async fn a_chats_recent_calls_come_newest_first_and_bounded(db: TestStore) {
         started(admit(store, &call_of(&later_turn, &format!("more{n}"))).await);
     }
     assert_eq!(
-        store
-            .chat_tool_calls(w.chat, usize::MAX)
-            .await
-            .unwrap()
-            .len(),
+        store.chat_tool_calls(w.chat, usize::MAX).await.unwrap().len(),
         MAX_RECENT_CHAT_CALLS
     );
 }
