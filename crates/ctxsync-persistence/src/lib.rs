@@ -105,6 +105,7 @@ compile_error!(
 
 pub mod agent_api;
 mod agents;
+mod audit;
 pub mod call_channel;
 mod chats;
 mod db;
@@ -131,6 +132,9 @@ mod turns;
 
 pub use agent_api::{AgentApi, AgentApiCounters, AgentApiMetrics};
 pub use agents::MAX_AGENT_NAME_BYTES;
+pub use audit::{
+    AuditCursor, AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE,
+};
 pub use call_channel::{
     CALL_QUEUE, CALL_SECONDS_BUCKETS, CallHub, CallHubConfig, CallMetricsSnapshot,
     DEFAULT_CANCEL_WAIT, DEFAULT_DEADLINE_SLACK, DEFAULT_RECONNECT_GRACE, PROGRESS_FLUSH,
