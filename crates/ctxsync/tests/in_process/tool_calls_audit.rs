@@ -1,7 +1,7 @@
 //! The tool-call audit log through the chat API (issue 37) on both backends:
 //! `GET /api/tool-calls` lists every call end, refusals included, newest first and a page
 //! at a time, for the API token alone; bad query values are 400s naming the parameter; a
-//! server prunes rows past its retention.
+//! server prunes rows past its retention; and `ctxsync calls` prints the same page.
 
 use crate::support;
 
@@ -16,6 +16,7 @@ ctxsync_test_support::on_both_backends! {
     the_log_lists_every_end_newest_first_a_page_at_a_time,
     the_log_is_for_the_api_token_alone,
     bad_query_values_are_400s_naming_the_parameter,
+    the_calls_command_prints_the_log,
 }
 
 /// An agent that listed `docs`' `search`, a chat bound to it, and two calls of one turn
@@ -179,6 +180,41 @@ async fn bad_query_values_are_400s_naming_the_parameter(h: Harness) {
     }
     let (status, answer) = list(&h, "?limit=500").await;
     assert_eq!(status, 200, "{answer}");
+}
+
+async fn the_calls_command_prints_the_log(h: Harness) {
+    let (agent, _) = two_ended_calls(&h).await;
+    let args = |agent: Option<&str>, json: bool| ctxsync::calls::CallsArgs {
+        agent: agent.map(str::to_owned),
+        chat: None,
+        since: None,
+        limit: Some(1),
+        cursor: None,
+        api: ctxsync::api_client::ApiClientArgs {
+            server: h.server.http_url(),
+            ca_certs: Vec::new(),
+            api_token: Some(h.server.api_token.parse().unwrap()),
+            data_dir: None,
+        },
+        json,
+    };
+    let page = ctxsync::calls::fetch(&args(None, true)).await.unwrap();
+    assert_eq!(page["calls"][0]["name"], "find_tools", "{page}");
+    let table = ctxsync::calls::table(&page);
+    assert!(table.contains("ctxsync/find_tools"), "{table}");
+    assert!(table.contains("More: --cursor "), "{table}");
+    let page = ctxsync::calls::fetch(&args(Some(&agent), false))
+        .await
+        .unwrap();
+    assert_eq!(page["calls"][0]["reason"], "not_in_turn", "{page}");
+    ctxsync::calls::run(args(None, true)).await.unwrap();
+    ctxsync::calls::run(args(None, false)).await.unwrap();
+    // The server's refusal, word for word.
+    let error = ctxsync::calls::run(args(Some("x"), false))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("400"), "{error}");
+    assert!(error.to_string().contains("agent:"), "{error}");
 }
 
 /// A server deletes the rows past its retention as it starts (and hourly after): a second
