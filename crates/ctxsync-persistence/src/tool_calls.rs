@@ -18,9 +18,9 @@ use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::agents::{RowLock, lock_agent};
+use crate::audit::DigestKey;
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId, ToolCallId, TurnId};
@@ -106,7 +106,8 @@ pub struct ToolCallRecord {
     pub agent_run_id: Option<RunId>,
     /// The canonical arguments, only until the agent acknowledged delivery.
     pub arguments: Option<String>,
-    /// sha256 (lower-case hex) of the canonical arguments.
+    /// HMAC-SHA256 (lower-case hex) of the canonical arguments under the deployment's
+    /// key: the same on every replica, and no way back to short arguments.
     pub arguments_digest: String,
     /// Length of the canonical arguments in bytes.
     pub arguments_size: u64,
@@ -212,15 +213,10 @@ fn stored_precision(time: DbTime) -> DbTime {
     DbTime(time.0.trunc_subsecs(6))
 }
 
-/// sha256 of the canonical arguments, lower-case hex.
-fn arguments_digest(arguments: &str) -> String {
-    use fmt::Write;
-    Sha256::digest(arguments.as_bytes())
-        .iter()
-        .fold(String::with_capacity(64), |mut hex, byte| {
-            let _ = write!(hex, "{byte:02x}");
-            hex
-        })
+/// The canonical arguments' digest under the deployment's key, lower-case hex: what a
+/// repeated `call_id` is compared by and what the audit log keeps.
+fn arguments_digest(key: &DigestKey, arguments: &str) -> String {
+    key.hex_digest(arguments)
 }
 
 /// Loads the whole rows `query` (a `tool_calls` query without a select) finds.
@@ -259,7 +255,7 @@ impl Store {
             )));
         }
         let prepared = PreparedCall {
-            digest: arguments_digest(&call.arguments),
+            digest: arguments_digest(self.digest_key(), &call.arguments),
             size: to_i64("arguments size", call.arguments.len() as u64)?,
             timeout_ms: to_i64("timeout_ms", call.timeout_ms)?,
             call: call.clone(),
@@ -986,7 +982,9 @@ fn refuse(
     row.arguments = None;
     row.ended_at = Some(now);
     row.duration_ms = Some(0);
-    insert_call(tx, row).map(|r| Some(CallAdmission::Refused(r)))
+    let record = insert_call(tx, row)?;
+    crate::audit::record_end(tx, record.id)?;
+    Ok(Some(CallAdmission::Refused(record)))
 }
 
 /// Inserts `row`: its head, then (for a call ended at once) its end columns.
@@ -1074,6 +1072,7 @@ pub(crate) fn apply_end(
         return find_call_by_id(tx, row.id)?
             .ok_or_else(|| StoreError::Conflict(format!("tool call {} vanished", row.id)));
     }
+    crate::audit::record_end(tx, row.id)?;
     Ok(row)
 }
 
