@@ -208,7 +208,7 @@ async fn every_stored_end_leaves_one_row_refusals_included(db: TestStore) {
     );
     assert!(!format!("{row:?}").contains("secret detail"), "{row:?}");
 
-    // A retryable refusal deletes the call: it did not run and leaves no row.
+    // A retryable refusal is an end too (a retry runs as a new call with a row of its own).
     let busy = start(store, &w, "c3").await;
     store
         .end_tool_call(
@@ -218,7 +218,11 @@ async fn every_stored_end_leaves_one_row_refusals_included(db: TestStore) {
         )
         .await
         .unwrap();
-    assert!(rows_of(store, busy.id).await.is_empty());
+    let row = row_of(store, busy.id).await;
+    assert_eq!(
+        (row.status, row.reason),
+        (CallStatus::Refused, Some(CallReason::Busy))
+    );
 
     // Ends of a whole agent's calls at once each leave their row.
     let lost = start(store, &w, "c4").await;
@@ -232,7 +236,7 @@ async fn every_stored_end_leaves_one_row_refusals_included(db: TestStore) {
         (row.status, row.reason),
         (CallStatus::Unknown, Some(CallReason::StreamLost))
     );
-    assert_eq!(all_rows(store, AuditQuery::default()).await.len(), 4);
+    assert_eq!(all_rows(store, AuditQuery::default()).await.len(), 5);
 }
 
 async fn racing_ends_leave_exactly_one_row(db: TestStore) {

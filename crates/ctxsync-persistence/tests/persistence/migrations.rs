@@ -15,6 +15,7 @@ struct Name {
 }
 
 const TABLES: &[&str] = &[
+    "call_streams",
     "chat_context_resources",
     "chat_turn_activations",
     "chat_turns",
