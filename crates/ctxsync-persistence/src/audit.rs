@@ -125,9 +125,9 @@ const RECORD_END_SQLITE: &str = "\
 
 /// Appends the audit row of `call`, whose end this transaction has just stored. Copied
 /// from the stored row in one statement, so the row is what was stored, sizes included.
-/// A call the end deleted (a retryable refusal) has no row and gets none: it did not run,
-/// and its retry is a call of its own. The primary key keeps it to one row per call
-/// should a second end ever get this far.
+/// A retryable refusal gets its row too (its retry is a call of its own, with its own
+/// id). The primary key keeps it to one row per call should a second end ever get this
+/// far.
 pub(crate) fn record_end(tx: &mut Tx<'_>, call: ToolCallId) -> Result<(), StoreError> {
     use crate::sql_types::UuidSql;
     match tx {

@@ -1,13 +1,17 @@
-//! The server's side of the tool-call channel (issue 36): the `ToolCalls` streams agents
-//! open, and [`CallHub`], through which the HTTP layer sends a stored call to its agent,
-//! waits for its end and cancels it.
+//! The server's side of the tool-call channel (issues 36 and 37): the `ToolCalls`
+//! streams agents open, and [`CallHub`], through which the HTTP layer sees a stored call
+//! to its agent, waits for its end and cancels it, on whichever replica holds the
+//! agent's stream.
 //!
 //! The store is the truth: a call is stored before it is sent and every end is recorded
-//! there first (the first end wins); the hub's memory holds only which streams this
-//! replica serves, which calls it sent on them and who waits, so a waiter also re-reads
-//! the store now and then. The one exception is a retryable refusal (`busy`,
-//! `agent_unreachable`), which the store does not keep: the hub remembers it for a
-//! minute so a waiter still gets the answer.
+//! there first (the first end wins). Which replica holds an agent's stream is a fenced
+//! lease in the store (`call_routing`); the holder claims a pending call with a
+//! compare-and-set when its event arrives (in-process, or PostgreSQL NOTIFY from another
+//! replica) or on its slow re-check, and sends it. The hub's memory holds only which
+//! streams this replica serves, which calls it sent on them and who waits; waiters are
+//! woken by the calls' events and also re-read the store now and then. A lease keeper
+//! renews this replica's leases, closes a stream another replica took over, and sweeps
+//! calls whose stream or dispatcher died.
 //!
 //! Must never: know gRPC (the agent API hands it domain messages and forwards what it
 //! sends); trust an agent with another agent's call; log a call's arguments or result;

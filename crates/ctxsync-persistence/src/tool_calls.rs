@@ -369,9 +369,8 @@ impl Store {
     }
 
     /// Records `end` unless the call already ended (the first end wins) and answers the
-    /// call as stored. A retryable refusal (`busy`, `agent_unreachable`) is not recorded:
-    /// the row is deleted, so a retry with the same `call_id` may run, and the answer is
-    /// the call as it ended. `None` when there is no such call. Ending drops the
+    /// call as stored; after a retryable refusal (`busy`, `agent_unreachable`) a retry
+    /// with the same `call_id` replaces it and runs. `None` when there is no such call. Ending drops the
     /// arguments; `duration_ms` defaults to the time since the call was stored.
     /// [`StoreError::InvalidInput`] for a `running` end.
     pub async fn end_tool_call(
@@ -417,8 +416,7 @@ impl Store {
 
     /// Ends, with `end`, every running call of `agent` whose run is not `keep_run` (every
     /// running call when `None`), and answers them as they ended, oldest first: the call
-    /// channel's `unknown` ends when a process restarted or its stream was lost. A
-    /// retryable refusal deletes them instead, as [`Self::end_tool_call`] does.
+    /// channel's `unknown` ends when a process restarted or its stream was lost.
     pub async fn end_running_tool_calls(
         &self,
         agent: AgentId,
@@ -1028,9 +1026,8 @@ fn insert_call(tx: &mut Tx<'_>, row: ToolCallRow) -> Result<ToolCallRecord, Stor
     }
 }
 
-/// Records `end` on `row` unless it already ended (the first end wins); a retryable
-/// refusal deletes the row instead. Answers the row as it now stands (or, deleted, as it
-/// ended).
+/// Records `end` on `row` unless it already ended (the first end wins). Answers the row
+/// as it now stands.
 pub(crate) fn apply_end(
     tx: &mut Tx<'_>,
     mut row: ToolCallRow,
