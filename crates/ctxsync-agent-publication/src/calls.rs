@@ -5,9 +5,10 @@
 //! Owns: opening the stream on the publisher's registered connection (after an
 //! `UpdateStartup` that declared `accepts_tool_calls`) with `Hello`, heartbeats, the
 //! server's silence limit and reopening with backoff; which calls run (the run id,
-//! `--no-tool-calls`, the runner's listing, [`MAX_RUNNING_CALLS`] running and
-//! [`MAX_WAITING_CALLS`] waiting, each call id at most once per run); each call's deadline
-//! (counted from receipt), its cancellation and its progress.
+//! `--no-tool-calls`, the [`CallPolicy`] of `--allow-tool-calls`, the runner's listing,
+//! [`MAX_RUNNING_CALLS`] running and [`MAX_WAITING_CALLS`] waiting, each call id at most
+//! once per run); each call's deadline (counted from receipt), its cancellation and its
+//! progress.
 //!
 //! Must never: run a call id twice within a run, or a call addressed to another run; log
 //! a call's arguments; let a call outlive the stream that carried it (its end could no
@@ -37,6 +38,7 @@ use tonic::Code;
 use tracing::{debug, info, warn};
 
 use crate::backoff::{Backoff, BackoffPolicy};
+use crate::call_policy::CallPolicy;
 use crate::connection::Client;
 use crate::error::PublishError;
 
@@ -65,6 +67,10 @@ pub struct ToolCallConfig {
     /// `--no-tool-calls`: the stream is still opened, and every call refused `denied`
     /// (so the caller learns it at once, not `agent_unsupported`).
     pub deny: bool,
+    /// `--allow-tool-calls`: the calls that may run (default: every one); any other is
+    /// refused `denied` as with [`Self::deny`], and its tool stays listed (whether a tool is
+    /// offered and whether it may run are separate facts).
+    pub policy: CallPolicy,
     /// `--tool-result-max-bytes`: the cap of a call's whole result, from
     /// [`MIN_TOOL_RESULT_BYTES`] to `ctxsync_protocol::call::MAX_CALL_RESULT_BYTES`.
     pub max_result_bytes: usize,
@@ -79,6 +85,7 @@ impl Default for ToolCallConfig {
     fn default() -> Self {
         Self {
             deny: false,
+            policy: CallPolicy::allow_all(),
             max_result_bytes: DEFAULT_TOOL_RESULT_MAX_BYTES,
             heartbeat: CALL_HEARTBEAT,
             silence_limit: CALL_SILENCE_LIMIT,
@@ -89,6 +96,10 @@ impl Default for ToolCallConfig {
 impl ToolCallConfig {
     pub(crate) fn check(&self) -> Result<(), PublishError> {
         let invalid = |reason: String| Err(PublishError::ToolCalls { reason });
+        if self.deny && self.policy.globs().is_some() {
+            // One would silently void the other.
+            return invalid("--no-tool-calls and --allow-tool-calls cannot be combined".into());
+        }
         if !(MIN_TOOL_RESULT_BYTES..=MAX_CALL_RESULT_BYTES).contains(&self.max_result_bytes) {
             return invalid(format!(
                 "--tool-result-max-bytes is {}; it must be from {MIN_TOOL_RESULT_BYTES} to {MAX_CALL_RESULT_BYTES}",
@@ -307,7 +318,7 @@ impl<R: CallRunner> Wing<R> {
                 };
             }
         };
-        info!(run_id = %self.run_id.as_str(), deny = self.config.deny, "the tool call stream is open");
+        info!(run_id = %self.run_id.as_str(), deny = self.config.deny, allow = %self.config.policy, "the tool call stream is open");
         let mut heard = false;
         let beat = self.config.heartbeat;
         let mut heartbeat = interval_at(Instant::now() + beat, beat);
@@ -371,7 +382,7 @@ impl<R: CallRunner> Wing<R> {
         let received = Instant::now();
         let refusal = if request.agent_run_id != self.run_id {
             Some(CallReason::StaleRun)
-        } else if self.config.deny {
+        } else if self.config.deny || !self.config.policy.allows(&request.server, &request.tool) {
             Some(CallReason::Denied)
         } else if !self.runner.lists(&request.server, &request.tool) {
             Some(CallReason::ToolGone)
@@ -390,7 +401,7 @@ impl<R: CallRunner> Wing<R> {
                     .then_some(CallReason::Busy)
             });
             match refusal {
-                // Not recorded by the server either: a retry with this id may run.
+                // The server lets a retry with this call id run again: not remembered.
                 Some(CallReason::Busy) => {}
                 Some(_) => ledger.remember(&request.id),
                 None => {
@@ -585,5 +596,26 @@ mod tests {
             };
             assert!(config.check().is_ok());
         }
+    }
+
+    #[test]
+    fn denying_every_call_and_allowing_some_cannot_be_combined() {
+        let glob = crate::CallGlob::parse("files/*").unwrap();
+        let config = ToolCallConfig {
+            deny: true,
+            policy: CallPolicy::allow_only([glob]),
+            ..ToolCallConfig::default()
+        };
+        let error = config.check().unwrap_err().to_string();
+        assert!(
+            error.contains("--no-tool-calls") && error.contains("--allow-tool-calls"),
+            "{error}"
+        );
+        let deny = ToolCallConfig {
+            deny: true,
+            ..ToolCallConfig::default()
+        };
+        assert!(deny.check().is_ok());
+        assert!(format!("{deny:?}").contains("policy: CallPolicy(all)"));
     }
 }

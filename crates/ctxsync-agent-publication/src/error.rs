@@ -56,7 +56,8 @@ pub enum PublishError {
         reason: String,
     },
     /// The tool call configuration is out of bounds (the result cap, or the heartbeat
-    /// against the silence limit).
+    /// against the silence limit) or contradicts itself (`--no-tool-calls` with
+    /// `--allow-tool-calls`).
     #[error("tool calls: {reason}")]
     ToolCalls {
         /// What is wrong, naming the flag.

@@ -12,7 +12,8 @@
 //! [`PublisherConfig::ca_cert_files`]); the call wing ([`Publisher::with_tool_calls`]):
 //! the `ToolCalls` stream opened after each registration that declared
 //! `accepts_tool_calls`, and the tool calls it carries, run through a [`CallRunner`] (the
-//! engine's `ToolCaller`).
+//! engine's `ToolCaller`); which of them may run ([`ToolCallConfig`]: `--no-tool-calls`,
+//! or the globs of `--allow-tool-calls` as a [`CallPolicy`]).
 //!
 //! Only one refusal stops the publisher: a newer process of the same agent superseded it
 //! ([`PublishError::Superseded`]). Everything else is retried: transient failures with
@@ -78,6 +79,7 @@
 #![deny(missing_docs)]
 
 mod backoff;
+mod call_policy;
 mod calls;
 mod connection;
 mod engine_source;
@@ -92,6 +94,7 @@ mod tls;
 mod watcher;
 
 pub use backoff::{BackoffPolicy, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX};
+pub use call_policy::{CallGlob, CallGlobError, CallPolicy, MAX_CALL_GLOB_BYTES};
 pub use calls::{
     CallRunner, DEFAULT_TOOL_RESULT_MAX_BYTES, MAX_RUNNING_CALLS, MAX_WAITING_CALLS,
     MIN_TOOL_RESULT_BYTES, REMEMBERED_CALL_IDS, ToolCallConfig,

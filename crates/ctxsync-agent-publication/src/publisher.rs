@@ -248,7 +248,8 @@ impl Publisher {
     /// Takes tool calls (issue 36): declares `accepts_tool_calls` in `Startup`, opens the
     /// `ToolCalls` stream after each registration and runs calls through `runner` (the
     /// engine's `ToolCaller`). `config.deny` (`--no-tool-calls`) still declares and opens
-    /// the stream, refusing every call `denied`. Without a report source there is no run
+    /// the stream, refusing every call `denied`; `config.policy` (`--allow-tool-calls`)
+    /// refuses `denied` the calls it does not allow. Without a report source there is no run
     /// id to route calls by, so nothing is declared. Fails when `config` is out of bounds.
     pub fn with_tool_calls<R: CallRunner>(
         mut self,

@@ -79,14 +79,15 @@ pub enum CallReason {
     NotInTurn,
     /// The agent's server no longer lists the tool.
     ToolGone,
-    /// The agent runs with `--no-tool-calls`.
+    /// The agent runs with `--no-tool-calls`, or its `--allow-tool-calls` does not allow
+    /// the call.
     Denied,
-    /// The agent declared calls but had no open call stream within the grace (not
-    /// recorded: a retry may run).
+    /// The agent declared calls but no replica delivered the call on its stream within
+    /// the grace (a retry may run).
     AgentUnreachable,
     /// The agent never declared that it takes calls (an older agent).
     AgentUnsupported,
-    /// The agent already runs and queues as many calls as it takes (not recorded).
+    /// The agent already runs and queues as many calls as it takes (a retry may run).
     Busy,
     /// `unknown`: the agent process that held the call is gone (a new run started).
     AgentRestarted,
@@ -128,7 +129,7 @@ impl CallReason {
         Self::ALL.into_iter().find(|r| r.as_str() == label)
     }
 
-    /// Refusals that are not recorded, so a retry with the same call id may run.
+    /// Refusals of a call that never ran, so a retry with the same call id may run.
     pub fn is_retryable(self) -> bool {
         matches!(self, Self::Busy | Self::AgentUnreachable)
     }
@@ -268,7 +269,8 @@ fn refusal_text(reason: Option<CallReason>) -> &'static str {
         }
         Some(CallReason::NotInTurn) => "this turn does not offer a tool of that name.",
         Some(CallReason::ToolGone) => "the MCP server no longer offers this tool.",
-        Some(CallReason::Denied) => "the workspace agent does not run tool calls.",
+        // Not "no tool calls": under `--allow-tool-calls` others of the turn may still run.
+        Some(CallReason::Denied) => "the workspace agent does not allow this tool call.",
         Some(CallReason::AgentUnreachable) => "the workspace agent is not connected.",
         Some(CallReason::AgentUnsupported) => "the workspace agent is too old to run tool calls.",
         Some(CallReason::Busy) => "the workspace agent is running too many calls; retry.",

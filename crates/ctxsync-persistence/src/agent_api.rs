@@ -671,6 +671,9 @@ impl Agent for AgentApi {
         });
         let outbound = hub
             .open(agent, agent_run_id, Box::pin(inbound))
+            .await
+            .map_err(|e| self.status(e))?
+            .ok_or_else(|| Status::failed_precondition(STALE_CALL_RUN_MESSAGE))?
             .map(|call| Ok(v1::ServerCallMessage::from(call)));
         Ok(Response::new(Box::pin(outbound)))
     }

@@ -1,13 +1,17 @@
-//! The server's side of the tool-call channel (issue 36): the `ToolCalls` streams agents
-//! open, and [`CallHub`], through which the HTTP layer sends a stored call to its agent,
-//! waits for its end and cancels it.
+//! The server's side of the tool-call channel (issues 36 and 37): the `ToolCalls`
+//! streams agents open, and [`CallHub`], through which the HTTP layer sees a stored call
+//! to its agent, waits for its end and cancels it, on whichever replica holds the
+//! agent's stream.
 //!
 //! The store is the truth: a call is stored before it is sent and every end is recorded
-//! there first (the first end wins); the hub's memory holds only which streams this
-//! replica serves, which calls it sent on them and who waits, so a waiter also re-reads
-//! the store now and then. The one exception is a retryable refusal (`busy`,
-//! `agent_unreachable`), which the store does not keep: the hub remembers it for a
-//! minute so a waiter still gets the answer.
+//! there first (the first end wins). Which replica holds an agent's stream is a fenced
+//! lease in the store (`call_routing`); the holder claims a pending call with a
+//! compare-and-set when its event arrives (in-process, or PostgreSQL NOTIFY from another
+//! replica) or on its slow re-check, and sends it. The hub's memory holds only which
+//! streams this replica serves, which calls it sent on them and who waits; waiters are
+//! woken by the calls' events and also re-read the store now and then. A lease keeper
+//! renews this replica's leases, closes a stream another replica took over, and sweeps
+//! calls whose stream or dispatcher died.
 //!
 //! Must never: know gRPC (the agent API hands it domain messages and forwards what it
 //! sends); trust an agent with another agent's call; log a call's arguments or result;
@@ -29,8 +33,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
 use crate::agent_api::Histogram;
+use crate::call_routing::StreamLease;
 use crate::error::StoreError;
 use crate::ids::{AgentId, ToolCallId};
+use crate::notify::{CallChange, ChangeEvent, ChatCallSubscription};
 use crate::store::Store;
 use crate::tool_calls::ToolCallRecord;
 
@@ -47,8 +53,11 @@ pub const DEFAULT_CANCEL_WAIT: Duration = Duration::from_secs(5);
 pub const CALL_QUEUE: usize = 64;
 /// How often a stream's coalesced progress is written: at most 4 writes a second a call.
 pub const PROGRESS_FLUSH: Duration = Duration::from_millis(250);
-/// How long a retryable refusal (not stored) is remembered for waiters.
-const RETRYABLE_MEMORY: Duration = Duration::from_secs(60);
+/// How long an end counted here is remembered, so a second report is not counted again.
+const COUNTED_MEMORY: Duration = Duration::from_secs(60);
+/// How long a replica's hold on an agent's stream lasts unless renewed: the bound on
+/// noticing a dead replica (renewed every fifth of it).
+pub const DEFAULT_CALL_LEASE: Duration = Duration::from_secs(5);
 
 /// Upper bounds (seconds) of the call-duration histogram: from a local tool's
 /// milliseconds to the longest deadline's ten minutes.
@@ -73,6 +82,8 @@ pub struct CallHubConfig {
     pub deadline_slack: Duration,
     /// See [`DEFAULT_CANCEL_WAIT`].
     pub cancel_wait: Duration,
+    /// See [`DEFAULT_CALL_LEASE`].
+    pub lease: Duration,
 }
 
 impl Default for CallHubConfig {
@@ -84,6 +95,7 @@ impl Default for CallHubConfig {
             silence_limit: ctxsync_protocol::call::CALL_SILENCE_LIMIT,
             deadline_slack: DEFAULT_DEADLINE_SLACK,
             cancel_wait: DEFAULT_CANCEL_WAIT,
+            lease: DEFAULT_CALL_LEASE,
         }
     }
 }
@@ -106,20 +118,21 @@ pub struct CallMetricsSnapshot {
 }
 
 /// Sends calls to agents' streams and wakes their waiters. One per server process,
-/// shared by the agent API and the HTTP layer.
+/// shared by the agent API and the HTTP layer; several replicas' hubs share one store.
 #[derive(Debug)]
 pub struct CallHub {
     store: Store,
     config: CallHubConfig,
-    /// For the tasks the hub starts (deadline watchers, stream drivers).
+    /// This hub's name in `call_streams` (random per process).
+    replica: String,
+    /// For the tasks the hub starts (deadline watchers, stream drivers, claims).
     me: Weak<CallHub>,
     state: Mutex<HubState>,
-    /// Woken whenever a stream registers: a dispatch waiting out the grace re-checks.
-    registered: Notify,
-    next_epoch: AtomicU64,
     /// Indexed like [`CallStatus::ALL`].
     ended: [AtomicU64; 7],
     durations: Histogram,
+    /// The event feed and the lease keeper: stopped with the hub.
+    tasks: Mutex<Vec<AbortHandle>>,
 }
 
 #[derive(Debug, Default)]
@@ -128,17 +141,18 @@ struct HubState {
     streams: HashMap<AgentId, StreamEntry>,
     /// Calls sent from here and not yet seen end: the in-flight gauge.
     sent: HashMap<ToolCallId, SentCall>,
+    /// Calls being claimed here right now, so one wake-up does not race another.
+    claiming: HashSet<ToolCallId>,
     /// Waiters' channels, created on demand and removed with the last waiter.
     waiters: HashMap<ToolCallId, watch::Sender<Option<ToolCallRecord>>>,
-    /// Ends counted here lately, so a second report of one end is not counted again;
-    /// a retryable refusal keeps its record (the store does not).
-    recent: HashMap<ToolCallId, Option<ToolCallRecord>>,
-    recent_order: VecDeque<(Instant, ToolCallId)>,
+    /// Ends counted here lately, so a second report of one end is not counted again.
+    counted: HashSet<ToolCallId>,
+    counted_order: VecDeque<(Instant, ToolCallId)>,
 }
 
 #[derive(Clone, Debug)]
 struct StreamEntry {
-    epoch: u64,
+    lease: StreamLease,
     run: RunId,
     link: Arc<StreamLink>,
 }
@@ -147,7 +161,8 @@ struct StreamEntry {
 #[derive(Debug)]
 struct StreamLink {
     tx: mpsc::Sender<ServerCall>,
-    /// Told to stop when a newer stream replaces this one or its run was replaced.
+    /// Told to stop when a newer stream replaces this one, its run was replaced or its
+    /// lease was taken over.
     stop: Notify,
     /// When anything was last queued, as an offset from `base` in milliseconds.
     base: Instant,
@@ -178,7 +193,7 @@ impl StreamLink {
 #[derive(Debug)]
 struct SentCall {
     agent: AgentId,
-    epoch: u64,
+    generation: u64,
     sent_at: Instant,
     watcher: Option<AbortHandle>,
 }
@@ -189,23 +204,54 @@ enum Origin {
     /// The agent, the deadline, a cancel or a lost stream: counted when this end is the
     /// one stored.
     Hub,
-    /// The store ended it itself (a restart): counted as stored.
+    /// The store ended it itself (a restart, a sweep): counted as stored.
     Store,
 }
 
+impl Drop for CallHub {
+    fn drop(&mut self) {
+        for task in self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+}
+
 impl CallHub {
-    /// A hub over `store`.
+    /// A hub over `store`. Inside a tokio runtime it starts its event feed (wake-ups from
+    /// this and other replicas) and its lease keeper (renewal, the slow re-check and the
+    /// sweep), both stopped when the hub is dropped.
     pub fn new(store: Store, config: CallHubConfig) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self {
+        let mut name = [0u8; 8];
+        // Only names this process among replicas: a clock-based fallback would do.
+        if getrandom::fill(&mut name).is_err() {
+            name = (Instant::now().elapsed().as_nanos() as u64 ^ std::process::id() as u64)
+                .to_le_bytes();
+        }
+        let replica = name.iter().map(|b| format!("{b:02x}")).collect();
+        let hub = Arc::new_cyclic(|me| Self {
             store,
             config,
+            replica,
             me: me.clone(),
             state: Mutex::default(),
-            registered: Notify::new(),
-            next_epoch: AtomicU64::new(1),
             ended: std::array::from_fn(|_| AtomicU64::new(0)),
             durations: Histogram::new(&CALL_SECONDS_BUCKETS),
-        })
+            tasks: Mutex::default(),
+        });
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Subscribed before anything is admitted through this hub.
+            let feed = tokio::spawn(feed(Arc::downgrade(&hub), hub.store.subscribe_all_calls()));
+            let keeper = tokio::spawn(keep_leases(Arc::downgrade(&hub)));
+            let mut tasks = hub.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            tasks.push(feed.abort_handle());
+            tasks.push(keeper.abort_handle());
+        }
+        hub
     }
 
     /// The settings this hub runs with.
@@ -213,93 +259,140 @@ impl CallHub {
         &self.config
     }
 
+    /// This hub's name among the replicas sharing its store.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
     fn lock(&self) -> MutexGuard<'_, HubState> {
         // A panic while holding the lock leaves plain maps behind; keep serving.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sends a `running` call (as [`Store::admit_tool_call`] started it) to its agent's
-    /// stream, waiting up to the reconnect grace for one. No stream by then: the call
-    /// ends `refused` `agent_unreachable` (not recorded). Answers at once after sending;
-    /// the end arrives later ([`Self::wait`]). The call's deadline is watched here too,
-    /// so a silent agent cannot hold it past its `timeout_ms`.
+    /// Sees a `running` call (as [`Store::admit_tool_call`] started it) to its agent's
+    /// stream: the replica holding that stream, this one or another, claims and sends
+    /// it; this waits until it is delivered or ended, at most the reconnect grace. Still
+    /// pending then: it ends `refused` `agent_unreachable` (a retry may run). Answers the
+    /// call as stored; its end arrives later ([`Self::wait`]).
     pub async fn dispatch(&self, call: &ToolCallRecord) -> Result<ToolCallRecord, StoreError> {
-        if call.status.is_end() {
+        if call.status.is_end() || call.delivered {
             return Ok(call.clone());
         }
-        let (Some(agent), Some(run), Some(arguments)) = (
-            call.agent_id,
-            call.agent_run_id.clone(),
-            call.arguments.as_deref().and_then(parse_arguments),
-        ) else {
+        if call.agent_id.is_none() || call.agent_run_id.is_none() {
             // Admission never starts such a call; end it rather than leave it running.
-            tracing::warn!(call = %call.id, "a running call without agent, run or arguments");
+            tracing::warn!(call = %call.id, "a running call without agent or run");
             let end = CallEnd::error(0, "the call cannot be sent to an agent");
             return self.record_end(call.id, &end, None, call).await;
+        }
+        let grace = Instant::now() + self.config.reconnect_grace;
+        let mut waiter = self.waiter(call.id);
+        // The holder was woken by the admission's event; a stream here claims at once.
+        if let Some(agent) = call.agent_id {
+            self.offer(call.id, agent);
+        }
+        loop {
+            let recheck = (Instant::now() + self.config.recheck).min(grace);
+            tokio::select! {
+                _ = waiter.rx.changed() => {}
+                () = tokio::time::sleep_until(recheck) => {}
+            }
+            if let Some(ended) = waiter.rx.borrow_and_update().clone() {
+                return Ok(ended);
+            }
+            let Some(record) = self.store.get_tool_call_by_id(call.id).await? else {
+                return Ok(call.clone());
+            };
+            if record.status.is_end() || record.delivered {
+                return Ok(record);
+            }
+            if Instant::now() >= grace {
+                break;
+            }
+        }
+        tracing::debug!(call = %call.id, "no call stream took the call within the grace");
+        let end = CallEnd::with_reason(CallStatus::Refused, CallReason::AgentUnreachable);
+        let stored = self.store.end_pending_tool_call(call.id, &end).await?;
+        let record = stored.unwrap_or_else(|| call.clone());
+        self.settle(&record, (end.status, end.reason), Origin::Hub);
+        Ok(record)
+    }
+
+    /// A pending call for `agent`: claimed and sent if this replica holds the agent's
+    /// stream (in a task of its own), else nothing (its holder was woken too).
+    fn offer(&self, id: ToolCallId, agent: AgentId) {
+        let entry = {
+            let mut state = self.lock();
+            let Some(entry) = state.streams.get(&agent).cloned() else {
+                return;
+            };
+            if state.sent.contains_key(&id) || !state.claiming.insert(id) {
+                return;
+            }
+            entry
+        };
+        let Some(hub) = self.me.upgrade() else { return };
+        tokio::spawn(async move {
+            if let Err(error) = hub.claim_and_send(id, &entry).await {
+                tracing::warn!(call = %id, %error, "delivering a call failed");
+            }
+            hub.lock().claiming.remove(&id);
+        });
+    }
+
+    /// Claims call `id` for `entry`'s stream (a compare-and-set in the store) and queues
+    /// it there.
+    async fn claim_and_send(&self, id: ToolCallId, entry: &StreamEntry) -> Result<(), StoreError> {
+        let Some(call) = self
+            .store
+            .claim_tool_call(id, &entry.lease, &self.replica)
+            .await?
+        else {
+            return Ok(());
+        };
+        let Some(arguments) = call.arguments.as_deref().and_then(parse_arguments) else {
+            let end = CallEnd::error(0, "the call's stored arguments are unreadable");
+            self.finish(id, &end, None).await?;
+            return Ok(());
         };
         let request = ServerCall::Call(CallRequest {
-            id: call.id.to_string(),
-            agent_run_id: run,
+            id: id.to_string(),
+            agent_run_id: entry.run.clone(),
             server: call.server.clone(),
             tool: call.tool.clone(),
             arguments,
             timeout: Duration::from_millis(call.timeout_ms),
         });
-
-        let grace = Instant::now() + self.config.reconnect_grace;
-        let link = loop {
-            let registered = self.registered.notified();
-            tokio::pin!(registered);
-            // Enabled before looking, so a registration in between is not missed.
-            registered.as_mut().enable();
-            if let Some(link) = self.track(call.id, agent) {
-                break Some(link);
-            }
-            tokio::select! {
-                () = &mut registered => {}
-                () = tokio::time::sleep_until(grace) => break None,
-            }
-        };
-        let Some(link) = link else {
-            tracing::debug!(call = %call.id, %agent, "no call stream within the grace");
-            let end = CallEnd::with_reason(CallStatus::Refused, CallReason::AgentUnreachable);
-            return self.record_end(call.id, &end, None, call).await;
-        };
-        let queued = tokio::time::timeout(self.config.reconnect_grace, link.tx.send(request));
-        if !matches!(queued.await, Ok(Ok(()))) {
-            // Never queued: the agent cannot have it.
-            tracing::debug!(call = %call.id, %agent, "the call stream is full or gone");
-            self.untrack(call.id);
-            let end = CallEnd::with_reason(CallStatus::Refused, CallReason::AgentUnreachable);
-            return self.record_end(call.id, &end, None, call).await;
-        }
-        link.touch();
-        self.watch_deadline(call.id, Duration::from_millis(call.timeout_ms));
-        Ok(self.read(call.id).await?.unwrap_or_else(|| call.clone()))
-    }
-
-    /// Claims `id` for the agent's stream here; `None` when it has none.
-    fn track(&self, id: ToolCallId, agent: AgentId) -> Option<Arc<StreamLink>> {
-        let mut state = self.lock();
-        let entry = state.streams.get(&agent)?.clone();
-        state.sent.insert(
+        self.lock().sent.insert(
             id,
             SentCall {
-                agent,
-                epoch: entry.epoch,
+                agent: entry.lease.agent,
+                generation: entry.lease.generation,
                 sent_at: Instant::now(),
                 watcher: None,
             },
         );
-        Some(entry.link)
+        let queued = tokio::time::timeout(self.config.reconnect_grace, entry.link.tx.send(request));
+        if !matches!(queued.await, Ok(Ok(()))) {
+            // Never queued: the agent cannot have it, so it did not run.
+            tracing::debug!(call = %id, "the call stream is full or gone");
+            let end = CallEnd::with_reason(CallStatus::Refused, CallReason::AgentUnreachable);
+            self.finish(id, &end, None).await?;
+            return Ok(());
+        }
+        entry.link.touch();
+        self.watch_deadline(id, Duration::from_millis(call.timeout_ms));
+        Ok(())
     }
 
-    fn untrack(&self, id: ToolCallId) {
-        if let Some(sent) = self.lock().sent.remove(&id)
-            && let Some(watcher) = sent.watcher
-        {
-            watcher.abort();
-        }
+    /// The link of the stream call `id` was sent on here, if it is still this hub's.
+    fn link_of(&self, id: ToolCallId) -> Option<Arc<StreamLink>> {
+        let state = self.lock();
+        let sent = state.sent.get(&id)?;
+        state
+            .streams
+            .get(&sent.agent)
+            .filter(|entry| entry.lease.generation == sent.generation)
+            .map(|entry| Arc::clone(&entry.link))
     }
 
     /// Ends the call `timed_out` (after a cancel to its agent) if it is still running
@@ -309,20 +402,11 @@ impl CallHub {
         let limit = timeout.saturating_add(self.config.deadline_slack);
         let task = tokio::spawn(async move {
             tokio::time::sleep(limit).await;
-            let (link, elapsed) = {
-                let state = hub.lock();
-                let Some(sent) = state.sent.get(&id) else {
-                    return;
-                };
-                let link = state
-                    .streams
-                    .get(&sent.agent)
-                    .filter(|entry| entry.epoch == sent.epoch)
-                    .map(|entry| Arc::clone(&entry.link));
-                (link, sent.sent_at.elapsed())
+            let Some(elapsed) = hub.lock().sent.get(&id).map(|s| s.sent_at.elapsed()) else {
+                return;
             };
             tracing::debug!(call = %id, "the call outlived its deadline");
-            if let Some(link) = link {
+            if let Some(link) = hub.link_of(id) {
                 link.try_send(ServerCall::Cancel { id: id.to_string() });
             }
             let end = CallEnd::bare(CallStatus::TimedOut);
@@ -339,7 +423,8 @@ impl CallHub {
     }
 
     /// The call as stored once it has ended, or as stored when `wait` passes; `None`
-    /// when there is no such call.
+    /// when there is no such call. Woken by the end's event (from any replica), with a
+    /// store re-read every [`CallHubConfig::recheck`] for a lost one.
     pub async fn wait(
         &self,
         id: ToolCallId,
@@ -352,7 +437,7 @@ impl CallHub {
             if let Some(ended) = waiter.rx.borrow_and_update().clone() {
                 return Ok(Some(ended));
             }
-            let Some(record) = self.read(id).await? else {
+            let Some(record) = self.store.get_tool_call_by_id(id).await? else {
                 return Ok(None);
             };
             if record.status.is_end() || Instant::now() >= deadline {
@@ -379,37 +464,43 @@ impl CallHub {
         }
     }
 
-    /// The stored call, or a retryable refusal the store did not keep.
-    async fn read(&self, id: ToolCallId) -> Result<Option<ToolCallRecord>, StoreError> {
-        match self.store.get_tool_call_by_id(id).await? {
-            Some(record) => Ok(Some(record)),
-            None => Ok(self.lock().recent.get(&id).cloned().flatten()),
+    /// Wakes `id`'s waiters here to re-read the store (a change another replica made).
+    fn wake(&self, id: ToolCallId) {
+        if let Some(tx) = self.lock().waiters.get(&id) {
+            tx.send_modify(|_| {});
+        }
+    }
+
+    fn wake_all(&self) {
+        for tx in self.lock().waiters.values() {
+            tx.send_modify(|_| {});
         }
     }
 
     /// Cancels a running call (its agent sends `notifications/cancelled` to the MCP
-    /// server) and answers it as it ended; an ended call is answered unchanged. `None`
-    /// when there is no such call.
+    /// server) and answers it as it ended; an ended call is answered unchanged. A call
+    /// not yet delivered ends `canceled` at once; one delivered on another replica's
+    /// stream is cancelled there (through the store). `None` when there is no such call.
     pub async fn cancel(&self, id: ToolCallId) -> Result<Option<ToolCallRecord>, StoreError> {
-        let Some(record) = self.read(id).await? else {
+        let Some(mut record) = self.store.get_tool_call_by_id(id).await? else {
             return Ok(None);
         };
+        if !record.status.is_end() && !record.delivered {
+            let end = CallEnd::bare(CallStatus::Canceled);
+            match self.store.end_pending_tool_call(id, &end).await? {
+                Some(stored) => record = stored,
+                None => return Ok(None),
+            }
+            self.settle(&record, (end.status, end.reason), Origin::Hub);
+        }
         if record.status.is_end() {
             return Ok(Some(record));
         }
-        let link = {
-            let state = self.lock();
-            state.sent.get(&id).and_then(|sent| {
-                state
-                    .streams
-                    .get(&sent.agent)
-                    .filter(|entry| entry.epoch == sent.epoch)
-                    .map(|entry| Arc::clone(&entry.link))
-            })
+        let asked = match self.link_of(id) {
+            Some(link) => link.try_send(ServerCall::Cancel { id: id.to_string() }),
+            None => self.store.request_tool_call_cancel(id).await?.is_some(),
         };
-        if let Some(link) = link
-            && link.try_send(ServerCall::Cancel { id: id.to_string() })
-        {
+        if asked {
             // The agent answers `canceled` (or the end that beat the cancel).
             if let Some(ended) = self.wait(id, self.config.cancel_wait).await?
                 && ended.status.is_end()
@@ -442,21 +533,7 @@ impl CallHub {
     /// its agent's stream, and all are counted and their waiters woken.
     pub fn canceled_by_store(&self, records: &[ToolCallRecord]) {
         for record in records {
-            let link = {
-                let state = self.lock();
-                state.sent.get(&record.id).and_then(|sent| {
-                    state
-                        .streams
-                        .get(&sent.agent)
-                        .filter(|entry| entry.epoch == sent.epoch)
-                        .map(|entry| Arc::clone(&entry.link))
-                })
-            };
-            if let Some(link) = link {
-                link.try_send(ServerCall::Cancel {
-                    id: record.id.to_string(),
-                });
-            }
+            self.ended_elsewhere(record.id);
             self.settle(record, (record.status, record.reason), Origin::Store);
         }
     }
@@ -495,15 +572,11 @@ impl CallHub {
         let record = self.store.end_tool_call(id, end, duration_ms).await?;
         if let Some(record) = &record {
             self.settle(record, (end.status, end.reason), Origin::Hub);
-            if end.reason.is_some_and(CallReason::is_retryable) && record.reason == end.reason {
-                self.remember(record);
-            }
         }
         Ok(record)
     }
 
-    /// [`Self::finish`] for a call whose stored row `fallback` is (a refusal of a call
-    /// that was never sent answers as it ended even though the store dropped it).
+    /// [`Self::finish`] for a call whose stored row `fallback` is.
     async fn record_end(
         &self,
         id: ToolCallId,
@@ -517,9 +590,16 @@ impl CallHub {
             .unwrap_or_else(|| fallback.clone()))
     }
 
-    /// Keeps a retryable refusal (which the store deleted) for waiters, for a while.
-    fn remember(&self, record: &ToolCallRecord) {
-        self.lock().recent.insert(record.id, Some(record.clone()));
+    /// A call sent from here ended without its agent's word (another replica's cancel
+    /// fallback, a sweep, a pruned turn): the agent is told to stop it.
+    fn ended_elsewhere(&self, id: ToolCallId) {
+        let Some(link) = self.link_of(id) else { return };
+        link.try_send(ServerCall::Cancel { id: id.to_string() });
+        if let Some(sent) = self.lock().sent.remove(&id)
+            && let Some(watcher) = sent.watcher
+        {
+            watcher.abort();
+        }
     }
 
     /// After an end is stored: the call is no longer in flight here, its end is counted
@@ -542,20 +622,16 @@ impl CallHub {
         }
         let ours = origin == Origin::Store || requested == (record.status, record.reason);
         let now = Instant::now();
-        while let Some((at, old)) = state.recent_order.front().copied() {
-            if now.duration_since(at) < RETRYABLE_MEMORY {
+        while let Some((at, old)) = state.counted_order.front().copied() {
+            if now.duration_since(at) < COUNTED_MEMORY {
                 break;
             }
-            state.recent_order.pop_front();
-            state.recent.remove(&old);
-        }
-        let first = ours && !state.recent.contains_key(&record.id);
-        if first {
-            state.recent.insert(record.id, None);
-            state.recent_order.push_back((now, record.id));
+            state.counted_order.pop_front();
+            state.counted.remove(&old);
         }
         // Counted before the waiters wake, so what they read next includes this end.
-        if first {
+        if ours && state.counted.insert(record.id) {
+            state.counted_order.push_back((now, record.id));
             let slot = CallStatus::ALL.iter().position(|s| *s == record.status);
             if let Some(slot) = slot {
                 self.ended[slot].fetch_add(1, Ordering::Relaxed);
@@ -601,18 +677,32 @@ impl CallHub {
     }
 
     /// Serves the stream `agent`'s run `run` opened (its hello checked by the caller):
-    /// registers it, replacing an older one, and drives `inbound` in a task of its own.
-    /// An `Err` item is a message that failed validation (ignored, but proof of life);
-    /// the end of `inbound` is the stream's end. Answers what to send the agent.
-    pub(crate) fn open<S>(
+    /// registers it in the store (a new generation, fencing any older stream of the
+    /// agent on any replica), replaces an older one here, drives `inbound` in a task of
+    /// its own and claims the agent's pending calls. An `Err` item is a message that
+    /// failed validation (ignored, but proof of life); the end of `inbound` is the
+    /// stream's end. Answers what to send the agent; `None` when `run` is no longer the
+    /// agent's current run.
+    pub(crate) async fn open<S>(
         &self,
         agent: AgentId,
         run: RunId,
         inbound: S,
-    ) -> ReceiverStream<ServerCall>
+    ) -> Result<Option<ReceiverStream<ServerCall>>, StoreError>
     where
         S: Stream<Item = Result<AgentCall, String>> + Send + Unpin + 'static,
     {
+        let Some((lease, lost)) = self
+            .store
+            .register_call_stream(agent, &run, &self.replica, self.config.lease)
+            .await?
+        else {
+            return Ok(None);
+        };
+        for record in &lost {
+            self.ended_elsewhere(record.id);
+            self.settle(record, (record.status, record.reason), Origin::Store);
+        }
         let (tx, rx) = mpsc::channel(CALL_QUEUE);
         let link = Arc::new(StreamLink {
             tx,
@@ -620,9 +710,8 @@ impl CallHub {
             base: Instant::now(),
             last_sent_ms: AtomicU64::new(0),
         });
-        let epoch = self.next_epoch.fetch_add(1, Ordering::Relaxed);
         let entry = StreamEntry {
-            epoch,
+            lease: lease.clone(),
             run,
             link: Arc::clone(&link),
         };
@@ -631,20 +720,153 @@ impl CallHub {
             tracing::debug!(%agent, "a newer call stream replaces the agent's older one");
             old.link.stop.notify_one();
         }
-        self.registered.notify_waiters();
-        tracing::debug!(%agent, "call stream opened");
-        if let Some(hub) = self.me.upgrade() {
-            let session = Session {
-                hub,
-                agent,
-                epoch,
-                link,
-                known: HashSet::new(),
-                pending: HashMap::new(),
-            };
-            tokio::spawn(session.run(inbound));
+        tracing::debug!(%agent, generation = lease.generation, "call stream opened");
+        let Some(hub) = self.me.upgrade() else {
+            return Ok(Some(ReceiverStream::new(rx)));
+        };
+        let session = Session {
+            hub: Arc::clone(&hub),
+            lease,
+            link,
+            known: HashSet::new(),
+            pending: HashMap::new(),
+        };
+        tokio::spawn(session.run(inbound));
+        // Calls that waited for this stream (within their grace) go now.
+        tokio::spawn(async move {
+            match hub.store.pending_calls_of_agent(agent).await {
+                Ok(ids) => ids.into_iter().for_each(|id| hub.offer(id, agent)),
+                Err(error) => tracing::warn!(%agent, %error, "reading pending calls failed"),
+            }
+        });
+        Ok(Some(ReceiverStream::new(rx)))
+    }
+
+    /// One round of the lease keeper: renew this replica's leases (stopping streams
+    /// another replica took over), re-check for pending calls whose wake-up was lost,
+    /// and sweep calls nobody else will end.
+    async fn keep(&self) -> Result<(), StoreError> {
+        let local: Vec<(AgentId, u64)> = self
+            .lock()
+            .streams
+            .iter()
+            .map(|(agent, entry)| (*agent, entry.lease.generation))
+            .collect();
+        let held = self
+            .store
+            .renew_call_streams(&self.replica, self.config.lease)
+            .await?;
+        for lease in &held {
+            if !local.contains(&(lease.agent, lease.generation)) {
+                // A stream whose driver is gone without releasing it (a failed write).
+                for record in self.store.release_call_stream(lease).await? {
+                    self.settle(&record, (record.status, record.reason), Origin::Store);
+                }
+            }
         }
-        ReceiverStream::new(rx)
+        for (agent, generation) in &local {
+            let still = held
+                .iter()
+                .any(|l| l.agent == *agent && l.generation == *generation);
+            if !still {
+                tracing::debug!(%agent, "another stream of the agent took over; closing ours");
+                let entry = self.lock().streams.get(agent).cloned();
+                if let Some(entry) = entry.filter(|e| e.lease.generation == *generation) {
+                    entry.link.stop.notify_one();
+                }
+            }
+        }
+        if !held.is_empty() {
+            for (id, agent) in self.store.pending_calls_of_replica(&self.replica).await? {
+                self.offer(id, agent);
+            }
+        }
+        let pending_limit = self.config.reconnect_grace + self.config.deadline_slack;
+        for record in self.store.sweep_tool_calls(pending_limit).await? {
+            self.ended_elsewhere(record.id);
+            self.settle(&record, (record.status, record.reason), Origin::Store);
+        }
+        Ok(())
+    }
+
+    /// An event about a call, from this replica or another.
+    fn changed(&self, call_id: ToolCallId, agent: Option<AgentId>, change: CallChange) {
+        match change {
+            CallChange::Pending => {
+                if let Some(agent) = agent {
+                    self.offer(call_id, agent);
+                }
+            }
+            CallChange::CancelRequested => {
+                if let Some(link) = self.link_of(call_id) {
+                    link.try_send(ServerCall::Cancel {
+                        id: call_id.to_string(),
+                    });
+                }
+            }
+            CallChange::Ended => {
+                let foreign = {
+                    let state = self.lock();
+                    state.sent.contains_key(&call_id) && !state.counted.contains(&call_id)
+                };
+                if foreign {
+                    self.ended_elsewhere(call_id);
+                }
+                self.wake(call_id);
+            }
+            CallChange::Delivered | CallChange::Progress => self.wake(call_id),
+        }
+    }
+
+    /// Events may have been missed: every waiter re-reads, and pending calls are looked
+    /// for again.
+    fn resync(&self) {
+        self.wake_all();
+        let Some(hub) = self.me.upgrade() else { return };
+        tokio::spawn(async move {
+            match hub.store.pending_calls_of_replica(&hub.replica).await {
+                Ok(pending) => pending
+                    .into_iter()
+                    .for_each(|(id, agent)| hub.offer(id, agent)),
+                Err(error) => tracing::warn!(%error, "re-reading pending calls failed"),
+            }
+        });
+    }
+}
+
+/// The hub's event feed: wake-ups for calls, from this replica (in-process) and others
+/// (NOTIFY).
+async fn feed(hub: Weak<CallHub>, mut events: ChatCallSubscription) {
+    while let Some(event) = events.next().await {
+        let Some(hub) = hub.upgrade() else { return };
+        match event {
+            ChangeEvent::ToolCallChanged {
+                call_id,
+                agent_id,
+                change,
+                ..
+            } => hub.changed(call_id, agent_id, change),
+            ChangeEvent::Resync => hub.resync(),
+            _ => {}
+        }
+    }
+}
+
+/// The hub's lease keeper: a round every fifth of the lease (one renewal, one re-check
+/// and one sweep per replica, however many streams it holds).
+async fn keep_leases(hub: Weak<CallHub>) {
+    let period = match hub.upgrade() {
+        Some(hub) => (hub.config.lease / 5).max(Duration::from_millis(10)),
+        None => return,
+    };
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(hub) = hub.upgrade() else { return };
+        if let Err(error) = hub.keep().await {
+            tracing::warn!(%error, "keeping the call-stream leases failed");
+        }
     }
 }
 
@@ -673,8 +895,7 @@ impl Drop for Waiter<'_> {
 /// heartbeats, and on the stream's end ends what it carried.
 struct Session {
     hub: Arc<CallHub>,
-    agent: AgentId,
-    epoch: u64,
+    lease: StreamLease,
     link: Arc<StreamLink>,
     /// Calls checked to be this agent's and running.
     known: HashSet<ToolCallId>,
@@ -705,7 +926,7 @@ impl Session {
                     }
                     Some(Err(problem)) => {
                         last_heard = Instant::now();
-                        tracing::debug!(agent = %self.agent, %problem, "invalid call message ignored");
+                        tracing::debug!(agent = %self.lease.agent, %problem, "invalid call message ignored");
                     }
                     None => break "closed",
                 },
@@ -718,7 +939,7 @@ impl Session {
                 }
             }
         };
-        tracing::debug!(agent = %self.agent, why, "call stream ended");
+        tracing::debug!(agent = %self.lease.agent, why, "call stream ended");
         self.close().await;
     }
 
@@ -729,7 +950,7 @@ impl Session {
             | AgentCall::Ended { id, .. } => id.clone(),
             AgentCall::Heartbeat => return,
             AgentCall::Hello { .. } => {
-                tracing::debug!(agent = %self.agent, "a second hello ignored");
+                tracing::debug!(agent = %self.lease.agent, "a second hello ignored");
                 return;
             }
         };
@@ -737,7 +958,8 @@ impl Session {
             return;
         };
         let result = match message {
-            AgentCall::Accepted { .. } => self.hub.store.mark_tool_call_delivered(id).await,
+            // Proof of life only: the claim already recorded the delivery.
+            AgentCall::Accepted { .. } => Ok(()),
             AgentCall::Progress { progress, .. } => {
                 self.pending.insert(id, progress);
                 Ok(())
@@ -753,7 +975,7 @@ impl Session {
             AgentCall::Heartbeat | AgentCall::Hello { .. } => Ok(()),
         };
         if let Err(error) = result {
-            tracing::warn!(agent = %self.agent, call = %id, %error, "recording an agent's call message failed");
+            tracing::warn!(agent = %self.lease.agent, call = %id, %error, "recording an agent's call message failed");
         }
     }
 
@@ -761,7 +983,7 @@ impl Session {
     /// agent is never trusted with another agent's call.
     async fn own(&mut self, text: &str) -> Option<ToolCallId> {
         let Ok(id) = text.parse::<ToolCallId>() else {
-            tracing::debug!(agent = %self.agent, "a call message with a malformed id ignored");
+            tracing::debug!(agent = %self.lease.agent, "a call message with a malformed id ignored");
             return None;
         };
         if self.known.contains(&id) {
@@ -772,10 +994,12 @@ impl Session {
             .lock()
             .sent
             .get(&id)
-            .is_some_and(|sent| sent.agent == self.agent);
+            .is_some_and(|sent| sent.agent == self.lease.agent);
         let ours = sent_here
             || match self.hub.store.get_tool_call_by_id(id).await {
-                Ok(Some(record)) => record.agent_id == Some(self.agent) && !record.status.is_end(),
+                Ok(Some(record)) => {
+                    record.agent_id == Some(self.lease.agent) && !record.status.is_end()
+                }
                 Ok(None) => false,
                 Err(error) => {
                     tracing::warn!(call = %id, %error, "reading a call failed");
@@ -786,7 +1010,7 @@ impl Session {
             self.known.insert(id);
             Some(id)
         } else {
-            tracing::debug!(agent = %self.agent, call = %id, "a message for a call not this agent's running one ignored");
+            tracing::debug!(agent = %self.lease.agent, call = %id, "a message for a call not this agent's running one ignored");
             None
         }
     }
@@ -811,36 +1035,29 @@ impl Session {
     }
 
     /// The stream is gone: every call it carried that is still running ends `unknown`
-    /// `stream_lost` (the agent cancels what it held).
+    /// `stream_lost` (the agent cancels what it held), and its lease is released.
     async fn close(mut self) {
         self.flush_all().await;
-        let carried: Vec<(ToolCallId, Option<u64>)> = {
+        {
             let mut state = self.hub.lock();
             if state
                 .streams
-                .get(&self.agent)
-                .is_some_and(|entry| entry.epoch == self.epoch)
+                .get(&self.lease.agent)
+                .is_some_and(|entry| entry.lease.generation == self.lease.generation)
             {
-                state.streams.remove(&self.agent);
+                state.streams.remove(&self.lease.agent);
             }
-            let mut carried: Vec<_> = state
-                .sent
-                .iter()
-                .filter(|(_, sent)| sent.agent == self.agent && sent.epoch == self.epoch)
-                .map(|(id, sent)| (*id, Some(millis(sent.sent_at.elapsed()))))
-                .collect();
-            carried.extend(
-                self.known
-                    .iter()
-                    .filter(|id| !state.sent.contains_key(id))
-                    .map(|id| (*id, None)),
-            );
-            carried
-        };
-        let end = CallEnd::with_reason(CallStatus::Unknown, CallReason::StreamLost);
-        for (id, duration) in carried {
-            if let Err(error) = self.hub.finish(id, &end, duration).await {
-                tracing::warn!(call = %id, %error, "ending a lost stream's call failed");
+        }
+        match self.hub.store.release_call_stream(&self.lease).await {
+            Ok(lost) => {
+                for record in &lost {
+                    self.hub
+                        .settle(record, (record.status, record.reason), Origin::Store);
+                }
+            }
+            // The lease lapses and a sweep ends its calls.
+            Err(error) => {
+                tracing::warn!(agent = %self.lease.agent, %error, "releasing a call stream failed");
             }
         }
     }

@@ -105,6 +105,20 @@ enum Topic {
     Calls,
 }
 
+impl Topic {
+    /// The call hub reads every call's events: room for a burst of concurrent calls
+    /// before it has to resync.
+    fn capacity(self) -> usize {
+        match self {
+            Self::Calls => CALLS_CAPACITY,
+            _ => TOPIC_CAPACITY,
+        }
+    }
+}
+
+/// Events buffered for the call hub's topic (every call's changes).
+const CALLS_CAPACITY: usize = 8192;
+
 /// Fans events out to in-process subscribers, one broadcast channel per watched topic.
 #[derive(Debug, Default)]
 pub(crate) struct Hub {
@@ -116,7 +130,7 @@ impl Hub {
         let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
         let receiver = topics
             .entry(topic)
-            .or_insert_with(|| broadcast::channel(TOPIC_CAPACITY).0)
+            .or_insert_with(|| broadcast::channel(topic.capacity()).0)
             .subscribe();
         TopicReceiver {
             hub: Arc::clone(self),

@@ -18,14 +18,16 @@ use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::agents::{RowLock, lock_agent};
+use crate::audit::DigestKey;
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId, ToolCallId, TurnId};
 use crate::model::{stored_u64, to_i64};
+use crate::notify::{CallChange, ChangeEvent};
 use crate::schema::{chat_turn_activations, chat_turns, tool_call_ends, tool_calls};
+use crate::shared::notify_in_tx;
 use crate::sql_types::{DbTime, JsonText};
 use crate::store::Store;
 
@@ -104,7 +106,8 @@ pub struct ToolCallRecord {
     pub agent_run_id: Option<RunId>,
     /// The canonical arguments, only until the agent acknowledged delivery.
     pub arguments: Option<String>,
-    /// sha256 (lower-case hex) of the canonical arguments.
+    /// HMAC-SHA256 (lower-case hex) of the canonical arguments under the deployment's
+    /// key: the same on every replica, and no way back to short arguments.
     pub arguments_digest: String,
     /// Length of the canonical arguments in bytes.
     pub arguments_size: u64,
@@ -210,25 +213,26 @@ fn stored_precision(time: DbTime) -> DbTime {
     DbTime(time.0.trunc_subsecs(6))
 }
 
-/// sha256 of the canonical arguments, lower-case hex.
-fn arguments_digest(arguments: &str) -> String {
-    use fmt::Write;
-    Sha256::digest(arguments.as_bytes())
-        .iter()
-        .fold(String::with_capacity(64), |mut hex, byte| {
-            let _ = write!(hex, "{byte:02x}");
-            hex
-        })
+/// The canonical arguments' digest under the deployment's key, lower-case hex: what a
+/// repeated `call_id` is compared by and what the audit log keeps.
+fn arguments_digest(key: &DigestKey, arguments: &str) -> String {
+    key.hex_digest(arguments)
 }
 
 /// Loads the whole rows `query` (a `tool_calls` query without a select) finds.
 macro_rules! load_calls {
     ($tx:expr, $query:expr, $method:ident) => {
         on_backend!($tx, |c| $query
-            .select((HeadRow::as_select(), tail()))
-            .$method::<(HeadRow, TailRow)>(c))
+            .select((
+                $crate::tool_calls::HeadRow::as_select(),
+                $crate::tool_calls::tail(),
+            ))
+            .$method::<($crate::tool_calls::HeadRow, $crate::tool_calls::TailRow)>(
+                c
+            ))
     };
 }
+pub(crate) use load_calls;
 
 impl Store {
     /// Admits a call in one transaction: `None` when the turn is not `chat`'s (or
@@ -251,13 +255,26 @@ impl Store {
             )));
         }
         let prepared = PreparedCall {
-            digest: arguments_digest(&call.arguments),
+            digest: arguments_digest(self.digest_key(), &call.arguments),
             size: to_i64("arguments size", call.arguments.len() as u64)?,
             timeout_ms: to_i64("timeout_ms", call.timeout_ms)?,
             call: call.clone(),
         };
-        self.with_conn(move |conn, _| conn.write(|tx| admit(tx, &prepared, DbTime(Utc::now()))))
-            .await
+        let admission = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let admission = admit(tx, &prepared, DbTime(Utc::now()))?;
+                    if let Some(event) = admission.as_ref().and_then(admission_event) {
+                        notify_in_tx(tx, origin, &event)?;
+                    }
+                    Ok(admission)
+                })
+            })
+            .await?;
+        if let Some(event) = admission.as_ref().and_then(admission_event) {
+            self.deliver(&event);
+        }
+        Ok(admission)
     }
 
     /// The call `call_id` of `turn` in `chat`; `None` when there is none.
@@ -320,25 +337,40 @@ impl Store {
         progress: &CallProgress,
     ) -> Result<(), StoreError> {
         let progress = json_text("progress", progress)?;
-        self.with_conn(move |conn, _| {
-            conn.single_statement(|tx| {
-                let update = diesel::update(
-                    tool_call_ends::table
-                        .find(id)
-                        .filter(tool_call_ends::status.eq(CallStatus::Running.as_str())),
-                )
-                .set(tool_call_ends::progress.eq(Some(&progress)));
-                on_backend!(tx, |c| update.execute(c))?;
-                Ok(())
+        let event = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let update = diesel::update(
+                        tool_call_ends::table
+                            .find(id)
+                            .filter(tool_call_ends::status.eq(CallStatus::Running.as_str())),
+                    )
+                    .set(tool_call_ends::progress.eq(Some(&progress)))
+                    .returning((tool_call_ends::chat_id, tool_call_ends::agent_id));
+                    let changed: Option<(ChatId, Option<AgentId>)> =
+                        on_backend!(tx, |c| update.get_result(c).optional())?;
+                    let event = changed.map(|(chat_id, agent_id)| ChangeEvent::ToolCallChanged {
+                        call_id: id,
+                        chat_id,
+                        agent_id,
+                        change: CallChange::Progress,
+                    });
+                    if let Some(event) = &event {
+                        notify_in_tx(tx, origin, event)?;
+                    }
+                    Ok(event)
+                })
             })
-        })
-        .await
+            .await?;
+        if let Some(event) = event {
+            self.deliver(&event);
+        }
+        Ok(())
     }
 
     /// Records `end` unless the call already ended (the first end wins) and answers the
-    /// call as stored. A retryable refusal (`busy`, `agent_unreachable`) is not recorded:
-    /// the row is deleted, so a retry with the same `call_id` may run, and the answer is
-    /// the call as it ended. `None` when there is no such call. Ending drops the
+    /// call as stored; after a retryable refusal (`busy`, `agent_unreachable`) a retry
+    /// with the same `call_id` replaces it and runs. `None` when there is no such call. Ending drops the
     /// arguments; `duration_ms` defaults to the time since the call was stored.
     /// [`StoreError::InvalidInput`] for a `running` end.
     pub async fn end_tool_call(
@@ -348,17 +380,22 @@ impl Store {
         duration_ms: Option<u64>,
     ) -> Result<Option<ToolCallRecord>, StoreError> {
         let end = PreparedEnd::new(end, duration_ms)?;
-        self.with_conn(move |conn, _| {
-            conn.write(|tx| {
-                let Some(row) = find_call_by_id(tx, id)? else {
-                    return Ok(None);
-                };
-                apply_end(tx, row, &end, DbTime(Utc::now()))?
-                    .into_record()
-                    .map(Some)
+        let ended = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let Some(row) = find_call_by_id(tx, id)? else {
+                        return Ok(None);
+                    };
+                    let mut events = Vec::new();
+                    let row = end_row(tx, origin, row, &end, DbTime(Utc::now()), &mut events)?;
+                    Ok(Some((row.into_record()?, events)))
+                })
             })
-        })
-        .await
+            .await?;
+        Ok(ended.map(|(record, events)| {
+            self.deliver_all(&events);
+            record
+        }))
     }
 
     /// The running calls sent to `agent`, oldest first.
@@ -379,8 +416,7 @@ impl Store {
 
     /// Ends, with `end`, every running call of `agent` whose run is not `keep_run` (every
     /// running call when `None`), and answers them as they ended, oldest first: the call
-    /// channel's `unknown` ends when a process restarted or its stream was lost. A
-    /// retryable refusal deletes them instead, as [`Self::end_tool_call`] does.
+    /// channel's `unknown` ends when a process restarted or its stream was lost.
     pub async fn end_running_tool_calls(
         &self,
         agent: AgentId,
@@ -389,18 +425,63 @@ impl Store {
     ) -> Result<Vec<ToolCallRecord>, StoreError> {
         let end = PreparedEnd::new(end, None)?;
         let keep_run = keep_run.map(|run| run.as_str().to_owned());
-        self.with_conn(move |conn, _| {
-            conn.write(|tx| {
-                let now = DbTime(Utc::now());
-                running_of_agent(tx, agent)?
-                    .into_iter()
-                    .filter(|row| keep_run.is_none() || row.agent_run_id != keep_run)
-                    .map(|row| apply_end(tx, row, &end, now)?.into_record())
-                    .collect()
+        let (ended, events) = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let now = DbTime(Utc::now());
+                    let mut events = Vec::new();
+                    let ended = running_of_agent(tx, agent)?
+                        .into_iter()
+                        .filter(|row| keep_run.is_none() || row.agent_run_id != keep_run)
+                        .map(|row| end_row(tx, origin, row, &end, now, &mut events)?.into_record())
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Ok((ended, events))
+                })
             })
-        })
-        .await
+            .await?;
+        self.deliver_all(&events);
+        Ok(ended)
     }
+}
+
+/// The event an admission publishes: a started call is pending for its agent's stream, a
+/// refused one ended.
+fn admission_event(admission: &CallAdmission) -> Option<ChangeEvent> {
+    match admission {
+        CallAdmission::Started(record) => Some(call_event(record, CallChange::Pending)),
+        CallAdmission::Refused(record) => Some(call_event(record, CallChange::Ended)),
+        CallAdmission::Existing(_) | CallAdmission::Conflict(_) => None,
+    }
+}
+
+/// The change event of a stored call.
+pub(crate) fn call_event(record: &ToolCallRecord, change: CallChange) -> ChangeEvent {
+    ChangeEvent::ToolCallChanged {
+        call_id: record.id,
+        chat_id: record.chat_id,
+        agent_id: record.agent_id,
+        change,
+    }
+}
+
+/// [`apply_end`] on a row read in this transaction, queueing its `Ended` event (NOTIFY
+/// now, `events` for in-process delivery after commit) when the row was still running.
+pub(crate) fn end_row(
+    tx: &mut Tx<'_>,
+    origin: u64,
+    row: ToolCallRow,
+    end: &PreparedEnd,
+    now: DbTime,
+    events: &mut Vec<ChangeEvent>,
+) -> Result<ToolCallRow, StoreError> {
+    let was_running = row.status == CallStatus::Running.as_str();
+    let row = apply_end(tx, row, end, now)?;
+    if was_running {
+        let event = row.event(CallChange::Ended);
+        notify_in_tx(tx, origin, &event)?;
+        events.push(event);
+    }
+    Ok(row)
 }
 
 /// A call checked and digested before its transaction.
@@ -441,11 +522,6 @@ impl PreparedEnd {
             truncated: end.truncated,
             duration_ms: duration_ms.map(|d| to_i64("duration_ms", d)).transpose()?,
         })
-    }
-
-    /// The end the store does not keep: a retry with the same `call_id` may run.
-    fn is_retryable(&self) -> bool {
-        self.status == CallStatus::Refused && self.reason.is_some_and(CallReason::is_retryable)
     }
 }
 
@@ -505,7 +581,7 @@ pub(crate) fn parse_origins(
     all(feature = "postgres", feature = "sqlite"),
     diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
 )]
-struct HeadRow {
+pub(crate) struct HeadRow {
     id: ToolCallId,
     turn_id: TurnId,
     chat_id: ChatId,
@@ -533,8 +609,10 @@ type TailSql = (
     diesel::sql_types::Nullable<diesel::sql_types::Text>,
     diesel::sql_types::Bool,
     diesel::sql_types::Nullable<diesel::sql_types::BigInt>,
+    diesel::sql_types::Nullable<diesel::sql_types::BigInt>,
+    diesel::sql_types::Bool,
 );
-type TailRow = (
+pub(crate) type TailRow = (
     Option<String>,
     Option<String>,
     Option<String>,
@@ -542,46 +620,62 @@ type TailRow = (
     Option<String>,
     bool,
     Option<i64>,
+    Option<i64>,
+    bool,
 );
 
 /// The columns of [`TailRow`], table-qualified so a subquery cannot capture them.
-fn tail() -> diesel::expression::SqlLiteral<TailSql> {
+pub(crate) fn tail() -> diesel::expression::SqlLiteral<TailSql> {
     diesel::dsl::sql::<TailSql>(
         "tool_calls.reason, tool_calls.error, tool_calls.result, tool_calls.truncated, \
-         tool_calls.progress, tool_calls.delivered, tool_calls.duration_ms",
+         tool_calls.progress, tool_calls.delivered, tool_calls.duration_ms, \
+         tool_calls.delivered_generation, tool_calls.cancel_requested",
     )
 }
 
 /// A whole `tool_calls` row.
 pub(crate) struct ToolCallRow {
-    id: ToolCallId,
-    turn_id: TurnId,
-    chat_id: ChatId,
-    call_id: String,
-    name: String,
-    server: String,
-    tool: String,
-    agent_id: Option<AgentId>,
-    agent_run_id: Option<String>,
-    arguments: Option<String>,
-    arguments_digest: String,
-    arguments_size: i64,
-    timeout_ms: i64,
-    status: String,
-    reason: Option<String>,
-    error: Option<String>,
-    result: Option<String>,
-    truncated: bool,
-    progress: Option<String>,
-    delivered: bool,
-    started_at: DbTime,
-    ended_at: Option<DbTime>,
-    duration_ms: Option<i64>,
+    pub(crate) id: ToolCallId,
+    pub(crate) turn_id: TurnId,
+    pub(crate) chat_id: ChatId,
+    pub(crate) call_id: String,
+    pub(crate) name: String,
+    pub(crate) server: String,
+    pub(crate) tool: String,
+    pub(crate) agent_id: Option<AgentId>,
+    pub(crate) agent_run_id: Option<String>,
+    pub(crate) arguments: Option<String>,
+    pub(crate) arguments_digest: String,
+    pub(crate) arguments_size: i64,
+    pub(crate) timeout_ms: i64,
+    pub(crate) status: String,
+    pub(crate) reason: Option<String>,
+    pub(crate) error: Option<String>,
+    pub(crate) result: Option<String>,
+    pub(crate) truncated: bool,
+    pub(crate) progress: Option<String>,
+    pub(crate) delivered: bool,
+    pub(crate) started_at: DbTime,
+    pub(crate) ended_at: Option<DbTime>,
+    pub(crate) duration_ms: Option<i64>,
+    /// The stream generation that delivered it (`call_routing.rs`).
+    pub(crate) delivered_generation: Option<i64>,
+    pub(crate) cancel_requested: bool,
 }
 
 impl From<(HeadRow, TailRow)> for ToolCallRow {
     fn from((h, t): (HeadRow, TailRow)) -> Self {
-        let (reason, error, result, truncated, progress, delivered, duration_ms) = t;
+        let (
+            reason,
+            error,
+            result,
+            truncated,
+            progress,
+            delivered,
+            duration_ms,
+            delivered_generation,
+            cancel_requested,
+        ) = t;
         Self {
             id: h.id,
             turn_id: h.turn_id,
@@ -606,11 +700,39 @@ impl From<(HeadRow, TailRow)> for ToolCallRow {
             started_at: h.started_at,
             ended_at: h.ended_at,
             duration_ms,
+            delivered_generation,
+            cancel_requested,
         }
     }
 }
 
 impl ToolCallRow {
+    /// Ended `busy` or `agent_unreachable`: the tool never ran, so the `call_id` may run
+    /// again.
+    pub(crate) fn is_retryable_refusal(&self) -> bool {
+        self.status == CallStatus::Refused.as_str()
+            && self
+                .reason
+                .as_deref()
+                .and_then(CallReason::parse)
+                .is_some_and(CallReason::is_retryable)
+    }
+
+    /// Stored, not ended, not yet sent on a stream.
+    pub(crate) fn is_pending(&self) -> bool {
+        self.status == CallStatus::Running.as_str() && !self.delivered
+    }
+
+    /// The change event of this call.
+    pub(crate) fn event(&self, change: CallChange) -> ChangeEvent {
+        ChangeEvent::ToolCallChanged {
+            call_id: self.id,
+            chat_id: self.chat_id,
+            agent_id: self.agent_id,
+            change,
+        }
+    }
+
     pub(crate) fn into_record(self) -> Result<ToolCallRecord, StoreError> {
         let id = self.id;
         let corrupt = |what: &str, detail: String| {
@@ -699,7 +821,10 @@ fn lock_turn(
     })
 }
 
-fn find_call_by_id(tx: &mut Tx<'_>, id: ToolCallId) -> Result<Option<ToolCallRow>, StoreError> {
+pub(crate) fn find_call_by_id(
+    tx: &mut Tx<'_>,
+    id: ToolCallId,
+) -> Result<Option<ToolCallRow>, StoreError> {
     let query = tool_calls::table.find(id);
     Ok(load_calls!(tx, query, first)
         .optional()?
@@ -757,7 +882,13 @@ fn admit(
         .filter(tool_calls::turn_id.eq(call.turn))
         .filter(tool_calls::call_id.eq(&call.call_id));
     let existing = load_calls!(tx, existing, first).optional()?;
-    if let Some(existing) = existing.map(ToolCallRow::from) {
+    let existing = existing.map(ToolCallRow::from);
+    if let Some(refusal) = existing.as_ref().filter(|row| row.is_retryable_refusal()) {
+        // `busy` and `agent_unreachable` say the tool never ran: a retry with the same
+        // `call_id` runs, as a new call (the agent remembers ids it has seen).
+        on_backend!(tx, |c| diesel::delete(tool_calls::table.find(refusal.id))
+            .execute(c))?;
+    } else if let Some(existing) = existing {
         let same = existing.name == call.name && existing.arguments_digest == prepared.digest;
         let record = existing.into_record()?;
         return Ok(Some(if same {
@@ -800,6 +931,8 @@ fn admit(
         started_at: now,
         ended_at: None,
         duration_ms: None,
+        delivered_generation: None,
+        cancel_requested: false,
     };
     if call.name == FIND_TOOLS_NAME {
         // The server answers it itself: no agent holds it.
@@ -847,7 +980,9 @@ fn refuse(
     row.arguments = None;
     row.ended_at = Some(now);
     row.duration_ms = Some(0);
-    insert_call(tx, row).map(|r| Some(CallAdmission::Refused(r)))
+    let record = insert_call(tx, row)?;
+    crate::audit::record_end(tx, record.id)?;
+    Ok(Some(CallAdmission::Refused(record)))
 }
 
 /// Inserts `row`: its head, then (for a call ended at once) its end columns.
@@ -891,9 +1026,8 @@ fn insert_call(tx: &mut Tx<'_>, row: ToolCallRow) -> Result<ToolCallRecord, Stor
     }
 }
 
-/// Records `end` on `row` unless it already ended (the first end wins); a retryable
-/// refusal deletes the row instead. Answers the row as it now stands (or, deleted, as it
-/// ended).
+/// Records `end` on `row` unless it already ended (the first end wins). Answers the row
+/// as it now stands.
 pub(crate) fn apply_end(
     tx: &mut Tx<'_>,
     mut row: ToolCallRow,
@@ -916,9 +1050,7 @@ pub(crate) fn apply_end(
     row.arguments = None;
     row.ended_at = Some(now);
     row.duration_ms = Some(end.duration_ms.unwrap_or(elapsed));
-    let changed = if end.is_retryable() {
-        on_backend!(tx, |c| diesel::delete(running).execute(c))?
-    } else {
+    let changed = {
         let update = diesel::update(running).set((
             tool_call_ends::status.eq(&row.status),
             tool_call_ends::reason.eq(&row.reason),
@@ -937,6 +1069,7 @@ pub(crate) fn apply_end(
         return find_call_by_id(tx, row.id)?
             .ok_or_else(|| StoreError::Conflict(format!("tool call {} vanished", row.id)));
     }
+    crate::audit::record_end(tx, row.id)?;
     Ok(row)
 }
 

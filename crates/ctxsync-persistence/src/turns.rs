@@ -20,11 +20,13 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId, TurnId};
+use crate::notify::CallChange;
 use crate::schema::{chat_turn_activations, chat_turns, chats};
+use crate::shared::notify_in_tx;
 use crate::sql_types::{DbTime, JsonText};
 use crate::store::Store;
 use crate::tool_calls::{
-    ToolCallRecord, ToolOrigin, TurnOrigin, cancel_calls_of_pruned_turns, origins_json,
+    ToolCallRecord, ToolOrigin, TurnOrigin, call_event, cancel_calls_of_pruned_turns, origins_json,
     parse_origins,
 };
 
@@ -142,10 +144,21 @@ impl Store {
             tools: JsonText(turn.tools.to_string()),
             origin: StoredOrigin::new(turn.origin.as_ref())?,
         };
-        self.with_conn(move |conn, _| {
-            conn.write(|tx| insert_turn(tx, chat, id, &columns, DbTime(Utc::now())))
-        })
-        .await
+        let record = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let record = insert_turn(tx, chat, id, &columns, DbTime(Utc::now()))?;
+                    for call in &record.canceled_calls {
+                        notify_in_tx(tx, origin, &call_event(call, CallChange::Ended))?;
+                    }
+                    Ok(record)
+                })
+            })
+            .await?;
+        for call in &record.canceled_calls {
+            self.deliver(&call_event(call, CallChange::Ended));
+        }
+        Ok(record)
     }
 
     /// The turn with its activations; `None` when it is unknown, was deleted as one of

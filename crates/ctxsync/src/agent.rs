@@ -9,8 +9,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ctxsync_agent_diagnostics::{Engine, EngineConfig};
 use ctxsync_agent_publication::{
-    DEFAULT_MAX_WATCHED_DIRS, DEFAULT_TOOL_RESULT_MAX_BYTES, EngineReports, MIN_TOOL_RESULT_BYTES,
-    Publisher, PublisherConfig, ReportSource, ScanConfig, Timing, ToolCallConfig,
+    CallGlob, CallPolicy, DEFAULT_MAX_WATCHED_DIRS, DEFAULT_TOOL_RESULT_MAX_BYTES, EngineReports,
+    MIN_TOOL_RESULT_BYTES, Publisher, PublisherConfig, ReportSource, ScanConfig, Timing,
+    ToolCallConfig,
 };
 use ctxsync_protocol::call::MAX_CALL_RESULT_BYTES;
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -61,6 +62,18 @@ pub struct AgentArgs {
     /// server it takes calls, so callers learn the refusal at once.
     #[arg(long)]
     pub no_tool_calls: bool,
+    /// Run only the tool calls whose SERVER/TOOL one of these globs matches whole
+    /// (repeatable; default: every call). `*` matches any run of characters except `/`,
+    /// `?` one character except `/`, anything else itself; `**` is refused. A plugin's
+    /// server is PLUGIN/SERVER, so its calls read PLUGIN/SERVER/TOOL. Other calls are
+    /// refused (`denied`); their tools are still listed. E.g. `github/create_issue`,
+    /// `files/*`, `*/read_*`, `*/*/read_*`.
+    #[arg(
+        long = "allow-tool-calls",
+        value_name = "GLOB",
+        conflicts_with = "no_tool_calls"
+    )]
+    pub allow_tool_calls: Vec<CallGlob>,
     /// The cap of one tool call's whole result (structuredContent included), in bytes:
     /// text is cut, structuredContent dropped when it does not fit, a large binary block
     /// replaced by a placeholder, and the result marked truncated.
@@ -72,6 +85,11 @@ pub struct AgentArgs {
             .range(MIN_TOOL_RESULT_BYTES as u64..=MAX_CALL_RESULT_BYTES as u64),
     )]
     pub tool_result_max_bytes: u64,
+    /// How often the tool-call stream carries a heartbeat when idle, in milliseconds:
+    /// below a load balancer's idle timeout, which HTTP/2 pings do not reset.
+    #[arg(long, value_name = "MS", default_value_t = crate::server::DEFAULT_CALL_HEARTBEAT_MS,
+        value_parser = clap::value_parser!(u64).range(100..=crate::server::DEFAULT_CALL_HEARTBEAT_MS))]
+    pub tool_call_heartbeat_ms: u64,
     /// Where Agent Plugins packages come from.
     #[command(flatten)]
     pub plugins: PluginArgs,
@@ -167,10 +185,17 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         timing: Timing::default(),
         max_watched_dirs: args.max_watched_dirs,
     };
+    let restricted = !args.allow_tool_calls.is_empty();
     let calls = ToolCallConfig {
         deny: args.no_tool_calls,
+        policy: if restricted {
+            CallPolicy::allow_only(args.allow_tool_calls)
+        } else {
+            CallPolicy::allow_all()
+        },
         // In range: clap checked it against the same bounds.
         max_result_bytes: usize::try_from(args.tool_result_max_bytes).unwrap_or(usize::MAX),
+        heartbeat: Duration::from_millis(args.tool_call_heartbeat_ms),
         ..ToolCallConfig::default()
     };
     let publisher = Publisher::new(config, reports).and_then(|publisher| match &engine {
@@ -188,6 +213,8 @@ pub async fn run(args: AgentArgs) -> Result<()> {
                     "off"
                 } else if args.no_tool_calls {
                     "denied"
+                } else if restricted {
+                    "restricted (--allow-tool-calls)"
                 } else {
                     "on"
                 },
@@ -319,5 +346,33 @@ mod tests {
                 .to_string();
             assert!(error.contains("--tool-result-max-bytes"), "{error}");
         }
+    }
+
+    #[test]
+    fn allow_tool_calls_is_repeatable_checked_and_excludes_no_tool_calls() {
+        assert!(parse(&[]).unwrap().allow_tool_calls.is_empty());
+        let args = parse(&[
+            "--allow-tool-calls",
+            "github/create_issue",
+            "--allow-tool-calls",
+            "*/read_*",
+        ])
+        .unwrap();
+        let globs: Vec<&str> = args.allow_tool_calls.iter().map(CallGlob::as_str).collect();
+        assert_eq!(globs, ["github/create_issue", "*/read_*"]);
+
+        let error = parse(&["--allow-tool-calls", "files/**"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--allow-tool-calls") && error.contains("files/**"),
+            "{error}"
+        );
+        assert!(error.contains("`**` is not supported"), "{error}");
+        let error = parse(&["--allow-tool-calls", ""]).unwrap_err().to_string();
+        assert!(error.contains("--allow-tool-calls"), "{error}");
+
+        let error = parse(&["--no-tool-calls", "--allow-tool-calls", "files/*"]).unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
     }
 }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ctxsync_agent_publication::{
-    CallRunner, CallSpec, ConnectionState, DiscoveryReport, MAX_RUNNING_CALLS, MAX_WAITING_CALLS,
-    PublishError, Publisher, ToolCallConfig,
+    CallGlob, CallPolicy, CallRunner, CallSpec, ConnectionState, DiscoveryReport,
+    MAX_RUNNING_CALLS, MAX_WAITING_CALLS, PublishError, Publisher, ToolCallConfig,
 };
 use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
 use ctxsync_protocol::RunId;
@@ -349,6 +349,35 @@ async fn no_tool_calls_still_opens_the_stream_and_refuses_denied() {
     agent.send(agent.request("c1", "echo", 1)).await;
     assert_eq!(agent.ended("c1").await, refused(CallReason::Denied));
     assert!(agent.script.started().is_empty());
+}
+
+#[tokio::test]
+async fn a_call_outside_the_allow_list_is_refused_denied_and_never_runs() {
+    let globs = ["fs/ec?o", "other/*"].map(|g| CallGlob::parse(g).unwrap());
+    let agent = start(ToolCallConfig {
+        policy: CallPolicy::allow_only(globs),
+        ..calls_config(false)
+    })
+    .await;
+    agent.send(agent.request("allowed", "echo", 1)).await;
+    agent.send(agent.request("outside", "block", 2)).await;
+    // Refused before the listing is asked: an unlisted tool outside the policy is `denied`.
+    agent.send(agent.request("outside-gone", "gone", 3)).await;
+    assert_eq!(
+        agent.ended("allowed").await,
+        CallEnd::complete(result("echo 1"), false)
+    );
+    assert_eq!(agent.ended("outside").await, refused(CallReason::Denied));
+    assert_eq!(
+        agent.ended("outside-gone").await,
+        refused(CallReason::Denied)
+    );
+    assert!(matches!(
+        &agent.about("outside")[..],
+        [AgentCall::Accepted { .. }, AgentCall::Ended { .. }]
+    ));
+    let tools: Vec<String> = agent.script.started().into_iter().map(|s| s.tool).collect();
+    assert_eq!(tools, ["echo"]);
 }
 
 #[tokio::test]

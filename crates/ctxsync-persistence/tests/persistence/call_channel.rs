@@ -55,6 +55,7 @@ fn quick() -> CallHubConfig {
         silence_limit: Duration::from_secs(45),
         deadline_slack: Duration::from_millis(100),
         cancel_wait: Duration::from_secs(5),
+        lease: Duration::from_millis(500),
     }
 }
 
@@ -493,7 +494,8 @@ async fn no_stream_within_the_grace_is_agent_unreachable(world: World) {
     assert!(started.elapsed() >= Duration::from_millis(300), "the grace");
     assert_eq!(record.status, CallStatus::Refused);
     assert_eq!(record.reason, Some(CallReason::AgentUnreachable));
-    assert_eq!(served.stored(&call).await, None, "not recorded");
+    let stored = served.stored(&call).await.expect("recorded");
+    assert_eq!(stored.reason, Some(CallReason::AgentUnreachable));
     let waited = served
         .hub
         .wait(call.id, Duration::from_secs(1))

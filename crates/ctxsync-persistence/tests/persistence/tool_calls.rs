@@ -1,7 +1,7 @@
 //! Tool calls in the store, on both backends: admitted against the turn's recorded
 //! origin (never the current snapshot), at most once per call id, bounded per turn; the
-//! first end wins, retryable refusals leave no row, arguments go once delivered, and
-//! calls go with their turn (a running one cancelled first).
+//! first end wins, a retryable refusal is kept until a retry replaces it, arguments go
+//! once delivered, and calls go with their turn (a running one cancelled first).
 
 use std::collections::BTreeMap;
 
@@ -9,8 +9,8 @@ use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{
     AgentId, CTXSYNC_SERVER, CallAdmission, ChatId, ChatTurnMode, FIND_TOOLS_NAME,
-    MAX_CALLS_PER_TURN, MAX_RECENT_CHAT_CALLS, MAX_TURNS_PER_CHAT, NewToolCall, NewTurn, Store, StoreError,
-    ToolCallRecord, ToolOrigin, TurnId, TurnOrigin,
+    MAX_CALLS_PER_TURN, MAX_RECENT_CHAT_CALLS, MAX_TURNS_PER_CHAT, NewToolCall, NewTurn, Store,
+    StoreError, ToolCallRecord, ToolOrigin, TurnId, TurnOrigin,
 };
 use ctxsync_protocol::{RunId, Startup};
 use serde_json::json;
@@ -28,7 +28,7 @@ ctxsync_test_support::on_both_backends! {
     turn_origins_are_stored_and_read_back,
     delivery_drops_the_arguments,
     the_first_end_wins_and_progress_is_kept_while_running,
-    a_retryable_refusal_leaves_no_row,
+    a_retryable_refusal_is_kept_and_a_retry_replaces_it,
     running_calls_of_an_agent_end_together,
     calls_go_with_their_turn_and_running_ones_are_cancelled_first,
     concurrent_duplicates_start_one_call,
@@ -494,7 +494,7 @@ fn call_of(w: &World, call_id: &str) -> NewToolCall {
     request(w, call_id, "fs__read", json!({}))
 }
 
-async fn a_retryable_refusal_leaves_no_row(db: TestStore) {
+async fn a_retryable_refusal_is_kept_and_a_retry_replaces_it(db: TestStore) {
     let store = db.store();
     let w = world(store, true).await;
     let call = started(admit(store, &call_of(&w, "c1")).await);
@@ -508,11 +508,14 @@ async fn a_retryable_refusal_leaves_no_row(db: TestStore) {
         (answer.status, answer.reason),
         (CallStatus::Refused, Some(CallReason::Busy))
     );
-    assert_eq!(store.get_tool_call_by_id(call.id).await.unwrap(), None);
-    // A retry with the same call id runs.
+    // Every replica reads the same answer.
+    let kept = store.get_tool_call_by_id(call.id).await.unwrap().unwrap();
+    assert_eq!(kept.reason, Some(CallReason::Busy));
+    // A retry with the same call id runs, as a new call.
     let retry = started(admit(store, &call_of(&w, "c1")).await);
     assert_ne!(retry.id, call.id);
-    // Once ended, a retryable refusal no longer deletes it.
+    assert_eq!(store.get_tool_call_by_id(call.id).await.unwrap(), None);
+    // Once ended otherwise, a retryable refusal does not replace the end.
     store
         .end_tool_call(retry.id, &canceled(), None)
         .await
@@ -685,7 +688,11 @@ async fn a_chats_recent_calls_come_newest_first_and_bounded(db: TestStore) {
         started(admit(store, &call_of(&later_turn, &format!("more{n}"))).await);
     }
     assert_eq!(
-        store.chat_tool_calls(w.chat, usize::MAX).await.unwrap().len(),
+        store
+            .chat_tool_calls(w.chat, usize::MAX)
+            .await
+            .unwrap()
+            .len(),
         MAX_RECENT_CHAT_CALLS
     );
 }

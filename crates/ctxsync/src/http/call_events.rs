@@ -187,8 +187,8 @@ impl CallFeed {
                 self.send(id, call_item(&call, phase));
             }
             Ok(Some(_)) => {}
-            // Gone at its end: a retryable refusal (busy, agent unreachable) leaves no
-            // row, so a retry may run. The page's row ends as what it was: refused.
+            // Gone at its end: its turn was pruned, which cancels a running call in the
+            // same transaction that deletes it. The page's row ends as the call did.
             Ok(None) => {
                 let gone = (change == Some(CallChange::Ended))
                     .then(|| self.sent.get(&id))
@@ -196,7 +196,7 @@ impl CallFeed {
                     .filter(|s| s.item.is_running())
                     .map(|s| s.item.clone());
                 if let Some(mut item) = gone {
-                    item.status = "refused".to_owned();
+                    item.status = "canceled".to_owned();
                     item.phase = CallPhase::Ended;
                     self.send(id, item);
                 }

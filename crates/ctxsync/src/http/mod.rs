@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod api_token;
+mod audit;
 mod auth;
 pub mod bounds;
 mod call_events;
@@ -87,6 +88,7 @@ pub fn router(state: AppState) -> Router {
             "/api/chats/{id}/turns/{turn}/tool-calls/{call_id}",
             get(tool_calls::get_call).delete(tool_calls::cancel_call),
         )
+        .route("/api/tool-calls", get(audit::list_calls))
         .route(
             "/api/chats/{id}/context",
             get(handlers::chat_panel).put(handlers::refresh_context),

@@ -1,7 +1,7 @@
 //! The command line end to end: `ctxsync discover` (JSON and table), `ctxsync agent
 //! --no-mcp`, and the one clear line for a wrong flag, a missing or wrong token; an
-//! unreachable server is retried, not fatal; JSON logs, `context --json` and shell
-//! completions; the demo's tool call, printed and listed on its page.
+//! unreachable server is retried, not fatal; JSON logs, `context --json`, `calls` and
+//! shell completions; the demo's tool call, printed and listed on its page.
 
 use crate::processes;
 
@@ -285,6 +285,88 @@ async fn json_logs_are_one_object_per_line_and_the_panel_prints_as_json() {
         listening["grpc_addr"],
         server.addr.to_string(),
         "fields sit at the top level: {listening}"
+    );
+}
+
+/// `ctxsync calls` against a server process: the audit log's page as JSON and as a table;
+/// a bad flag or a value the server refuses is one clear line, as is a retention out of
+/// bounds for `ctxsync server`.
+#[tokio::test]
+async fn calls_prints_the_audit_log_as_json_and_as_a_table() {
+    use ctxsync_persistence::{CallAdmission, ChatTurnMode, NewToolCall, NewTurn};
+
+    let store = database(Backend::Sqlite).await.unwrap();
+    let agent = store.create_agent("audit").await.unwrap();
+    let chat = store.create_chat(Some(agent.id)).await.unwrap().id;
+    let turn = NewTurn {
+        mode: ChatTurnMode::Default,
+        outcome: serde_json::json!({}),
+        tools: serde_json::json!([]),
+        origin: None,
+    };
+    let turn = store.record_turn(chat, &turn).await.unwrap().id;
+    // A turn without a recorded origin refuses every call: an end the log keeps.
+    let call = NewToolCall {
+        chat,
+        turn,
+        call_id: "c1".into(),
+        name: "nope".into(),
+        arguments: "{}".into(),
+        timeout_ms: 1_000,
+    };
+    let admission = store.admit_tool_call(&call).await.unwrap();
+    assert!(
+        matches!(admission, Some(CallAdmission::Refused(_))),
+        "{admission:?}"
+    );
+    let logs = Logs::new();
+    let mut server = ServerProcess::start_with(&store, &logs, &[]).await;
+    let calls = |extra: &[&str]| {
+        let mut command = ctxsync();
+        command
+            .arg("calls")
+            .args(extra)
+            .args(["--server", &server.http_url(), "--data-dir"])
+            .arg(store.sqlite_data_dir().unwrap());
+        command
+    };
+
+    let out = output(&mut calls(&["--json", "--chat", &chat.to_string()])).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(page["calls"][0]["name"], "nope", "{page:#}");
+    assert_eq!(page["calls"][0]["reason"], "not_in_turn", "{page:#}");
+    assert_eq!(page["next_cursor"], serde_json::Value::Null);
+
+    let out = output(&mut calls(&[])).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = lines(&out.stdout);
+    assert!(table[0].starts_with("ENDED"), "{table:#?}");
+    assert!(table[1].contains("refused/not_in_turn"), "{table:#?}");
+
+    for (extra, expected) in [
+        (
+            &["--limit", "0"][..],
+            "error: invalid value '0' for '--limit <N>'",
+        ),
+        (
+            &["--agent", "x"][..],
+            "error: the server answered 400 Bad Request: agent:",
+        ),
+    ] {
+        let out = output(&mut calls(extra)).await;
+        assert!(!out.status.success(), "{extra:?}");
+        let stderr = lines(&out.stderr);
+        assert!(stderr[0].starts_with(expected), "{extra:?}: {stderr:#?}");
+    }
+    assert!(server.terminate().await.0.success());
+
+    let out = output(ctxsync().args(["server", "--tool-call-audit-days", "0"])).await;
+    assert!(!out.status.success());
+    let stderr = lines(&out.stderr);
+    assert!(
+        stderr[0].starts_with("error: invalid value '0' for '--tool-call-audit-days <DAYS>'"),
+        "{stderr:#?}"
     );
 }
 

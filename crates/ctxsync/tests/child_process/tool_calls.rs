@@ -110,6 +110,11 @@ impl World {
 
     /// A new turn's id.
     async fn turn(&self) -> String {
+        self.turn_and_tools().await.0
+    }
+
+    /// A new turn's id and the names of the tools it lists.
+    async fn turn_and_tools(&self) -> (String, Vec<String>) {
         let response = self
             .http
             .post(self.url("/turns"))
@@ -120,14 +125,15 @@ impl World {
             .expect("POST turns");
         assert_eq!(response.status(), 200);
         let body: Value = response.json().await.unwrap();
-        let names: Vec<&str> = body["tools"]
+        let names: Vec<String> = body["tools"]
             .as_array()
             .unwrap()
             .iter()
-            .filter_map(|t| t["name"].as_str())
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
             .collect();
-        assert!(names.contains(&"calls__count"), "{body:#}");
-        body["turn_id"].as_str().expect("a stored turn").to_owned()
+        assert!(names.iter().any(|n| n == "calls__count"), "{body:#}");
+        let turn = body["turn_id"].as_str().expect("a stored turn").to_owned();
+        (turn, names)
     }
 
     async fn post(&self, turn: &str, request: Value) -> (u16, Value) {
@@ -596,6 +602,42 @@ async fn an_agent_without_tool_calls_denies_them(backend: Backend) {
     assert_eq!(world.events("count", "started"), 0);
 }
 
+async fn an_allow_list_runs_only_the_calls_it_matches(backend: Backend) {
+    let agent_args = [
+        "--allow-tool-calls",
+        "calls/c?unt",
+        "--allow-tool-calls",
+        "*/*/*",
+    ];
+    let Some(world) = World::start(backend, &agent_args).await else {
+        return;
+    };
+    let (turn, tools) = world.turn_and_tools().await;
+    assert!(
+        tools.iter().any(|t| t == "calls__env"),
+        "a tool outside the policy is still listed: {tools:?}"
+    );
+    let allowed = world.call(&turn, "a", "calls__count", json!({})).await;
+    assert_eq!(status(&allowed), "complete", "{allowed:#}");
+    let denied = world.call(&turn, "d", "calls__env", json!({})).await;
+    assert_eq!(status(&denied), "refused", "{denied:#}");
+    assert_eq!(denied["reason"], "denied");
+    assert!(
+        denied["model_text"]
+            .as_str()
+            .is_some_and(|t| t.contains("does not allow this tool call")),
+        "{denied:#}"
+    );
+    assert_eq!(world.events("count", "started"), 1);
+    assert_eq!(world.events("env", "started"), 0);
+    // The refusal changed neither the listing nor the turn's tools.
+    let (_, mut again) = world.turn_and_tools().await;
+    let mut tools = tools;
+    tools.sort();
+    again.sort();
+    assert_eq!(again, tools);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_run_once_and_end_each_way_on_sqlite() {
     calls_run_once_and_end_each_way(Backend::Sqlite).await;
@@ -634,6 +676,16 @@ async fn an_agent_without_tool_calls_denies_them_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_without_tool_calls_denies_them_on_postgres() {
     an_agent_without_tool_calls_denies_them(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_list_runs_only_the_calls_it_matches_on_sqlite() {
+    an_allow_list_runs_only_the_calls_it_matches(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_list_runs_only_the_calls_it_matches_on_postgres() {
+    an_allow_list_runs_only_the_calls_it_matches(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

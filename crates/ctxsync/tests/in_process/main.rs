@@ -19,4 +19,5 @@ mod scenarios;
 mod security;
 mod sessions;
 mod tool_calls;
+mod tool_calls_audit;
 mod turns;

@@ -1,0 +1,504 @@
+//! Tool calls across replicas (issue 37), as stored: which replica holds each agent's
+//! call stream, and every step of a call as a compare-and-set.
+//!
+//! An agent's stream is held under a fenced lease: `call_streams` names the replica, the
+//! run and a generation that grows with every stream the agent opens anywhere. A call is
+//! *pending* (`running`, not delivered) until the holder claims it, which succeeds only
+//! while the holder's generation is the row's and its lease has not lapsed; the claim
+//! takes the arguments out of the store and records the generation. `agent_unreachable`
+//! ends only a pending call, and a call delivered under a generation that is no longer
+//! live (the agent reconnected elsewhere, or the holder stopped renewing) ends `unknown`
+//! `stream_lost`: on the new stream's registration, or by any replica's sweep.
+//!
+//! Must never: deliver for a replica whose lease lapsed; end a delivered call
+//! `agent_unreachable`; read a lease with another clock than milliseconds since the
+//! epoch of the replica's own clock (replicas' clocks are assumed NTP-close: a lease is
+//! seconds long).
+
+use chrono::Utc;
+use ctxsync_mcp_model::{CallEnd, CallReason, CallStatus};
+use ctxsync_protocol::RunId;
+use diesel::prelude::*;
+
+use crate::agents::{RowLock, lock_agent};
+use crate::db::{Tx, on_backend};
+use crate::error::StoreError;
+use crate::ids::{AgentId, ToolCallId};
+use crate::notify::{CallChange, ChangeEvent};
+use crate::schema::{call_streams, tool_call_ends, tool_calls};
+use crate::shared::notify_in_tx;
+use crate::sql_types::DbTime;
+use crate::store::Store;
+use crate::tool_calls::{
+    PreparedEnd, ToolCallRecord, ToolCallRow, end_row, find_call_by_id, load_calls,
+};
+
+/// A replica's hold on an agent's stream, as registered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StreamLease {
+    /// The agent.
+    pub agent: AgentId,
+    /// Its generation: the fence every claim checks.
+    pub generation: u64,
+}
+
+/// Milliseconds since the Unix epoch on this replica's clock.
+pub(crate) fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn lease_until(lease: std::time::Duration) -> i64 {
+    now_ms().saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn generation_of(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+impl Store {
+    /// Registers a stream of `agent`'s run `run` on `replica` with a lease of `lease`:
+    /// the next generation, fencing any older stream of the agent (on any replica). Calls
+    /// an older generation delivered end `unknown` `stream_lost` here (their stream is
+    /// gone: the agent cancels what a dropped stream held). `None` when `run` is not the
+    /// agent's current run (or the agent is gone).
+    pub(crate) async fn register_call_stream(
+        &self,
+        agent: AgentId,
+        run: &RunId,
+        replica: &str,
+        lease: std::time::Duration,
+    ) -> Result<Option<(StreamLease, Vec<ToolCallRecord>)>, StoreError> {
+        let run = run.as_str().to_owned();
+        let replica = replica.to_owned();
+        let answer = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let current = match lock_agent(tx, agent, RowLock::Share) {
+                        Ok(row) => row.agent_run_id,
+                        Err(StoreError::AgentNotFound(_)) => return Ok(None),
+                        Err(e) => return Err(e),
+                    };
+                    if current != run {
+                        return Ok(None);
+                    }
+                    let previous: Option<i64> = on_backend!(tx, |c| call_streams::table
+                        .find(agent)
+                        .select(call_streams::generation)
+                        .first(c)
+                        .optional())?;
+                    let generation = previous.unwrap_or(0).saturating_add(1);
+                    let row = (
+                        call_streams::agent_id.eq(agent),
+                        call_streams::agent_run_id.eq(&run),
+                        call_streams::generation.eq(generation),
+                        call_streams::replica.eq(&replica),
+                        call_streams::lease_until_ms.eq(lease_until(lease)),
+                    );
+                    let upsert = diesel::insert_into(call_streams::table)
+                        .values(row)
+                        .on_conflict(call_streams::agent_id)
+                        .do_update()
+                        .set(row);
+                    on_backend!(tx, |c| upsert.execute(c))?;
+                    let mut events = Vec::new();
+                    let lost =
+                        end_delivered_except(tx, origin, agent, Some(generation), &mut events)?;
+                    let lease = StreamLease {
+                        agent,
+                        generation: generation_of(generation),
+                    };
+                    Ok(Some((lease, lost, events)))
+                })
+            })
+            .await?;
+        Ok(answer.map(|(lease, lost, events)| {
+            self.deliver_all(&events);
+            (lease, lost)
+        }))
+    }
+
+    /// Renews `replica`'s leases and answers the streams it still holds: one missing
+    /// from the answer was taken over (a newer generation) and must stop.
+    pub(crate) async fn renew_call_streams(
+        &self,
+        replica: &str,
+        lease: std::time::Duration,
+    ) -> Result<Vec<StreamLease>, StoreError> {
+        let replica = replica.to_owned();
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                let update =
+                    diesel::update(call_streams::table.filter(call_streams::replica.eq(&replica)))
+                        .set(call_streams::lease_until_ms.eq(lease_until(lease)))
+                        .returning((call_streams::agent_id, call_streams::generation));
+                let held: Vec<(AgentId, i64)> = on_backend!(tx, |c| update.get_results(c))?;
+                Ok(held
+                    .into_iter()
+                    .map(|(agent, generation)| StreamLease {
+                        agent,
+                        generation: generation_of(generation),
+                    })
+                    .collect())
+            })
+        })
+        .await
+    }
+
+    /// The stream `lease` names is gone: its row goes (unless a newer stream replaced it)
+    /// and the calls it delivered end `unknown` `stream_lost`. Answers them as ended.
+    pub(crate) async fn release_call_stream(
+        &self,
+        lease: &StreamLease,
+    ) -> Result<Vec<ToolCallRecord>, StoreError> {
+        let (agent, generation) = (lease.agent, to_generation(lease.generation)?);
+        let (lost, events) = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let delete = diesel::delete(
+                        call_streams::table
+                            .find(agent)
+                            .filter(call_streams::generation.eq(generation)),
+                    );
+                    on_backend!(tx, |c| delete.execute(c))?;
+                    let mut events = Vec::new();
+                    let lost = end_delivered_of(tx, origin, agent, generation, &mut events)?;
+                    Ok((lost, events))
+                })
+            })
+            .await?;
+        self.deliver_all(&events);
+        Ok(lost)
+    }
+
+    /// Claims pending call `id` for the stream `lease` (held by `replica`): marks it
+    /// delivered under the lease's generation and answers it **with its arguments**,
+    /// which leave the store here. `None` when the call is not pending, not the agent's
+    /// current run's, or the lease is no longer this replica's live one.
+    pub(crate) async fn claim_tool_call(
+        &self,
+        id: ToolCallId,
+        lease: &StreamLease,
+        replica: &str,
+    ) -> Result<Option<ToolCallRecord>, StoreError> {
+        let (agent, generation) = (lease.agent, to_generation(lease.generation)?);
+        let replica = replica.to_owned();
+        let claimed = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let stream: Option<(String, i64, String, i64)> =
+                        on_backend!(tx, |c| call_streams::table
+                            .find(agent)
+                            .select((
+                                call_streams::agent_run_id,
+                                call_streams::generation,
+                                call_streams::replica,
+                                call_streams::lease_until_ms,
+                            ))
+                            .first(c)
+                            .optional())?;
+                    let Some((run, held, holder, until)) = stream else {
+                        return Ok(None);
+                    };
+                    if held != generation || holder != replica || until <= now_ms() {
+                        return Ok(None);
+                    }
+                    let Some(row) = find_call_by_id(tx, id)? else {
+                        return Ok(None);
+                    };
+                    if !row.is_pending()
+                        || row.agent_id != Some(agent)
+                        || row.agent_run_id.as_deref() != Some(run.as_str())
+                    {
+                        return Ok(None);
+                    }
+                    let update = diesel::update(
+                        tool_call_ends::table
+                            .find(id)
+                            .filter(tool_call_ends::status.eq(CallStatus::Running.as_str()))
+                            .filter(tool_call_ends::delivered.eq(false)),
+                    )
+                    .set((
+                        tool_call_ends::delivered.eq(true),
+                        tool_call_ends::delivered_generation.eq(Some(generation)),
+                        tool_call_ends::arguments.eq(None::<String>),
+                    ));
+                    if on_backend!(tx, |c| update.execute(c))? == 0 {
+                        return Ok(None);
+                    }
+                    let event = row.event(CallChange::Delivered);
+                    notify_in_tx(tx, origin, &event)?;
+                    let mut record = row.into_record()?;
+                    record.delivered = true;
+                    Ok(Some((record, event)))
+                })
+            })
+            .await?;
+        Ok(claimed.map(|(record, event)| {
+            self.deliver(&event);
+            record
+        }))
+    }
+
+    /// The pending calls of the agents whose streams `replica` holds, oldest first: the
+    /// slow re-check for a wake-up that never arrived, one query per replica.
+    pub(crate) async fn pending_calls_of_replica(
+        &self,
+        replica: &str,
+    ) -> Result<Vec<(ToolCallId, AgentId)>, StoreError> {
+        let replica = replica.to_owned();
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                let held = call_streams::table
+                    .filter(call_streams::replica.eq(&replica))
+                    .select(call_streams::agent_id.nullable());
+                let query = tool_calls::table
+                    .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
+                    .filter(tool_calls::agent_id.eq_any(held))
+                    .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
+                        "NOT tool_calls.delivered",
+                    ))
+                    .order((tool_calls::started_at, tool_calls::id))
+                    .select((tool_calls::id, tool_calls::agent_id));
+                let rows: Vec<(ToolCallId, Option<AgentId>)> = on_backend!(tx, |c| query.load(c))?;
+                Ok(rows
+                    .into_iter()
+                    .filter_map(|(id, agent)| Some((id, agent?)))
+                    .collect())
+            })
+        })
+        .await
+    }
+
+    /// The pending calls of `agent`, oldest first (for a stream that just opened).
+    pub(crate) async fn pending_calls_of_agent(
+        &self,
+        agent: AgentId,
+    ) -> Result<Vec<ToolCallId>, StoreError> {
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                let query = tool_calls::table
+                    .filter(tool_calls::agent_id.eq(agent))
+                    .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
+                    .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
+                        "NOT tool_calls.delivered",
+                    ))
+                    .order((tool_calls::started_at, tool_calls::id))
+                    .select(tool_calls::id);
+                Ok(on_backend!(tx, |c| query.load(c))?)
+            })
+        })
+        .await
+    }
+
+    /// Ends call `id` with `end` only if it is still pending (never delivered): how
+    /// `agent_unreachable` and a cancel before delivery are recorded. Answers the call as
+    /// stored afterwards (ended by this or not); `None` when there is no such call.
+    pub(crate) async fn end_pending_tool_call(
+        &self,
+        id: ToolCallId,
+        end: &CallEnd,
+    ) -> Result<Option<ToolCallRecord>, StoreError> {
+        let end = PreparedEnd::new(end, None)?;
+        let answer = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let Some(row) = find_call_by_id(tx, id)? else {
+                        return Ok(None);
+                    };
+                    let mut events = Vec::new();
+                    let row = if row.is_pending() {
+                        end_row(tx, origin, row, &end, DbTime(Utc::now()), &mut events)?
+                    } else {
+                        row
+                    };
+                    Ok(Some((row.into_record()?, events)))
+                })
+            })
+            .await?;
+        Ok(answer.map(|(record, events)| {
+            self.deliver_all(&events);
+            record
+        }))
+    }
+
+    /// Asks the replica holding call `id`'s stream to cancel it (a flag and an event);
+    /// answers the call as stored, `None` when there is no such call.
+    pub(crate) async fn request_tool_call_cancel(
+        &self,
+        id: ToolCallId,
+    ) -> Result<Option<ToolCallRecord>, StoreError> {
+        let answer = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let Some(mut row) = find_call_by_id(tx, id)? else {
+                        return Ok(None);
+                    };
+                    let mut event = None;
+                    if row.status == CallStatus::Running.as_str() && !row.cancel_requested {
+                        let update = diesel::update(tool_call_ends::table.find(id))
+                            .set(tool_call_ends::cancel_requested.eq(true));
+                        on_backend!(tx, |c| update.execute(c))?;
+                        row.cancel_requested = true;
+                        let changed = row.event(CallChange::CancelRequested);
+                        notify_in_tx(tx, origin, &changed)?;
+                        event = Some(changed);
+                    }
+                    Ok(Some((row.into_record()?, event)))
+                })
+            })
+            .await?;
+        Ok(answer.map(|(record, event)| {
+            if let Some(event) = event {
+                self.deliver(&event);
+            }
+            record
+        }))
+    }
+
+    /// Any replica's sweep for calls nobody will end otherwise, answered as ended:
+    /// delivered under a stream that is no longer live (replaced, released, or its lease
+    /// lapsed: its replica died) → `unknown` `stream_lost`; pending for longer than
+    /// `pending_limit` (the replica that took it died during the grace) →
+    /// `agent_unreachable`.
+    pub(crate) async fn sweep_tool_calls(
+        &self,
+        pending_limit: std::time::Duration,
+    ) -> Result<Vec<ToolCallRecord>, StoreError> {
+        let pending_before = DbTime(
+            Utc::now() - chrono::Duration::from_std(pending_limit).unwrap_or(chrono::Duration::MAX),
+        );
+        // Almost always nothing: look first without taking a write lock.
+        let found = self
+            .with_conn(move |conn, _| {
+                conn.read(|tx| Ok(!sweep_candidates(tx, pending_before)?.is_empty()))
+            })
+            .await?;
+        if !found {
+            return Ok(Vec::new());
+        }
+        let (ended, events) = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let lost_end = PreparedEnd::new(
+                        &CallEnd::with_reason(CallStatus::Unknown, CallReason::StreamLost),
+                        None,
+                    )?;
+                    let stale_end = PreparedEnd::new(
+                        &CallEnd::with_reason(CallStatus::Refused, CallReason::AgentUnreachable),
+                        None,
+                    )?;
+                    let at = DbTime(Utc::now());
+                    let mut events = Vec::new();
+                    let mut ended = Vec::new();
+                    // Looked for again under the write: a candidate may have ended since.
+                    for (id, lost) in sweep_candidates(tx, pending_before)? {
+                        let end = if lost { &lost_end } else { &stale_end };
+                        if let Some(row) = find_call_by_id(tx, id)? {
+                            let row = end_row(tx, origin, row, end, at, &mut events)?;
+                            ended.push(row.into_record()?);
+                        }
+                    }
+                    Ok((ended, events))
+                })
+            })
+            .await?;
+        self.deliver_all(&events);
+        Ok(ended)
+    }
+}
+
+/// The running calls a sweep ends: `(id, true)` for one delivered under a stream that
+/// is no longer live, `(id, false)` for one pending since before `pending_before`.
+fn sweep_candidates(
+    tx: &mut Tx<'_>,
+    pending_before: DbTime,
+) -> Result<Vec<(ToolCallId, bool)>, StoreError> {
+    let lost = tool_calls::table
+        .left_join(
+            call_streams::table.on(call_streams::agent_id.nullable().eq(tool_calls::agent_id)),
+        )
+        .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
+        .filter(tool_calls::agent_id.is_not_null())
+        .filter(
+            diesel::dsl::sql::<diesel::sql_types::Bool>(
+                "tool_calls.delivered AND (call_streams.generation IS NULL \
+                 OR call_streams.generation <> tool_calls.delivered_generation \
+                 OR call_streams.lease_until_ms <= ",
+            )
+            .bind::<diesel::sql_types::BigInt, _>(now_ms())
+            .sql(")"),
+        )
+        .select(tool_calls::id);
+    let lost: Vec<ToolCallId> = on_backend!(tx, |c| lost.load(c))?;
+    let stale = tool_calls::table
+        .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
+        .filter(tool_calls::agent_id.is_not_null())
+        .filter(tool_calls::started_at.lt(pending_before))
+        .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
+            "NOT tool_calls.delivered",
+        ))
+        .select(tool_calls::id);
+    let stale: Vec<ToolCallId> = on_backend!(tx, |c| stale.load(c))?;
+    Ok(lost
+        .into_iter()
+        .map(|id| (id, true))
+        .chain(stale.into_iter().map(|id| (id, false)))
+        .collect())
+}
+
+fn to_generation(generation: u64) -> Result<i64, StoreError> {
+    crate::model::to_i64("stream generation", generation)
+}
+
+/// Ends, `unknown` `stream_lost`, the running calls of `agent` delivered under any
+/// generation but `keep`.
+fn end_delivered_except(
+    tx: &mut Tx<'_>,
+    origin: u64,
+    agent: AgentId,
+    keep: Option<i64>,
+    events: &mut Vec<ChangeEvent>,
+) -> Result<Vec<ToolCallRecord>, StoreError> {
+    end_delivered(tx, origin, agent, events, |generation| generation != keep)
+}
+
+/// Ends, `unknown` `stream_lost`, the running calls of `agent` delivered under
+/// `generation`.
+fn end_delivered_of(
+    tx: &mut Tx<'_>,
+    origin: u64,
+    agent: AgentId,
+    generation: i64,
+    events: &mut Vec<ChangeEvent>,
+) -> Result<Vec<ToolCallRecord>, StoreError> {
+    end_delivered(tx, origin, agent, events, |g| g == Some(generation))
+}
+
+fn end_delivered(
+    tx: &mut Tx<'_>,
+    origin: u64,
+    agent: AgentId,
+    events: &mut Vec<ChangeEvent>,
+    matches: impl Fn(Option<i64>) -> bool,
+) -> Result<Vec<ToolCallRecord>, StoreError> {
+    let query = tool_calls::table
+        .filter(tool_calls::agent_id.eq(agent))
+        .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
+        .order((tool_calls::started_at, tool_calls::id));
+    let rows: Vec<ToolCallRow> = load_calls!(tx, query, load)?
+        .into_iter()
+        .map(ToolCallRow::from)
+        .filter(|row| row.delivered && matches(row.delivered_generation))
+        .collect();
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let end = PreparedEnd::new(
+        &CallEnd::with_reason(CallStatus::Unknown, CallReason::StreamLost),
+        None,
+    )?;
+    let now = DbTime(Utc::now());
+    rows.into_iter()
+        .map(|row| end_row(tx, origin, row, &end, now, events)?.into_record())
+        .collect()
+}
