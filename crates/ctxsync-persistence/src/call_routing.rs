@@ -239,12 +239,13 @@ impl Store {
         }))
     }
 
-    /// The pending calls of the agents whose streams `replica` holds, oldest first: the
-    /// slow re-check for a wake-up that never arrived, one query per replica.
-    pub(crate) async fn pending_calls_of_replica(
+    /// The running calls of the agents whose streams `replica` holds that need it: pending
+    /// ones (`false`) and delivered ones someone asked to cancel (`true`), oldest first.
+    /// The slow re-check for a wake-up that never arrived: one query per replica.
+    pub(crate) async fn calls_awaiting_replica(
         &self,
         replica: &str,
-    ) -> Result<Vec<(ToolCallId, AgentId)>, StoreError> {
+    ) -> Result<Vec<(ToolCallId, AgentId, bool)>, StoreError> {
         let replica = replica.to_owned();
         self.with_conn(move |conn, _| {
             conn.single_statement(|tx| {
@@ -255,14 +256,19 @@ impl Store {
                     .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
                     .filter(tool_calls::agent_id.eq_any(held))
                     .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
-                        "NOT tool_calls.delivered",
+                        "(NOT tool_calls.delivered OR tool_calls.cancel_requested)",
                     ))
                     .order((tool_calls::started_at, tool_calls::id))
-                    .select((tool_calls::id, tool_calls::agent_id));
-                let rows: Vec<(ToolCallId, Option<AgentId>)> = on_backend!(tx, |c| query.load(c))?;
+                    .select((
+                        tool_calls::id,
+                        tool_calls::agent_id,
+                        diesel::dsl::sql::<diesel::sql_types::Bool>("tool_calls.delivered"),
+                    ));
+                let rows: Vec<(ToolCallId, Option<AgentId>, bool)> =
+                    on_backend!(tx, |c| query.load(c))?;
                 Ok(rows
                     .into_iter()
-                    .filter_map(|(id, agent)| Some((id, agent?)))
+                    .filter_map(|(id, agent, delivered)| Some((id, agent?, delivered)))
                     .collect())
             })
         })
