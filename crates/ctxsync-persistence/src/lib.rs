@@ -164,8 +164,8 @@ pub use page_sessions::{MAX_LIVE_PAGE_LINKS, MAX_LIVE_PAGE_SESSIONS};
 pub use store::Store;
 pub use token::AgentToken;
 pub use tool_calls::{
-    CTXSYNC_SERVER, CallAdmission, FIND_TOOLS_NAME, MAX_CALLS_PER_TURN, NewToolCall,
-    ToolCallRecord, ToolOrigin, TurnOrigin,
+    CTXSYNC_SERVER, CallAdmission, FIND_TOOLS_NAME, MAX_CALLS_PER_TURN, MAX_RECENT_CHAT_CALLS,
+    NewToolCall, ToolCallRecord, ToolOrigin, TurnOrigin,
 };
 pub use turns::{
     ChatTurnMode, MAX_TOOL_NAME_BYTES, MAX_TURNS_PER_CHAT, NewTurn, TurnActivations, TurnRecord,

@@ -1106,3 +1106,32 @@ pub(crate) fn cancel_calls_of_pruned_turns(
         .map(|row| apply_end(tx, ToolCallRow::from(row), &end, now)?.into_record())
         .collect()
 }
+
+/// The most calls [`Store::chat_tool_calls`] answers, whatever the caller asks.
+pub const MAX_RECENT_CHAT_CALLS: usize = 50;
+
+impl Store {
+    /// `chat`'s most recent calls, newest first: at most `limit`, itself capped at
+    /// [`MAX_RECENT_CHAT_CALLS`] (what a person's list shows; the audit log keeps the rest).
+    pub async fn chat_tool_calls(
+        &self,
+        chat: ChatId,
+        limit: usize,
+    ) -> Result<Vec<ToolCallRecord>, StoreError> {
+        let limit = limit.min(MAX_RECENT_CHAT_CALLS) as i64;
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                let query = tool_calls::table
+                    .filter(tool_calls::chat_id.eq(chat))
+                    // The id breaks ties between calls stored in the same microsecond.
+                    .order((tool_calls::started_at.desc(), tool_calls::id.desc()))
+                    .limit(limit);
+                load_calls!(tx, query, load)?
+                    .into_iter()
+                    .map(|row| ToolCallRow::from(row).into_record())
+                    .collect()
+            })
+        })
+        .await
+    }
+}

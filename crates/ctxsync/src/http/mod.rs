@@ -1,11 +1,12 @@
 //! The HTTP side of `ctxsync server`: the chat API (JSON, bearer token), server-sent
-//! context events, the chat's web page, `/healthz` and `/metrics`.
+//! context and tool-call events, the chat's web page, `/healthz` and `/metrics`.
 
 pub mod api;
 pub mod api_token;
 mod audit;
 mod auth;
 pub mod bounds;
+mod call_events;
 mod handlers;
 mod metrics;
 mod page;

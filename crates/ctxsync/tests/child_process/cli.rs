@@ -1,7 +1,7 @@
 //! The command line end to end: `ctxsync discover` (JSON and table), `ctxsync agent
 //! --no-mcp`, and the one clear line for a wrong flag, a missing or wrong token; an
 //! unreachable server is retried, not fatal; JSON logs, `context --json`, `calls` and
-//! shell completions.
+//! shell completions; the demo's tool call, printed and listed on its page.
 
 use crate::processes;
 
@@ -544,4 +544,87 @@ async fn with_json_logs_every_line_of_both_streams_is_an_object() {
             .is_some_and(|m| m.starts_with("error: ")),
         "{last}"
     );
+}
+
+/// `ctxsync demo` (issue 37): after its first turn it calls a tool of its docs server
+/// through the chat API and prints the call's `model_text`; the page its one-time link
+/// opens lists that call. SIGTERM then stops it cleanly.
+#[tokio::test]
+async fn the_demo_calls_a_tool_and_its_page_lists_the_call() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut demo = ctxsync()
+        .arg("demo")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the demo starts");
+    let mut stdout = BufReader::new(demo.stdout.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    let link = tokio::time::timeout(WAIT, async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            printed.push(line.clone());
+            if let Some((_, url)) =
+                line.split_once("Web page (one-time link; it lists the tool call): ")
+            {
+                return url.to_owned();
+            }
+        }
+        panic!(
+            "the demo ended before printing its link:\n{}",
+            printed.join("\n")
+        );
+    })
+    .await
+    .expect("the demo prints its link in time");
+    let printed = printed.join("\n");
+    assert!(
+        printed.contains("Calling docs__search_docs through the chat API")
+            && printed.contains("Tool call demo-call-1: complete in ")
+            && printed
+                .contains("model_text:\n  search_docs called with {\"query\":\"getting started\"}"),
+        "{printed}"
+    );
+
+    // The link's button, as a browser presses it, then the page under its session.
+    let (page_url, token) = link.split_once("?token=").unwrap();
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let exchanged = browser
+        .post(format!("{page_url}/session"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(exchanged.status(), 303);
+    let cookie = exchanged.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let page = browser
+        .get(page_url)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(
+        page.contains(r#"/demo-call-1" data-status="complete"><code class="call-name">docs__search_docs</code>"#),
+        "the page lists the demo's call:\n{page}"
+    );
+    assert!(
+        !page.contains("getting started"),
+        "never the call's arguments"
+    );
+
+    let pid = demo.id().expect("the demo runs").to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let status = tokio::time::timeout(WAIT, demo.wait())
+        .await
+        .expect("the demo stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
 }
