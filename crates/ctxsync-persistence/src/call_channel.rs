@@ -143,6 +143,8 @@ struct HubState {
     sent: HashMap<ToolCallId, SentCall>,
     /// Calls being claimed here right now, so one wake-up does not race another.
     claiming: HashSet<ToolCallId>,
+    /// Agents whose streams are being registered here (one entry per open in progress).
+    registering: Vec<AgentId>,
     /// Waiters' channels, created on demand and removed with the last waiter.
     waiters: HashMap<ToolCallId, watch::Sender<Option<ToolCallRecord>>>,
     /// Ends counted here lately, so a second report of one end is not counted again.
@@ -198,6 +200,8 @@ struct SentCall {
     watcher: Option<AbortHandle>,
     /// A cancel went to the agent already.
     cancel_sent: bool,
+    /// This hub is recording its end.
+    ending: bool,
 }
 
 /// Who asks to record an end, which decides whether it counts.
@@ -372,6 +376,7 @@ impl CallHub {
                 sent_at: Instant::now(),
                 watcher: None,
                 cancel_sent: false,
+                ending: false,
             },
         );
         let queued = tokio::time::timeout(self.config.reconnect_grace, entry.link.tx.send(request));
@@ -572,6 +577,10 @@ impl CallHub {
         end: &CallEnd,
         duration_ms: Option<u64>,
     ) -> Result<Option<ToolCallRecord>, StoreError> {
+        if let Some(sent) = self.lock().sent.get_mut(&id) {
+            // Its `Ended` event may arrive before this returns: not someone else's end.
+            sent.ending = true;
+        }
         let record = self.store.end_tool_call(id, end, duration_ms).await?;
         if let Some(record) = &record {
             self.settle(record, (end.status, end.reason), Origin::Hub);
@@ -695,11 +704,18 @@ impl CallHub {
     where
         S: Stream<Item = Result<AgentCall, String>> + Send + Unpin + 'static,
     {
-        let Some((lease, lost)) = self
+        self.lock().registering.push(agent);
+        let registered = self
             .store
             .register_call_stream(agent, &run, &self.replica, self.config.lease)
-            .await?
-        else {
+            .await;
+        let unmark = |state: &mut HubState| {
+            if let Some(at) = state.registering.iter().position(|a| *a == agent) {
+                state.registering.swap_remove(at);
+            }
+        };
+        let Some((lease, lost)) = registered.inspect_err(|_| unmark(&mut self.lock()))? else {
+            unmark(&mut self.lock());
             return Ok(None);
         };
         for record in &lost {
@@ -718,7 +734,11 @@ impl CallHub {
             run,
             link: Arc::clone(&link),
         };
-        let replaced = self.lock().streams.insert(agent, entry);
+        let replaced = {
+            let mut state = self.lock();
+            unmark(&mut state);
+            state.streams.insert(agent, entry)
+        };
         if let Some(old) = replaced {
             tracing::debug!(%agent, "a newer call stream replaces the agent's older one");
             old.link.stop.notify_one();
@@ -749,18 +769,28 @@ impl CallHub {
     /// another replica took over), re-check for pending calls whose wake-up was lost,
     /// and sweep calls nobody else will end.
     async fn keep(&self) -> Result<(), StoreError> {
-        let local: Vec<(AgentId, u64)> = self
-            .lock()
-            .streams
-            .iter()
-            .map(|(agent, entry)| (*agent, entry.lease.generation))
-            .collect();
+        // Streams registered before the renewal: one missing from its answer was taken
+        // over.
+        let local = self.local_leases();
         let held = self
             .store
             .renew_call_streams(&self.replica, self.config.lease)
             .await?;
+        // Streams here now, or being registered: a held lease that is neither has lost
+        // its driver.
+        let (present, registering) = {
+            let state = self.lock();
+            let present: Vec<(AgentId, u64)> = state
+                .streams
+                .iter()
+                .map(|(agent, entry)| (*agent, entry.lease.generation))
+                .collect();
+            (present, state.registering.clone())
+        };
         for lease in &held {
-            if !local.contains(&(lease.agent, lease.generation)) {
+            if !present.contains(&(lease.agent, lease.generation))
+                && !registering.contains(&lease.agent)
+            {
                 // A stream whose driver is gone without releasing it (a failed write).
                 for record in self.store.release_call_stream(lease).await? {
                     self.settle(&record, (record.status, record.reason), Origin::Store);
@@ -790,6 +820,14 @@ impl CallHub {
         Ok(())
     }
 
+    fn local_leases(&self) -> Vec<(AgentId, u64)> {
+        self.lock()
+            .streams
+            .iter()
+            .map(|(agent, entry)| (*agent, entry.lease.generation))
+            .collect()
+    }
+
     /// An event about a call, from this replica or another.
     fn changed(&self, call_id: ToolCallId, agent: Option<AgentId>, change: CallChange) {
         match change {
@@ -811,7 +849,8 @@ impl CallHub {
             CallChange::Ended => {
                 let foreign = {
                     let state = self.lock();
-                    state.sent.contains_key(&call_id) && !state.counted.contains(&call_id)
+                    state.sent.get(&call_id).is_some_and(|sent| !sent.ending)
+                        && !state.counted.contains(&call_id)
                 };
                 if foreign {
                     self.ended_elsewhere(call_id);
