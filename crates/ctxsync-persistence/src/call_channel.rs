@@ -1,13 +1,17 @@
-//! The server's side of the tool-call channel (issue 36): the `ToolCalls` streams agents
-//! open, and [`CallHub`], through which the HTTP layer sends a stored call to its agent,
-//! waits for its end and cancels it.
+//! The server's side of the tool-call channel (issues 36 and 37): the `ToolCalls`
+//! streams agents open, and [`CallHub`], through which the HTTP layer sees a stored call
+//! to its agent, waits for its end and cancels it, on whichever replica holds the
+//! agent's stream.
 //!
 //! The store is the truth: a call is stored before it is sent and every end is recorded
-//! there first (the first end wins); the hub's memory holds only which streams this
-//! replica serves, which calls it sent on them and who waits, so a waiter also re-reads
-//! the store now and then. The one exception is a retryable refusal (`busy`,
-//! `agent_unreachable`), which the store does not keep: the hub remembers it for a
-//! minute so a waiter still gets the answer.
+//! there first (the first end wins). Which replica holds an agent's stream is a fenced
+//! lease in the store (`call_routing`); the holder claims a pending call with a
+//! compare-and-set when its event arrives (in-process, or PostgreSQL NOTIFY from another
+//! replica) or on its slow re-check, and sends it. The hub's memory holds only which
+//! streams this replica serves, which calls it sent on them and who waits; waiters are
+//! woken by the calls' events and also re-read the store now and then. A lease keeper
+//! renews this replica's leases, closes a stream another replica took over, and sweeps
+//! calls whose stream or dispatcher died.
 //!
 //! Must never: know gRPC (the agent API hands it domain messages and forwards what it
 //! sends); trust an agent with another agent's call; log a call's arguments or result;
@@ -192,6 +196,8 @@ struct SentCall {
     generation: u64,
     sent_at: Instant,
     watcher: Option<AbortHandle>,
+    /// A cancel went to the agent already.
+    cancel_sent: bool,
 }
 
 /// Who asks to record an end, which decides whether it counts.
@@ -365,6 +371,7 @@ impl CallHub {
                 generation: entry.lease.generation,
                 sent_at: Instant::now(),
                 watcher: None,
+                cancel_sent: false,
             },
         );
         let queued = tokio::time::timeout(self.config.reconnect_grace, entry.link.tx.send(request));
@@ -773,9 +780,7 @@ impl CallHub {
             }
         }
         if !held.is_empty() {
-            for (id, agent) in self.store.pending_calls_of_replica(&self.replica).await? {
-                self.offer(id, agent);
-            }
+            self.recheck().await?;
         }
         let pending_limit = self.config.reconnect_grace + self.config.deadline_slack;
         for record in self.store.sweep_tool_calls(pending_limit).await? {
@@ -794,6 +799,9 @@ impl CallHub {
                 }
             }
             CallChange::CancelRequested => {
+                if let Some(sent) = self.lock().sent.get_mut(&call_id) {
+                    sent.cancel_sent = true;
+                }
                 if let Some(link) = self.link_of(call_id) {
                     link.try_send(ServerCall::Cancel {
                         id: call_id.to_string(),
@@ -814,19 +822,36 @@ impl CallHub {
         }
     }
 
-    /// Events may have been missed: every waiter re-reads, and pending calls are looked
-    /// for again.
+    /// Events may have been missed: every waiter re-reads, and pending calls and cancel
+    /// requests are looked for again.
     fn resync(&self) {
         self.wake_all();
         let Some(hub) = self.me.upgrade() else { return };
         tokio::spawn(async move {
-            match hub.store.pending_calls_of_replica(&hub.replica).await {
-                Ok(pending) => pending
-                    .into_iter()
-                    .for_each(|(id, agent)| hub.offer(id, agent)),
-                Err(error) => tracing::warn!(%error, "re-reading pending calls failed"),
+            if let Err(error) = hub.recheck().await {
+                tracing::warn!(%error, "re-reading pending calls failed");
             }
         });
+    }
+
+    /// What a lost wake-up would have brought: pending calls of the agents whose streams
+    /// this replica holds are offered, and a cancel asked for elsewhere is sent (once).
+    async fn recheck(&self) -> Result<(), StoreError> {
+        for (id, agent, delivered) in self.store.calls_awaiting_replica(&self.replica).await? {
+            if !delivered {
+                self.offer(id, agent);
+                continue;
+            }
+            let first = self
+                .lock()
+                .sent
+                .get_mut(&id)
+                .is_some_and(|sent| !std::mem::replace(&mut sent.cancel_sent, true));
+            if first && let Some(link) = self.link_of(id) {
+                link.try_send(ServerCall::Cancel { id: id.to_string() });
+            }
+        }
+        Ok(())
     }
 }
 

@@ -20,4 +20,5 @@ mod scenarios;
 mod security;
 mod sessions;
 mod tool_calls;
+mod tool_calls_audit;
 mod turns;
