@@ -8,6 +8,7 @@ mod embedding;
 mod grpc_probes;
 mod http_api;
 mod load_balanced;
+mod load_balanced_calls;
 mod mcp_details;
 mod metrics;
 mod one_view;
