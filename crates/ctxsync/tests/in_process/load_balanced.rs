@@ -263,7 +263,7 @@ async fn a_context_refresh_through_the_balancer() {
 
 /// A browser on the balancer, signed in to `chat`'s page through a link minted by one
 /// replica and opened on the other (checked first without the browser).
-async fn open_page(lb: &LoadBalanced, chat: &str) -> Browser {
+pub(crate) async fn open_page(lb: &LoadBalanced, chat: &str) -> Browser {
     let link = lb
         .call(Method::POST, &format!("/api/chats/{chat}/link"), None)
         .await;

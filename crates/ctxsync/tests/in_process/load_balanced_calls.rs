@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 use tokio::process::Child;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::load_balanced::{WAIT, agent_and_chat, wait_for_chat, workspace};
+use crate::load_balanced::{WAIT, agent_and_chat, open_page, wait_for_chat, workspace};
+use crate::support::artifact_dir;
+use crate::support::webdriver::{Browser, browser_available};
 use crate::support::haproxy::{GRPC_IDLE_TIMEOUT, LoadBalanced, REPLICAS, Via, haproxy_available};
 
 /// The call streams' heartbeat on replicas and agents: well below [`GRPC_IDLE_TIMEOUT`].
@@ -701,4 +703,64 @@ fn stream_lifetimes(log: &str) -> Vec<Duration> {
         }
     }
     lifetimes
+}
+
+/// Waits until the page's call list shows `call_id` with `status`.
+async fn wait_for_call_row(browser: &Browser, call_id: &str, status: &str, what: &str) {
+    let script = format!(
+        "const row = [...document.querySelectorAll('#tool-call-list li.call')]\
+           .find(li => li.innerText.includes({id}));\
+         return !!row && row.dataset.status === {status};",
+        id = serde_json::to_string(call_id).unwrap(),
+        status = serde_json::to_string(status).unwrap(),
+    );
+    browser
+        .wait_for(&script, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_a_call_live_from_either_replica() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
+    if !browser_available() {
+        return;
+    }
+    let Some(lb) = balanced(REPLICA_FLAGS).await else {
+        return;
+    };
+    let holder = REPLICAS[0];
+    let caller = Caller::start(&lb, Via::Replica(holder), AGENT_FLAGS, "agent-on-a").await;
+    // The page and its event stream come through the balancer (on either replica); the
+    // calls are made on each replica in turn, so one of them is another replica's.
+    let browser = open_page(&lb, &caller.chat).await;
+    for (n, on) in REPLICAS.into_iter().enumerate() {
+        let call_id = format!("page-{on}");
+        let arguments = json!({ "steps": 4, "interval_ms": 400 });
+        caller
+            .post(&lb, on, &call_id, "calls__progress", arguments, 0)
+            .await;
+        wait_for_call_row(&browser, &call_id, "running", "the running call appears").await;
+        browser
+            .wait_for(
+                "return !!document.querySelector('#tool-call-list li.call progress.call-progress');",
+                WAIT,
+            )
+            .await
+            .expect("a running call has a progress bar");
+        if n == 0 {
+            browser
+                .screenshot(&artifact_dir().join("load-balanced-call-running.png"))
+                .await
+                .unwrap();
+        }
+        let ended = caller.ended(&lb, LoadBalanced::other(on), &call_id).await;
+        assert_eq!(ended["status"], "complete", "{ended:#}");
+        wait_for_call_row(&browser, &call_id, "complete", "the call's end appears").await;
+    }
+    browser
+        .screenshot(&artifact_dir().join("load-balanced-call-complete.png"))
+        .await
+        .unwrap();
 }
