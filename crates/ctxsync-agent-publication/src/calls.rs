@@ -401,7 +401,7 @@ impl<R: CallRunner> Wing<R> {
                     .then_some(CallReason::Busy)
             });
             match refusal {
-                // Not recorded by the server either: a retry with this id may run.
+                // The server lets a retry with this call id run again: not remembered.
                 Some(CallReason::Busy) => {}
                 Some(_) => ledger.remember(&request.id),
                 None => {

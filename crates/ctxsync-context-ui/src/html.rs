@@ -486,6 +486,72 @@ fn issues_section(h: &mut String, issues: &[IssueItem]) {
     h.push_str("</details>");
 }
 
+/// The page's "Tool calls" section: the chat's recent calls (newest first, as given), each
+/// with its name, status in words, duration once ended, a "truncated" marker and, while
+/// running, a labelled progress bar; an empty-state line when there are none. It sits
+/// outside the panel, so a panel swap leaves it alone; the page's script updates its rows
+/// from the stream's `tool_call` events, building the same markup as this does.
+pub fn render_tool_calls(calls: &[ToolCallItem]) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        r#"<section id="tool-calls" class="calls-panel" aria-labelledby="tool-calls-heading"><h2 id="tool-calls-heading">Tool calls</h2><p class="calls-note">The chat's most recent calls, newest first. What each call was given and answered is not shown here.</p><p id="calls-empty" class="empty"{}>No tool calls yet.</p><ul id="tool-call-list" class="calls" aria-label="Recent tool calls" data-max="{MAX_LISTED_CALLS}">"#,
+        if calls.is_empty() { "" } else { " hidden" },
+    );
+    for call in calls.iter().take(MAX_LISTED_CALLS) {
+        call_row(&mut h, call);
+    }
+    // Announces starts and ends only: a progress bar moving is not worth interrupting for.
+    h.push_str(
+        r#"</ul><p id="calls-live" class="visually-hidden" role="status" aria-live="polite"></p></section>"#,
+    );
+    h
+}
+
+/// One row of the calls list; the page's script (`renderCall`) builds the same elements.
+fn call_row(h: &mut String, call: &ToolCallItem) {
+    let status = escape(&call.status);
+    let _ = write!(
+        h,
+        r#"<li class="call" data-key="{}" data-status="{status}"><code class="call-name">{}</code> <span class="badge call-status status-{status}">{}</span>"#,
+        escape(&call.key()),
+        escape(&call.name),
+        escape(call.status_label()),
+    );
+    if let Some(duration) = call.duration_text() {
+        let _ = write!(h, r#" <span class="call-duration">{duration}</span>"#);
+    }
+    if call.truncated {
+        h.push_str(r#" <span class="badge call-truncated" title="The result was cut to fit the agent's cap">truncated</span>"#);
+    }
+    if call.is_running() {
+        let _ = write!(
+            h,
+            r#" <progress class="call-progress" aria-label="Progress of {}""#,
+            escape(&call.name)
+        );
+        // Without a positive total the bar is indeterminate: it says busy, not how far.
+        if let Some(CallProgressItem {
+            progress,
+            total: Some(total),
+        }) = call.progress
+            && total > 0.0
+        {
+            let _ = write!(h, r#" max="{total}" value="{progress}""#);
+        }
+        let _ = write!(
+            h,
+            r#"></progress> <span class="progress-text">{}</span>"#,
+            escape(&call.progress_text())
+        );
+    }
+    let _ = write!(
+        h,
+        r#" <span class="call-id">call {}</span></li>"#,
+        escape(&call.id)
+    );
+}
+
 /// Where the server serves [`PAGE_STYLE`] (`text/css`).
 pub const PAGE_STYLE_PATH: &str = "/static/page.css";
 /// Where the server serves [`PAGE_SCRIPT`] (`text/javascript`).
@@ -545,6 +611,18 @@ h4.plugin { margin: 0.8rem 0 0.2rem; font-size: 0.95rem; }
 .tool-filter input::placeholder { color: #595959; }
 .filter-count { color: #555; font-size: 0.9rem; }
 .no-match { color: #444; font-style: italic; }
+.calls-panel { margin-top: 1rem; border: 2px solid #767676; border-radius: 8px; padding: 0.75rem 1rem; }
+.calls-panel h2 { font-size: 1.1rem; margin: 0; }
+.calls-note { margin: 0.15rem 0 0.5rem; color: #444; font-size: 0.9rem; }
+.calls { list-style: none; padding: 0; margin: 0; }
+.call { display: flex; flex-wrap: wrap; align-items: center; gap: 0.25rem 0.6rem; border-top: 1px solid #ddd; padding: 0.4rem 0; }
+.call-name { font-weight: 600; }
+.call-duration, .call-id, .progress-text { font-size: 0.85rem; color: #555; }
+.call-progress { width: 10rem; max-width: 100%; }
+.status-running { background: #e8eefc; } .status-complete { background: #e3f5e8; }
+.status-error, .status-timed_out, .status-unknown { background: #fbd5d5; }
+.status-refused, .status-canceled { background: #ffe8d6; } .call-truncated { background: #fff4d6; }
+.visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 "#;
 
 /// The page's script: follows the chat's server-sent events, runs the refresh action,
@@ -559,6 +637,9 @@ h4.plugin { margin: 0.8rem 0 0.2rem; font-size: 0.95rem; }
 ///
 /// A new panel replaces the old one in place: open sections stay open, and the filter
 /// keeps its text (and focus) and is applied to the new tool list at once.
+///
+/// Each `tool_call` event updates its call's row in the "Tool calls" list (or adds it on
+/// top), and a polite status line announces a call that starts or ends.
 pub const PAGE_SCRIPT: &str = r#"
 (function () {
   const root = document.getElementById('panel-root');
@@ -657,6 +738,87 @@ pub const PAGE_SCRIPT: &str = r#"
     fetch(button.dataset.href, { method: button.dataset.method, credentials: 'same-origin' })
       .then(function (response) { if (!response.ok) retry(); }, retry);
   });
+  // The chat's recent tool calls: outside the panel root, so a panel swap keeps them.
+  // Rows are built with the same elements the server writes (`call_row`), from the
+  // `tool_call` events' data, and always as text: a name is never markup.
+  const calls = document.getElementById('tool-call-list');
+  const callsEmpty = document.getElementById('calls-empty');
+  const callsLive = document.getElementById('calls-live');
+  const MAX_CALLS = calls ? Number(calls.dataset.max) || 20 : 0;
+  const STATUS_WORDS = { timed_out: 'timed out', unknown: 'outcome unknown' };
+  function statusLabel(status) { return STATUS_WORDS[status] || status; }
+  // Integer arithmetic, as the server's `duration_text`, so both write the same.
+  function durationText(ms) {
+    if (ms < 1000) return ms + ' ms';
+    if (ms < 60000) {
+      const tenths = Math.floor((ms + 50) / 100);
+      return Math.floor(tenths / 10) + '.' + (tenths % 10) + ' s';
+    }
+    return Math.floor(ms / 60000) + ' min ' + Math.floor((ms % 60000) / 1000) + ' s';
+  }
+  function progressText(progress) {
+    if (!progress) return 'working';
+    if (progress.total !== null && progress.total !== undefined) {
+      return progress.progress + ' of ' + progress.total;
+    }
+    return progress.progress + ' so far';
+  }
+  function element(tag, className, content) {
+    const made = document.createElement(tag);
+    made.className = className;
+    if (content !== undefined) made.textContent = content;
+    return made;
+  }
+  function renderCall(call) {
+    const row = element('li', 'call');
+    row.dataset.key = call.turn + '/' + call.id;
+    row.dataset.status = call.status;
+    const parts = [element('code', 'call-name', call.name),
+      element('span', 'badge call-status status-' + call.status, statusLabel(call.status))];
+    if (call.duration_ms !== null && call.duration_ms !== undefined) {
+      parts.push(element('span', 'call-duration', durationText(call.duration_ms)));
+    }
+    if (call.truncated) {
+      const marker = element('span', 'badge call-truncated', 'truncated');
+      marker.title = "The result was cut to fit the agent's cap";
+      parts.push(marker);
+    }
+    if (call.status === 'running') {
+      const bar = element('progress', 'call-progress');
+      bar.setAttribute('aria-label', 'Progress of ' + call.name);
+      const p = call.progress;
+      if (p && typeof p.total === 'number' && p.total > 0) {
+        bar.setAttribute('max', String(p.total));
+        bar.setAttribute('value', String(p.progress));
+      }
+      parts.push(bar, element('span', 'progress-text', progressText(p)));
+    }
+    parts.push(element('span', 'call-id', 'call ' + call.id));
+    parts.forEach(function (part, i) {
+      if (i > 0) row.appendChild(document.createTextNode(' '));
+      row.appendChild(part);
+    });
+    return row;
+  }
+  function showCall(call) {
+    if (!calls) return;
+    const row = renderCall(call);
+    const old = Array.from(calls.children).find(li => li.dataset.key === row.dataset.key);
+    const changed = !old || old.dataset.status !== call.status;
+    if (old) {
+      calls.replaceChild(row, old);
+    } else {
+      // A call not listed yet is the newest: a new stream sends its calls oldest first.
+      calls.insertBefore(row, calls.firstChild);
+    }
+    while (calls.children.length > MAX_CALLS) calls.removeChild(calls.lastChild);
+    callsEmpty.hidden = calls.children.length > 0;
+    if (changed) {
+      const duration = call.duration_ms === null || call.duration_ms === undefined ? ''
+        : ' in ' + durationText(call.duration_ms);
+      callsLive.textContent = 'Tool call ' + call.name + ': ' + statusLabel(call.status) + duration + '.';
+    }
+  }
   // Outside the panel root, so a swapped-in panel never removes it.
   const notice = document.createElement('p');
   notice.className = 'reconnecting';
@@ -677,6 +839,9 @@ pub const PAGE_SCRIPT: &str = r#"
     stream.addEventListener('panel', function (event) {
       const data = JSON.parse(event.data);
       swap(data.html, openSections());
+    });
+    stream.addEventListener('tool_call', function (event) {
+      showCall(JSON.parse(event.data));
     });
     stream.addEventListener('error', function () {
       if (stream !== events) return;
@@ -703,8 +868,18 @@ pub fn render_page(panel: &Panel) -> String {
 /// The whole page for a person's browser: a header naming the chat's agent (when the
 /// caller knows its name), then the panel. Its script ([`PAGE_SCRIPT`]) keeps the panel
 /// current from the chat's server-sent events, keeping open sections open and the tool
-/// filter applied.
+/// filter applied. Its calls list starts empty: [`render_page_with_calls`] fills it.
 pub fn render_page_for(panel: &Panel, agent_name: Option<&str>) -> String {
+    render_page_with_calls(panel, agent_name, &[])
+}
+
+/// [`render_page_for`] with the chat's recent tool calls (newest first) listed under the
+/// panel ([`render_tool_calls`]); the stream's `tool_call` events keep the list current.
+pub fn render_page_with_calls(
+    panel: &Panel,
+    agent_name: Option<&str>,
+    calls: &[ToolCallItem],
+) -> String {
     let chat = escape(&panel.chat_id);
     let (title, sub) = match agent_name {
         Some(name) => (
@@ -725,8 +900,9 @@ pub fn render_page_for(panel: &Panel, agent_name: Option<&str>) -> String {
         script: true,
     };
     shell.render(&format!(
-        r#"<div id="panel-root" data-chat="{chat}">{}</div>"#,
-        render_fragment(panel)
+        "<div id=\"panel-root\" data-chat=\"{chat}\">{}</div>\n{}",
+        render_fragment(panel),
+        render_tool_calls(calls)
     ))
 }
 

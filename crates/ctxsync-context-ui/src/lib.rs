@@ -1,16 +1,22 @@
 //! The chat context panel (layer 7): a serializable view model ([`Panel`]) and its three
-//! renderers — JSON for APIs, HTML for the web page, plain text for terminals.
+//! renderers — JSON for APIs, HTML for the web page, plain text for terminals — and the
+//! page's "Tool calls" list: [`ToolCallItem`] (also the data of the event stream's
+//! `tool_call` events) rendered by [`render_tool_calls`] and kept live by the page's
+//! script.
 //!
 //! Owns: how a chat's context is presented — grouping, the discovery banner (naming the
 //! servers still connecting while pending), the Issues list, the overall tone, each
 //! server's connection line (MCP revision, implementation, timings) and each tool's title
-//! and hint badges — so every surface says the same thing.
+//! and hint badges; how a tool call reads to a person (status in words, its duration) —
+//! so every surface says the same thing.
 //!
 //! Must never: read a database or talk to an agent (it is handed projected data); call a
 //! server "healthy" or "connected"; show an empty server list while discovery is still
 //! initializing or the tools are withheld; emit unescaped text into HTML; present a
 //! server's annotations as anything but its unverified hints; load anything a server
-//! names (tool icons are left out: a `data:` or remote `src` would break the CSP or leak).
+//! names (tool icons are left out: a `data:` or remote `src` would break the CSP or leak);
+//! give a tool call's arguments, result, error, progress message or model text a place
+//! (a page session reads what this crate shows of a call).
 //!
 //! # Example
 //!
@@ -56,7 +62,7 @@ mod text;
 pub use builder::{build_chat_panel, build_chat_panel_at, build_panel};
 pub use html::{
     PAGE_SCRIPT, PAGE_SCRIPT_PATH, PAGE_STYLE, PAGE_STYLE_PATH, PageShell, escape, render_fragment,
-    render_page, render_page_for,
+    render_page, render_page_for, render_page_with_calls, render_tool_calls,
 };
 pub use model::*;
 pub use text::render_text;

@@ -82,12 +82,12 @@ pub enum CallReason {
     /// The agent runs with `--no-tool-calls`, or its `--allow-tool-calls` does not allow
     /// the call.
     Denied,
-    /// The agent declared calls but had no open call stream within the grace (not
-    /// recorded: a retry may run).
+    /// The agent declared calls but no replica delivered the call on its stream within
+    /// the grace (a retry may run).
     AgentUnreachable,
     /// The agent never declared that it takes calls (an older agent).
     AgentUnsupported,
-    /// The agent already runs and queues as many calls as it takes (not recorded).
+    /// The agent already runs and queues as many calls as it takes (a retry may run).
     Busy,
     /// `unknown`: the agent process that held the call is gone (a new run started).
     AgentRestarted,
@@ -129,7 +129,7 @@ impl CallReason {
         Self::ALL.into_iter().find(|r| r.as_str() == label)
     }
 
-    /// Refusals that are not recorded, so a retry with the same call id may run.
+    /// Refusals of a call that never ran, so a retry with the same call id may run.
     pub fn is_retryable(self) -> bool {
         matches!(self, Self::Busy | Self::AgentUnreachable)
     }

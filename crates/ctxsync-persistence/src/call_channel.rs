@@ -1,13 +1,17 @@
-//! The server's side of the tool-call channel (issue 36): the `ToolCalls` streams agents
-//! open, and [`CallHub`], through which the HTTP layer sends a stored call to its agent,
-//! waits for its end and cancels it.
+//! The server's side of the tool-call channel (issues 36 and 37): the `ToolCalls`
+//! streams agents open, and [`CallHub`], through which the HTTP layer sees a stored call
+//! to its agent, waits for its end and cancels it, on whichever replica holds the
+//! agent's stream.
 //!
 //! The store is the truth: a call is stored before it is sent and every end is recorded
-//! there first (the first end wins); the hub's memory holds only which streams this
-//! replica serves, which calls it sent on them and who waits, so a waiter also re-reads
-//! the store now and then. The one exception is a retryable refusal (`busy`,
-//! `agent_unreachable`), which the store does not keep: the hub remembers it for a
-//! minute so a waiter still gets the answer.
+//! there first (the first end wins). Which replica holds an agent's stream is a fenced
+//! lease in the store (`call_routing`); the holder claims a pending call with a
+//! compare-and-set when its event arrives (in-process, or PostgreSQL NOTIFY from another
+//! replica) or on its slow re-check, and sends it. The hub's memory holds only which
+//! streams this replica serves, which calls it sent on them and who waits; waiters are
+//! woken by the calls' events and also re-read the store now and then. A lease keeper
+//! renews this replica's leases, closes a stream another replica took over, and sweeps
+//! calls whose stream or dispatcher died.
 //!
 //! Must never: know gRPC (the agent API hands it domain messages and forwards what it
 //! sends); trust an agent with another agent's call; log a call's arguments or result;
@@ -139,6 +143,8 @@ struct HubState {
     sent: HashMap<ToolCallId, SentCall>,
     /// Calls being claimed here right now, so one wake-up does not race another.
     claiming: HashSet<ToolCallId>,
+    /// Agents whose streams are being registered here (one entry per open in progress).
+    registering: Vec<AgentId>,
     /// Waiters' channels, created on demand and removed with the last waiter.
     waiters: HashMap<ToolCallId, watch::Sender<Option<ToolCallRecord>>>,
     /// Ends counted here lately, so a second report of one end is not counted again.
@@ -192,6 +198,10 @@ struct SentCall {
     generation: u64,
     sent_at: Instant,
     watcher: Option<AbortHandle>,
+    /// A cancel went to the agent already.
+    cancel_sent: bool,
+    /// This hub is recording its end.
+    ending: bool,
 }
 
 /// Who asks to record an end, which decides whether it counts.
@@ -365,6 +375,8 @@ impl CallHub {
                 generation: entry.lease.generation,
                 sent_at: Instant::now(),
                 watcher: None,
+                cancel_sent: false,
+                ending: false,
             },
         );
         let queued = tokio::time::timeout(self.config.reconnect_grace, entry.link.tx.send(request));
@@ -565,6 +577,10 @@ impl CallHub {
         end: &CallEnd,
         duration_ms: Option<u64>,
     ) -> Result<Option<ToolCallRecord>, StoreError> {
+        if let Some(sent) = self.lock().sent.get_mut(&id) {
+            // Its `Ended` event may arrive before this returns: not someone else's end.
+            sent.ending = true;
+        }
         let record = self.store.end_tool_call(id, end, duration_ms).await?;
         if let Some(record) = &record {
             self.settle(record, (end.status, end.reason), Origin::Hub);
@@ -688,11 +704,18 @@ impl CallHub {
     where
         S: Stream<Item = Result<AgentCall, String>> + Send + Unpin + 'static,
     {
-        let Some((lease, lost)) = self
+        self.lock().registering.push(agent);
+        let registered = self
             .store
             .register_call_stream(agent, &run, &self.replica, self.config.lease)
-            .await?
-        else {
+            .await;
+        let unmark = |state: &mut HubState| {
+            if let Some(at) = state.registering.iter().position(|a| *a == agent) {
+                state.registering.swap_remove(at);
+            }
+        };
+        let Some((lease, lost)) = registered.inspect_err(|_| unmark(&mut self.lock()))? else {
+            unmark(&mut self.lock());
             return Ok(None);
         };
         for record in &lost {
@@ -711,7 +734,11 @@ impl CallHub {
             run,
             link: Arc::clone(&link),
         };
-        let replaced = self.lock().streams.insert(agent, entry);
+        let replaced = {
+            let mut state = self.lock();
+            unmark(&mut state);
+            state.streams.insert(agent, entry)
+        };
         if let Some(old) = replaced {
             tracing::debug!(%agent, "a newer call stream replaces the agent's older one");
             old.link.stop.notify_one();
@@ -742,18 +769,28 @@ impl CallHub {
     /// another replica took over), re-check for pending calls whose wake-up was lost,
     /// and sweep calls nobody else will end.
     async fn keep(&self) -> Result<(), StoreError> {
-        let local: Vec<(AgentId, u64)> = self
-            .lock()
-            .streams
-            .iter()
-            .map(|(agent, entry)| (*agent, entry.lease.generation))
-            .collect();
+        // Streams registered before the renewal: one missing from its answer was taken
+        // over.
+        let local = self.local_leases();
         let held = self
             .store
             .renew_call_streams(&self.replica, self.config.lease)
             .await?;
+        // Streams here now, or being registered: a held lease that is neither has lost
+        // its driver.
+        let (present, registering) = {
+            let state = self.lock();
+            let present: Vec<(AgentId, u64)> = state
+                .streams
+                .iter()
+                .map(|(agent, entry)| (*agent, entry.lease.generation))
+                .collect();
+            (present, state.registering.clone())
+        };
         for lease in &held {
-            if !local.contains(&(lease.agent, lease.generation)) {
+            if !present.contains(&(lease.agent, lease.generation))
+                && !registering.contains(&lease.agent)
+            {
                 // A stream whose driver is gone without releasing it (a failed write).
                 for record in self.store.release_call_stream(lease).await? {
                     self.settle(&record, (record.status, record.reason), Origin::Store);
@@ -773,9 +810,7 @@ impl CallHub {
             }
         }
         if !held.is_empty() {
-            for (id, agent) in self.store.pending_calls_of_replica(&self.replica).await? {
-                self.offer(id, agent);
-            }
+            self.recheck().await?;
         }
         let pending_limit = self.config.reconnect_grace + self.config.deadline_slack;
         for record in self.store.sweep_tool_calls(pending_limit).await? {
@@ -783,6 +818,14 @@ impl CallHub {
             self.settle(&record, (record.status, record.reason), Origin::Store);
         }
         Ok(())
+    }
+
+    fn local_leases(&self) -> Vec<(AgentId, u64)> {
+        self.lock()
+            .streams
+            .iter()
+            .map(|(agent, entry)| (*agent, entry.lease.generation))
+            .collect()
     }
 
     /// An event about a call, from this replica or another.
@@ -794,6 +837,9 @@ impl CallHub {
                 }
             }
             CallChange::CancelRequested => {
+                if let Some(sent) = self.lock().sent.get_mut(&call_id) {
+                    sent.cancel_sent = true;
+                }
                 if let Some(link) = self.link_of(call_id) {
                     link.try_send(ServerCall::Cancel {
                         id: call_id.to_string(),
@@ -803,7 +849,8 @@ impl CallHub {
             CallChange::Ended => {
                 let foreign = {
                     let state = self.lock();
-                    state.sent.contains_key(&call_id) && !state.counted.contains(&call_id)
+                    state.sent.get(&call_id).is_some_and(|sent| !sent.ending)
+                        && !state.counted.contains(&call_id)
                 };
                 if foreign {
                     self.ended_elsewhere(call_id);
@@ -814,19 +861,36 @@ impl CallHub {
         }
     }
 
-    /// Events may have been missed: every waiter re-reads, and pending calls are looked
-    /// for again.
+    /// Events may have been missed: every waiter re-reads, and pending calls and cancel
+    /// requests are looked for again.
     fn resync(&self) {
         self.wake_all();
         let Some(hub) = self.me.upgrade() else { return };
         tokio::spawn(async move {
-            match hub.store.pending_calls_of_replica(&hub.replica).await {
-                Ok(pending) => pending
-                    .into_iter()
-                    .for_each(|(id, agent)| hub.offer(id, agent)),
-                Err(error) => tracing::warn!(%error, "re-reading pending calls failed"),
+            if let Err(error) = hub.recheck().await {
+                tracing::warn!(%error, "re-reading pending calls failed");
             }
         });
+    }
+
+    /// What a lost wake-up would have brought: pending calls of the agents whose streams
+    /// this replica holds are offered, and a cancel asked for elsewhere is sent (once).
+    async fn recheck(&self) -> Result<(), StoreError> {
+        for (id, agent, delivered) in self.store.calls_awaiting_replica(&self.replica).await? {
+            if !delivered {
+                self.offer(id, agent);
+                continue;
+            }
+            let first = self
+                .lock()
+                .sent
+                .get_mut(&id)
+                .is_some_and(|sent| !std::mem::replace(&mut sent.cancel_sent, true));
+            if first && let Some(link) = self.link_of(id) {
+                link.try_send(ServerCall::Cancel { id: id.to_string() });
+            }
+        }
+        Ok(())
     }
 }
 

@@ -239,12 +239,13 @@ impl Store {
         }))
     }
 
-    /// The pending calls of the agents whose streams `replica` holds, oldest first: the
-    /// slow re-check for a wake-up that never arrived, one query per replica.
-    pub(crate) async fn pending_calls_of_replica(
+    /// The running calls of the agents whose streams `replica` holds that need it: pending
+    /// ones (`false`) and delivered ones someone asked to cancel (`true`), oldest first.
+    /// The slow re-check for a wake-up that never arrived: one query per replica.
+    pub(crate) async fn calls_awaiting_replica(
         &self,
         replica: &str,
-    ) -> Result<Vec<(ToolCallId, AgentId)>, StoreError> {
+    ) -> Result<Vec<(ToolCallId, AgentId, bool)>, StoreError> {
         let replica = replica.to_owned();
         self.with_conn(move |conn, _| {
             conn.single_statement(|tx| {
@@ -255,14 +256,19 @@ impl Store {
                     .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
                     .filter(tool_calls::agent_id.eq_any(held))
                     .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
-                        "NOT tool_calls.delivered",
+                        "(NOT tool_calls.delivered OR tool_calls.cancel_requested)",
                     ))
                     .order((tool_calls::started_at, tool_calls::id))
-                    .select((tool_calls::id, tool_calls::agent_id));
-                let rows: Vec<(ToolCallId, Option<AgentId>)> = on_backend!(tx, |c| query.load(c))?;
+                    .select((
+                        tool_calls::id,
+                        tool_calls::agent_id,
+                        diesel::dsl::sql::<diesel::sql_types::Bool>("tool_calls.delivered"),
+                    ));
+                let rows: Vec<(ToolCallId, Option<AgentId>, bool)> =
+                    on_backend!(tx, |c| query.load(c))?;
                 Ok(rows
                     .into_iter()
-                    .filter_map(|(id, agent)| Some((id, agent?)))
+                    .filter_map(|(id, agent, delivered)| Some((id, agent?, delivered)))
                     .collect())
             })
         })
@@ -367,40 +373,18 @@ impl Store {
         let pending_before = DbTime(
             Utc::now() - chrono::Duration::from_std(pending_limit).unwrap_or(chrono::Duration::MAX),
         );
+        // Almost always nothing: look first without taking a write lock.
+        let found = self
+            .with_conn(move |conn, _| {
+                conn.read(|tx| Ok(!sweep_candidates(tx, pending_before)?.is_empty()))
+            })
+            .await?;
+        if !found {
+            return Ok(Vec::new());
+        }
         let (ended, events) = self
             .with_conn(move |conn, origin| {
                 conn.write(|tx| {
-                    let now = now_ms();
-                    // The candidates only (ids): almost always none.
-                    let lost = tool_calls::table
-                        .left_join(
-                            call_streams::table
-                                .on(call_streams::agent_id.nullable().eq(tool_calls::agent_id)),
-                        )
-                        .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
-                        .filter(tool_calls::agent_id.is_not_null())
-                        .filter(
-                            diesel::dsl::sql::<diesel::sql_types::Bool>(
-                                "tool_calls.delivered AND (call_streams.generation IS NULL \
-                                 OR call_streams.generation <> tool_calls.delivered_generation \
-                                 OR call_streams.lease_until_ms <= ",
-                            )
-                            .bind::<diesel::sql_types::BigInt, _>(now)
-                            .sql(")"),
-                        )
-                        .select(tool_calls::id);
-                    let lost: Vec<ToolCallId> = on_backend!(tx, |c| lost.load(c))?;
-                    let stale = tool_calls::table
-                        .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
-                        .filter(tool_calls::agent_id.is_not_null())
-                        .filter(tool_calls::started_at.lt(pending_before))
-                        .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
-                            "NOT tool_calls.delivered",
-                        ))
-                        .select(tool_calls::id);
-                    let stale: Vec<ToolCallId> = on_backend!(tx, |c| stale.load(c))?;
-                    let mut events = Vec::new();
-                    let mut ended = Vec::new();
                     let lost_end = PreparedEnd::new(
                         &CallEnd::with_reason(CallStatus::Unknown, CallReason::StreamLost),
                         None,
@@ -410,14 +394,14 @@ impl Store {
                         None,
                     )?;
                     let at = DbTime(Utc::now());
-                    for (ids, end) in [(lost, &lost_end), (stale, &stale_end)] {
-                        for id in ids {
-                            if let Some(row) = find_call_by_id(tx, id)? {
-                                ended.push(
-                                    end_row(tx, origin, row, end, at, &mut events)?
-                                        .into_record()?,
-                                );
-                            }
+                    let mut events = Vec::new();
+                    let mut ended = Vec::new();
+                    // Looked for again under the write: a candidate may have ended since.
+                    for (id, lost) in sweep_candidates(tx, pending_before)? {
+                        let end = if lost { &lost_end } else { &stale_end };
+                        if let Some(row) = find_call_by_id(tx, id)? {
+                            let row = end_row(tx, origin, row, end, at, &mut events)?;
+                            ended.push(row.into_record()?);
                         }
                     }
                     Ok((ended, events))
@@ -427,6 +411,45 @@ impl Store {
         self.deliver_all(&events);
         Ok(ended)
     }
+}
+
+/// The running calls a sweep ends: `(id, true)` for one delivered under a stream that
+/// is no longer live, `(id, false)` for one pending since before `pending_before`.
+fn sweep_candidates(
+    tx: &mut Tx<'_>,
+    pending_before: DbTime,
+) -> Result<Vec<(ToolCallId, bool)>, StoreError> {
+    let lost = tool_calls::table
+        .left_join(
+            call_streams::table.on(call_streams::agent_id.nullable().eq(tool_calls::agent_id)),
+        )
+        .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
+        .filter(tool_calls::agent_id.is_not_null())
+        .filter(
+            diesel::dsl::sql::<diesel::sql_types::Bool>(
+                "tool_calls.delivered AND (call_streams.generation IS NULL \
+                 OR call_streams.generation <> tool_calls.delivered_generation \
+                 OR call_streams.lease_until_ms <= ",
+            )
+            .bind::<diesel::sql_types::BigInt, _>(now_ms())
+            .sql(")"),
+        )
+        .select(tool_calls::id);
+    let lost: Vec<ToolCallId> = on_backend!(tx, |c| lost.load(c))?;
+    let stale = tool_calls::table
+        .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
+        .filter(tool_calls::agent_id.is_not_null())
+        .filter(tool_calls::started_at.lt(pending_before))
+        .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
+            "NOT tool_calls.delivered",
+        ))
+        .select(tool_calls::id);
+    let stale: Vec<ToolCallId> = on_backend!(tx, |c| stale.load(c))?;
+    Ok(lost
+        .into_iter()
+        .map(|id| (id, true))
+        .chain(stale.into_iter().map(|id| (id, false)))
+        .collect())
 }
 
 fn to_generation(generation: u64) -> Result<i64, StoreError> {

@@ -5,7 +5,10 @@
 //! PushContextState, full or delta — a delta is applied only on the base it names, this
 //! run's rows with those body digests, else refused with nothing written —, consistent
 //! reads, chats and their pinned context, chat turns with their tools' origins and their
-//! find_tools activations, and the turns' tool calls), change notifications ([`ChangeEvent`]; in-process for SQLite, LISTEN/NOTIFY across
+//! find_tools activations, the turns' tool calls, and the tool-call audit log that outlives
+//! them ([`AuditRecord`]: one row per call end, kept by age, the arguments only as a digest
+//! keyed with a secret the deployment creates in its database on first use), change
+//! notifications ([`ChangeEvent`]; in-process for SQLite, LISTEN/NOTIFY across
 //! processes for PostgreSQL), the gRPC agent API service ([`agent_api`]) that
 //! authenticates, validates with `ctxsync-protocol`, and persists, and the tool-call
 //! channel's hub ([`CallHub`]) that sends stored calls down agents' `ToolCalls` streams
@@ -22,7 +25,8 @@
 //! refuse, or the reverse; trust event or push content (events
 //! carry ids and versions only, readers re-read committed state; pushes are validated
 //! before any database access); store an agent token (only its sha256); let one agent
-//! touch another's rows or calls; store a call's arguments past its delivery; depend on a
+//! touch another's rows or calls; store a call's arguments past its delivery, or its
+//! arguments or result in the audit log; print the digest key; depend on a
 //! workspace crate other than `ctxsync-protocol` and `ctxsync-mcp-model`.
 //!
 //! ## Blocking database work
@@ -105,6 +109,7 @@ compile_error!(
 
 pub mod agent_api;
 mod agents;
+mod audit;
 pub mod call_channel;
 mod call_routing;
 mod chats;
@@ -132,6 +137,9 @@ mod turns;
 
 pub use agent_api::{AgentApi, AgentApiCounters, AgentApiMetrics};
 pub use agents::MAX_AGENT_NAME_BYTES;
+pub use audit::{
+    AuditCursor, AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE,
+};
 pub use call_channel::{
     CALL_QUEUE, CALL_SECONDS_BUCKETS, CallHub, CallHubConfig, CallMetricsSnapshot,
     DEFAULT_CANCEL_WAIT, DEFAULT_DEADLINE_SLACK, DEFAULT_RECONNECT_GRACE, PROGRESS_FLUSH,
@@ -156,8 +164,8 @@ pub use page_sessions::{MAX_LIVE_PAGE_LINKS, MAX_LIVE_PAGE_SESSIONS};
 pub use store::Store;
 pub use token::AgentToken;
 pub use tool_calls::{
-    CTXSYNC_SERVER, CallAdmission, FIND_TOOLS_NAME, MAX_CALLS_PER_TURN, NewToolCall,
-    ToolCallRecord, ToolOrigin, TurnOrigin,
+    CTXSYNC_SERVER, CallAdmission, FIND_TOOLS_NAME, MAX_CALLS_PER_TURN, MAX_RECENT_CHAT_CALLS,
+    NewToolCall, ToolCallRecord, ToolOrigin, TurnOrigin,
 };
 pub use turns::{
     ChatTurnMode, MAX_TOOL_NAME_BYTES, MAX_TURNS_PER_CHAT, NewTurn, TurnActivations, TurnRecord,

@@ -229,6 +229,43 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    // One column past diesel's 16 (see `tool_calls`): `truncated` is selected by name
+    // (`audit.rs`); rows are written by `INSERT … SELECT` from `tool_calls`.
+    tool_call_audit (tool_call_id) {
+        tool_call_id -> UuidSql,
+        agent_id -> Nullable<UuidSql>,
+        chat_id -> UuidSql,
+        turn_id -> UuidSql,
+        call_id -> Text,
+        name -> Text,
+        server -> Text,
+        tool -> Text,
+        status -> Text,
+        reason -> Nullable<Text>,
+        error_code -> Nullable<BigInt>,
+        duration_ms -> Nullable<BigInt>,
+        arguments_digest -> Text,
+        arguments_size -> BigInt,
+        result_size -> Nullable<BigInt>,
+        ended_at -> TimestampSql,
+    }
+}
+
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    deployment_secrets (name) {
+        name -> Text,
+        value -> Binary,
+        created_at -> TimestampSql,
+    }
+}
+
 diesel::joinable!(workspace_agent_context_snapshots -> workspace_agents (agent_id));
 diesel::joinable!(workspace_agent_context_resources -> workspace_agents (agent_id));
 diesel::joinable!(chat_context_resources -> chats (chat_id));

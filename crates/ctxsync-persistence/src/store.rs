@@ -4,11 +4,12 @@
 //!
 //! This module holds what every operation shares: opening, the pool hop and delivery.
 //! The operations live with their concern (`agents`, `push`, `chats`, `turns`,
-//! `page_sessions`, `gate_attempts`), each module an `impl Store` over its own private
-//! transaction functions.
+//! `page_sessions`, `gate_attempts`, `tool_calls`, `audit`), each module an
+//! `impl Store` over its own private transaction functions.
 
 use std::sync::Arc;
 
+use crate::audit::DigestKey;
 use crate::db::{Backend, DatabaseConfig, Pool, PooledConn, StoreOptions};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId};
@@ -31,6 +32,8 @@ struct Inner {
     origin: u64,
     /// [`StoreOptions::operation_timeout`].
     operation_timeout: std::time::Duration,
+    /// The deployment's key for the arguments' digest, read once at open.
+    digest_key: DigestKey,
     #[cfg(feature = "postgres")]
     _listener: Option<pg_listener::Listener>,
 }
@@ -55,13 +58,16 @@ impl Store {
             DatabaseConfig::Postgres { url } => Some(pg_listener::Connector::new(url, &options)?),
             DatabaseConfig::Sqlite { .. } => None,
         };
-        let pool = {
+        let (pool, digest_key) = {
             let (config, options) = (config.clone(), options.clone());
-            tokio::task::spawn_blocking(move || Pool::open(&config, &options))
-                .await
-                .map_err(|e| {
-                    StoreError::Unavailable(format!("opening the store panicked: {e}"))
-                })??
+            tokio::task::spawn_blocking(move || {
+                let pool = Pool::open(&config, &options)?;
+                // After the migrations that create its table.
+                let key = crate::audit::load_digest_key(&mut pool.get()?)?;
+                Ok::<_, StoreError>((pool, key))
+            })
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("opening the store panicked: {e}")))??
         };
         let hub = Arc::new(Hub::default());
         let mut origin = [0u8; 8];
@@ -82,6 +88,7 @@ impl Store {
                 backend: config.backend(),
                 origin,
                 operation_timeout: options.operation_timeout,
+                digest_key,
                 #[cfg(feature = "postgres")]
                 _listener: listener,
             }),
@@ -91,6 +98,11 @@ impl Store {
     /// The backend this store was opened on.
     pub fn backend(&self) -> Backend {
         self.inner.backend
+    }
+
+    /// The key of the arguments' digest (`audit`).
+    pub(crate) fn digest_key(&self) -> &DigestKey {
+        &self.inner.digest_key
     }
 
     /// Runs `f` with a pooled connection on the blocking pool, answering

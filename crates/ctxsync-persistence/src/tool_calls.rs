@@ -18,9 +18,9 @@ use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::agents::{RowLock, lock_agent};
+use crate::audit::DigestKey;
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId, ToolCallId, TurnId};
@@ -106,7 +106,8 @@ pub struct ToolCallRecord {
     pub agent_run_id: Option<RunId>,
     /// The canonical arguments, only until the agent acknowledged delivery.
     pub arguments: Option<String>,
-    /// sha256 (lower-case hex) of the canonical arguments.
+    /// HMAC-SHA256 (lower-case hex) of the canonical arguments under the deployment's
+    /// key: the same on every replica, and no way back to short arguments.
     pub arguments_digest: String,
     /// Length of the canonical arguments in bytes.
     pub arguments_size: u64,
@@ -212,15 +213,10 @@ fn stored_precision(time: DbTime) -> DbTime {
     DbTime(time.0.trunc_subsecs(6))
 }
 
-/// sha256 of the canonical arguments, lower-case hex.
-fn arguments_digest(arguments: &str) -> String {
-    use fmt::Write;
-    Sha256::digest(arguments.as_bytes())
-        .iter()
-        .fold(String::with_capacity(64), |mut hex, byte| {
-            let _ = write!(hex, "{byte:02x}");
-            hex
-        })
+/// The canonical arguments' digest under the deployment's key, lower-case hex: what a
+/// repeated `call_id` is compared by and what the audit log keeps.
+fn arguments_digest(key: &DigestKey, arguments: &str) -> String {
+    key.hex_digest(arguments)
 }
 
 /// Loads the whole rows `query` (a `tool_calls` query without a select) finds.
@@ -259,7 +255,7 @@ impl Store {
             )));
         }
         let prepared = PreparedCall {
-            digest: arguments_digest(&call.arguments),
+            digest: arguments_digest(self.digest_key(), &call.arguments),
             size: to_i64("arguments size", call.arguments.len() as u64)?,
             timeout_ms: to_i64("timeout_ms", call.timeout_ms)?,
             call: call.clone(),
@@ -373,9 +369,8 @@ impl Store {
     }
 
     /// Records `end` unless the call already ended (the first end wins) and answers the
-    /// call as stored. A retryable refusal (`busy`, `agent_unreachable`) is not recorded:
-    /// the row is deleted, so a retry with the same `call_id` may run, and the answer is
-    /// the call as it ended. `None` when there is no such call. Ending drops the
+    /// call as stored; after a retryable refusal (`busy`, `agent_unreachable`) a retry
+    /// with the same `call_id` replaces it and runs. `None` when there is no such call. Ending drops the
     /// arguments; `duration_ms` defaults to the time since the call was stored.
     /// [`StoreError::InvalidInput`] for a `running` end.
     pub async fn end_tool_call(
@@ -421,8 +416,7 @@ impl Store {
 
     /// Ends, with `end`, every running call of `agent` whose run is not `keep_run` (every
     /// running call when `None`), and answers them as they ended, oldest first: the call
-    /// channel's `unknown` ends when a process restarted or its stream was lost. A
-    /// retryable refusal deletes them instead, as [`Self::end_tool_call`] does.
+    /// channel's `unknown` ends when a process restarted or its stream was lost.
     pub async fn end_running_tool_calls(
         &self,
         agent: AgentId,
@@ -986,7 +980,9 @@ fn refuse(
     row.arguments = None;
     row.ended_at = Some(now);
     row.duration_ms = Some(0);
-    insert_call(tx, row).map(|r| Some(CallAdmission::Refused(r)))
+    let record = insert_call(tx, row)?;
+    crate::audit::record_end(tx, record.id)?;
+    Ok(Some(CallAdmission::Refused(record)))
 }
 
 /// Inserts `row`: its head, then (for a call ended at once) its end columns.
@@ -1030,9 +1026,8 @@ fn insert_call(tx: &mut Tx<'_>, row: ToolCallRow) -> Result<ToolCallRecord, Stor
     }
 }
 
-/// Records `end` on `row` unless it already ended (the first end wins); a retryable
-/// refusal deletes the row instead. Answers the row as it now stands (or, deleted, as it
-/// ended).
+/// Records `end` on `row` unless it already ended (the first end wins). Answers the row
+/// as it now stands.
 pub(crate) fn apply_end(
     tx: &mut Tx<'_>,
     mut row: ToolCallRow,
@@ -1074,6 +1069,7 @@ pub(crate) fn apply_end(
         return find_call_by_id(tx, row.id)?
             .ok_or_else(|| StoreError::Conflict(format!("tool call {} vanished", row.id)));
     }
+    crate::audit::record_end(tx, row.id)?;
     Ok(row)
 }
 
@@ -1109,4 +1105,33 @@ pub(crate) fn cancel_calls_of_pruned_turns(
         .into_iter()
         .map(|row| apply_end(tx, ToolCallRow::from(row), &end, now)?.into_record())
         .collect()
+}
+
+/// The most calls [`Store::chat_tool_calls`] answers, whatever the caller asks.
+pub const MAX_RECENT_CHAT_CALLS: usize = 50;
+
+impl Store {
+    /// `chat`'s most recent calls, newest first: at most `limit`, itself capped at
+    /// [`MAX_RECENT_CHAT_CALLS`] (what a person's list shows; the audit log keeps the rest).
+    pub async fn chat_tool_calls(
+        &self,
+        chat: ChatId,
+        limit: usize,
+    ) -> Result<Vec<ToolCallRecord>, StoreError> {
+        let limit = limit.min(MAX_RECENT_CHAT_CALLS) as i64;
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                let query = tool_calls::table
+                    .filter(tool_calls::chat_id.eq(chat))
+                    // The id breaks ties between calls stored in the same microsecond.
+                    .order((tool_calls::started_at.desc(), tool_calls::id.desc()))
+                    .limit(limit);
+                load_calls!(tx, query, load)?
+                    .into_iter()
+                    .map(|row| ToolCallRow::from(row).into_record())
+                    .collect()
+            })
+        })
+        .await
+    }
 }

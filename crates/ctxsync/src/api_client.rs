@@ -1,6 +1,7 @@
 //! What the commands that talk to a running server's chat API share (`ctxsync context`,
-//! `ctxsync call`): its address, the certificate authorities to trust, and the API token
-//! (given, or read from a local server's data directory). Never prints the token.
+//! `ctxsync call`, `ctxsync calls`): its address, the certificate authorities to trust,
+//! and the API token (given, or read from a local server's data directory). Never prints
+//! the token.
 
 use std::path::PathBuf;
 

@@ -2,7 +2,9 @@
 //! server (SQLite in a temporary directory), registers an agent, writes a demo workspace
 //! whose `.mcp.json` declares fast, slow, zero-tool, missing, hung and invalid MCP
 //! servers, starts the agent as a real process, and runs a chat's first turn through the
-//! HTTP API so the person sees the gate wait and then proceed.
+//! HTTP API so the person sees the gate wait and then proceed. Then it calls one of the
+//! turn's tools through the chat API, prints what the model would read of it
+//! (`model_text`), and the web page it links to lists that call.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -21,6 +23,11 @@ use crate::terminal::{for_terminal, json_for_terminal};
 /// The demo's MCP connect timeout: the hung server fails after this, which ends
 /// discovery; short so the whole demo finishes in seconds.
 const DEMO_MCP_TIMEOUT: Duration = Duration::from_secs(4);
+/// The tool the demo calls after its first turn: the docs server's search, which only
+/// echoes its arguments (the fixture's tools have no effects).
+const DEMO_TOOL: &str = "search_docs";
+/// How long the demo waits for that call; it answers in milliseconds.
+const DEMO_CALL_WAIT: Duration = Duration::from_secs(10);
 /// How long the slow server takes to answer `initialize`.
 const DEMO_SLOW_START: Duration = Duration::from_millis(1500);
 
@@ -107,13 +114,14 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         turn_started.elapsed().as_secs_f64()
     );
     print_turn(&turn);
+    call_a_tool(&http, &server, &chat_id, &turn).await?;
 
     let panel =
         crate::context::fetch_panel_text(&server.http_url(), &chat_id, &server.api_token).await?;
     println!("\nContext panel\n-------------\n{}", for_terminal(&panel));
     let chat_uuid = chat_id.parse().context("the chat id is a UUID")?;
     println!(
-        "Web page (one-time link): {}",
+        "Web page (one-time link; it lists the tool call): {}",
         server.page_link(chat_uuid).await?
     );
     println!("Demo ready in {:.1}s.", started.elapsed().as_secs_f64());
@@ -301,6 +309,59 @@ async fn show_progress(store: ctxsync_persistence::Store, agent: AgentId, since:
             return;
         }
     }
+}
+
+/// Calls [`DEMO_TOOL`] in the first turn through the chat API, as a model's client
+/// would, and prints the call and its `model_text`.
+async fn call_a_tool(
+    http: &reqwest::Client,
+    server: &RunningServer,
+    chat_id: &str,
+    turn: &Value,
+) -> Result<()> {
+    let turn_id = turn["turn_id"]
+        .as_str()
+        .context("the chat API stored no turn")?;
+    // The turn names the tool the way the model sees it (`docs__search_docs`).
+    let name = turn["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|tool| tool["name"].as_str())
+        .find(|name| name.ends_with(DEMO_TOOL));
+    let Some(name) = name else {
+        println!("\nNo {DEMO_TOOL} tool in the turn: no tool call made.");
+        return Ok(());
+    };
+    println!("\nCalling {} through the chat API…", for_terminal(name));
+    let wait_ms = DEMO_CALL_WAIT.as_millis() as u64;
+    let call = api(
+        http,
+        server,
+        reqwest::Method::POST,
+        &format!("/api/chats/{chat_id}/turns/{turn_id}/tool-calls"),
+        Some(json!({
+            "call_id": "demo-call-1",
+            "name": name,
+            "arguments": { "query": "getting started" },
+            "timeout_ms": wait_ms,
+            "wait_ms": wait_ms,
+        })),
+    )
+    .await?;
+    let duration = call["duration_ms"]
+        .as_u64()
+        .map_or_else(String::new, |ms| format!(" in {ms} ms"));
+    println!(
+        "Tool call {}: {}{duration}.",
+        for_terminal(call["call_id"].as_str().unwrap_or("?")),
+        for_terminal(call["status"].as_str().unwrap_or("?"))
+    );
+    println!(
+        "model_text:\n  {}",
+        for_terminal(call["model_text"].as_str().unwrap_or(""))
+    );
+    Ok(())
 }
 
 fn print_turn(turn: &Value) {

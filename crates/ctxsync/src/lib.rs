@@ -12,6 +12,7 @@ pub mod agent;
 pub mod agents;
 pub mod api_client;
 pub mod call;
+pub mod calls;
 pub mod context;
 pub mod demo;
 pub mod discover;

@@ -130,6 +130,11 @@ pub struct ServerArgs {
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_CALL_HEARTBEAT_MS,
         value_parser = clap::value_parser!(u64).range(100..=DEFAULT_CALL_HEARTBEAT_MS))]
     pub tool_call_heartbeat_ms: u64,
+    /// How many days the tool-call audit log (`GET /api/tool-calls`) keeps a call's end,
+    /// whatever becomes of its turn, chat or agent.
+    #[arg(long, default_value_t = DEFAULT_TOOL_CALL_AUDIT_DAYS, value_name = "DAYS",
+        value_parser = clap::value_parser!(u64).range(1..=MAX_TOOL_CALL_AUDIT_DAYS))]
+    pub tool_call_audit_days: u64,
     /// What one caller can cost, and the shutdown grace.
     #[command(flatten)]
     pub limits: LimitArgs,
@@ -146,8 +151,20 @@ const MAX_TOOL_CALL_MAX_MS: u64 = 24 * 60 * 60 * 1000;
 /// `--tool-call-max-ms`'s default: ten minutes.
 pub const DEFAULT_TOOL_CALL_MAX: Duration = Duration::from_secs(600);
 
+/// `--tool-call-audit-days`' default.
+pub const DEFAULT_TOOL_CALL_AUDIT_DAYS: u64 = 30;
+/// `--tool-call-audit-days`' ceiling: ten years.
+const MAX_TOOL_CALL_AUDIT_DAYS: u64 = 3650;
+/// How often the server deletes audit rows past their retention (and once at start-up):
+/// often enough that the log never runs much past it, rarely enough to cost nothing.
+pub const AUDIT_PRUNE_INTERVAL: Duration = Duration::from_secs(60 * 60);
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn days(days: u64) -> Duration {
+    Duration::from_secs(days * 24 * 60 * 60)
 }
 
 /// Everything [`start`] needs; [`ServerArgs`] is its command-line form. Its `Debug`
@@ -190,6 +207,8 @@ pub struct ServerConfig {
     pub tool_call_max: Duration,
     /// The call hub's grace and re-check interval.
     pub calls: CallHubConfig,
+    /// How long the tool-call audit log keeps a call's end.
+    pub tool_call_audit_retention: Duration,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -208,6 +227,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("delta_pushes", &self.delta_pushes)
             .field("health_interval", &self.health_interval)
             .field("tool_call_max", &self.tool_call_max)
+            .field("tool_call_audit_retention", &self.tool_call_audit_retention)
             .finish_non_exhaustive()
     }
 }
@@ -235,6 +255,7 @@ impl ServerConfig {
             health_interval: crate::probes::DEFAULT_HEALTH_INTERVAL,
             tool_call_max: DEFAULT_TOOL_CALL_MAX,
             calls: CallHubConfig::default(),
+            tool_call_audit_retention: days(DEFAULT_TOOL_CALL_AUDIT_DAYS),
         }
     }
 
@@ -276,6 +297,7 @@ impl ServerConfig {
                 heartbeat: Duration::from_millis(args.tool_call_heartbeat_ms),
                 ..CallHubConfig::default()
             },
+            tool_call_audit_retention: days(args.tool_call_audit_days),
         })
     }
 }
@@ -386,6 +408,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
     }
     let agent_api = serve_agent_api(&config, &store, &calls, tls.as_ref(), &shutdown_rx).await?;
     tasks.extend(agent_api.tasks);
+    tasks.push(prune_audit_log(
+        store.clone(),
+        config.tool_call_audit_retention,
+        shutdown_rx.clone(),
+    ));
 
     let (api_token, api_token_source) =
         crate::http::api_token::resolve(config.api_token.clone(), &config.data_dir)?;
@@ -555,6 +582,37 @@ async fn serve_chat_api(
     Ok((http_addr, http_task))
 }
 
+/// Deletes the audit log's rows past `retention` now and every [`AUDIT_PRUNE_INTERVAL`]
+/// until shutdown. Every replica runs it: deleting rows another already deleted is a
+/// no-op, and each batch commits on its own.
+fn prune_audit_log(
+    store: Store,
+    retention: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let cutoff = chrono::TimeDelta::from_std(retention)
+                .ok()
+                .and_then(|age| chrono::Utc::now().checked_sub_signed(age));
+            if let Some(cutoff) = cutoff {
+                match store.prune_tool_call_audit(cutoff).await {
+                    Ok(0) => {}
+                    Ok(pruned) => {
+                        tracing::info!(pruned, "deleted tool-call audit rows past retention")
+                    }
+                    // The next round retries; until then the log only runs a little long.
+                    Err(e) => tracing::warn!(error = %e, "pruning the tool-call audit log failed"),
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(AUDIT_PRUNE_INTERVAL) => {}
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            }
+        }
+    })
+}
+
 /// One warning when a plain-text listener is reachable from other machines: what crosses
 /// the network in clear, and how to stop it.
 fn warn_if_exposed(grpc_addr: SocketAddr, http_addr: SocketAddr) {
@@ -663,6 +721,41 @@ impl StopSignal {
         tokio::select! {
             () = next(self.interrupt.as_mut()) => {}
             () = next(self.terminate.as_mut()) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        server: ServerArgs,
+    }
+
+    #[test]
+    fn the_audit_retention_is_days_within_bounds() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("server").chain(args.iter().copied()))
+        };
+        let default = ServerConfig::from_args(parse(&[]).unwrap().server).unwrap();
+        assert_eq!(default.tool_call_audit_retention, days(30));
+        let most = parse(&["--tool-call-audit-days", "3650"]).unwrap().server;
+        assert_eq!(
+            ServerConfig::from_args(most)
+                .unwrap()
+                .tool_call_audit_retention,
+            days(3650)
+        );
+        for bad in ["0", "3651", "a month"] {
+            let error = parse(&["--tool-call-audit-days", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("--tool-call-audit-days"), "{bad}: {error}");
         }
     }
 }

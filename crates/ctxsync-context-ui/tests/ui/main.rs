@@ -1,4 +1,5 @@
 //! The context UI's integration tests, one binary.
 
 mod build;
+mod calls;
 mod render;

@@ -39,6 +39,9 @@ ctxsync_test_support::on_both_backends! {
     the_request_timeout_does_not_cut_a_long_stream,
     a_result_at_the_wire_cap_decodes,
     a_pruned_turns_call_is_canceled_on_its_stream,
+    a_call_taken_on_another_replica_runs_on_the_holders_stream,
+    a_replica_whose_lease_was_taken_over_closes_its_stream_and_never_delivers,
+    duplicate_calls_split_over_two_replicas_run_once,
 }
 
 /// Bound on anything that must happen; never waited out when it does.
@@ -63,7 +66,39 @@ struct World {
     db: TestStore,
 }
 
+/// A second replica: its own store handle (pool, PostgreSQL listener) and hub on the
+/// same database, without an agent API of its own.
+struct Replica {
+    hub: Arc<CallHub>,
+    store: ctxsync_persistence::Store,
+}
+
+impl Replica {
+    async fn call(&self, agent: &Agent, call_id: &str, timeout_ms: u64) -> ToolCallRecord {
+        let call = NewToolCall {
+            chat: agent.chat,
+            turn: agent.turn,
+            call_id: call_id.into(),
+            name: "fs__read".into(),
+            arguments: r#"{"path":"/etc/hostname"}"#.into(),
+            timeout_ms,
+        };
+        match self.store.admit_tool_call(&call).await.unwrap() {
+            Some(CallAdmission::Started(record)) => record,
+            other => panic!("admission: {other:?}"),
+        }
+    }
+}
+
 impl World {
+    async fn replica(&self, config: CallHubConfig) -> Replica {
+        let store = self.db.open_another().await;
+        Replica {
+            hub: CallHub::new(store.clone(), config),
+            store,
+        }
+    }
+
     async fn open(backend: Backend) -> Option<Self> {
         let db = match backend {
             Backend::Sqlite => TestStore::sqlite().await,
@@ -719,4 +754,175 @@ async fn a_pruned_turns_call_is_canceled_on_its_stream(world: World) {
     );
     assert_eq!(served.ended("canceled"), 1);
     assert_eq!(served.hub.metrics().in_flight, 0);
+}
+
+async fn a_call_taken_on_another_replica_runs_on_the_holders_stream(world: World) {
+    let holder = world.serve(quick(), None).await;
+    let other = world.replica(quick()).await;
+    assert_ne!(holder.hub.replica(), other.hub.replica());
+    let agent = holder.agent().await;
+    let mut stream = holder.open(&agent, RUN).await.unwrap();
+
+    // Taken, waited for and finished on the replica without the stream.
+    let call = other.call(&agent, "c1", 60_000).await;
+    let sent = other.hub.dispatch(&call).await.unwrap();
+    assert_eq!(sent.status, CallStatus::Running);
+    assert!(sent.delivered, "the holder claimed it");
+    stream.accept(&call).await;
+    assert_eq!(holder.hub.metrics().in_flight, 1, "in flight on the holder");
+    let progress = CallProgress {
+        progress: 1.0,
+        total: Some(2.0),
+        message: None,
+    };
+    stream
+        .send(AgentCall::Progress {
+            id: call.id.to_string(),
+            progress,
+        })
+        .await;
+    let started = Instant::now();
+    loop {
+        let seen = other.store.get_tool_call_by_id(call.id).await.unwrap();
+        if seen
+            .and_then(|r| r.progress)
+            .is_some_and(|p| p.progress == 1.0)
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "progress never visible elsewhere"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let hub = Arc::clone(&other.hub);
+    let id = call.id;
+    let waiter = tokio::spawn(async move { hub.wait(id, DEADLINE).await.unwrap() });
+    let result = json!({"content": [{"type": "text", "text": "host"}], "isError": false});
+    stream
+        .send(ended(&call, CallEnd::complete(result.clone(), false), 7))
+        .await;
+    let record = waiter.await.unwrap().expect("the call");
+    assert_eq!(record.status, CallStatus::Complete);
+    assert_eq!(record.result, Some(result));
+    assert_eq!(
+        holder.ended_reaches("complete", 1).await,
+        1,
+        "counted by the holder"
+    );
+
+    // A cancel on the replica without the stream reaches the agent through the store.
+    let second = other.call(&agent, "c2", 60_000).await;
+    other.hub.dispatch(&second).await.unwrap();
+    stream.accept(&second).await;
+    let hub = Arc::clone(&other.hub);
+    let id = second.id;
+    let cancel = tokio::spawn(async move { hub.cancel(id).await.unwrap() });
+    match stream.next().await {
+        ServerCall::Cancel { id } => assert_eq!(id, second.id.to_string()),
+        other => panic!("expected the cancel, got {other:?}"),
+    }
+    stream
+        .send(ended(&second, CallEnd::bare(CallStatus::Canceled), 3))
+        .await;
+    let canceled = cancel.await.unwrap().expect("the call");
+    assert_eq!(canceled.status, CallStatus::Canceled);
+    assert_eq!(
+        canceled.duration_ms,
+        Some(3),
+        "the agent's end, not a fallback"
+    );
+
+    // A pending call cancelled before any stream took it ends at once.
+    drop(stream);
+    let started = Instant::now();
+    while holder.hub.metrics().in_flight > 0 || started.elapsed() < Duration::from_millis(50) {
+        assert!(started.elapsed() < DEADLINE);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn a_replica_whose_lease_was_taken_over_closes_its_stream_and_never_delivers(world: World) {
+    let holder = world.serve(quick(), None).await;
+    let other = world.replica(quick()).await;
+    let agent = holder.agent().await;
+    let mut stream = holder.open(&agent, RUN).await.unwrap();
+    let call = other.call(&agent, "c1", 60_000).await;
+    other.hub.dispatch(&call).await.unwrap();
+    stream.accept(&call).await;
+
+    // Another replica's newer stream for the agent (as after a reconnect through the
+    // balancer) fences the holder's: its delivered call ends at once, and the holder
+    // closes its stream at its next renewal.
+    let newer = world.serve(quick(), None).await;
+    let mut moved = newer.open(&agent, RUN).await.unwrap();
+    let lost = other.hub.wait(call.id, DEADLINE).await.unwrap().unwrap();
+    assert_eq!(
+        (lost.status, lost.reason),
+        (CallStatus::Unknown, Some(CallReason::StreamLost))
+    );
+    assert!(stream.closed().await, "the fenced stream was closed");
+
+    // Calls now go to the newer stream only.
+    let next = other.call(&agent, "c2", 60_000).await;
+    let sent = other.hub.dispatch(&next).await.unwrap();
+    assert!(sent.delivered);
+    moved.accept(&next).await;
+    moved
+        .send(ended(
+            &next,
+            CallEnd::complete(json!({"content": []}), false),
+            1,
+        ))
+        .await;
+    let done = other.hub.wait(next.id, DEADLINE).await.unwrap().unwrap();
+    assert_eq!(done.status, CallStatus::Complete);
+}
+
+async fn duplicate_calls_split_over_two_replicas_run_once(world: World) {
+    let holder = world.serve(quick(), None).await;
+    let other = world.replica(quick()).await;
+    let agent = holder.agent().await;
+    let mut stream = holder.open(&agent, RUN).await.unwrap();
+    let request = NewToolCall {
+        chat: agent.chat,
+        turn: agent.turn,
+        call_id: "same".into(),
+        name: "fs__read".into(),
+        arguments: r#"{"path":"/etc/hostname"}"#.into(),
+        timeout_ms: 60_000,
+    };
+    let attempts = (0..10).map(|n| {
+        let (store, hub) = if n % 2 == 0 {
+            (holder.store.clone(), Arc::clone(&holder.hub))
+        } else {
+            (other.store.clone(), Arc::clone(&other.hub))
+        };
+        let request = request.clone();
+        tokio::spawn(async move {
+            match store.admit_tool_call(&request).await.unwrap().unwrap() {
+                CallAdmission::Started(call) => {
+                    hub.dispatch(&call).await.unwrap();
+                    (true, call.id)
+                }
+                CallAdmission::Existing(call) => (false, call.id),
+                other => panic!("admission: {other:?}"),
+            }
+        })
+    });
+    let mut answers = Vec::new();
+    for attempt in attempts.collect::<Vec<_>>() {
+        answers.push(attempt.await.unwrap());
+    }
+    assert_eq!(answers.iter().filter(|(started, _)| *started).count(), 1);
+    let id = answers[0].1;
+    assert!(answers.iter().all(|(_, call)| *call == id), "{answers:?}");
+    match stream.next().await {
+        ServerCall::Call(call) => assert_eq!(call.id, id.to_string()),
+        other => panic!("expected the call, got {other:?}"),
+    }
+    // Nothing else arrives: the one call was sent once.
+    let quiet = tokio::time::timeout(Duration::from_millis(300), stream.next()).await;
+    assert!(quiet.is_err(), "a second message: {quiet:?}");
 }

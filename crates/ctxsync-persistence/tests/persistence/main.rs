@@ -2,6 +2,7 @@
 
 mod common;
 
+mod audit;
 mod behaviour;
 mod call_channel;
 mod delta;

@@ -15,13 +15,16 @@ struct Name {
 }
 
 const TABLES: &[&str] = &[
+    "call_streams",
     "chat_context_resources",
     "chat_turn_activations",
     "chat_turns",
     "chats",
+    "deployment_secrets",
     "gate_attempts",
     "page_links",
     "page_sessions",
+    "tool_call_audit",
     "tool_calls",
     "workspace_agent_context_resources",
     "workspace_agent_context_snapshots",

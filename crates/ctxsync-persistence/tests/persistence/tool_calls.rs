@@ -9,8 +9,8 @@ use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{
     AgentId, CTXSYNC_SERVER, CallAdmission, ChatId, ChatTurnMode, FIND_TOOLS_NAME,
-    MAX_CALLS_PER_TURN, MAX_TURNS_PER_CHAT, NewToolCall, NewTurn, Store, StoreError,
-    ToolCallRecord, ToolOrigin, TurnId, TurnOrigin,
+    MAX_CALLS_PER_TURN, MAX_RECENT_CHAT_CALLS, MAX_TURNS_PER_CHAT, NewToolCall, NewTurn, Store,
+    StoreError, ToolCallRecord, ToolOrigin, TurnId, TurnOrigin,
 };
 use ctxsync_protocol::{RunId, Startup};
 use serde_json::json;
@@ -32,6 +32,7 @@ ctxsync_test_support::on_both_backends! {
     running_calls_of_an_agent_end_together,
     calls_go_with_their_turn_and_running_ones_are_cancelled_first,
     concurrent_duplicates_start_one_call,
+    a_chats_recent_calls_come_newest_first_and_bounded,
 }
 
 const RUN: &str = "run-1";
@@ -651,4 +652,47 @@ async fn concurrent_duplicates_start_one_call(db: TestStore) {
     assert_eq!(started_ids.len(), 1, "exactly one starts");
     assert_eq!(existing_ids.len(), 9);
     assert!(existing_ids.iter().all(|id| *id == started_ids[0]));
+}
+
+/// The page's list: the chat's own calls only, newest first across turns, never more
+/// than the cap whatever the caller asks.
+async fn a_chats_recent_calls_come_newest_first_and_bounded(db: TestStore) {
+    let store = db.store();
+    let w = world(store, true).await;
+    let other = world(store, true).await;
+    started(admit(store, &call_of(&other, "elsewhere")).await);
+    for n in 0..3 {
+        started(admit(store, &call_of(&w, &format!("c{n}"))).await);
+    }
+    let later_turn = World {
+        turn: new_turn(store, w.chat, Some(origin(w.agent, RUN))).await,
+        ..w
+    };
+    refused(
+        admit(store, &request(&later_turn, "last", "nope", json!({}))).await,
+        CallReason::NotInTurn,
+    );
+    let ids = |calls: Vec<ToolCallRecord>| -> Vec<String> {
+        calls.into_iter().map(|c| c.call_id).collect()
+    };
+    assert_eq!(
+        ids(store.chat_tool_calls(w.chat, 10).await.unwrap()),
+        ["last", "c2", "c1", "c0"]
+    );
+    assert_eq!(
+        ids(store.chat_tool_calls(w.chat, 2).await.unwrap()),
+        ["last", "c2"]
+    );
+    assert!(store.chat_tool_calls(w.chat, 0).await.unwrap().is_empty());
+    for n in 0..MAX_RECENT_CHAT_CALLS {
+        started(admit(store, &call_of(&later_turn, &format!("more{n}"))).await);
+    }
+    assert_eq!(
+        store
+            .chat_tool_calls(w.chat, usize::MAX)
+            .await
+            .unwrap()
+            .len(),
+        MAX_RECENT_CHAT_CALLS
+    );
 }

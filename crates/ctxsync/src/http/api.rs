@@ -483,6 +483,82 @@ pub struct ToolCallBody {
     pub ended_at: Option<String>,
 }
 
+/// `GET /api/tool-calls`' query: every filter given must hold.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ToolCallAuditParams {
+    /// Only calls that went to this agent.
+    #[param(value_type = Option<String>, format = Uuid)]
+    pub agent: Option<String>,
+    /// Only calls of this chat.
+    #[param(value_type = Option<String>, format = Uuid)]
+    pub chat: Option<String>,
+    /// Only calls that ended at or after this time (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub since: Option<String>,
+    /// Rows per page: 1 to 500, default 50.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
+    pub limit: Option<String>,
+    /// A previous page's `next_cursor`: answers the page after it.
+    pub cursor: Option<String>,
+}
+
+/// `GET /api/tool-calls`' answer: a page of the tool-call audit log.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ToolCallAuditPage {
+    /// Newest first: by end time, then by the call's id.
+    pub calls: Vec<ToolCallAuditEntry>,
+    /// Give it back as `cursor` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A call's end as the audit log keeps it (for `--tool-call-audit-days`, whatever became
+/// of its turn, chat or agent). Never its arguments or result.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ToolCallAuditEntry {
+    /// The call's server-assigned id.
+    #[schema(format = Uuid)]
+    pub tool_call_id: String,
+    /// The agent the call went to; `null` for find_tools and for a turn without one.
+    #[schema(format = Uuid)]
+    pub agent_id: Option<String>,
+    /// The chat (it may have been deleted since).
+    #[schema(format = Uuid)]
+    pub chat_id: String,
+    /// The turn (it may have been pruned since).
+    #[schema(format = Uuid)]
+    pub turn_id: String,
+    /// The caller's id for the call.
+    pub call_id: String,
+    /// The model-facing name called.
+    pub name: String,
+    /// The MCP server (`ctxsync` for find_tools; empty when the name resolved to nothing).
+    pub server: String,
+    /// The tool's own name on that server (empty when the name resolved to nothing).
+    pub tool: String,
+    /// How the call ended.
+    pub status: ctxsync_mcp_model::CallStatus,
+    /// For `refused` and `unknown`: why.
+    pub reason: Option<ctxsync_mcp_model::CallReason>,
+    /// For `error`: the error's JSON-RPC code (0 when there is none); never its message.
+    pub error_code: Option<i64>,
+    /// How long the call ran, in milliseconds.
+    pub duration_ms: Option<u64>,
+    /// HMAC-SHA256 of the canonical arguments under the deployment's secret, lower-case
+    /// hex: equal arguments give equal digests on every replica, and the arguments cannot
+    /// be read back from it.
+    pub arguments_digest: String,
+    /// Length of the canonical arguments in bytes.
+    pub arguments_size: u64,
+    /// Length of the stored result JSON in bytes; `null` without a result.
+    pub result_size: Option<u64>,
+    /// The result was cut to fit the agent's cap.
+    pub truncated: bool,
+    /// When the end was recorded (RFC 3339).
+    #[schema(format = DateTime)]
+    pub ended_at: String,
+}
+
 /// A one-time link to the chat's page.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PageLink {
@@ -518,6 +594,7 @@ pub struct PageLink {
         super::tool_calls::start_call,
         super::tool_calls::get_call,
         super::tool_calls::cancel_call,
+        super::audit::list_calls,
         super::handlers::chat_panel,
         super::handlers::refresh_context,
         super::handlers::context_events,

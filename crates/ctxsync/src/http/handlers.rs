@@ -616,10 +616,15 @@ pub(super) async fn refresh_context(
 /// notifications, and a slow re-check covers a lost one). Unchanged panels are not
 /// re-sent; while the banner names servers still connecting, their whole seconds move
 /// on, so a re-check then re-sends the panel with the new waits.
+///
+/// Beside them, `tool_call` events: the chat's recent calls at once, then each call as it
+/// starts, progresses (a few times a second at most) and ends. A page session reads this
+/// stream, so these carry only what a person may see of a call, never what it was given
+/// or answered; the call routes themselves stay the API token's.
 #[utoipa::path(get, path = "/api/chats/{id}/context/events", tag = "chats",
     params(("id" = String, Path, format = Uuid, description = "The chat's id")),
     responses(
-        (status = 200, description = "Server-sent `panel` events, each `{\"html\": fragment, \"panel\": panel JSON}`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "Server-sent events. `panel`: `{\"html\": fragment, \"panel\": panel JSON}`, the current panel first, then each change. `tool_call`: `{\"id\", \"turn\", \"name\", \"status\", \"progress\": {\"progress\", \"total\"} or null, \"duration_ms\", \"truncated\", \"phase\": \"started\" | \"progress\" | \"ended\"}`, the chat's recent calls first (oldest first), then each call as it starts, progresses (a few times a second at most) and ends; never a call's arguments, result, error or model text", content_type = "text/event-stream", body = String),
         (status = 400, description = "The id is not a UUID", body = ErrorBody),
         (status = 403, description = "A page session for another chat", body = ErrorBody),
         (status = 404, description = "No such chat", body = ErrorBody),
@@ -631,10 +636,12 @@ pub(super) async fn context_events(
     let chat: ChatId = parse_id(&raw, "chat")?;
     let slot = state.event_streams.open(chat)?;
     let subscription = state.store.subscribe_chat(chat).await?;
+    let calls = state.store.subscribe_chat_calls(chat);
     // Read after subscribing, so a change between the two is never missed.
     let (_, loaded) = loaded_chat(&state, &raw).await?;
     let first = panel_of(chat, &loaded);
     let every = state.event_recheck.max(super::bounds::MIN_EVENT_RECHECK);
+    let calls = super::call_events::call_events(state.store.clone(), chat, calls, every).map(Ok);
     let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stopping = state.stopping.clone();
@@ -683,7 +690,7 @@ pub(super) async fn context_events(
     );
     // The stream ends when the server stops (the client reconnects elsewhere); the slot
     // is freed when it ends or its client goes away.
-    let stream = stream
+    let stream = futures::stream::select(stream, calls)
         .take_until(async move {
             let _ = stopping.wait_for(|stop| *stop).await;
         })

@@ -1,10 +1,12 @@
 //! The HTTP side of `ctxsync server`: the chat API (JSON, bearer token), server-sent
-//! context events, the chat's web page, `/healthz` and `/metrics`.
+//! context and tool-call events, the chat's web page, `/healthz` and `/metrics`.
 
 pub mod api;
 pub mod api_token;
+mod audit;
 mod auth;
 pub mod bounds;
+mod call_events;
 mod handlers;
 mod metrics;
 mod page;
@@ -86,6 +88,7 @@ pub fn router(state: AppState) -> Router {
             "/api/chats/{id}/turns/{turn}/tool-calls/{call_id}",
             get(tool_calls::get_call).delete(tool_calls::cancel_call),
         )
+        .route("/api/tool-calls", get(audit::list_calls))
         .route(
             "/api/chats/{id}/context",
             get(handlers::chat_panel).put(handlers::refresh_context),

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use ctxsync_chat_projection::store::load_chat;
 use ctxsync_context_ui::{
-    PAGE_SCRIPT, PAGE_STYLE, PageShell, build_chat_panel, escape, render_page_for,
+    PAGE_SCRIPT, PAGE_STYLE, PageShell, build_chat_panel, escape, render_page_with_calls,
 };
 use ctxsync_persistence::ChatId;
 use serde::Deserialize;
@@ -143,8 +143,19 @@ pub(super) async fn page(
         },
         None => None,
     };
+    // Read after the panel: the page's event stream starts with the calls' current state,
+    // so one that changes in between is corrected as soon as the stream opens.
+    let calls = match super::call_events::recent_items(&state.store, chat).await {
+        Ok(calls) => calls,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
     let panel = build_chat_panel(&chat.to_string(), &loaded.context, &loaded.binding);
-    Html(render_page_for(&panel, agent_name.as_deref())).into_response()
+    Html(render_page_with_calls(
+        &panel,
+        agent_name.as_deref(),
+        &calls,
+    ))
+    .into_response()
 }
 
 /// `POST /chats/{id}/session` (the link page's form, `token=…`): uses the token up, starts
@@ -243,6 +254,16 @@ mod tests {
             (Method::GET, &format!("/api/chats/{id}")),
             (Method::GET, &format!("/api/chats/{id}/context/events/")),
             (Method::GET, "/metrics"),
+            // The stream carries the calls' safe fields; the calls themselves stay the
+            // API token's.
+            (
+                Method::GET,
+                &format!("/api/chats/{id}/turns/{id}/tool-calls/c1"),
+            ),
+            (
+                Method::POST,
+                &format!("/api/chats/{id}/turns/{id}/tool-calls"),
+            ),
         ] {
             assert_eq!(session_route_chat(&method, path), None, "{method} {path}");
         }

@@ -1,7 +1,7 @@
 //! The command line end to end: `ctxsync discover` (JSON and table), `ctxsync agent
 //! --no-mcp`, and the one clear line for a wrong flag, a missing or wrong token; an
-//! unreachable server is retried, not fatal; JSON logs, `context --json` and shell
-//! completions.
+//! unreachable server is retried, not fatal; JSON logs, `context --json`, `calls` and
+//! shell completions; the demo's tool call, printed and listed on its page.
 
 use crate::processes;
 
@@ -288,6 +288,88 @@ async fn json_logs_are_one_object_per_line_and_the_panel_prints_as_json() {
     );
 }
 
+/// `ctxsync calls` against a server process: the audit log's page as JSON and as a table;
+/// a bad flag or a value the server refuses is one clear line, as is a retention out of
+/// bounds for `ctxsync server`.
+#[tokio::test]
+async fn calls_prints_the_audit_log_as_json_and_as_a_table() {
+    use ctxsync_persistence::{CallAdmission, ChatTurnMode, NewToolCall, NewTurn};
+
+    let store = database(Backend::Sqlite).await.unwrap();
+    let agent = store.create_agent("audit").await.unwrap();
+    let chat = store.create_chat(Some(agent.id)).await.unwrap().id;
+    let turn = NewTurn {
+        mode: ChatTurnMode::Default,
+        outcome: serde_json::json!({}),
+        tools: serde_json::json!([]),
+        origin: None,
+    };
+    let turn = store.record_turn(chat, &turn).await.unwrap().id;
+    // A turn without a recorded origin refuses every call: an end the log keeps.
+    let call = NewToolCall {
+        chat,
+        turn,
+        call_id: "c1".into(),
+        name: "nope".into(),
+        arguments: "{}".into(),
+        timeout_ms: 1_000,
+    };
+    let admission = store.admit_tool_call(&call).await.unwrap();
+    assert!(
+        matches!(admission, Some(CallAdmission::Refused(_))),
+        "{admission:?}"
+    );
+    let logs = Logs::new();
+    let mut server = ServerProcess::start_with(&store, &logs, &[]).await;
+    let calls = |extra: &[&str]| {
+        let mut command = ctxsync();
+        command
+            .arg("calls")
+            .args(extra)
+            .args(["--server", &server.http_url(), "--data-dir"])
+            .arg(store.sqlite_data_dir().unwrap());
+        command
+    };
+
+    let out = output(&mut calls(&["--json", "--chat", &chat.to_string()])).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(page["calls"][0]["name"], "nope", "{page:#}");
+    assert_eq!(page["calls"][0]["reason"], "not_in_turn", "{page:#}");
+    assert_eq!(page["next_cursor"], serde_json::Value::Null);
+
+    let out = output(&mut calls(&[])).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = lines(&out.stdout);
+    assert!(table[0].starts_with("ENDED"), "{table:#?}");
+    assert!(table[1].contains("refused/not_in_turn"), "{table:#?}");
+
+    for (extra, expected) in [
+        (
+            &["--limit", "0"][..],
+            "error: invalid value '0' for '--limit <N>'",
+        ),
+        (
+            &["--agent", "x"][..],
+            "error: the server answered 400 Bad Request: agent:",
+        ),
+    ] {
+        let out = output(&mut calls(extra)).await;
+        assert!(!out.status.success(), "{extra:?}");
+        let stderr = lines(&out.stderr);
+        assert!(stderr[0].starts_with(expected), "{extra:?}: {stderr:#?}");
+    }
+    assert!(server.terminate().await.0.success());
+
+    let out = output(ctxsync().args(["server", "--tool-call-audit-days", "0"])).await;
+    assert!(!out.status.success());
+    let stderr = lines(&out.stderr);
+    assert!(
+        stderr[0].starts_with("error: invalid value '0' for '--tool-call-audit-days <DAYS>'"),
+        "{stderr:#?}"
+    );
+}
+
 #[tokio::test]
 async fn completion_scripts_complete_subcommands_in_bash_and_cover_other_shells() {
     let script = output(ctxsync().args(["completions", "bash"])).await;
@@ -462,4 +544,87 @@ async fn with_json_logs_every_line_of_both_streams_is_an_object() {
             .is_some_and(|m| m.starts_with("error: ")),
         "{last}"
     );
+}
+
+/// `ctxsync demo` (issue 37): after its first turn it calls a tool of its docs server
+/// through the chat API and prints the call's `model_text`; the page its one-time link
+/// opens lists that call. SIGTERM then stops it cleanly.
+#[tokio::test]
+async fn the_demo_calls_a_tool_and_its_page_lists_the_call() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut demo = ctxsync()
+        .arg("demo")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the demo starts");
+    let mut stdout = BufReader::new(demo.stdout.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    let link = tokio::time::timeout(WAIT, async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            printed.push(line.clone());
+            if let Some((_, url)) =
+                line.split_once("Web page (one-time link; it lists the tool call): ")
+            {
+                return url.to_owned();
+            }
+        }
+        panic!(
+            "the demo ended before printing its link:\n{}",
+            printed.join("\n")
+        );
+    })
+    .await
+    .expect("the demo prints its link in time");
+    let printed = printed.join("\n");
+    assert!(
+        printed.contains("Calling docs__search_docs through the chat API")
+            && printed.contains("Tool call demo-call-1: complete in ")
+            && printed
+                .contains("model_text:\n  search_docs called with {\"query\":\"getting started\"}"),
+        "{printed}"
+    );
+
+    // The link's button, as a browser presses it, then the page under its session.
+    let (page_url, token) = link.split_once("?token=").unwrap();
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let exchanged = browser
+        .post(format!("{page_url}/session"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(exchanged.status(), 303);
+    let cookie = exchanged.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let page = browser
+        .get(page_url)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(
+        page.contains(r#"/demo-call-1" data-status="complete"><code class="call-name">docs__search_docs</code>"#),
+        "the page lists the demo's call:\n{page}"
+    );
+    assert!(
+        !page.contains("getting started"),
+        "never the call's arguments"
+    );
+
+    let pid = demo.id().expect("the demo runs").to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let status = tokio::time::timeout(WAIT, demo.wait())
+        .await
+        .expect("the demo stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
 }

@@ -973,3 +973,352 @@ async fn a_stale_banner_clears_live_when_the_fresh_run_publishes() {
     assert_no_reload_and_no_csp_violation(&browser).await;
     browser.close().await.unwrap();
 }
+
+/// The `ctxsync` binary: the agent and the fixture MCP server of the calls test.
+const CTXSYNC: &str = env!("CARGO_BIN_EXE_ctxsync");
+/// The agent's result cap in the calls test: small, so one call comes back truncated.
+const RESULT_CAP_BYTES: usize = 1024;
+
+/// A real `ctxsync agent` whose workspace declares the fixture `calls` with its call
+/// tools (slow ones with progress among them), killed on drop with its children.
+struct CallingAgent {
+    _process: tokio::process::Child,
+    _workspace: tempfile::TempDir,
+}
+
+impl CallingAgent {
+    fn start(h: &Harness, token: &str) -> Self {
+        let workspace = tempfile::tempdir().expect("workspace");
+        let mut args = vec!["mcp-fixture".to_owned()];
+        args.extend(
+            ctxsync_mcp_fixture::FixtureConfig::new()
+                .tools(0)
+                .call_tools()
+                .to_args(),
+        );
+        let servers =
+            serde_json::json!({ "mcpServers": { "calls": { "command": CTXSYNC, "args": args } } });
+        std::fs::write(workspace.path().join(".mcp.json"), servers.to_string()).unwrap();
+        let process = tokio::process::Command::new(CTXSYNC)
+            .args(["agent", "--server", &h.server.agent_url(), "--workspace"])
+            .arg(workspace.path())
+            .args(["--mcp-timeout-ms", "20000"])
+            .args(["--tool-result-max-bytes", &RESULT_CAP_BYTES.to_string()])
+            .env("CTXSYNC_AGENT_TOKEN", token)
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the agent starts");
+        Self {
+            _process: process,
+            _workspace: workspace,
+        }
+    }
+}
+
+/// A turn of `chat` that lists the fixture's call tools (the first turn waits for the
+/// agent's discovery; a turn built before its tools arrived is followed by another).
+async fn turn_with_call_tools(h: &Harness, chat: &str) -> String {
+    let deadline = std::time::Instant::now() + LIVE;
+    loop {
+        let (status, turn) = h
+            .call(
+                reqwest::Method::POST,
+                &format!("/api/chats/{chat}/turns"),
+                Some(serde_json::json!({})),
+            )
+            .await;
+        assert_eq!(status, 200, "{turn}");
+        let listed = turn["tools"]
+            .as_array()
+            .is_some_and(|tools| tools.iter().any(|t| t["name"] == "calls__progress"));
+        if listed {
+            return turn["turn_id"].as_str().expect("a stored turn").to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent's call tools never reached a turn: {turn}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Calls `name` in `turn` without waiting for its end; answers the call's JSON.
+async fn start_call(
+    h: &Harness,
+    chat: &str,
+    turn: &str,
+    call_id: &str,
+    name: &str,
+    arguments: serde_json::Value,
+) -> serde_json::Value {
+    let (status, call) = h
+        .call(
+            reqwest::Method::POST,
+            &format!("/api/chats/{chat}/turns/{turn}/tool-calls"),
+            Some(serde_json::json!({
+                "call_id": call_id, "name": name, "arguments": arguments, "wait_ms": 0,
+            })),
+        )
+        .await;
+    assert!(matches!(status, 200 | 202), "{status}: {call}");
+    call
+}
+
+/// The selector of call `call_id`'s row.
+fn call_row(call_id: &str) -> String {
+    format!("#tool-call-list li.call[data-key$='/{call_id}']")
+}
+
+/// Waits until call `call_id`'s row shows `status`; answers the row's text.
+async fn call_row_with_status(browser: &Browser, call_id: &str, status: &str) -> String {
+    let row = call_row(call_id);
+    browser
+        .wait_for(
+            &format!(
+                "const row = document.querySelector(\"{row}\"); \
+                 return row && row.dataset.status === '{status}' ? row.innerText : null;"
+            ),
+            LIVE,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("call {call_id} shows {status}: {e}"))
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Scrolls the calls list into view, checks it with axe-core and saves its screenshot.
+async fn check_calls_state(browser: &Browser, axe: &str, state: &str) {
+    browser
+        .eval("document.getElementById('tool-calls').scrollIntoView(); return true;")
+        .await
+        .unwrap();
+    assert_accessible(browser, axe, state).await;
+    save_screenshot(browser, state).await;
+}
+
+/// Running: a real agent runs the fixture's `progress` tool; its row says "running" in
+/// words, with a labelled progress bar that fills as the tool reports.
+async fn check_running_call(h: &Harness, browser: &Browser, axe: &str, chat: &str, turn: &str) {
+    assert!(
+        browser
+            .text("#calls-empty")
+            .await
+            .unwrap()
+            .is_some_and(|t| t == "No tool calls yet."),
+        "the empty list says so"
+    );
+    let call = start_call(
+        h,
+        chat,
+        turn,
+        "slow-1",
+        "calls__progress",
+        serde_json::json!({ "steps": 8, "interval_ms": 500 }),
+    )
+    .await;
+    assert_eq!(call["status"], "running", "{call}");
+    let row = call_row("slow-1");
+    let text = browser
+        .wait_for(
+            &format!(
+                "const row = document.querySelector(\"{row}\"); \
+                 const bar = row && row.querySelector('progress[value]'); \
+                 return bar && Number(bar.value) >= 2 ? row.innerText : null;"
+            ),
+            LIVE,
+        )
+        .await
+        .expect("the running call's bar shows its progress")
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        text.contains("calls__progress") && text.contains("running"),
+        "{text}"
+    );
+    assert!(text.contains(" of 8"), "the progress in words: {text}");
+    assert_eq!(
+        browser
+            .eval(&format!(
+                "const bar = document.querySelector(\"{row} progress\"); \
+                 return [bar.getAttribute('aria-label'), bar.max];"
+            ))
+            .await
+            .unwrap(),
+        serde_json::json!(["Progress of calls__progress", 8])
+    );
+    assert_eq!(
+        browser
+            .eval("return document.getElementById('calls-empty').hidden")
+            .await
+            .unwrap(),
+        true
+    );
+    check_calls_state(browser, axe, "calls-running").await;
+}
+
+/// Complete: the bar goes, the duration shows; a result over the agent's cap is marked
+/// truncated.
+async fn check_complete_calls(h: &Harness, browser: &Browser, axe: &str, chat: &str, turn: &str) {
+    let text = call_row_with_status(browser, "slow-1", "complete").await;
+    assert!(
+        text.contains("complete") && (text.contains(" s") || text.contains(" ms")),
+        "status and duration: {text}"
+    );
+    assert_eq!(
+        browser
+            .eval(&format!(
+                "return document.querySelectorAll(\"{} progress\").length",
+                call_row("slow-1")
+            ))
+            .await
+            .unwrap(),
+        0,
+        "no bar once it ended"
+    );
+    start_call(
+        h,
+        chat,
+        turn,
+        "big-1",
+        "calls__sized_result",
+        serde_json::json!({ "bytes": RESULT_CAP_BYTES * 4 }),
+    )
+    .await;
+    let big = call_row_with_status(browser, "big-1", "complete").await;
+    assert!(big.contains("truncated"), "{big}");
+    let order = browser
+        .eval(
+            "return Array.from(document.querySelectorAll('#tool-call-list li.call'))
+               .map(li => li.dataset.key.split('/')[1]);",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        order,
+        serde_json::json!(["big-1", "slow-1"]),
+        "newest first"
+    );
+    check_calls_state(browser, axe, "calls-complete").await;
+}
+
+/// Error and refused: a tool's JSON-RPC error and a name the turn lacks, each said in
+/// words; the status line announced the last end.
+async fn check_failed_calls(h: &Harness, browser: &Browser, axe: &str, chat: &str, turn: &str) {
+    start_call(
+        h,
+        chat,
+        turn,
+        "fail-1",
+        "calls__fail",
+        serde_json::json!({ "mode": "rpc", "message": "the index is offline" }),
+    )
+    .await;
+    let failed = call_row_with_status(browser, "fail-1", "error").await;
+    assert!(failed.contains("error"), "{failed}");
+    assert!(
+        !failed.contains("the index is offline"),
+        "the error's text stays with the API: {failed}"
+    );
+    start_call(h, chat, turn, "nope-1", "not_a_tool", serde_json::json!({})).await;
+    let refused = call_row_with_status(browser, "nope-1", "refused").await;
+    assert!(refused.contains("refused"), "{refused}");
+    let live = browser
+        .wait_for(
+            "const t = document.getElementById('calls-live').textContent; \
+             return t.includes('not_a_tool') ? t : null;",
+            LIVE,
+        )
+        .await
+        .expect("the end is announced");
+    assert_eq!(live, "Tool call not_a_tool: refused in 0 ms.");
+    check_calls_state(browser, axe, "calls-error").await;
+}
+
+/// The rows the script built equal the ones the server writes for the same calls (read
+/// through the page's own session), and a phone-sized window keeps the list inside it.
+async fn check_script_rows_match_and_narrow_layout(browser: &Browser, axe: &str) {
+    let compared = browser
+        .eval_async(
+            "const done = arguments[arguments.length - 1];
+             const rows = d => Array.from(d.querySelectorAll('#tool-call-list li.call')).map(li => li.outerHTML);
+             fetch(location.href, { credentials: 'same-origin' }).then(r => r.text()).then(html => {
+               const served = new DOMParser().parseFromString(html, 'text/html');
+               done({ live: rows(document), served: rows(served) });
+             }, e => done({ error: String(e) }));",
+            LIVE,
+        )
+        .await
+        .expect("the page is fetched again");
+    assert_eq!(
+        compared["live"].as_array().map(Vec::len),
+        Some(4),
+        "{compared}"
+    );
+    assert_eq!(
+        compared["live"], compared["served"],
+        "script and server write the same rows"
+    );
+    browser.set_window_size(360, 800).await.unwrap();
+    browser
+        .wait_for("return window.innerWidth <= 400", LIVE)
+        .await
+        .expect("the window narrows");
+    let overflow = browser
+        .eval(
+            "return Array.from(document.querySelectorAll('#tool-calls, #tool-calls *'))
+               .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+               .map(e => e.className || e.tagName);",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        overflow,
+        serde_json::json!([]),
+        "nothing sticks out of a narrow window"
+    );
+    check_calls_state(browser, axe, "calls-narrow").await;
+}
+
+/// The chat's tool calls on its page (issue 37): a real agent runs the fixture's tools
+/// through the chat API while the page is open; the list shows each call live — running
+/// with a labelled progress bar, complete with its duration, truncated, error and
+/// refused in words — without a reload, axe-core finds nothing serious in any state, and
+/// a screenshot of each lands in `target/screenshots/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_lists_the_chats_tool_calls_live() {
+    // Heavy: one at a time in this binary (see ctxsync-test-support's `heavy`).
+    let _heavy = ctxsync_test_support::heavy().await;
+    if !browser_available() {
+        return;
+    }
+    let axe = axe_source();
+    let h = Harness::start(Backend::Sqlite)
+        .await
+        .expect("SQLite always starts");
+    let created = h
+        .server
+        .store
+        .create_agent("build-box")
+        .await
+        .expect("agent");
+    let _agent = CallingAgent::start(&h, created.token.expose());
+    let chat = h.new_chat(created.id).await;
+    let turn = turn_with_call_tools(&h, &chat).await;
+
+    let (chromium, chromedriver) = browser_paths();
+    let browser = Browser::start(&chromium, &chromedriver)
+        .await
+        .expect("browser starts");
+    open_page(&h, &browser, &chat).await;
+    check_running_call(&h, &browser, &axe, &chat, &turn).await;
+    check_complete_calls(&h, &browser, &axe, &chat, &turn).await;
+    check_failed_calls(&h, &browser, &axe, &chat, &turn).await;
+    assert_no_reload_and_no_csp_violation(&browser).await;
+    check_script_rows_match_and_narrow_layout(&browser, &axe).await;
+    browser.close().await.unwrap();
+}

@@ -40,6 +40,7 @@ async fn every_api_route_refuses_a_missing_or_wrong_token(h: Harness) {
         (Method::PUT, format!("/api/chats/{chat}/context")),
         (Method::GET, format!("/api/chats/{chat}/context/events")),
         (Method::POST, format!("/api/chats/{chat}/link")),
+        (Method::GET, "/api/tool-calls".to_string()),
         (Method::GET, "/metrics".to_string()),
     ];
     for (method, path) in routes {

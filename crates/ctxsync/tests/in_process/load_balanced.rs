@@ -19,7 +19,7 @@ use support::webdriver::{Browser, browser_available, browser_paths};
 
 const CTXSYNC: &str = env!("CARGO_BIN_EXE_ctxsync");
 /// Bound on anything a test waits for: each step takes well under a tenth of it here.
-const WAIT: Duration = Duration::from_secs(60);
+pub(crate) const WAIT: Duration = Duration::from_secs(60);
 /// The replicas' gate budget: far above a release's latency, far below [`WAIT`].
 const REPLICA_FLAGS: &[&str] = &["--discovery-budget-ms", "20000"];
 /// Polls of HAProxy's statistics that must agree before a test trusts what they show.
@@ -34,7 +34,7 @@ async fn balanced() -> Option<LoadBalanced> {
 }
 
 /// An agent (its id and token) and a chat bound to it, created through the balancer.
-async fn agent_and_chat(lb: &LoadBalanced) -> (String, String, String) {
+pub(crate) async fn agent_and_chat(lb: &LoadBalanced) -> (String, String, String) {
     let agent = lb
         .call(Method::POST, "/api/agents", Some(json!({ "name": "lb" })))
         .await;
@@ -52,7 +52,7 @@ async fn agent_and_chat(lb: &LoadBalanced) -> (String, String, String) {
 }
 
 /// A workspace whose `.mcp.json` declares `servers` (name → fixture), with an `AGENTS.md`.
-fn workspace(servers: &[(&str, FixtureConfig)]) -> tempfile::TempDir {
+pub(crate) fn workspace(servers: &[(&str, FixtureConfig)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let mut declared = serde_json::Map::new();
     for (name, config) in servers {
@@ -77,7 +77,12 @@ fn slow_server(delay: Duration, tool: &str) -> FixtureConfig {
 }
 
 /// Polls the chat through the balancer until `done` holds (bounded by [`WAIT`]).
-async fn wait_for_chat(lb: &LoadBalanced, chat: &str, what: &str, done: impl Fn(&Value) -> bool) {
+pub(crate) async fn wait_for_chat(
+    lb: &LoadBalanced,
+    chat: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) {
     let done = &done;
     let path = format!("/api/chats/{chat}");
     let path = path.as_str();
@@ -258,7 +263,7 @@ async fn a_context_refresh_through_the_balancer() {
 
 /// A browser on the balancer, signed in to `chat`'s page through a link minted by one
 /// replica and opened on the other (checked first without the browser).
-async fn open_page(lb: &LoadBalanced, chat: &str) -> Browser {
+pub(crate) async fn open_page(lb: &LoadBalanced, chat: &str) -> Browser {
     let link = lb
         .call(Method::POST, &format!("/api/chats/{chat}/link"), None)
         .await;

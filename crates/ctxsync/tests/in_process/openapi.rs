@@ -71,6 +71,7 @@ fn the_document_is_openapi_3_1_with_exact_schemas() {
         "/api/chats/{id}/find-tools",
         "/api/chats/{id}/turns/{turn}/tool-calls",
         "/api/chats/{id}/turns/{turn}/tool-calls/{call_id}",
+        "/api/tool-calls",
         "/api/chats/{id}/context",
         "/api/chats/{id}/context/events",
         "/api/chats/{id}/link",
@@ -103,6 +104,8 @@ fn the_document_is_openapi_3_1_with_exact_schemas() {
         "ErrorBody",
         "ToolCallRequest",
         "ToolCallBody",
+        "ToolCallAuditPage",
+        "ToolCallAuditEntry",
     ] {
         let schema = &schemas[name];
         assert!(

@@ -102,6 +102,7 @@ async fn a_session_reaches_only_its_chats_page_events_and_refresh() {
         (Method::POST, format!("/api/chats/{chat}/turns")),
         (Method::POST, format!("/api/chats/{chat}/find-tools")),
         (Method::GET, format!("/api/chats/{chat}/context")),
+        (Method::GET, "/api/tool-calls".to_owned()),
         (Method::GET, "/metrics".to_owned()),
     ] {
         let response = with_session(&h, method.clone(), &path, &session).await;

@@ -33,6 +33,7 @@ ctxsync_test_support::on_both_backends! {
     the_call_command_calls_in_a_new_turn_and_fails_unless_complete,
     find_tools_through_the_call_route_activates_with_structured_content,
     a_call_reaches_the_agents_stream_and_its_end_comes_back,
+    the_event_stream_shows_calls_but_never_their_arguments_or_results,
 }
 
 async fn start(backend: Backend) -> Option<Harness> {
@@ -722,5 +723,289 @@ async fn fake_agent(
             }
         }
         (seen, None)
+    })
+}
+
+/// A secret-looking value put in a call's arguments: the tool gets it and echoes it in
+/// its result, and the chat's event stream never carries it.
+const ARGUMENT_SECRET: &str = "sk-live-ARGUMENT-7f3a9c1e5b2d4e8f0a1b";
+/// A progress message the agent reports: not for the event stream either.
+const PROGRESS_SECRET: &str = "progress-message-SECRET-41c2d9";
+
+/// The chat's event stream, read through a page session (what the page reads):
+/// `tool_call` events for a call that starts, progresses and ends, and for one refused
+/// at once, each with exactly the allowed keys; no byte of the stream holds the
+/// arguments, the result, the progress message or the model text. Meanwhile the same
+/// session still cannot read the call itself.
+async fn the_event_stream_shows_calls_but_never_their_arguments_or_results(h: Harness) {
+    let (chat, token) = calling_agent(&h).await;
+    let turn = new_turn(&h, &chat).await;
+    let name = listed_name(&h, &chat, &turn, "search").await;
+    let path = calls_path(&chat, &turn);
+    let (session, cookie) = page_session(&h, &chat).await;
+    let stream = EventLog::open(
+        &session,
+        &h.url(&format!("/api/chats/{chat}/context/events")),
+        &cookie,
+    )
+    .await;
+    let agent_task = progress_agent(&h, &token).await;
+
+    let (status, call) = post(
+        &h,
+        &path,
+        json!({ "call_id": "c1", "name": name, "arguments": { "query": ARGUMENT_SECRET } }),
+    )
+    .await;
+    assert_eq!(status, 200, "{call}");
+    assert_eq!(call["status"], "complete", "{call}");
+    assert!(
+        call["model_text"]
+            .as_str()
+            .unwrap()
+            .contains(ARGUMENT_SECRET),
+        "the result carries the secret (so its absence below means something): {call}"
+    );
+    let (status, refused) = post(
+        &h,
+        &path,
+        json!({ "call_id": "c2", "name": "nope", "arguments": { "token": ARGUMENT_SECRET } }),
+    )
+    .await;
+    assert_eq!(status, 200, "{refused}");
+
+    // The session that receives the events still cannot read a call.
+    let read = session
+        .get(h.url(&format!("{path}/c1")))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 401);
+
+    let ended = |events: &[Value], id: &str| {
+        events
+            .iter()
+            .any(|e| e["id"] == id && e["phase"] == "ended")
+    };
+    let events = stream
+        .until(|events| ended(events, "c1") && ended(events, "c2"))
+        .await;
+    let allowed: std::collections::BTreeSet<&str> =
+        ctxsync_context_ui::TOOL_CALL_KEYS.into_iter().collect();
+    for event in &events {
+        let keys: std::collections::BTreeSet<&str> = event
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, allowed, "{event}");
+        assert_eq!(event["turn"], turn.as_str());
+    }
+    let phases: Vec<&str> = events
+        .iter()
+        .filter(|e| e["id"] == "c1")
+        .map(|e| e["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases.first(), Some(&"started"), "{events:#?}");
+    assert!(phases.contains(&"progress"), "{events:#?}");
+    assert_eq!(phases.last(), Some(&"ended"), "{events:#?}");
+    let last = events.iter().rfind(|e| e["id"] == "c1").unwrap();
+    assert_eq!(
+        *last,
+        json!({
+            "id": "c1", "turn": turn, "name": name, "status": "complete",
+            "progress": { "progress": 2.0, "total": 2.0 }, "duration_ms": 7,
+            "truncated": true, "phase": "ended",
+        })
+    );
+    let refused = events.iter().rfind(|e| e["id"] == "c2").unwrap();
+    assert_eq!(refused["status"], "refused");
+    assert_eq!(refused["duration_ms"], 0);
+
+    let bytes = stream.text();
+    for secret in [ARGUMENT_SECRET, PROGRESS_SECRET, "model_text"] {
+        assert!(
+            !bytes.contains(secret),
+            "{secret:?} in the event stream:\n{bytes}"
+        );
+    }
+    agent_task.abort();
+}
+
+/// A page session bound to `chat`, as its one-time link gives a browser: a client that
+/// does not follow redirects, and the session's cookie.
+async fn page_session(h: &Harness, chat: &str) -> (reqwest::Client, String) {
+    let (status, link) = h
+        .call(Method::POST, &format!("/api/chats/{chat}/link"), None)
+        .await;
+    assert_eq!(status, 200, "{link}");
+    let token = link["url"]
+        .as_str()
+        .unwrap()
+        .split_once("?token=")
+        .unwrap()
+        .1;
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let exchanged = browser
+        .post(h.url(&format!("/chats/{chat}/session")))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(exchanged.status(), 303);
+    let cookie = exchanged.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    (browser, cookie)
+}
+
+/// Everything an event stream sent so far, collected by a task.
+struct EventLog {
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EventLog {
+    async fn open(client: &reqwest::Client, url: &str, cookie: &str) -> Self {
+        use futures::StreamExt;
+        let response = client
+            .get(url)
+            .header("cookie", cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            200,
+            "the session opens its chat's events"
+        );
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = std::sync::Arc::clone(&text);
+        let task = tokio::spawn(async move {
+            let mut body = response.bytes_stream();
+            while let Some(Ok(chunk)) = body.next().await {
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk));
+            }
+        });
+        Self { text, task }
+    }
+
+    fn text(&self) -> String {
+        self.text.lock().unwrap().clone()
+    }
+
+    /// The data of every complete `tool_call` event so far.
+    fn tool_calls(&self) -> Vec<Value> {
+        let text = self.text();
+        let Some(complete) = text.rfind("\n\n") else {
+            return Vec::new();
+        };
+        text[..complete]
+            .split("\n\n")
+            .filter(|event| event.lines().any(|l| l == "event: tool_call"))
+            .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")))
+            .map(|data| serde_json::from_str(data).expect("an event's data is JSON"))
+            .collect()
+    }
+
+    /// The `tool_call` events once `done` holds for them.
+    async fn until(&self, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        loop {
+            let events = self.tool_calls();
+            if done(&events) {
+                return events;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the expected tool_call events never came:\n{}",
+                self.text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An agent's call stream that reports two steps of progress (with a message) on every
+/// call, 300 ms apart, then ends it complete and truncated, echoing the query.
+async fn progress_agent(h: &Harness, token: &str) -> tokio::task::JoinHandle<()> {
+    let channel = tonic::transport::Endpoint::from_shared(h.server.agent_url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel::<v1::AgentCallMessage>(16);
+    tx.send(
+        AgentCall::Hello {
+            agent_run_id: RunId::new("run-calls").unwrap(),
+        }
+        .into(),
+    )
+    .await
+    .unwrap();
+    let mut inbound = AgentClient::new(channel)
+        .tool_calls(with_bearer(ReceiverStream::new(rx), token))
+        .await
+        .expect("the stream opens")
+        .into_inner();
+    tokio::spawn(async move {
+        while let Ok(Some(message)) = inbound.message().await {
+            let ServerCall::Call(request) = ServerCall::try_from(message).expect("a valid message")
+            else {
+                continue;
+            };
+            let id = request.id.clone();
+            tx.send(AgentCall::Accepted { id: id.clone() }.into())
+                .await
+                .unwrap();
+            for step in [1.0, 2.0] {
+                // Past the channel's progress flush, so each step is stored.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let progress = ctxsync_mcp_model::CallProgress {
+                    progress: step,
+                    total: Some(2.0),
+                    message: Some(PROGRESS_SECRET.into()),
+                };
+                tx.send(
+                    AgentCall::Progress {
+                        id: id.clone(),
+                        progress,
+                    }
+                    .into(),
+                )
+                .await
+                .unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let query = Value::Object(request.arguments)["query"].clone();
+            let result = json!({
+                "content": [{ "type": "text", "text": format!("found {query}") }],
+                "isError": false,
+            });
+            let end = AgentCall::Ended {
+                id,
+                end: CallEnd::complete(result, true),
+                duration: Duration::from_millis(7),
+            };
+            tx.send(end.into()).await.unwrap();
+        }
     })
 }

@@ -1,8 +1,12 @@
 //! Two `ctxsync server` replicas on one PostgreSQL test database behind a real HAProxy
 //! (Debian's package): HTTP mode, round-robin, health checks on `/healthz`, retries with
 //! redispatch, timeouts long enough for event streams. HAProxy names the replica that
-//! answered in [`SERVED_BY`], so the product needs no test-only header. Agents talk gRPC to
-//! a replica directly.
+//! answered in [`SERVED_BY`], so the product needs no test-only header.
+//!
+//! A second frontend balances the agents' gRPC (h2 both ways, round-robin, each server
+//! tracking its chat API's health) with an idle timeout of only [`GRPC_IDLE_TIMEOUT`], so a
+//! call stream that carries no heartbeats dies there as behind a real balancer. An agent
+//! talks gRPC through it ([`Via::Balancer`]) or to one replica directly ([`Via::Replica`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -20,6 +24,9 @@ pub(crate) const API_TOKEN: &str = "load-balanced-test-token-0123456789";
 pub(crate) const SERVED_BY: &str = "x-served-by";
 /// The replicas' names in HAProxy's configuration, in start order.
 pub(crate) const REPLICAS: [&str; 2] = ["a", "b"];
+/// The gRPC frontend's idle timeout: far below the product's default heartbeat (15 s),
+/// so only a stream whose heartbeats are set below it survives.
+pub(crate) const GRPC_IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bound on starting the replicas and HAProxy, and on HAProxy noticing a dead replica.
 const START_WAIT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(50);
@@ -50,13 +57,34 @@ pub(crate) fn haproxy_available() -> bool {
     false
 }
 
-/// HAProxy's configuration: the chat API of both replicas behind one frontend, and a
-/// stats listener the tests read per-server sessions and states from.
-fn haproxy_config(frontend: u16, stats: u16, replicas: &[(&str, &str)]) -> String {
+/// Where HAProxy listens.
+struct Ports {
+    chat: u16,
+    grpc: u16,
+    stats: u16,
+}
+
+/// HAProxy's configuration: the chat API of both replicas behind one frontend, their
+/// agent API behind another, and a stats listener the tests read per-server sessions and
+/// states from.
+fn haproxy_config(ports: &Ports, replicas: &[&Replica]) -> String {
+    let Ports { chat, grpc, stats } = ports;
     let servers: String = replicas
         .iter()
-        .map(|(name, addr)| format!("    server {name} {addr}\n"))
+        .map(|r| format!("    server {} {}\n", r.name, r.http_addr))
         .collect();
+    // `track`: a gRPC server is down exactly when its replica's chat API is.
+    let grpc_servers: String = replicas
+        .iter()
+        .map(|r| {
+            format!(
+                "    server {0} {1} proto h2 track replicas/{0}\n",
+                r.name,
+                r.grpc_addr()
+            )
+        })
+        .collect();
+    let idle = GRPC_IDLE_TIMEOUT.as_millis();
     format!(
         "global
     maxconn 256
@@ -78,7 +106,7 @@ defaults
     retry-on conn-failure empty-response
 
 frontend chat_api
-    bind 127.0.0.1:{frontend}
+    bind 127.0.0.1:{chat}
     default_backend replicas
 
 backend replicas
@@ -88,6 +116,19 @@ backend replicas
     default-server check inter 200ms fall 2 rise 1
     http-response set-header X-Served-By %[srv_name]
 {servers}
+# The agents' gRPC, h2 on both sides. The short timeouts are the point: a stream silent
+# in both directions for {idle} ms is cut, as a cloud balancer's idle timeout would.
+frontend agent_api
+    bind 127.0.0.1:{grpc} proto h2
+    timeout client {idle}ms
+    default_backend agent_replicas
+
+backend agent_replicas
+    balance roundrobin
+    timeout server {idle}ms
+    # An h2 stream in HTTP mode is no tunnel; set anyway so the defaults' 10m cannot apply.
+    timeout tunnel {idle}ms
+{grpc_servers}
 listen stats
     bind 127.0.0.1:{stats}
     stats enable
@@ -115,11 +156,25 @@ pub(crate) struct Replica {
 }
 
 impl Replica {
-    async fn start(name: &'static str, database_url: &str, dir: &Path, extra: &[&str]) -> Self {
-        let log = std::fs::File::create(dir.join(format!("replica-{name}.log"))).unwrap();
+    /// Starts the replica `name` on ports of its own, or on `addresses` (gRPC, HTTP) when
+    /// it comes back where HAProxy expects it.
+    async fn start(
+        name: &'static str,
+        database_url: &str,
+        dir: &Path,
+        extra: &[String],
+        addresses: Option<(&str, &str)>,
+    ) -> Self {
+        let (grpc_addr, http_addr) = addresses.unwrap_or(("127.0.0.1:0", "127.0.0.1:0"));
+        // Appended: a restarted replica's log follows its killed predecessor's.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("replica-{name}.log")))
+            .unwrap();
         let mut child = Command::new(CTXSYNC)
             .args(["server", "--database-url", database_url])
-            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(["--grpc-addr", grpc_addr, "--http-addr", http_addr])
             .args(["--api-token", API_TOKEN])
             .arg("--data-dir")
             .arg(dir.join(format!("data-{name}")))
@@ -162,6 +217,20 @@ impl Replica {
             http_addr: http.unwrap(),
         }
     }
+
+    /// The agent API's `host:port`.
+    pub(crate) fn grpc_addr(&self) -> &str {
+        self.grpc_url.trim_start_matches("http://")
+    }
+}
+
+/// Where an agent sends its gRPC.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Via<'a> {
+    /// HAProxy's gRPC frontend: each of its requests may land on either replica.
+    Balancer,
+    /// The named replica, directly.
+    Replica(&'a str),
 }
 
 /// One answer through the balancer.
@@ -191,13 +260,17 @@ pub(crate) struct LoadBalanced {
     pub replicas: Vec<Replica>,
     /// The balancer's base URL: every chat API call and the browser go here.
     pub base: String,
+    /// The balancer's gRPC frontend (`http://…`), for agents.
+    pub grpc_base: String,
     stats_url: String,
+    /// The replicas' extra flags, for a restart.
+    extra: Vec<String>,
     pub http: reqwest::Client,
     /// Who served each [`Self::call`], in order.
     served: Mutex<Vec<String>>,
     _haproxy: Child,
     dir: tempfile::TempDir,
-    _database: TestDatabase,
+    database: TestDatabase,
 }
 
 impl LoadBalanced {
@@ -209,17 +282,19 @@ impl LoadBalanced {
             .await
             .expect("create task")?;
         let dir = tempfile::tempdir().expect("a temp dir");
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
         let mut replicas = Vec::new();
         for name in REPLICAS {
-            replicas.push(Replica::start(name, database.url(), dir.path(), extra).await);
+            replicas.push(Replica::start(name, database.url(), dir.path(), &extra, None).await);
         }
-        let (frontend, stats) = (free_port(), free_port());
-        let servers: Vec<(&str, &str)> = replicas
-            .iter()
-            .map(|r| (r.name, r.http_addr.as_str()))
-            .collect();
+        let ports = Ports {
+            chat: free_port(),
+            grpc: free_port(),
+            stats: free_port(),
+        };
         let config = dir.path().join("haproxy.cfg");
-        std::fs::write(&config, haproxy_config(frontend, stats, &servers)).unwrap();
+        let all: Vec<&Replica> = replicas.iter().collect();
+        std::fs::write(&config, haproxy_config(&ports, &all)).unwrap();
         let log = std::fs::File::create(dir.path().join("haproxy.log")).unwrap();
         let haproxy = Command::new(haproxy_path())
             .arg("-f")
@@ -233,13 +308,15 @@ impl LoadBalanced {
             .expect("spawning haproxy");
         let lb = Self {
             replicas,
-            base: format!("http://127.0.0.1:{frontend}"),
-            stats_url: format!("http://127.0.0.1:{stats}/stats;csv"),
+            base: format!("http://127.0.0.1:{}", ports.chat),
+            grpc_base: format!("http://127.0.0.1:{}", ports.grpc),
+            stats_url: format!("http://127.0.0.1:{}/stats;csv", ports.stats),
+            extra,
             http: reqwest::Client::new(),
             served: Mutex::new(Vec::new()),
             _haproxy: haproxy,
             dir,
-            _database: database,
+            database,
         };
         lb.wait_until_all_up().await;
         Some(lb)
@@ -419,19 +496,108 @@ impl LoadBalanced {
         replica.child.kill().await.expect("killing the replica");
     }
 
+    /// Starts the (killed) replica `name` again on its old ports, with the same flags, and
+    /// waits until HAProxy sees both replicas up.
+    pub(crate) async fn restart(&mut self, name: &str) {
+        let index = self
+            .replicas
+            .iter()
+            .position(|r| r.name == name)
+            .unwrap_or_else(|| panic!("no replica {name}"));
+        let old = &self.replicas[index];
+        let (grpc, http) = (old.grpc_addr().to_owned(), old.http_addr.clone());
+        let replica = Replica::start(
+            old.name,
+            self.database.url(),
+            self.dir.path(),
+            &self.extra,
+            Some((&grpc, &http)),
+        )
+        .await;
+        self.replicas[index] = replica;
+        self.wait_until_all_up().await;
+    }
+
+    /// `path` on the replica `name`'s chat API, bypassing the balancer.
+    pub(crate) fn replica_url(&self, name: &str, path: &str) -> String {
+        format!("http://{}{path}", self.replica(name).http_addr)
+    }
+
+    /// An authenticated JSON request to the replica `name` directly (its [`Answer`]'s
+    /// `served_by` is `name`); not recorded in [`Self::served`].
+    pub(crate) async fn call_on(
+        &self,
+        name: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Answer {
+        let mut request = self
+            .http
+            .request(method, self.replica_url(name, path))
+            .bearer_auth(API_TOKEN);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("replica {name} answers {path}: {e}"));
+        Answer {
+            served_by: name.to_owned(),
+            ..Self::answer(response).await
+        }
+    }
+
+    /// The value of the unlabelled metric `family` on the replica `name`; `None` when the
+    /// replica does not answer (killed) or has no such line.
+    pub(crate) async fn metric(&self, name: &str, family: &str) -> Option<f64> {
+        let text = self
+            .http
+            .get(self.replica_url(name, "/metrics"))
+            .bearer_auth(API_TOKEN)
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .filter_map(|line| line.strip_prefix(family)?.strip_prefix(' '))
+            .find_map(|value| value.trim().parse().ok())
+    }
+
     /// Starts `ctxsync agent` on `workspace`, talking gRPC to the replica `replica`
     /// directly; killed on drop.
     pub(crate) fn start_agent(&self, replica: &str, token: &str, workspace: &Path) -> Child {
+        self.spawn_agent(Via::Replica(replica), token, workspace, &[], "agent")
+    }
+
+    /// Starts `ctxsync agent` on `workspace` with `extra` flags, its gRPC sent `via`, its
+    /// log in `{log}.log` (see [`Self::log`]); killed on drop.
+    pub(crate) fn spawn_agent(
+        &self,
+        via: Via<'_>,
+        token: &str,
+        workspace: &Path,
+        extra: &[&str],
+        log: &str,
+    ) -> Child {
+        let server = match via {
+            Via::Balancer => self.grpc_base.clone(),
+            Via::Replica(name) => self.replica(name).grpc_url.clone(),
+        };
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.path().join("agent.log"))
+            .open(self.dir.path().join(format!("{log}.log")))
             .unwrap();
         Command::new(CTXSYNC)
-            .args(["agent", "--server", &self.replica(replica).grpc_url])
+            .args(["agent", "--server", &server])
             .arg("--workspace")
             .arg(workspace)
             .args(["--mcp-timeout-ms", "10000"])
+            .args(extra)
             .env("CTXSYNC_AGENT_TOKEN", token)
             .env("RUST_LOG", "info,rmcp=warn")
             .stdin(Stdio::null())
@@ -442,15 +608,25 @@ impl LoadBalanced {
             .expect("spawning ctxsync agent")
     }
 
-    /// The replicas', HAProxy's and the agent's logs, for a failing assertion.
+    /// The log `{name}.log` so far (`replica-a`, `haproxy`, an agent's), empty if none.
+    pub(crate) fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// Every log (the replicas', HAProxy's and the agents'), for a failing assertion.
     pub(crate) fn logs(&self) -> String {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir.path())
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter_map(|f| f.strip_suffix(".log").map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
         let mut out = String::new();
-        let mut names: Vec<String> = REPLICAS.iter().map(|r| format!("replica-{r}")).collect();
-        names.extend(["haproxy".to_owned(), "agent".to_owned()]);
         for name in names {
-            let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
-                .unwrap_or_default();
-            out.push_str(&format!("--- {name} ---\n{text}\n"));
+            out.push_str(&format!("--- {name} ---\n{}\n", self.log(&name)));
         }
         out
     }

@@ -260,6 +260,14 @@ impl Browser {
             .collect())
     }
 
+    /// Resizes the window: a phone-sized one shows whether the page's layout holds.
+    pub(crate) async fn set_window_size(&self, width: u32, height: u32) -> Result<()> {
+        let rect = json!({ "width": width, "height": height });
+        self.command(reqwest::Method::POST, "/window/rect", Some(rect))
+            .await
+            .map(drop)
+    }
+
     /// Saves a PNG of the browser's viewport at `path` (its directory is created).
     pub(crate) async fn screenshot(&self, path: &Path) -> Result<()> {
         use base64::Engine as _;

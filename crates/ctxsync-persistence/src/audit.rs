@@ -1,0 +1,441 @@
+//! The tool-call audit log (issue 37): one append-only row per call end, written in the
+//! transaction that stores the end, listed newest first and deleted only by age, so it
+//! outlives turn pruning and the deletion of the call's chat or agent (the rows keep
+//! their ids as plain values).
+//!
+//! Also owns the deployment's digest key: 32 random bytes in `deployment_secrets`,
+//! created by whichever replica opens the store first, so every replica computes the same
+//! keyed digest of a call's arguments (the one a repeated `call_id` is compared by) and
+//! short arguments cannot be recovered from it by guessing.
+//!
+//! Must never: hold a call's arguments or result (only the keyed digest and sizes), print
+//! the key (`Debug` hides it), or tie a row to anything by a foreign key.
+
+use std::fmt;
+use std::str::FromStr;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
+use ctxsync_mcp_model::{CallReason, CallStatus};
+use diesel::prelude::*;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use crate::db::{PooledConn, Tx, on_backend};
+use crate::error::StoreError;
+use crate::ids::{AgentId, ChatId, ToolCallId, TurnId};
+use crate::model::stored_u64;
+use crate::schema::{deployment_secrets, tool_call_audit};
+use crate::sql_types::DbTime;
+use crate::store::Store;
+
+/// Rows a page holds when the query names no limit.
+pub const DEFAULT_AUDIT_PAGE: u32 = 50;
+/// The most rows one page holds.
+pub const MAX_AUDIT_PAGE: u32 = 500;
+/// Rows one pruning statement deletes, so no prune holds a long transaction or lock.
+const PRUNE_BATCH: i64 = 1000;
+/// `deployment_secrets.name` of the arguments' digest key.
+const DIGEST_KEY_NAME: &str = "tool_call_arguments_digest";
+/// Length of the digest key.
+const DIGEST_KEY_BYTES: usize = 32;
+
+/// The key of the arguments' digest. `Debug` never shows it.
+pub(crate) struct DigestKey([u8; DIGEST_KEY_BYTES]);
+
+impl fmt::Debug for DigestKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DigestKey(<redacted>)")
+    }
+}
+
+impl DigestKey {
+    /// HMAC-SHA256 of `text` under the key, lower-case hex (64 characters).
+    pub(crate) fn hex_digest(&self, text: &str) -> String {
+        use fmt::Write;
+        // HMAC takes a key of any length: this cannot fail.
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("an HMAC key of any length");
+        mac.update(text.as_bytes());
+        mac.finalize()
+            .into_bytes()
+            .iter()
+            .fold(String::with_capacity(64), |mut hex, byte| {
+                let _ = write!(hex, "{byte:02x}");
+                hex
+            })
+    }
+}
+
+/// The deployment's digest key, created first if no replica has yet. Two statements, each
+/// committed on its own: of replicas opening together one insert wins and all read it.
+pub(crate) fn load_digest_key(conn: &mut PooledConn) -> Result<DigestKey, StoreError> {
+    let mut fresh = [0u8; DIGEST_KEY_BYTES];
+    getrandom::fill(&mut fresh)
+        .map_err(|e| StoreError::Unavailable(format!("no randomness for the digest key: {e}")))?;
+    conn.single_statement(|tx| {
+        let insert = diesel::insert_into(deployment_secrets::table)
+            .values((
+                deployment_secrets::name.eq(DIGEST_KEY_NAME),
+                deployment_secrets::value.eq(&fresh[..]),
+                deployment_secrets::created_at.eq(DbTime(Utc::now())),
+            ))
+            .on_conflict_do_nothing();
+        on_backend!(tx, |c| insert.execute(c))?;
+        Ok(())
+    })?;
+    let stored: Vec<u8> = conn.single_statement(|tx| {
+        let query = deployment_secrets::table
+            .find(DIGEST_KEY_NAME)
+            .select(deployment_secrets::value);
+        Ok(on_backend!(tx, |c| query.first(c))?)
+    })?;
+    let key = <[u8; DIGEST_KEY_BYTES]>::try_from(stored.as_slice()).map_err(|_| {
+        StoreError::Corrupt(format!(
+            "deployment secret {DIGEST_KEY_NAME}: {} bytes, not {DIGEST_KEY_BYTES}",
+            stored.len()
+        ))
+    })?;
+    Ok(DigestKey(key))
+}
+
+/// PostgreSQL: the audit row of call `$1` as `tool_calls` now holds it.
+#[cfg(feature = "postgres")]
+const RECORD_END_POSTGRES: &str = "\
+    INSERT INTO tool_call_audit (tool_call_id, agent_id, chat_id, turn_id, call_id, name, \
+        server, tool, status, reason, error_code, duration_ms, arguments_digest, \
+        arguments_size, result_size, truncated, ended_at) \
+    SELECT id, agent_id, chat_id, turn_id, call_id, name, server, tool, status, reason, \
+        (error::json ->> 'code')::bigint, duration_ms, arguments_digest, arguments_size, \
+        octet_length(result), truncated, ended_at \
+    FROM tool_calls WHERE id = $1 AND status <> 'running' \
+    ON CONFLICT (tool_call_id) DO NOTHING";
+
+/// SQLite: as [`RECORD_END_POSTGRES`].
+#[cfg(feature = "sqlite")]
+const RECORD_END_SQLITE: &str = "\
+    INSERT INTO tool_call_audit (tool_call_id, agent_id, chat_id, turn_id, call_id, name, \
+        server, tool, status, reason, error_code, duration_ms, arguments_digest, \
+        arguments_size, result_size, truncated, ended_at) \
+    SELECT id, agent_id, chat_id, turn_id, call_id, name, server, tool, status, reason, \
+        json_extract(error, '$.code'), duration_ms, arguments_digest, arguments_size, \
+        length(CAST(result AS BLOB)), truncated, ended_at \
+    FROM tool_calls WHERE id = ? AND status <> 'running' \
+    ON CONFLICT (tool_call_id) DO NOTHING";
+
+/// Appends the audit row of `call`, whose end this transaction has just stored. Copied
+/// from the stored row in one statement, so the row is what was stored, sizes included.
+/// A retryable refusal gets its row too (its retry is a call of its own, with its own
+/// id). The primary key keeps it to one row per call should a second end ever get this
+/// far.
+pub(crate) fn record_end(tx: &mut Tx<'_>, call: ToolCallId) -> Result<(), StoreError> {
+    use crate::sql_types::UuidSql;
+    match tx {
+        #[cfg(feature = "postgres")]
+        Tx::Postgres(c) => diesel::sql_query(RECORD_END_POSTGRES)
+            .bind::<UuidSql, _>(call)
+            .execute(*c)?,
+        #[cfg(feature = "sqlite")]
+        Tx::Sqlite(c) => diesel::sql_query(RECORD_END_SQLITE)
+            .bind::<UuidSql, _>(call)
+            .execute(*c)?,
+    };
+    Ok(())
+}
+
+/// Which audit rows to list: every filter given must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AuditQuery {
+    /// Only calls that went to this agent.
+    pub agent: Option<AgentId>,
+    /// Only calls of this chat.
+    pub chat: Option<ChatId>,
+    /// Only calls that ended at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Rows per page: 1..=[`MAX_AUDIT_PAGE`], default [`DEFAULT_AUDIT_PAGE`].
+    pub limit: Option<u32>,
+    /// Continue after this page's end (a previous page's `next_cursor`).
+    pub cursor: Option<AuditCursor>,
+}
+
+/// Where a page of the audit log ended. Its text form is opaque: give back what a page
+/// answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuditCursor {
+    ended_at: DateTime<Utc>,
+    tool_call_id: ToolCallId,
+}
+
+impl fmt::Display for AuditCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = format!("{}/{}", self.ended_at.timestamp_micros(), self.tool_call_id);
+        f.write_str(&URL_SAFE_NO_PAD.encode(text))
+    }
+}
+
+impl FromStr for AuditCursor {
+    type Err = StoreError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = || StoreError::InvalidInput("cursor: not one this server answered".into());
+        // A cursor is about 70 characters; anything much longer is not one.
+        if text.len() > 128 {
+            return Err(invalid());
+        }
+        let decoded = URL_SAFE_NO_PAD.decode(text).map_err(|_| invalid())?;
+        let decoded = String::from_utf8(decoded).map_err(|_| invalid())?;
+        let (micros, id) = decoded.split_once('/').ok_or_else(invalid)?;
+        let ended_at = micros
+            .parse::<i64>()
+            .ok()
+            .and_then(DateTime::from_timestamp_micros)
+            .ok_or_else(invalid)?;
+        let tool_call_id = id.parse::<ToolCallId>().map_err(|_| invalid())?;
+        Ok(Self {
+            ended_at,
+            tool_call_id,
+        })
+    }
+}
+
+/// One page of the audit log, newest first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditPage {
+    /// The rows, newest first (by end time, then by the call's id).
+    pub rows: Vec<AuditRecord>,
+    /// Where the next page starts; `None` when this page is the last.
+    pub next_cursor: Option<AuditCursor>,
+}
+
+/// A call's end as the audit log keeps it: never its arguments or result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditRecord {
+    /// The call's server-assigned id.
+    pub tool_call_id: ToolCallId,
+    /// The agent the call went to (`None` for find_tools and a turn without one).
+    pub agent_id: Option<AgentId>,
+    /// The chat.
+    pub chat_id: ChatId,
+    /// The turn.
+    pub turn_id: TurnId,
+    /// The caller's id.
+    pub call_id: String,
+    /// The model-facing name called.
+    pub name: String,
+    /// The server (`ctxsync` for find_tools; empty when the name resolved to nothing).
+    pub server: String,
+    /// The tool's own name on its server (empty when the name resolved to nothing).
+    pub tool: String,
+    /// How the call ended.
+    pub status: CallStatus,
+    /// For `refused` and `unknown`.
+    pub reason: Option<CallReason>,
+    /// For `error`: the error's code.
+    pub error_code: Option<i64>,
+    /// How long it ran.
+    pub duration_ms: Option<u64>,
+    /// The arguments' HMAC-SHA256 under the deployment's key, lower-case hex.
+    pub arguments_digest: String,
+    /// Length of the canonical arguments in bytes.
+    pub arguments_size: u64,
+    /// Length of the stored result JSON in bytes (`None` without a result).
+    pub result_size: Option<u64>,
+    /// The result was cut to fit the agent's cap.
+    pub truncated: bool,
+    /// When the end was recorded.
+    pub ended_at: DateTime<Utc>,
+}
+
+/// The declared columns of a `tool_call_audit` row (see `schema.rs`).
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = tool_call_audit)]
+#[cfg_attr(
+    all(feature = "postgres", feature = "sqlite"),
+    diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
+)]
+struct AuditRow {
+    tool_call_id: ToolCallId,
+    agent_id: Option<AgentId>,
+    chat_id: ChatId,
+    turn_id: TurnId,
+    call_id: String,
+    name: String,
+    server: String,
+    tool: String,
+    status: String,
+    reason: Option<String>,
+    error_code: Option<i64>,
+    duration_ms: Option<i64>,
+    arguments_digest: String,
+    arguments_size: i64,
+    result_size: Option<i64>,
+    ended_at: DbTime,
+}
+
+/// The column past diesel's 16, table-qualified.
+fn truncated() -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
+    diesel::dsl::sql::<diesel::sql_types::Bool>("tool_call_audit.truncated")
+}
+
+impl AuditRow {
+    fn into_record(self, truncated: bool) -> Result<AuditRecord, StoreError> {
+        let id = self.tool_call_id;
+        let corrupt = |what: &str, value: &str| {
+            StoreError::Corrupt(format!("audit of tool call {id}: unknown {what} {value:?}"))
+        };
+        Ok(AuditRecord {
+            tool_call_id: id,
+            agent_id: self.agent_id,
+            chat_id: self.chat_id,
+            turn_id: self.turn_id,
+            status: CallStatus::parse(&self.status)
+                .ok_or_else(|| corrupt("status", &self.status))?,
+            reason: self
+                .reason
+                .map(|r| CallReason::parse(&r).ok_or_else(|| corrupt("reason", &r)))
+                .transpose()?,
+            call_id: self.call_id,
+            name: self.name,
+            server: self.server,
+            tool: self.tool,
+            error_code: self.error_code,
+            duration_ms: self
+                .duration_ms
+                .map(|d| stored_u64("duration_ms", d))
+                .transpose()?,
+            arguments_digest: self.arguments_digest,
+            arguments_size: stored_u64("arguments size", self.arguments_size)?,
+            result_size: self
+                .result_size
+                .map(|s| stored_u64("result size", s))
+                .transpose()?,
+            truncated,
+            ended_at: self.ended_at.0,
+        })
+    }
+}
+
+impl Store {
+    /// A page of the audit log, newest first. [`StoreError::InvalidInput`] naming `limit`
+    /// for a limit outside 1..=[`MAX_AUDIT_PAGE`].
+    pub async fn list_tool_call_audit(&self, query: &AuditQuery) -> Result<AuditPage, StoreError> {
+        let limit = query.limit.unwrap_or(DEFAULT_AUDIT_PAGE);
+        if !(1..=MAX_AUDIT_PAGE).contains(&limit) {
+            return Err(StoreError::InvalidInput(format!(
+                "limit: {limit} is outside 1..={MAX_AUDIT_PAGE}"
+            )));
+        }
+        let query = query.clone();
+        self.with_conn(move |conn, _| conn.single_statement(|tx| list(tx, &query, limit)))
+            .await
+    }
+
+    /// Deletes the audit rows of calls that ended before `older_than`, a batch per
+    /// statement, and answers how many went.
+    pub async fn prune_tool_call_audit(
+        &self,
+        older_than: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        let mut pruned = 0;
+        loop {
+            let deleted = self
+                .with_conn(move |conn, _| conn.single_statement(|tx| prune_batch(tx, older_than)))
+                .await?;
+            pruned += deleted as u64;
+            if (deleted as i64) < PRUNE_BATCH {
+                return Ok(pruned);
+            }
+        }
+    }
+}
+
+fn list(tx: &mut Tx<'_>, query: &AuditQuery, limit: u32) -> Result<AuditPage, StoreError> {
+    use tool_call_audit::dsl as a;
+    // One more than asked: whether a next page exists.
+    let fetch = i64::from(limit) + 1;
+    let rows: Vec<(AuditRow, bool)> = on_backend!(tx, |c| {
+        let mut select = a::tool_call_audit
+            .select((AuditRow::as_select(), truncated()))
+            .order((a::ended_at.desc(), a::tool_call_id.desc()))
+            .limit(fetch)
+            .into_boxed();
+        if let Some(agent) = query.agent {
+            select = select.filter(a::agent_id.eq(agent));
+        }
+        if let Some(chat) = query.chat {
+            select = select.filter(a::chat_id.eq(chat));
+        }
+        if let Some(since) = query.since {
+            select = select.filter(a::ended_at.ge(DbTime(since)));
+        }
+        if let Some(cursor) = query.cursor {
+            let at = DbTime(cursor.ended_at);
+            select = select.filter(
+                a::ended_at.lt(at).or(a::ended_at
+                    .eq(at)
+                    .and(a::tool_call_id.lt(cursor.tool_call_id))),
+            );
+        }
+        select.load(c)
+    })?;
+    let more = rows.len() as i64 == fetch;
+    let rows = rows
+        .into_iter()
+        .take(limit as usize)
+        .map(|(row, truncated)| row.into_record(truncated))
+        .collect::<Result<Vec<_>, _>>()?;
+    let next_cursor = more.then(|| rows.last()).flatten().map(|last| AuditCursor {
+        ended_at: last.ended_at,
+        tool_call_id: last.tool_call_id,
+    });
+    Ok(AuditPage { rows, next_cursor })
+}
+
+/// Deletes up to [`PRUNE_BATCH`] rows that ended before `older_than`, oldest first. The
+/// batch is chosen over an alias (diesel refuses a subquery over the table a DELETE
+/// targets).
+fn prune_batch(tx: &mut Tx<'_>, older_than: DateTime<Utc>) -> Result<usize, StoreError> {
+    let old = diesel::alias!(tool_call_audit as old);
+    let batch = old
+        .filter(old.field(tool_call_audit::ended_at).lt(DbTime(older_than)))
+        .order(old.field(tool_call_audit::ended_at))
+        .select(old.field(tool_call_audit::tool_call_id))
+        .limit(PRUNE_BATCH);
+    let delete =
+        diesel::delete(tool_call_audit::table.filter(tool_call_audit::tool_call_id.eq_any(batch)));
+    Ok(on_backend!(tx, |c| delete.execute(c))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_read_back_and_refuse_what_no_page_answered() {
+        let cursor = AuditCursor {
+            ended_at: DateTime::from_timestamp_micros(1_780_000_000_123_456).unwrap(),
+            tool_call_id: ToolCallId::new_random(),
+        };
+        assert_eq!(cursor.to_string().parse::<AuditCursor>().unwrap(), cursor);
+        let forged = URL_SAFE_NO_PAD.encode("12/not-a-uuid");
+        for bad in ["", "!!", "bm9wZQ", forged.as_str(), &"A".repeat(200)] {
+            let error = bad.parse::<AuditCursor>().unwrap_err();
+            assert!(error.to_string().contains("cursor"), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_key_shows_nowhere_and_digests_are_keyed_hex() {
+        let key = DigestKey([7; DIGEST_KEY_BYTES]);
+        assert_eq!(format!("{key:?}"), "DigestKey(<redacted>)");
+        let digest = key.hex_digest("{}");
+        assert_eq!(digest.len(), 64);
+        assert!(
+            digest
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        );
+        assert_ne!(digest, DigestKey([8; DIGEST_KEY_BYTES]).hex_digest("{}"));
+        assert_eq!(digest, key.hex_digest("{}"));
+    }
+}

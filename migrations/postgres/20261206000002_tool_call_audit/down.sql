@@ -1,0 +1,2 @@
+DROP TABLE deployment_secrets;
+DROP TABLE tool_call_audit;

@@ -1,0 +1,1 @@
+DROP INDEX tool_calls_recent_by_chat;
