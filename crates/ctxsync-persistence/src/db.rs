@@ -352,8 +352,6 @@ impl Pool {
                     .max_size(options.max_connections.max(1))
                     .min_idle(Some(1))
                     .connection_timeout(options.connection_timeout)
-                    // SCRATCH: no `SELECT 1` round trip per checkout.
-                    .test_on_check_out(false)
                     .build(ConnectionManager::<PgConnection>::new(libpq_url(
                         url, options,
                     )))?;
