@@ -217,6 +217,15 @@ impl Ledger {
     }
 }
 
+/// Whether a response's headers say gRPC (`application/grpc`, with or without a
+/// subtype).
+fn is_grpc(metadata: &tonic::metadata::MetadataMap) -> bool {
+    metadata
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/grpc"))
+}
+
 fn lock(ledger: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
     // The ledger stays consistent across a panic (each change is one insert or remove).
     ledger.lock().unwrap_or_else(PoisonError::into_inner)
@@ -298,6 +307,18 @@ impl<R: CallRunner> Wing<R> {
             closed: Box::pin(stream.clone().cancelled_owned()),
         };
         let mut inbound = match client.tool_calls(outbound).await {
+            // A proxy's own error page (no replica up, a timed-out hello) is an HTTP
+            // answer that tonic lets through until its body is read: not a stream.
+            Ok(response) if !is_grpc(response.metadata()) => {
+                let content_type = response
+                    .metadata()
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("none")
+                    .to_owned();
+                warn!(%content_type, "cannot open the tool call stream: the answer is not gRPC (a proxy's error?)");
+                return StreamEnd::Lost { heard: false };
+            }
             Ok(response) => response.into_inner(),
             Err(status) => {
                 return match status.code() {
@@ -564,6 +585,21 @@ impl tokio_stream::Stream for Outbound {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_a_grpc_content_type_opens_a_stream() {
+        let with = |value: Option<&'static str>| {
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            if let Some(value) = value {
+                metadata.insert("content-type", value.parse().unwrap());
+            }
+            is_grpc(&metadata)
+        };
+        assert!(with(Some("application/grpc")));
+        assert!(with(Some("application/grpc+proto")));
+        assert!(!with(Some("text/html")), "a proxy's error page");
+        assert!(!with(None));
+    }
+
     use super::*;
 
     #[test]

@@ -314,22 +314,6 @@ impl Store {
         .await
     }
 
-    /// The agent acknowledged delivery: the arguments are dropped, only their digest and
-    /// size stay.
-    pub async fn mark_tool_call_delivered(&self, id: ToolCallId) -> Result<(), StoreError> {
-        self.with_conn(move |conn, _| {
-            conn.single_statement(|tx| {
-                let update = diesel::update(tool_call_ends::table.find(id)).set((
-                    tool_call_ends::arguments.eq(None::<String>),
-                    tool_call_ends::delivered.eq(true),
-                ));
-                on_backend!(tx, |c| update.execute(c))?;
-                Ok(())
-            })
-        })
-        .await
-    }
-
     /// Stores a running call's latest progress (a no-op once it ended).
     pub async fn record_tool_call_progress(
         &self,

@@ -62,6 +62,27 @@ impl ApiClientArgs {
     }
 }
 
+/// Sends `request` to the server at `base` and answers the status and the text of a
+/// 2xx answer; any other answer is [`answer_error`].
+pub async fn send(
+    request: reqwest::RequestBuilder,
+    base: &str,
+) -> Result<(reqwest::StatusCode, String)> {
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the ctxsync server at {base}"))?;
+    let status = response.status();
+    let text = response
+        .text()
+        .await
+        .context("reading the server's answer")?;
+    if !status.is_success() {
+        return Err(answer_error(status, &text));
+    }
+    Ok((status, text))
+}
+
 /// The error for a non-2xx answer: its status and the server's `error` message (else the
 /// whole text), escaped for a terminal.
 pub fn answer_error(status: reqwest::StatusCode, text: &str) -> anyhow::Error {

@@ -150,18 +150,7 @@ impl Api<'_> {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the ctxsync server at {}", self.base))?;
-        let status = response.status();
-        let text = response
-            .text()
-            .await
-            .context("reading the server's answer")?;
-        if !status.is_success() {
-            return Err(crate::api_client::answer_error(status, &text));
-        }
+        let (status, text) = crate::api_client::send(request, self.base).await?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         Ok((status, value))
     }

@@ -77,20 +77,7 @@ pub async fn fetch(args: &CallsArgs) -> Result<Value> {
     if !query.is_empty() {
         url.query_pairs_mut().extend_pairs(&query);
     }
-    let response = client
-        .get(url)
-        .bearer_auth(&token)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach the ctxsync server at {base}"))?;
-    let status = response.status();
-    let text = response
-        .text()
-        .await
-        .context("reading the server's answer")?;
-    if !status.is_success() {
-        return Err(crate::api_client::answer_error(status, &text));
-    }
+    let (_, text) = crate::api_client::send(client.get(url).bearer_auth(&token), base).await?;
     serde_json::from_str(&text).context("the server's answer is not JSON")
 }
 

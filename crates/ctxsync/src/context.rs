@@ -66,20 +66,9 @@ async fn fetch_with(
         Format::Json => "application/json",
     };
     let url = format!("{}/api/chats/{chat}/context", base.trim_end_matches('/'));
-    let response = client
+    let request = client
         .get(&url)
         .bearer_auth(token)
-        .header(reqwest::header::ACCEPT, accept)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach the ctxsync server at {base}"))?;
-    let status = response.status();
-    let text = response
-        .text()
-        .await
-        .context("reading the server's answer")?;
-    if !status.is_success() {
-        return Err(crate::api_client::answer_error(status, &text));
-    }
-    Ok(text)
+        .header(reqwest::header::ACCEPT, accept);
+    Ok(crate::api_client::send(request, base).await?.1)
 }

@@ -426,6 +426,11 @@ async fn a_dispatched_call_runs_to_the_agents_end(world: World) {
     };
     assert!(stored.delivered);
     assert_eq!(stored.arguments, None, "dropped once delivered");
+    assert_eq!(
+        (stored.arguments_digest.as_str(), stored.arguments_size),
+        (call.arguments_digest.as_str(), call.arguments_size),
+        "their digest and size stay"
+    );
     assert_eq!(stored.progress.unwrap().message.as_deref(), Some("step 5"));
 
     // Another agent's stream cannot end this call.

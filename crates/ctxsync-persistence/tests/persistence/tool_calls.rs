@@ -26,7 +26,6 @@ ctxsync_test_support::on_both_backends! {
     activated_tools_resolve_to_their_recorded_origin,
     find_tools_is_answered_by_the_server,
     turn_origins_are_stored_and_read_back,
-    delivery_drops_the_arguments,
     the_first_end_wins_and_progress_is_kept_while_running,
     a_retryable_refusal_is_kept_and_a_retry_replaces_it,
     running_calls_of_an_agent_end_together,
@@ -375,27 +374,6 @@ async fn turn_origins_are_stored_and_read_back(db: TestStore) {
         store.get_turn(w.chat, bare).await.unwrap().unwrap().origin,
         None
     );
-}
-
-async fn delivery_drops_the_arguments(db: TestStore) {
-    let store = db.store();
-    let w = world(store, true).await;
-    let call = started(
-        admit(
-            store,
-            &request(&w, "c1", "fs__read", json!({"path": "/secret"})),
-        )
-        .await,
-    );
-    store.mark_tool_call_delivered(call.id).await.unwrap();
-    let read = store.get_tool_call_by_id(call.id).await.unwrap().unwrap();
-    assert_eq!(read.arguments, None);
-    assert!(read.delivered);
-    assert_eq!(
-        (read.arguments_digest, read.arguments_size),
-        (call.arguments_digest, call.arguments_size)
-    );
-    assert_eq!(read.status, CallStatus::Running);
 }
 
 async fn the_first_end_wins_and_progress_is_kept_while_running(db: TestStore) {

@@ -21,8 +21,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::load_balanced::{WAIT, agent_and_chat, open_page, wait_for_chat, workspace};
 use crate::support::artifact_dir;
-use crate::support::webdriver::{Browser, browser_available};
 use crate::support::haproxy::{GRPC_IDLE_TIMEOUT, LoadBalanced, REPLICAS, Via, haproxy_available};
+use crate::support::webdriver::{Browser, browser_available};
 
 /// The call streams' heartbeat on replicas and agents: well below [`GRPC_IDLE_TIMEOUT`].
 const HEARTBEAT_MS: &str = "500";

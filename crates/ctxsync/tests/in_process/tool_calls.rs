@@ -251,35 +251,7 @@ async fn a_page_session_cannot_call_read_or_cancel(h: Harness) {
     let (status, _) = post(&h, &path, json!({ "call_id": "c1", "name": "x" })).await;
     assert_eq!(status, 200);
     // A session bound to this very chat.
-    let (status, link) = h
-        .call(Method::POST, &format!("/api/chats/{chat}/link"), None)
-        .await;
-    assert_eq!(status, 200, "{link}");
-    let token = link["url"]
-        .as_str()
-        .unwrap()
-        .split_once("?token=")
-        .unwrap()
-        .1;
-    let browser = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let exchanged = browser
-        .post(h.url(&format!("/chats/{chat}/session")))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={token}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(exchanged.status(), 303);
-    let cookie = exchanged.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let (browser, cookie) = page_session(&h, &chat).await;
     // The session opens its own chat's refresh...
     let refresh = browser
         .put(h.url(&format!("/api/chats/{chat}/context")))
@@ -836,7 +808,7 @@ async fn the_event_stream_shows_calls_but_never_their_arguments_or_results(h: Ha
 
 /// A page session bound to `chat`, as its one-time link gives a browser: a client that
 /// does not follow redirects, and the session's cookie.
-async fn page_session(h: &Harness, chat: &str) -> (reqwest::Client, String) {
+pub(crate) async fn page_session(h: &Harness, chat: &str) -> (reqwest::Client, String) {
     let (status, link) = h
         .call(Method::POST, &format!("/api/chats/{chat}/link"), None)
         .await;

@@ -114,35 +114,7 @@ async fn the_log_lists_every_end_newest_first_a_page_at_a_time(h: Harness) {
 
 async fn the_log_is_for_the_api_token_alone(h: Harness) {
     let (_, chat) = two_ended_calls(&h).await;
-    let (status, link) = h
-        .call(Method::POST, &format!("/api/chats/{chat}/link"), None)
-        .await;
-    assert_eq!(status, 200, "{link}");
-    let token = link["url"]
-        .as_str()
-        .unwrap()
-        .split_once("?token=")
-        .unwrap()
-        .1;
-    let browser = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let exchanged = browser
-        .post(h.url(&format!("/chats/{chat}/session")))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={token}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(exchanged.status(), 303);
-    let cookie = exchanged.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let (browser, cookie) = crate::tool_calls::page_session(&h, &chat).await;
     // Even the session's own chat's calls.
     for query in ["", &format!("?chat={chat}")] {
         let response = browser
