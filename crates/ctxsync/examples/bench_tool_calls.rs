@@ -6,11 +6,14 @@
 //! `ctxsync agent` child process whose workspace declares the same fixture server, and
 //! the same number of sequential `POST /api/chats/{id}/turns/{turn}/tool-calls` that wait
 //! for the end. Each added-latency figure is the API's percentile minus the direct
-//! client's, measured in the same run.
+//! client's, measured in the same run. Then the cross-replica rows (issue 37): two
+//! `ctxsync server` processes on one PostgreSQL database (`replicas`).
 //!
 //! `cargo run --release -p ctxsync --example bench_tool_calls -- [--quick]` prints one
 //! JSON row per line on stdout; progress goes to stderr.
 
+#[path = "bench_tool_calls/replicas.rs"]
+mod replicas;
 mod support;
 
 use std::path::Path;
@@ -75,7 +78,13 @@ async fn main() -> Result<()> {
     )
     .await?;
     report("postgres", &postgres, (direct_p50, direct_p99), (8.0, 30.0));
-    Ok(())
+    drop(database);
+
+    let direct = replicas::Direct {
+        p50: direct_p50,
+        p99: direct_p99,
+    };
+    replicas::run(&ctxsync, quick, calls, direct).await
 }
 
 /// Prints the API's percentiles and what they add to the direct ones, against targets.
