@@ -152,6 +152,16 @@ struct HubState {
     counted_order: VecDeque<(Instant, ToolCallId)>,
 }
 
+impl HubState {
+    /// The (agent, generation) of every stream here.
+    fn leases(&self) -> Vec<(AgentId, u64)> {
+        self.streams
+            .iter()
+            .map(|(agent, entry)| (*agent, entry.lease.generation))
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug)]
 struct StreamEntry {
     lease: StreamLease,
@@ -771,7 +781,7 @@ impl CallHub {
     async fn keep(&self) -> Result<(), StoreError> {
         // Streams registered before the renewal: one missing from its answer was taken
         // over.
-        let local = self.local_leases();
+        let local = self.lock().leases();
         let held = self
             .store
             .renew_call_streams(&self.replica, self.config.lease)
@@ -780,12 +790,7 @@ impl CallHub {
         // its driver.
         let (present, registering) = {
             let state = self.lock();
-            let present: Vec<(AgentId, u64)> = state
-                .streams
-                .iter()
-                .map(|(agent, entry)| (*agent, entry.lease.generation))
-                .collect();
-            (present, state.registering.clone())
+            (state.leases(), state.registering.clone())
         };
         for lease in &held {
             if !present.contains(&(lease.agent, lease.generation))
@@ -818,14 +823,6 @@ impl CallHub {
             self.settle(&record, (record.status, record.reason), Origin::Store);
         }
         Ok(())
-    }
-
-    fn local_leases(&self) -> Vec<(AgentId, u64)> {
-        self.lock()
-            .streams
-            .iter()
-            .map(|(agent, entry)| (*agent, entry.lease.generation))
-            .collect()
     }
 
     /// An event about a call, from this replica or another.

@@ -101,8 +101,7 @@ impl Store {
                         .set(row);
                     on_backend!(tx, |c| upsert.execute(c))?;
                     let mut events = Vec::new();
-                    let lost =
-                        end_delivered_except(tx, origin, agent, Some(generation), &mut events)?;
+                    let lost = end_delivered_except(tx, origin, agent, generation, &mut events)?;
                     let lease = StreamLease {
                         agent,
                         generation: generation_of(generation),
@@ -462,10 +461,12 @@ fn end_delivered_except(
     tx: &mut Tx<'_>,
     origin: u64,
     agent: AgentId,
-    keep: Option<i64>,
+    keep: i64,
     events: &mut Vec<ChangeEvent>,
 ) -> Result<Vec<ToolCallRecord>, StoreError> {
-    end_delivered(tx, origin, agent, events, |generation| generation != keep)
+    end_delivered(tx, origin, agent, events, |generation| {
+        generation != Some(keep)
+    })
 }
 
 /// Ends, `unknown` `stream_lost`, the running calls of `agent` delivered under
