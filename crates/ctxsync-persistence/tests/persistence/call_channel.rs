@@ -66,6 +66,35 @@ struct World {
     db: TestStore,
 }
 
+/// `agent`'s turn's call of `fs__read`.
+fn read_call(agent: &Agent, call_id: &str, timeout_ms: u64) -> NewToolCall {
+    NewToolCall {
+        chat: agent.chat,
+        turn: agent.turn,
+        call_id: call_id.into(),
+        name: "fs__read".into(),
+        arguments: r#"{"path":"/etc/hostname"}"#.into(),
+        timeout_ms,
+    }
+}
+
+/// [`read_call`] admitted through `store`: running.
+async fn start_call(
+    store: &ctxsync_persistence::Store,
+    agent: &Agent,
+    call_id: &str,
+    timeout_ms: u64,
+) -> ToolCallRecord {
+    match store
+        .admit_tool_call(&read_call(agent, call_id, timeout_ms))
+        .await
+        .unwrap()
+    {
+        Some(CallAdmission::Started(record)) => record,
+        other => panic!("admission: {other:?}"),
+    }
+}
+
 /// A second replica: its own store handle (pool, PostgreSQL listener) and hub on the
 /// same database, without an agent API of its own.
 struct Replica {
@@ -75,18 +104,7 @@ struct Replica {
 
 impl Replica {
     async fn call(&self, agent: &Agent, call_id: &str, timeout_ms: u64) -> ToolCallRecord {
-        let call = NewToolCall {
-            chat: agent.chat,
-            turn: agent.turn,
-            call_id: call_id.into(),
-            name: "fs__read".into(),
-            arguments: r#"{"path":"/etc/hostname"}"#.into(),
-            timeout_ms,
-        };
-        match self.store.admit_tool_call(&call).await.unwrap() {
-            Some(CallAdmission::Started(record)) => record,
-            other => panic!("admission: {other:?}"),
-        }
+        start_call(&self.store, agent, call_id, timeout_ms).await
     }
 }
 
@@ -220,18 +238,7 @@ impl Served {
 
     /// A running call of `agent`'s turn, stored.
     async fn call(&self, agent: &Agent, call_id: &str, timeout_ms: u64) -> ToolCallRecord {
-        let call = NewToolCall {
-            chat: agent.chat,
-            turn: agent.turn,
-            call_id: call_id.into(),
-            name: "fs__read".into(),
-            arguments: r#"{"path":"/etc/hostname"}"#.into(),
-            timeout_ms,
-        };
-        match self.store.admit_tool_call(&call).await.unwrap() {
-            Some(CallAdmission::Started(record)) => record,
-            other => panic!("admission: {other:?}"),
-        }
+        start_call(&self.store, agent, call_id, timeout_ms).await
     }
 
     /// Opens the agent's stream with a hello from `run`.
@@ -890,14 +897,7 @@ async fn duplicate_calls_split_over_two_replicas_run_once(world: World) {
     let other = world.replica(quick()).await;
     let agent = holder.agent().await;
     let mut stream = holder.open(&agent, RUN).await.unwrap();
-    let request = NewToolCall {
-        chat: agent.chat,
-        turn: agent.turn,
-        call_id: "same".into(),
-        name: "fs__read".into(),
-        arguments: r#"{"path":"/etc/hostname"}"#.into(),
-        timeout_ms: 60_000,
-    };
+    let request = read_call(&agent, "same", 60_000);
     let attempts = (0..10).map(|n| {
         let (store, hub) = if n % 2 == 0 {
             (holder.store.clone(), Arc::clone(&holder.hub))

@@ -617,13 +617,9 @@ type OpenStream = (
     tonic::Streaming<v1::ServerCallMessage>,
 );
 
-/// The agent's stream, served by a task: answers `search` with its query echoed, leaves
-/// anything with `"hold": true` running until it is cancelled, then ends with the
-/// (server, tool) of every call it saw and the stream still open.
-async fn fake_agent(
-    h: &Harness,
-    token: &str,
-) -> tokio::task::JoinHandle<(Vec<(String, String)>, Option<OpenStream>)> {
+/// Opens the agent's call stream (run `run-calls`) with its hello sent: what the agent
+/// sends, and what it receives.
+async fn open_call_stream(h: &Harness, token: &str) -> OpenStream {
     let channel = tonic::transport::Endpoint::from_shared(h.server.agent_url())
         .unwrap()
         .connect()
@@ -638,11 +634,22 @@ async fn fake_agent(
     )
     .await
     .unwrap();
-    let mut inbound = AgentClient::new(channel)
+    let inbound = AgentClient::new(channel)
         .tool_calls(with_bearer(ReceiverStream::new(rx), token))
         .await
         .expect("the stream opens")
         .into_inner();
+    (tx, inbound)
+}
+
+/// The agent's stream, served by a task: answers `search` with its query echoed, leaves
+/// anything with `"hold": true` running until it is cancelled, then ends with the
+/// (server, tool) of every call it saw and the stream still open.
+async fn fake_agent(
+    h: &Harness,
+    token: &str,
+) -> tokio::task::JoinHandle<(Vec<(String, String)>, Option<OpenStream>)> {
+    let (tx, mut inbound) = open_call_stream(h, token).await;
     // The fake agent: answers `search` with its query echoed, leaves anything with
     // `"hold": true` running until it is cancelled.
     tokio::spawn(async move {
@@ -919,25 +926,7 @@ impl Drop for EventLog {
 /// An agent's call stream that reports two steps of progress (with a message) on every
 /// call, 300 ms apart, then ends it complete and truncated, echoing the query.
 async fn progress_agent(h: &Harness, token: &str) -> tokio::task::JoinHandle<()> {
-    let channel = tonic::transport::Endpoint::from_shared(h.server.agent_url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let (tx, rx) = tokio::sync::mpsc::channel::<v1::AgentCallMessage>(16);
-    tx.send(
-        AgentCall::Hello {
-            agent_run_id: RunId::new("run-calls").unwrap(),
-        }
-        .into(),
-    )
-    .await
-    .unwrap();
-    let mut inbound = AgentClient::new(channel)
-        .tool_calls(with_bearer(ReceiverStream::new(rx), token))
-        .await
-        .expect("the stream opens")
-        .into_inner();
+    let (tx, mut inbound) = open_call_stream(h, token).await;
     tokio::spawn(async move {
         while let Ok(Some(message)) = inbound.message().await {
             let ServerCall::Call(request) = ServerCall::try_from(message).expect("a valid message")
