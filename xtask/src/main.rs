@@ -2,6 +2,7 @@
 
 mod bench;
 mod codegen;
+mod distill;
 mod embedding;
 mod fuzz;
 mod layers;
@@ -40,6 +41,11 @@ commands:
                      runtime (ldd)
   fuzz-check         `cargo check` the libFuzzer targets in `fuzz/` (their own
                      workspace) with the main target dir and a current lock file
+  distill-model [--pooling mean|token] [--dims N] [--sif A] [--out DIR]
+                     rebuild the static token-embedding model in
+                     crates/ctxsync-chat-projection/model from all-MiniLM-L6-v2 (two
+                     wheels pinned by sha256; numpy only, in target/tools/distill;
+                     reproducible byte for byte; --out writes a variant elsewhere)
   ci                 everything CI runs: fmt, clippy, fuzz-check, codegen check, layers,
                      workspace-hack check, embedding, tidy, the README's test command (each crate's tests
                      alone, doctests included), `bench --quick` (completes; numbers
@@ -47,7 +53,8 @@ commands:
                      ran; each step's wall time is printed
 
 Every command installs what it needs on a fresh machine (test, test-tools and ci: all
-test prerequisites; fuzz: the Python clients; bench: the pinned Python MCP SDK).";
+test prerequisites; fuzz: the Python clients; bench: the pinned Python MCP SDK;
+distill-model: the pinned numpy and the model's wheels).";
 
 /// The README line that precedes the test command's code block.
 const README_TEST_MARKER: &str = "<!-- readme-test-command -->";
@@ -93,6 +100,7 @@ fn main() -> Result<()> {
             }
             bench::run(&root, &cargo(), quick, json.map(Path::new)).map(drop)
         }
+        ["distill-model", rest @ ..] => distill::run(&root, rest),
         ["help" | "--help" | "-h"] | [] => {
             println!("{USAGE}");
             Ok(())
@@ -547,14 +555,14 @@ fn install_npm_packages(root: &Path) -> Result<()> {
 }
 
 /// A virtual environment at `dir` (under `root`) holding exactly `packages`: made when
-/// missing, or anew when the pinned list changed. The list is written last, so a half
-/// installed environment is never taken for a whole one.
-fn python_env(root: &Path, dir: &str, packages: &[&str]) -> Result<()> {
+/// missing, or anew when the pinned list changed (then it returns true). The list is
+/// written last, so a half installed environment is never taken for a whole one.
+fn python_env(root: &Path, dir: &str, packages: &[&str]) -> Result<bool> {
     let venv = root.join(dir);
     let stamp = venv.join("ctxsync-packages.txt");
     let wanted = packages.join("\n");
     if std::fs::read_to_string(&stamp).is_ok_and(|had| had == wanted) {
-        return Ok(());
+        return Ok(false);
     }
     let _ = std::fs::remove_dir_all(&venv);
     let venv_arg = venv.to_str().context("target path is UTF-8")?;
@@ -572,7 +580,7 @@ fn python_env(root: &Path, dir: &str, packages: &[&str]) -> Result<()> {
         return Err(error);
     }
     std::fs::write(&stamp, wanted).context("recording the Python packages installed")?;
-    Ok(())
+    Ok(true)
 }
 
 fn cargo() -> PathBuf {
