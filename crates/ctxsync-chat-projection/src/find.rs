@@ -6,8 +6,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::index::ToolIndex;
 use crate::naming::{EligibleTool, ToolCatalog};
-use crate::rank::{Scores, Term};
+use crate::rank::Term;
 use crate::text::{cap_chars, one_line, prefix_within_bytes};
 
 /// At most this many matches are returned (and activated) per call.
@@ -23,8 +24,6 @@ const MAX_QUERY_BYTES: usize = 512;
 /// Only this many distinct terms of each query, and of the whole request, are scored.
 const MAX_TERMS_PER_QUERY: usize = 8;
 const MAX_TERMS: usize = 32;
-/// Only this much of a title is compared with a whole query.
-const MAX_PHRASE_TITLE_BYTES: usize = 512;
 /// Enough of a description to fill [`MAX_DESCRIPTION_CHARS`] after folding whitespace.
 const MAX_SHOWN_DESCRIPTION_BYTES: usize = 4096;
 
@@ -135,8 +134,21 @@ impl FromIterator<String> for ActiveTools {
 }
 
 /// Searches `catalog` and activates the matches in `active`. A stale view's catalog is
-/// empty, so stale tools can never be found or activated.
+/// empty, so stale tools can never be found or activated. Indexes the catalog for this
+/// one call; a caller searching a catalog again keeps its [`ToolIndex`] (or a
+/// [`ToolIndexCache`]) and calls [`find_tools_in`].
 pub fn find_tools(
+    catalog: &ToolCatalog,
+    request: &FindToolsRequest,
+    active: &mut ActiveTools,
+) -> Result<FindToolsResponse, FindToolsError> {
+    find_tools_in(&ToolIndex::build(catalog), catalog, request, active)
+}
+
+/// [`find_tools`] over `index`, built from `catalog` (an index of another catalog is
+/// not used: the catalog is indexed anew for the call).
+pub fn find_tools_in(
+    index: &ToolIndex,
     catalog: &ToolCatalog,
     request: &FindToolsRequest,
     active: &mut ActiveTools,
@@ -166,6 +178,13 @@ pub fn find_tools(
     if names.is_empty() && queries.is_empty() {
         return Err(FindToolsError::NothingToFind);
     }
+    let rebuilt;
+    let index = if index.fits(catalog) {
+        index
+    } else {
+        rebuilt = ToolIndex::build(catalog);
+        &rebuilt
+    };
 
     let mut ordered: Vec<&EligibleTool> = Vec::new();
     let mut seen: HashSet<&str> = HashSet::new();
@@ -185,36 +204,12 @@ pub fn find_tools(
     }
 
     if !queries.is_empty() {
-        let scopes = ScopeIndex::new(catalog);
-        let mut vocabulary = Vec::new();
-        let parsed: Vec<Query<'_>> = queries
-            .iter()
-            .map(|q| Query::parse(q, &scopes, &mut vocabulary))
-            .collect();
-        // Each distinct term is scored once per tool, whatever the queries.
-        let scores = Scores::new(catalog, &vocabulary);
-        let mut ranked: Vec<(f32, &EligibleTool)> = catalog
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| !seen.contains(t.name.as_str()))
-            .filter(|(_, t)| parsed.iter().any(|q| q.admits(t)))
-            .filter_map(|(position, tool)| {
-                let lowered = [
-                    tool.name.to_lowercase(),
-                    tool.tool.to_lowercase(),
-                    one_line(prefix_within_bytes(&tool.title, MAX_PHRASE_TITLE_BYTES))
-                        .to_lowercase(),
-                ];
-                parsed
-                    .iter()
-                    .filter_map(|q| q.rank(tool, position, &scores, &lowered))
-                    .max_by(f32::total_cmp)
-                    .map(|rank| (rank, tool))
-            })
-            .collect();
-        // Ties go by name, so equal scores always come out in one order.
-        ranked.sort_by(|(a, ta), (b, tb)| b.total_cmp(a).then_with(|| ta.name.cmp(&tb.name)));
-        ordered.extend(ranked.into_iter().map(|(_, tool)| tool));
+        let best = rank_queries(index, catalog, &queries, Ranking::Fused);
+        ordered.extend(
+            best.into_iter()
+                .map(|(_, tool)| tool)
+                .filter(|t| !seen.contains(t.name.as_str())),
+        );
     }
 
     let total = ordered.len();
@@ -356,6 +351,9 @@ impl<'c> ScopeIndex<'c> {
 /// One parsed query.
 struct Query<'a> {
     scope: Option<&'a str>,
+    /// The unscoped text, for the embedding model.
+    #[cfg_attr(not(feature = "semantic"), allow(dead_code))]
+    text: &'a str,
     /// The unscoped text, lower-cased, for whole-name matches.
     phrase: String,
     /// Indices into the request's vocabulary.
@@ -389,6 +387,7 @@ impl<'a> Query<'a> {
         }
         Self {
             scope,
+            text,
             phrase: text.trim().to_lowercase(),
             terms,
         }
@@ -397,35 +396,190 @@ impl<'a> Query<'a> {
     fn admits(&self, tool: &EligibleTool) -> bool {
         self.scope.is_none_or(|server| tool.server == server)
     }
-
-    /// The query's score for the tool at catalog `position`; `names` holds its
-    /// lower-cased model-facing name, original name and title (empty when none). `None`
-    /// when the tool does not match.
-    fn rank(
-        &self,
-        tool: &EligibleTool,
-        position: usize,
-        scores: &Scores,
-        names: &[String; 3],
-    ) -> Option<f32> {
-        if !self.admits(tool) {
-            return None;
-        }
-        if self.scope.is_some() && self.terms.is_empty() {
-            // `server:` alone lists the server's tools.
-            return Some(0.0);
-        }
-        let (_, mut score) = scores.score(position, &self.terms);
-        if !self.phrase.is_empty() && names.contains(&self.phrase) {
-            score += WHOLE_NAME;
-        }
-        (score > 0.0).then_some(score)
-    }
 }
 
-/// Added when a query is exactly a tool's name (or its title): more than any sum of
-/// term scores, so the tool named comes first.
+/// Which evidence orders a query's matches. find_tools uses [`Ranking::Fused`]; the
+/// others are its two parts, for comparing them ([`rank_query`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ranking {
+    /// BM25F over the tools' words alone.
+    Lexical,
+    /// The static embedding model alone (nothing without the `semantic` feature).
+    Semantic,
+    /// Both, by reciprocal rank fusion; the embedding alone when no word of the query
+    /// occurs in the catalog.
+    Fused,
+}
+
+/// The names `ranking` orders for `queries` (read as find_tools reads them: trimmed,
+/// cut, `server:` scopes and whole names included; the best score over the queries
+/// counts), best first, at most [`MAX_MATCHES`]. find_tools' own order is
+/// [`Ranking::Fused`]'s; the others show what each part would find alone.
+pub fn rank_query<'c>(
+    index: &ToolIndex,
+    catalog: &'c ToolCatalog,
+    queries: &[&str],
+    ranking: Ranking,
+) -> Vec<&'c str> {
+    let queries: Vec<&str> = queries
+        .iter()
+        .take(MAX_QUERIES)
+        .map(|q| prefix_within_bytes(q.trim_start(), MAX_QUERY_BYTES).trim())
+        .filter(|q| !q.is_empty())
+        .collect();
+    if queries.is_empty() {
+        return Vec::new();
+    }
+    let rebuilt;
+    let index = if index.fits(catalog) {
+        index
+    } else {
+        rebuilt = ToolIndex::build(catalog);
+        &rebuilt
+    };
+    rank_queries(index, catalog, &queries, ranking)
+        .into_iter()
+        .take(MAX_MATCHES)
+        .map(|(_, t)| t.name.as_str())
+        .collect()
+}
+
+/// Added when a query is exactly a tool's name (or its title): more than any other
+/// score, so the tool named comes first.
 const WHOLE_NAME: f32 = 1000.0;
+/// Reciprocal rank fusion's constant: a match at rank r adds 1 / (K + r). Chosen on the
+/// retrieval benchmark's tuning half (10, 20, 30 and 60 tried), as is the weight.
+const FUSION_K: f32 = 20.0;
+/// How much the embedding's ranking counts beside the words' one (0.5 to 3 tried).
+const SEMANTIC_WEIGHT: f32 = 1.5;
+/// At most this many of the embedding's nearest tools take part, each at least this
+/// similar to the query.
+#[cfg(feature = "semantic")]
+const SEMANTIC_DEPTH: usize = 20;
+#[cfg(feature = "semantic")]
+const MIN_SIMILARITY: f32 = 0.2;
+
+/// Every tool some query matches, with its best score over the queries, best first
+/// (ties by name, so equal scores always come out in one order).
+fn rank_queries<'c>(
+    index: &ToolIndex,
+    catalog: &'c ToolCatalog,
+    queries: &[&str],
+    ranking: Ranking,
+) -> Vec<(f32, &'c EligibleTool)> {
+    let tools: Vec<&EligibleTool> = catalog.iter().collect();
+    let scopes = ScopeIndex::new(catalog);
+    let mut vocabulary = Vec::new();
+    let parsed: Vec<Query<'_>> = queries
+        .iter()
+        .map(|q| Query::parse(q, &scopes, &mut vocabulary))
+        .collect();
+    // Each distinct term is scored once per tool, whatever the queries.
+    let term_scores = if ranking == Ranking::Semantic {
+        Vec::new()
+    } else {
+        index.lexical.score_terms(&vocabulary)
+    };
+    let mut best: Vec<Option<f32>> = vec![None; tools.len()];
+    let mut keep = |i: usize, score: f32| {
+        let slot = &mut best[i];
+        *slot = Some(slot.map_or(score, |s| s.max(score)));
+    };
+    // Orders tools by score, best first, ties by name.
+    let by_score = |list: &mut Vec<(f32, usize)>| {
+        list.sort_by(|(a, i), (b, j)| {
+            b.total_cmp(a)
+                .then_with(|| tools[*i].name.cmp(&tools[*j].name))
+        });
+    };
+    for query in &parsed {
+        if query.scope.is_some() && query.terms.is_empty() {
+            // `server:` alone lists the server's tools.
+            for (i, _) in tools.iter().enumerate().filter(|(_, t)| query.admits(t)) {
+                keep(i, 0.0);
+            }
+            continue;
+        }
+        let whole: Vec<usize> = index.whole_names(&query.phrase).to_vec();
+        let mut lexical: Vec<(f32, usize)> = Vec::new();
+        if ranking != Ranking::Semantic {
+            for (i, tool) in tools.iter().enumerate() {
+                if !query.admits(tool) {
+                    continue;
+                }
+                let score: f32 = query.terms.iter().map(|&t| term_scores[t][i]).sum();
+                if score > 0.0 {
+                    lexical.push((score, i));
+                }
+            }
+            by_score(&mut lexical);
+        }
+        let semantic = if ranking == Ranking::Lexical {
+            Vec::new()
+        } else {
+            semantic_ranking(index, query, &tools, by_score)
+        };
+        let mut fused: HashMap<usize, f32> = HashMap::new();
+        match ranking {
+            Ranking::Lexical => fused.extend(lexical.iter().map(|&(s, i)| (i, s))),
+            Ranking::Semantic | Ranking::Fused => {
+                for (rank, &(_, i)) in lexical.iter().enumerate() {
+                    *fused.entry(i).or_default() += 1.0 / (FUSION_K + rank as f32 + 1.0);
+                }
+                // With no word of the query in the catalog, the embedding decides alone.
+                let weight = if lexical.is_empty() {
+                    1.0
+                } else {
+                    SEMANTIC_WEIGHT
+                };
+                for (rank, &(_, i)) in semantic.iter().enumerate() {
+                    *fused.entry(i).or_default() += weight / (FUSION_K + rank as f32 + 1.0);
+                }
+            }
+        }
+        for &i in whole.iter().filter(|&&i| query.admits(tools[i])) {
+            *fused.entry(i).or_default() += WHOLE_NAME;
+        }
+        for (i, score) in fused {
+            keep(i, score);
+        }
+    }
+    let mut ranked: Vec<(f32, usize)> = best
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.map(|s| (s, i)))
+        .collect();
+    by_score(&mut ranked);
+    ranked.into_iter().map(|(s, i)| (s, tools[i])).collect()
+}
+
+/// The tools nearest `query` by the embedding model, best first, at most
+/// [`SEMANTIC_DEPTH`]; none without the model or when it knows no word of the query.
+#[cfg_attr(not(feature = "semantic"), allow(unused_variables))]
+fn semantic_ranking(
+    index: &ToolIndex,
+    query: &Query<'_>,
+    tools: &[&EligibleTool],
+    by_score: impl Fn(&mut Vec<(f32, usize)>),
+) -> Vec<(f32, usize)> {
+    #[cfg(feature = "semantic")]
+    if let Some(similarities) = index
+        .semantic
+        .as_ref()
+        .and_then(|s| s.similarities(query.text))
+    {
+        let mut near: Vec<(f32, usize)> = similarities
+            .into_iter()
+            .enumerate()
+            .filter(|&(i, s)| s >= MIN_SIMILARITY && query.admits(tools[i]))
+            .map(|(i, s)| (s, i))
+            .collect();
+        by_score(&mut near);
+        near.truncate(SEMANTIC_DEPTH);
+        return near;
+    }
+    Vec::new()
+}
 
 /// The terms find_tools ranks `text` by, in order, repeats kept: words split at
 /// punctuation and case changes, lower-cased, stop words dropped, stemmed. The retrieval

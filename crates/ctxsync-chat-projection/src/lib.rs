@@ -66,7 +66,10 @@
 #![deny(missing_docs)]
 
 mod budget;
+#[cfg(feature = "semantic")]
+mod embed;
 mod find;
+mod index;
 mod input;
 mod naming;
 mod note;
@@ -82,10 +85,16 @@ pub use budget::{
     CatalogDetail, Deferral, FIND_TOOLS_NAME, ToolBudget, TurnTools, definition_bytes,
     plan_turn_tools,
 };
+/// The licence notice of the embedding model find_tools carries (with the `semantic`
+/// feature); a binary embedding this crate shows it with its version.
+#[cfg(feature = "semantic")]
+pub use embed::MODEL_NOTICE;
 pub use find::{
     ActiveTools, FindToolsError, FindToolsRequest, FindToolsResponse, MAX_DESCRIPTION_CHARS,
-    MAX_MATCHES, MAX_NAMES, MAX_QUERIES, ToolMatch, UnresolvedName, find_tools, search_terms,
+    MAX_MATCHES, MAX_NAMES, MAX_QUERIES, Ranking, ToolMatch, UnresolvedName, find_tools,
+    find_tools_in, rank_query, search_terms,
 };
+pub use index::{DEFAULT_INDEX_CACHE_BYTES, ToolIndex, ToolIndexCache};
 pub use input::{AgentState, Binding, SnapshotState};
 pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ModelTool, ToolCatalog};
 pub use note::elapsed_in_seconds;

@@ -1,5 +1,6 @@
-//! find_tools' ranking: BM25F (BM25 over weighted fields) of a request's terms against
-//! every eligible tool, computed per call from the catalog alone (no cache, no model).
+//! find_tools' lexical ranking: BM25F (BM25 over weighted fields) of a request's terms
+//! against every eligible tool, over an index built once per catalog ([`LexicalIndex`]),
+//! so a search never reads tool text again.
 //!
 //! Fields, most telling first: the tool's name, its title, its parameters' names, its
 //! server's name, its description, its parameters' descriptions and its server's
@@ -9,9 +10,10 @@
 //! (`pr` finds `pull_request`). Document frequencies and field lengths come from the whole
 //! catalog, so a word every tool has (`file` in a file server) counts little.
 //!
-//! Work is bounded: each field is read up to a byte limit, at most
-//! [`MAX_INDEXED_PARAMETERS`] parameters, and a word is stemmed only when its first
-//! letters could make it one of the request's terms.
+//! Work is bounded: each field is read up to a byte limit, and at most
+//! [`MAX_INDEXED_PARAMETERS`] parameters. The index holds each distinct word once, with
+//! its stem and where it occurs, so a term is matched against the catalog's vocabulary,
+//! not its text.
 
 use std::collections::HashMap;
 
@@ -50,40 +52,21 @@ const FIELD_COUNT: usize = 7;
 /// The server instructions' index in [`FIELDS`].
 const INSTRUCTIONS_FIELD: usize = 6;
 
-/// One term of a request: its stem, and the bytes any word must begin with to stem to it.
+/// One term of a request: its stem, and its letters as initials when it could be an
+/// acronym.
 pub(crate) struct Term {
     stem: String,
-    /// The stem less its last two letters (Porter changes at most that much of an
-    /// ending), but at least three letters (or the whole of a shorter stem), so short
-    /// terms do not stem every word sharing their first letter. A word whose stem ends
-    /// more than two letters away from its own start (rare: `try` → `tri`) is missed
-    /// by a term that short.
-    lead: String,
-    /// For a term of [`ACRONYM_LENS`] letters: its letters packed as word initials are,
-    /// and the mask of that many initials.
-    acronym: Option<(u32, u32)>,
+    /// For a term of [`ACRONYM_LENS`] ASCII letters: its letters packed as
+    /// [`LexicalIndex::build`] packs word initials (last letter lowest).
+    acronym: Option<u32>,
 }
 
 impl Term {
     pub(crate) fn new(stem: String) -> Self {
-        let keep = stem.len().saturating_sub(2).max(3);
-        let mut end = keep.min(stem.len());
-        while !stem.is_char_boundary(end) {
-            end -= 1;
-        }
-        // The initials as `Matcher::read` packs them: last letter lowest.
         let acronym = (ACRONYM_LENS.contains(&stem.len())
             && stem.bytes().all(|b| b.is_ascii_lowercase()))
-        .then(|| {
-            let code = stem.bytes().fold(0u32, |acc, b| (acc << 8) | u32::from(b));
-            let mask = u32::MAX >> (8 * (4 - stem.len()));
-            (code, mask)
-        });
-        Self {
-            lead: stem[..end].to_owned(),
-            acronym,
-            stem,
-        }
+        .then(|| stem.bytes().fold(0u32, |acc, b| (acc << 8) | u32::from(b)));
+        Self { stem, acronym }
     }
 
     pub(crate) fn stem(&self) -> &str {
@@ -91,47 +74,47 @@ impl Term {
     }
 }
 
-/// Per tool, per term, the BM25F weighted frequency; and per term the IDF.
-pub(crate) struct Scores {
-    /// `weighted[tool * terms + term]`, tools in catalog order.
-    weighted: Vec<f32>,
-    idf: Vec<f32>,
-    terms: usize,
+/// Where a word (or a run of initials) occurs: a tool, one of its fields, how often.
+#[derive(Clone, Copy)]
+struct Posting {
+    tool: u32,
+    field: u8,
+    count: u16,
 }
 
-impl Scores {
-    /// Reads every tool of `catalog` once for all of `terms`.
-    pub(crate) fn new(catalog: &ToolCatalog, terms: &[Term]) -> Self {
-        let n = catalog.len();
-        let t = terms.len();
-        let mut frequency = vec![0f32; n * t * FIELD_COUNT];
-        let mut lengths = vec![0u32; n * FIELD_COUNT];
-        if t > 0 {
-            let mut matcher = Matcher::new(terms);
-            // A server's instructions are the same text for each of its tools: read once
-            // per server, the counts shared.
-            let mut instructions: HashMap<&str, (Vec<f32>, u32)> = HashMap::new();
-            for (i, tool) in catalog.iter().enumerate() {
-                for_each_field(tool, |field, text| {
-                    let counts = &mut frequency[(i * FIELD_COUNT + field) * t..][..t];
-                    lengths[i * FIELD_COUNT + field] += matcher.read(text, counts);
-                });
-                let (counts, length) = instructions
-                    .entry(&*tool.server_instructions)
-                    .or_insert_with(|| {
-                        let mut counts = vec![0f32; t];
-                        let text = prefix_within_bytes(
-                            &tool.server_instructions,
-                            MAX_INDEXED_INSTRUCTIONS_BYTES,
-                        );
-                        let length = matcher.read(text, &mut counts);
-                        (counts, length)
-                    });
-                let field = INSTRUCTIONS_FIELD;
-                frequency[(i * FIELD_COUNT + field) * t..][..t].copy_from_slice(counts);
-                lengths[i * FIELD_COUNT + field] = *length;
-            }
+/// A distinct lower-cased word of the catalog and where it occurs.
+struct Word {
+    text: Box<str>,
+    postings: Vec<Posting>,
+}
+
+/// BM25F's view of one catalog: every field's length per tool, and every distinct word
+/// with its stem and postings. Built once per catalog; answers any number of requests.
+pub(crate) struct LexicalIndex {
+    tools: usize,
+    /// `lengths[tool * FIELD_COUNT + field]`: words in that field.
+    lengths: Vec<u32>,
+    average: [f32; FIELD_COUNT],
+    /// Sorted by text, so the words a term begins are one run.
+    words: Vec<Word>,
+    /// Stem → the words (indices into `words`) with it.
+    by_stem: HashMap<Box<str>, Vec<u32>>,
+    /// Initials of two to four consecutive ASCII words, packed (last lowest) → where.
+    initials: HashMap<u32, Vec<Posting>>,
+}
+
+impl LexicalIndex {
+    /// Reads every tool of `catalog` once.
+    pub(crate) fn build(catalog: &ToolCatalog) -> Self {
+        let mut builder = Builder::default();
+        let mut lengths = vec![0u32; catalog.len() * FIELD_COUNT];
+        for (i, tool) in catalog.iter().enumerate() {
+            let tool_id = u32::try_from(i).expect("a catalog holds fewer than 2^32 tools");
+            for_each_field(tool, |field, text| {
+                lengths[i * FIELD_COUNT + field] += builder.read(tool_id, field, text);
+            });
         }
+        let n = catalog.len();
         let mut average = [0f32; FIELD_COUNT];
         for (f, avg) in average.iter_mut().enumerate() {
             let total: u64 = (0..n)
@@ -139,72 +122,197 @@ impl Scores {
                 .sum();
             *avg = (total as f32 / n.max(1) as f32).max(1.0);
         }
-        let mut weighted = vec![0f32; n * t];
-        let mut document_frequency = vec![0u32; t];
-        for i in 0..n {
-            for term in 0..t {
-                let mut sum = 0.0;
-                for (f, (weight, b)) in FIELDS.iter().enumerate() {
-                    let tf = frequency[(i * FIELD_COUNT + f) * t + term];
-                    if tf > 0.0 {
-                        let length = lengths[i * FIELD_COUNT + f] as f32;
-                        sum += weight * tf / (1.0 - b + b * length / average[f]);
-                    }
-                }
-                if sum > 0.0 {
-                    document_frequency[term] += 1;
-                }
-                weighted[i * t + term] = sum;
-            }
-        }
-        let idf = document_frequency
-            .iter()
-            .map(|&df| (1.0 + (n as f32 - df as f32 + 0.5) / (df as f32 + 0.5)).ln())
+        let mut words: Vec<Word> = builder
+            .words
+            .into_iter()
+            .map(|(text, postings)| Word { text, postings })
             .collect();
+        words.sort_unstable_by(|a, b| a.text.cmp(&b.text));
+        let mut by_stem: HashMap<Box<str>, Vec<u32>> = HashMap::new();
+        for (i, word) in words.iter().enumerate() {
+            let id = u32::try_from(i).expect("fewer than 2^32 distinct words");
+            by_stem
+                .entry(stem(&word.text).into_boxed_str())
+                .or_default()
+                .push(id);
+        }
         Self {
-            weighted,
-            idf,
-            terms: t,
+            tools: n,
+            lengths,
+            average,
+            words,
+            by_stem,
+            initials: builder.initials,
         }
     }
 
-    /// The BM25F score of the tool at catalog position `tool` for `terms` (indices into
-    /// the request's terms), and how many of them it matched.
-    pub(crate) fn score(&self, tool: usize, terms: &[usize]) -> (usize, f32) {
-        let mut matched = 0;
-        let mut score = 0.0;
-        for &term in terms {
-            let tf = self.weighted[tool * self.terms + term];
-            if tf > 0.0 {
-                matched += 1;
-                score += self.idf[term] * tf * (K1 + 1.0) / (tf + K1);
-            }
-        }
-        (matched, score)
+    /// Words strictly longer than `stem` that begin with it (for a stem long enough).
+    fn prefixed<'s>(&'s self, stem: &'s str) -> impl Iterator<Item = &'s Word> + 's {
+        let start = if stem.len() >= MIN_PREFIX_TERM_LEN {
+            self.words.partition_point(|w| &*w.text <= stem)
+        } else {
+            self.words.len()
+        };
+        self.words[start..]
+            .iter()
+            .take_while(move |w| w.text.starts_with(stem))
+    }
+
+    /// Per term, per tool (`scores[term][tool]`), the BM25F term score (idf × saturated
+    /// weighted frequency); zero where the tool does not match.
+    pub(crate) fn score_terms(&self, terms: &[Term]) -> Vec<Vec<f32>> {
+        let n = self.tools;
+        let mut frequency = vec![0f32; n * FIELD_COUNT];
+        let mut touched: Vec<u32> = Vec::new();
+        terms
+            .iter()
+            .map(|term| {
+                let mut add = |postings: &[Posting], weight: f32| {
+                    for p in postings {
+                        let slot = &mut frequency[p.tool as usize * FIELD_COUNT + p.field as usize];
+                        if *slot == 0.0 {
+                            touched.push(p.tool);
+                        }
+                        *slot += weight * f32::from(p.count);
+                    }
+                };
+                let exact = self.by_stem.get(term.stem.as_str());
+                for &w in exact.into_iter().flatten() {
+                    add(&self.words[w as usize].postings, 1.0);
+                }
+                for word in self.prefixed(&term.stem) {
+                    // A word that stems to the term counted in full above.
+                    if exact.is_none_or(|e| {
+                        !e.iter()
+                            .any(|&w| std::ptr::eq(&self.words[w as usize], word))
+                    }) {
+                        add(&word.postings, PREFIX_MATCH);
+                    }
+                }
+                if let Some(postings) = term.acronym.and_then(|a| self.initials.get(&a)) {
+                    add(postings, 1.0);
+                }
+                touched.sort_unstable();
+                touched.dedup();
+                let mut weighted = vec![0f32; n];
+                for &tool in &touched {
+                    let tool = tool as usize;
+                    let mut sum = 0.0;
+                    for (f, (weight, b)) in FIELDS.iter().enumerate() {
+                        let slot = &mut frequency[tool * FIELD_COUNT + f];
+                        let tf = std::mem::take(slot);
+                        if tf > 0.0 {
+                            let length = self.lengths[tool * FIELD_COUNT + f] as f32;
+                            sum += weight * tf / (1.0 - b + b * length / self.average[f]);
+                        }
+                    }
+                    weighted[tool] = sum;
+                }
+                let document_frequency = touched.len() as f32;
+                touched.clear();
+                let idf =
+                    (1.0 + (n as f32 - document_frequency + 0.5) / (document_frequency + 0.5)).ln();
+                for tf in &mut weighted {
+                    if *tf > 0.0 {
+                        *tf = idf * *tf * (K1 + 1.0) / (*tf + K1);
+                    }
+                }
+                weighted
+            })
+            .collect()
+    }
+
+    /// Roughly the bytes the index holds, for a cache's budget.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let posting = size_of::<Posting>();
+        let words: usize = self
+            .words
+            .iter()
+            .map(|w| size_of::<Word>() + w.text.len() + w.postings.len() * posting)
+            .sum();
+        let stems: usize = self
+            .by_stem
+            .iter()
+            .map(|(s, ids)| 48 + s.len() + ids.len() * 4)
+            .sum();
+        let initials: usize = self.initials.values().map(|p| 40 + p.len() * posting).sum();
+        self.lengths.len() * 4 + words + stems + initials
     }
 }
 
-/// Calls `read(field, text)` for each searchable text of `tool` but its server's
-/// instructions, within the byte limits.
+/// Gathers postings while the catalog is read.
+#[derive(Default)]
+struct Builder {
+    words: HashMap<Box<str>, Vec<Posting>>,
+    initials: HashMap<u32, Vec<Posting>>,
+    lower: String,
+}
+
+impl Builder {
+    /// Indexes `text` as `field` of `tool`; returns how many words it has.
+    fn read(&mut self, tool: u32, field: usize, text: &str) -> u32 {
+        let field = u8::try_from(field).expect("seven fields");
+        let mut length = 0;
+        // Initials of the latest four words, one byte each, newest lowest; how many of
+        // them are ASCII letters in a row.
+        let mut initials: u32 = 0;
+        let mut letters = 0usize;
+        for word in crate::terms::words(text) {
+            length += 1;
+            self.lower.clear();
+            self.lower.extend(word.chars().flat_map(char::to_lowercase));
+            let postings = match self.words.get_mut(self.lower.as_str()) {
+                Some(postings) => postings,
+                None => self
+                    .words
+                    .entry(self.lower.clone().into_boxed_str())
+                    .or_default(),
+            };
+            bump(postings, tool, field);
+            let first = word.as_bytes()[0].to_ascii_lowercase();
+            initials = (initials << 8) | u32::from(first);
+            letters = if first.is_ascii_lowercase() {
+                letters + 1
+            } else {
+                0
+            };
+            for len in ACRONYM_LENS {
+                if letters >= len {
+                    let mask = u32::MAX >> (8 * (4 - len));
+                    bump(
+                        self.initials.entry(initials & mask).or_default(),
+                        tool,
+                        field,
+                    );
+                }
+            }
+        }
+        length
+    }
+}
+
+/// Counts one more occurrence in `tool`'s `field`.
+fn bump(postings: &mut Vec<Posting>, tool: u32, field: u8) {
+    match postings.last_mut() {
+        Some(last) if last.tool == tool && last.field == field => {
+            last.count = last.count.saturating_add(1);
+        }
+        _ => postings.push(Posting {
+            tool,
+            field,
+            count: 1,
+        }),
+    }
+}
+
+/// Calls `read(field, text)` for each searchable text of `tool`, within the byte limits.
 fn for_each_field(tool: &EligibleTool, mut read: impl FnMut(usize, &str)) {
     read(0, &tool.tool);
     read(1, prefix_within_bytes(&tool.title, MAX_INDEXED_TITLE_BYTES));
-    if let Some(properties) = tool
-        .input_schema
-        .get("properties")
-        .and_then(serde_json::Value::as_object)
-    {
-        for (name, schema) in properties.iter().take(MAX_INDEXED_PARAMETERS) {
-            read(2, name);
-            if let Some(text) = schema
-                .get("description")
-                .and_then(serde_json::Value::as_str)
-            {
-                read(
-                    5,
-                    prefix_within_bytes(text, MAX_INDEXED_PARAMETER_DESCRIPTION_BYTES),
-                );
-            }
+    for (name, description) in parameters(tool) {
+        read(2, name);
+        if let Some(text) = description {
+            read(5, text);
         }
     }
     read(3, &tool.server);
@@ -212,104 +320,25 @@ fn for_each_field(tool: &EligibleTool, mut read: impl FnMut(usize, &str)) {
         4,
         prefix_within_bytes(&tool.description, MAX_INDEXED_DESCRIPTION_BYTES),
     );
-    // The server's instructions (field 6) are read once per server by `Scores::new`.
+    read(
+        INSTRUCTIONS_FIELD,
+        prefix_within_bytes(&tool.server_instructions, MAX_INDEXED_INSTRUCTIONS_BYTES),
+    );
 }
 
-/// Matches words against a request's terms, reusing its buffers.
-struct Matcher<'t> {
-    terms: &'t [Term],
-    /// For each ASCII byte, the terms (bits) whose lead begins with it, lower-cased.
-    by_first: [u32; 128],
-    /// The terms that also match initials.
-    acronyms: u32,
-    /// Every term: what a word beginning with a non-ASCII char is compared with.
-    all: u32,
-    lower: String,
-}
-
-impl<'t> Matcher<'t> {
-    /// At most 32 terms (a request holds at most `MAX_TERMS`).
-    fn new(terms: &'t [Term]) -> Self {
-        assert!(terms.len() <= 32, "a request holds at most 32 terms");
-        let mut by_first = [0u32; 128];
-        let mut acronyms = 0;
-        for (i, term) in terms.iter().enumerate() {
-            if let Some(&b) = term.lead.as_bytes().first()
-                && b < 0x80
-            {
-                by_first[usize::from(b)] |= 1 << i;
-            }
-            if term.acronym.is_some() {
-                acronyms |= 1 << i;
-            }
-        }
-        Self {
-            terms,
-            by_first,
-            acronyms,
-            all: u32::MAX >> (32 - terms.len().max(1)),
-            lower: String::new(),
-        }
-    }
-
-    /// Adds each term's matches in `text` to `counts` and returns how many words it has.
-    fn read(&mut self, text: &str, counts: &mut [f32]) -> u32 {
-        let mut length = 0;
-        // Initials of the latest four words, one byte each, newest lowest.
-        let mut initials: u32 = 0;
-        for word in crate::terms::words(text) {
-            length += 1;
-            let first = word.as_bytes()[0].to_ascii_lowercase();
-            initials = (initials << 8) | u32::from(first);
-            let mut acronyms = self.acronyms;
-            while acronyms != 0 {
-                let i = acronyms.trailing_zeros() as usize;
-                acronyms &= acronyms - 1;
-                if let Some((code, mask)) = self.terms[i].acronym
-                    && initials & mask == code
-                {
-                    counts[i] += 1.0;
-                }
-            }
-            let mut candidates = if first < 0x80 {
-                self.by_first[usize::from(first)]
-            } else {
-                self.all
-            };
-            if candidates == 0 {
-                continue;
-            }
-            let ascii = word.is_ascii();
-            let mut lowered = false;
-            let mut stemmed: Option<String> = None;
-            while candidates != 0 {
-                let i = candidates.trailing_zeros() as usize;
-                candidates &= candidates - 1;
-                let term = &self.terms[i];
-                if ascii {
-                    let lead = term.lead.as_bytes();
-                    if word.len() < lead.len()
-                        || !word.as_bytes()[..lead.len()].eq_ignore_ascii_case(lead)
-                    {
-                        continue;
-                    }
-                }
-                if !lowered {
-                    self.lower.clear();
-                    self.lower.extend(word.chars().flat_map(char::to_lowercase));
-                    lowered = true;
-                }
-                let stem = stemmed.get_or_insert_with(|| stem(&self.lower));
-                if *stem == term.stem {
-                    counts[i] += 1.0;
-                } else if term.stem.len() >= MIN_PREFIX_TERM_LEN
-                    && self.lower.len() > term.stem.len()
-                    && self.lower.starts_with(&term.stem)
-                {
-                    counts[i] += PREFIX_MATCH;
-                }
-            }
-        }
-        length
-    }
+/// The first [`MAX_INDEXED_PARAMETERS`] parameters of `tool`: each name, and its
+/// description cut to [`MAX_INDEXED_PARAMETER_DESCRIPTION_BYTES`].
+pub(crate) fn parameters(tool: &EligibleTool) -> impl Iterator<Item = (&str, Option<&str>)> {
+    tool.input_schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+        .into_iter()
+        .flat_map(|properties| properties.iter().take(MAX_INDEXED_PARAMETERS))
+        .map(|(name, schema)| {
+            let description = schema
+                .get("description")
+                .and_then(serde_json::Value::as_str)
+                .map(|text| prefix_within_bytes(text, MAX_INDEXED_PARAMETER_DESCRIPTION_BYTES));
+            (name.as_str(), description)
+        })
 }

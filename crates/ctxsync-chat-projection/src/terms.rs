@@ -1,7 +1,7 @@
 //! find_tools' tokenizer: words split at anything but letters and digits and at case
 //! changes (`getFileInfo`, `HTTPServer`), lower-cased, English stop words dropped, and
-//! each word reduced to its stem (Porter's algorithm), so `listing`, `lists` and `listed`
-//! are one term.
+//! each word reduced to its stem (Snowball's English algorithm), so `listing`, `lists`
+//! and `listed` are one term.
 
 /// Words people put around what they ask for; they tell tools apart by nothing.
 const STOP_WORDS: &[&str] = &[
@@ -115,206 +115,15 @@ pub(crate) fn terms(text: &str) -> impl Iterator<Item = String> + '_ {
     })
 }
 
-/// Porter's stemmer (1980), on a lower-case word. Words of two letters or fewer, and words
-/// holding anything but ASCII letters, are kept as they are.
+/// Snowball's English stemmer (Porter2, `rust-stemmers`), on a lower-case word. The
+/// retrieval benchmark ranks alike with it and with Porter's 1980 algorithm, which this
+/// crate used to carry by hand; the maintained one stays.
 pub(crate) fn stem(word: &str) -> String {
-    if word.len() <= 2 || !word.bytes().all(|b| b.is_ascii_lowercase()) {
-        return word.to_owned();
-    }
-    let mut w = word.as_bytes().to_vec();
-    step_1a(&mut w);
-    step_1b(&mut w);
-    step_1c(&mut w);
-    step_2(&mut w);
-    step_3(&mut w);
-    step_4(&mut w);
-    step_5(&mut w);
-    String::from_utf8(w).expect("ASCII in, ASCII out")
-}
-
-fn is_consonant(w: &[u8], i: usize) -> bool {
-    match w[i] {
-        b'a' | b'e' | b'i' | b'o' | b'u' => false,
-        b'y' => i == 0 || !is_consonant(w, i - 1),
-        _ => true,
-    }
-}
-
-/// Porter's m: the number of vowel-consonant sequences in `w`.
-fn measure(w: &[u8]) -> usize {
-    let mut m = 0;
-    let mut i = 0;
-    while i < w.len() && is_consonant(w, i) {
-        i += 1;
-    }
-    while i < w.len() {
-        while i < w.len() && !is_consonant(w, i) {
-            i += 1;
-        }
-        if i == w.len() {
-            break;
-        }
-        while i < w.len() && is_consonant(w, i) {
-            i += 1;
-        }
-        m += 1;
-    }
-    m
-}
-
-fn has_vowel(w: &[u8]) -> bool {
-    (0..w.len()).any(|i| !is_consonant(w, i))
-}
-
-fn ends_double_consonant(w: &[u8]) -> bool {
-    let n = w.len();
-    n >= 2 && w[n - 1] == w[n - 2] && is_consonant(w, n - 1)
-}
-
-/// Consonant-vowel-consonant at the end, the last not w, x or y.
-fn ends_cvc(w: &[u8]) -> bool {
-    let n = w.len();
-    n >= 3
-        && is_consonant(w, n - 3)
-        && !is_consonant(w, n - 2)
-        && is_consonant(w, n - 1)
-        && !matches!(w[n - 1], b'w' | b'x' | b'y')
-}
-
-/// Replaces `suffix` by `with` when `w` ends in it and the rest passes `condition`.
-/// Returns whether `w` ended in `suffix` (replaced or not).
-fn replace(w: &mut Vec<u8>, suffix: &str, with: &str, condition: impl Fn(&[u8]) -> bool) -> bool {
-    if !w.ends_with(suffix.as_bytes()) {
-        return false;
-    }
-    let stem_len = w.len() - suffix.len();
-    if condition(&w[..stem_len]) {
-        w.truncate(stem_len);
-        w.extend_from_slice(with.as_bytes());
-    }
-    true
-}
-
-fn step_1a(w: &mut Vec<u8>) {
-    let _ = replace(w, "sses", "ss", |_| true)
-        || replace(w, "ies", "i", |_| true)
-        || replace(w, "ss", "ss", |_| true)
-        || replace(w, "s", "", |_| true);
-}
-
-fn step_1b(w: &mut Vec<u8>) {
-    if w.ends_with(b"eed") {
-        let _ = replace(w, "eed", "ee", |s| measure(s) > 0);
-        return;
-    }
-    let removed = ["ed", "ing"].iter().any(|suffix| {
-        let suffix = suffix.as_bytes();
-        if w.ends_with(suffix) && has_vowel(&w[..w.len() - suffix.len()]) {
-            w.truncate(w.len() - suffix.len());
-            true
-        } else {
-            false
-        }
-    });
-    if !removed {
-        return;
-    }
-    if w.ends_with(b"at") || w.ends_with(b"bl") || w.ends_with(b"iz") {
-        w.push(b'e');
-    } else if ends_double_consonant(w) && !matches!(w[w.len() - 1], b'l' | b's' | b'z') {
-        w.pop();
-    } else if measure(w) == 1 && ends_cvc(w) {
-        w.push(b'e');
-    }
-}
-
-fn step_1c(w: &mut [u8]) {
-    let n = w.len();
-    if w[n - 1] == b'y' && has_vowel(&w[..n - 1]) {
-        w[n - 1] = b'i';
-    }
-}
-
-fn first_rule(w: &mut Vec<u8>, rules: &[(&str, &str)], min_measure: usize) {
-    for (suffix, with) in rules {
-        if replace(w, suffix, with, |s| measure(s) > min_measure) {
-            return;
-        }
-    }
-}
-
-fn step_2(w: &mut Vec<u8>) {
-    const RULES: &[(&str, &str)] = &[
-        ("ational", "ate"),
-        ("tional", "tion"),
-        ("enci", "ence"),
-        ("anci", "ance"),
-        ("izer", "ize"),
-        ("abli", "able"),
-        ("alli", "al"),
-        ("entli", "ent"),
-        ("eli", "e"),
-        ("ousli", "ous"),
-        ("ization", "ize"),
-        ("ation", "ate"),
-        ("ator", "ate"),
-        ("alism", "al"),
-        ("iveness", "ive"),
-        ("fulness", "ful"),
-        ("ousness", "ous"),
-        ("aliti", "al"),
-        ("iviti", "ive"),
-        ("biliti", "ble"),
-    ];
-    first_rule(w, RULES, 0);
-}
-
-fn step_3(w: &mut Vec<u8>) {
-    const RULES: &[(&str, &str)] = &[
-        ("icate", "ic"),
-        ("ative", ""),
-        ("alize", "al"),
-        ("iciti", "ic"),
-        ("ical", "ic"),
-        ("ful", ""),
-        ("ness", ""),
-    ];
-    first_rule(w, RULES, 0);
-}
-
-fn step_4(w: &mut Vec<u8>) {
-    const SUFFIXES: &[&str] = &[
-        "al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ement", "ment", "ent", "ion",
-        "ou", "ism", "ate", "iti", "ous", "ive", "ize",
-    ];
-    // Longest suffix first, as Porter's table is read.
-    let mut by_length: Vec<&str> = SUFFIXES.to_vec();
-    by_length.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    for suffix in by_length {
-        if !w.ends_with(suffix.as_bytes()) {
-            continue;
-        }
-        let stem_len = w.len() - suffix.len();
-        let stem = &w[..stem_len];
-        let ok = measure(stem) > 1 && (suffix != "ion" || matches!(stem.last(), Some(b's' | b't')));
-        if ok {
-            w.truncate(stem_len);
-        }
-        return;
-    }
-}
-
-fn step_5(w: &mut Vec<u8>) {
-    let n = w.len();
-    if w[n - 1] == b'e' {
-        let m = measure(&w[..n - 1]);
-        if m > 1 || (m == 1 && !ends_cvc(&w[..n - 1])) {
-            w.pop();
-        }
-    }
-    if measure(w) > 1 && ends_double_consonant(w) && w[w.len() - 1] == b'l' {
-        w.pop();
-    }
+    static STEMMER: std::sync::OnceLock<rust_stemmers::Stemmer> = std::sync::OnceLock::new();
+    STEMMER
+        .get_or_init(|| rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English))
+        .stem(word)
+        .into_owned()
 }
 
 #[cfg(test)]
@@ -338,7 +147,7 @@ mod tests {
     }
 
     #[test]
-    fn porter_stems_known_words() {
+    fn words_of_one_family_share_a_stem() {
         for (word, stemmed) in [
             ("caresses", "caress"),
             ("ponies", "poni"),
@@ -347,15 +156,12 @@ mod tests {
             ("lists", "list"),
             ("hopping", "hop"),
             ("hoping", "hope"),
-            ("relational", "relat"),
-            ("generalization", "gener"),
             ("directories", "directori"),
             ("directory", "directori"),
             ("screenshots", "screenshot"),
             ("queries", "queri"),
             ("query", "queri"),
             ("adjustable", "adjust"),
-            ("controll", "control"),
         ] {
             assert_eq!(stem(word), stemmed, "{word}");
         }

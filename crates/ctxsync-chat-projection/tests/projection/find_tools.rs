@@ -1,4 +1,5 @@
-//! find_tools over the eligible catalog: exact names first, keyword ranking, server
+//! find_tools over the eligible catalog: exact names first, keyword ranking (BM25F
+//! alone, [`Ranking::Lexical`]), requests in other words (the fused ranking), server
 //! scoping (names with colons included), the 20-match cap, 80-character descriptions,
 //! activation, errors and bounds.
 
@@ -6,7 +7,8 @@ use crate::common;
 
 use common::*;
 use ctxsync_chat_projection::{
-    ActiveTools, FindToolsError, FindToolsRequest, MAX_MATCHES, View, find_tools, project,
+    ActiveTools, FindToolsError, FindToolsRequest, MAX_MATCHES, Ranking, ToolIndex, View,
+    find_tools, project, rank_query,
 };
 use ctxsync_protocol::DiscoveryPhase::Complete;
 use ctxsync_protocol::Resource;
@@ -89,8 +91,32 @@ fn check(queries: &[&str], names: &[&str], expect: &[&str]) {
     );
 }
 
+/// The order BM25F alone gives `queries` (find_tools fuses it with the embedding's).
+fn check_lexical(queries: &[&str], expect: &[&str]) {
+    let view = view();
+    let index = ToolIndex::build(view.tools());
+    let actual = rank_query(&index, view.tools(), queries, Ranking::Lexical);
+    assert_eq!(actual, expect, "queries {queries:?}");
+    // find_tools finds at least as much, in its fused order.
+    let response = find_tools(
+        view.tools(),
+        &request(queries, &[]),
+        &mut ActiveTools::new(),
+    );
+    if let Ok(response) = response {
+        let found: Vec<&str> = response.matches.iter().map(|m| m.name.as_str()).collect();
+        for name in expect {
+            assert!(
+                found.contains(name),
+                "{queries:?}: find_tools lost {name}: {found:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn keyword_ranking() {
+    let check = |queries: &[&str], _: &[&str], expect: &[&str]| check_lexical(queries, expect);
     // Both terms in the name beat one term in the name beats a description prefix.
     check(
         &["read file"],
@@ -115,15 +141,26 @@ fn keyword_ranking() {
 
 #[test]
 fn exact_names_come_first_in_request_order() {
-    check(
-        &["file"],
-        &["git__status", "no_such_tool", "fs__list_dir", "git__status"],
-        &[
-            "git__status",
-            "fs__list_dir",
-            "fs__write_file",
-            "fs__read_file",
-        ],
+    let response = find_tools(
+        view().tools(),
+        &request(
+            &["file"],
+            &["git__status", "no_such_tool", "fs__list_dir", "git__status"],
+        ),
+        &mut ActiveTools::new(),
+    )
+    .expect("a valid request");
+    let found: Vec<&str> = response.matches.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(found[..2], ["git__status", "fs__list_dir"], "{found:?}");
+    for name in ["fs__write_file", "fs__read_file"] {
+        assert!(
+            found[2..].contains(&name),
+            "the query finds {name}: {found:?}"
+        );
+    }
+    assert_eq!(
+        response.activated, found,
+        "a fresh turn activates every match"
     );
     // A name slightly wrong resolves when it means one tool: the original server and
     // tool names (`db:prod__query` is the model-facing `db_prod__query`, listed once),
@@ -143,6 +180,7 @@ fn exact_names_come_first_in_request_order() {
 
 #[test]
 fn server_scoping() {
+    let check = |queries: &[&str], _: &[&str], expect: &[&str]| check_lexical(queries, expect);
     check(&["git: show"], &[], &["git__log", "git__status"]);
     check(&["git: file"], &[], &[]);
     check(&[" git :  log "], &[], &["git__log"]);
@@ -178,30 +216,38 @@ fn at_most_twenty_matches_and_activation_per_turn() {
     ));
     let mut active = ActiveTools::new();
     let first = find_tools(view.tools(), &request(&["common"], &[]), &mut active).expect("ok");
-    let expect: Vec<String> = (0..MAX_MATCHES).map(|i| format!("bulk__t{i:02}")).collect();
     let names: Vec<String> = first.matches.iter().map(|m| m.name.clone()).collect();
-    assert_eq!(names, expect);
+    assert_eq!(names.len(), MAX_MATCHES);
     assert_eq!(first.total, 30);
-    assert_eq!(first.activated, expect);
+    assert_eq!(first.activated, names);
+    // BM25F alone ties them all: by name.
+    let index = ToolIndex::build(view.tools());
+    let lexical = rank_query(&index, view.tools(), &["common"], Ranking::Lexical);
+    let expect: Vec<String> = (0..MAX_MATCHES).map(|i| format!("bulk__t{i:02}")).collect();
+    assert_eq!(lexical, expect);
+    let never_found = (0..30)
+        .map(|i| format!("bulk__t{i:02}"))
+        .find(|n| !names.contains(n))
+        .expect("ten were left out");
 
     // Already active tools are found again but not activated again.
     let again = find_tools(
         view.tools(),
-        &request(&["common"], &["bulk__t25"]),
+        &request(&["common"], &[&never_found]),
         &mut active,
     )
     .expect("ok");
-    assert_eq!(again.matches[0].name, "bulk__t25");
+    assert_eq!(again.matches[0].name, never_found);
     assert_eq!(again.matches.len(), MAX_MATCHES);
     assert_eq!(again.total, 30);
-    assert_eq!(again.activated, ["bulk__t25"]);
+    assert_eq!(again.activated, [never_found.clone()]);
     let active_names: Vec<&str> = active
         .tools(view.tools())
         .iter()
         .map(|t| t.name.as_str())
         .collect();
     assert_eq!(active_names.len(), 21);
-    assert!(active.contains("bulk__t25") && !active.contains("bulk__t29"));
+    assert!(active.contains(&never_found));
 }
 
 #[test]
@@ -250,10 +296,9 @@ fn descriptions_are_one_line_and_at_most_80_characters() {
 #[test]
 fn a_query_padded_past_the_read_limit_is_still_read() {
     let padded = format!("{}: sql", "\t".repeat(600));
-    check(&[&padded], &[], &["db_prod__query", "db__query"]);
-    check(
+    check_lexical(&[&padded], &["db_prod__query", "db__query"]);
+    check_lexical(
         &[&format!("{}git", " ".repeat(513))],
-        &[],
         &["git__log", "git__status"],
     );
 }
@@ -346,6 +391,20 @@ fn stale_tools_can_never_be_found_or_activated() {
 
 #[test]
 fn hostile_input_is_bounded() {
+    // Whatever the ranking, hostile requests get a plain answer (`check` runs find_tools
+    // too); the bounds themselves are BM25F's.
+    let check = |queries: &[&str], names: &[&str], expect: &[&str]| {
+        if names.is_empty() {
+            check_lexical(queries, expect);
+        }
+        let response = find_tools(
+            view().tools(),
+            &request(queries, names),
+            &mut ActiveTools::new(),
+        )
+        .expect("a plain answer");
+        assert!(response.matches.len() <= MAX_MATCHES);
+    };
     // Only the first 512 bytes of a query are read: a match beyond them is not found.
     let padded = format!("{} status", "zz ".repeat(200_000));
     check(&[&padded], &[], &[]);
@@ -373,16 +432,129 @@ fn hostile_input_is_bounded() {
 
 #[test]
 fn wire_shapes() {
+    // A scope of one tool: one match, whatever ranks it.
     let request: FindToolsRequest =
-        serde_json::from_value(json!({"queries": ["git: log"]})).expect("parses");
+        serde_json::from_value(json!({"queries": ["db:prod: sql"]})).expect("parses");
     assert_eq!(request.names, None);
     let response = find_tools(view().tools(), &request, &mut ActiveTools::new()).expect("ok");
     assert_eq!(
         serde_json::to_value(&response).expect("serializes"),
         json!({
-            "matches": [{"name": "git__log", "description": "Show the commit history"}],
-            "activated": ["git__log"],
+            "matches": [{"name": "db_prod__query", "description": "Run a SQL statement"}],
+            "activated": ["db_prod__query"],
             "total": 1
         })
     );
+}
+
+/// A request sharing no word with the tool it means still finds it: the embedding model
+/// decides when no word of the query occurs in the catalog.
+#[test]
+fn requests_in_other_words_find_their_tools() {
+    let view = view();
+    let index = ToolIndex::build(view.tools());
+    assert!(index.is_semantic(), "the model is compiled in by default");
+    for (query, meant) in [
+        ("reboot the server", "ops__restart"),
+        ("ship the new version to production", "Ops__deploy"),
+        ("previous changes made to the code", "git__log"),
+    ] {
+        assert!(
+            rank_query(&index, view.tools(), &[query], Ranking::Lexical).is_empty(),
+            "{query:?} shares no word with the catalog"
+        );
+        let fused = rank_query(&index, view.tools(), &[query], Ranking::Fused);
+        let position = fused.iter().position(|n| *n == meant);
+        assert!(
+            position.is_some_and(|p| p < 3),
+            "{query:?} finds {meant} among the first three: {fused:?}"
+        );
+    }
+}
+
+/// The ranking is a function of the catalog and the query alone: two indexes of one
+/// catalog (two replicas) order every query alike, and an index of another catalog is
+/// never used for this one.
+#[test]
+fn every_index_of_a_catalog_ranks_alike() {
+    let view = view();
+    let (a, b) = (
+        ToolIndex::build(view.tools()),
+        ToolIndex::build(view.tools()),
+    );
+    for query in [
+        "read file",
+        "reboot the server",
+        "git: history",
+        "sql",
+        "zzz",
+    ] {
+        for ranking in [Ranking::Lexical, Ranking::Semantic, Ranking::Fused] {
+            assert_eq!(
+                rank_query(&a, view.tools(), &[query], ranking),
+                rank_query(&b, view.tools(), &[query], ranking),
+                "{query:?} {ranking:?}"
+            );
+        }
+    }
+    let other = project(&agent(
+        "run-1",
+        Some(snapshot(
+            "run-1",
+            Complete,
+            vec![server_with("x", vec![tool("only", "Only tool", &[])], None)],
+        )),
+    ));
+    let wrong = ToolIndex::build(other.tools());
+    assert_eq!(
+        rank_query(&wrong, view.tools(), &["read file"], Ranking::Lexical),
+        rank_query(&a, view.tools(), &["read file"], Ranking::Lexical),
+        "a mismatched index is replaced, not trusted"
+    );
+}
+
+/// The cache keeps one index per distinct catalog text, evicts the least recently used
+/// past its byte bound, and builds an index larger than the bound without keeping it.
+#[test]
+fn the_index_cache_is_bounded_and_shared() {
+    use ctxsync_chat_projection::ToolIndexCache;
+    let catalog = |name: &str| {
+        project(&agent(
+            "run-1",
+            Some(snapshot(
+                "run-1",
+                Complete,
+                vec![server_with(name, vec![tool("t", "A tool", &[])], None)],
+            )),
+        ))
+    };
+    let (a, b, c) = (catalog("a"), catalog("b"), catalog("c"));
+    let size = ToolIndex::build(a.tools()).heap_bytes();
+    let cache = ToolIndexCache::new(size * 2 + size / 2);
+    let first = cache.index(a.tools());
+    assert!(
+        std::sync::Arc::ptr_eq(&first, &cache.index(a.tools())),
+        "reused"
+    );
+    // The same text from another agent shares the index.
+    assert!(std::sync::Arc::ptr_eq(
+        &first,
+        &cache.index(catalog("a").tools())
+    ));
+    cache.index(b.tools());
+    cache.index(a.tools()); // a is now the most recent
+    cache.index(c.tools()); // evicts b
+    let (entries, bytes, builds) = cache.stats();
+    assert_eq!((entries, builds), (2, 3));
+    assert!(bytes <= size * 2 + size / 2);
+    assert!(
+        std::sync::Arc::ptr_eq(&first, &cache.index(a.tools())),
+        "a kept"
+    );
+    cache.index(b.tools());
+    assert_eq!(cache.stats().2, 4, "b was evicted and built again");
+
+    let tiny = ToolIndexCache::new(1);
+    tiny.index(a.tools());
+    assert_eq!(tiny.stats(), (0, 0, 1), "too large to keep, still served");
 }
