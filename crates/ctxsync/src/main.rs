@@ -6,10 +6,20 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+/// `ctxsync --version`: the version, then the notices of what the binary carries.
+static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{}\n\n{} Its full notice: crates/ctxsync-chat-projection/model/NOTICE in the source.",
+        env!("CARGO_PKG_VERSION"),
+        ctxsync_chat_projection::MODEL_NOTICE
+    )
+});
+
 #[derive(Debug, Parser)]
 #[command(
     name = "ctxsync",
     version,
+    long_version = LONG_VERSION.as_str(),
     about = "Tells an AI chat whether a workspace agent has finished discovering its MCP servers, \
              and whether the tools it sees come from the agent process running now."
 )]

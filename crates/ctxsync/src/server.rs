@@ -135,10 +135,22 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = DEFAULT_TOOL_CALL_AUDIT_DAYS, value_name = "DAYS",
         value_parser = clap::value_parser!(u64).range(1..=MAX_TOOL_CALL_AUDIT_DAYS))]
     pub tool_call_audit_days: u64,
+    /// How many MiB of find_tools indexes (one per distinct catalog a chat searched) this
+    /// server keeps in memory; the least recently used go first. A catalog not kept is
+    /// indexed again on its next search.
+    #[arg(long, default_value_t = DEFAULT_FIND_TOOLS_CACHE_MIB, value_name = "MIB",
+        value_parser = clap::value_parser!(u64).range(0..=MAX_FIND_TOOLS_CACHE_MIB))]
+    pub find_tools_cache_mib: u64,
     /// What one caller can cost, and the shutdown grace.
     #[command(flatten)]
     pub limits: LimitArgs,
 }
+
+/// `--find-tools-cache-mib`'s default.
+pub const DEFAULT_FIND_TOOLS_CACHE_MIB: u64 =
+    (ctxsync_chat_projection::DEFAULT_INDEX_CACHE_BYTES >> 20) as u64;
+/// `--find-tools-cache-mib`'s ceiling: 64 GiB.
+const MAX_FIND_TOOLS_CACHE_MIB: u64 = 64 << 10;
 
 /// `--tool-call-heartbeat-ms`'s default and ceiling (agent and server): the channel's
 /// heartbeat, a third of the other side's silence limit.
@@ -209,6 +221,8 @@ pub struct ServerConfig {
     pub calls: CallHubConfig,
     /// How long the tool-call audit log keeps a call's end.
     pub tool_call_audit_retention: Duration,
+    /// At most this many bytes of find_tools indexes are kept.
+    pub find_tools_cache_bytes: usize,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -228,6 +242,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("health_interval", &self.health_interval)
             .field("tool_call_max", &self.tool_call_max)
             .field("tool_call_audit_retention", &self.tool_call_audit_retention)
+            .field("find_tools_cache_bytes", &self.find_tools_cache_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -254,6 +269,7 @@ impl ServerConfig {
             delta_pushes: true,
             health_interval: crate::probes::DEFAULT_HEALTH_INTERVAL,
             tool_call_max: DEFAULT_TOOL_CALL_MAX,
+            find_tools_cache_bytes: ctxsync_chat_projection::DEFAULT_INDEX_CACHE_BYTES,
             calls: CallHubConfig::default(),
             tool_call_audit_retention: days(DEFAULT_TOOL_CALL_AUDIT_DAYS),
         }
@@ -298,6 +314,8 @@ impl ServerConfig {
                 ..CallHubConfig::default()
             },
             tool_call_audit_retention: days(args.tool_call_audit_days),
+            find_tools_cache_bytes: usize::try_from(args.find_tools_cache_mib << 20)
+                .unwrap_or(usize::MAX),
         })
     }
 }
@@ -541,6 +559,9 @@ fn app_state(
         tool_budget: config.tool_budget,
         calls,
         tool_call_max: config.tool_call_max,
+        find_indexes: Arc::new(ctxsync_chat_projection::ToolIndexCache::new(
+            config.find_tools_cache_bytes,
+        )),
         stopping: shutdown_rx.clone(),
     }
 }

@@ -482,7 +482,8 @@ pub(super) async fn search_and_activate(
     let mut active: ActiveTools = stored.activated.into_iter().collect();
     let view = loaded.context.mcp();
     let catalog = view.tools();
-    let found = ctxsync_chat_projection::find_tools(catalog, &search, &mut active)
+    let index = state.find_indexes.index(catalog);
+    let found = ctxsync_chat_projection::find_tools_in(&index, catalog, &search, &mut active)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let definitions = found
         .activated

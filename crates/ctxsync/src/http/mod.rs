@@ -56,6 +56,8 @@ pub struct AppState {
     pub calls: Arc<CallHub>,
     /// The longest deadline a call may ask for (`--tool-call-max-ms`).
     pub tool_call_max: std::time::Duration,
+    /// find_tools' indexes, one per distinct catalog searched (`--find-tools-cache-mib`).
+    pub find_indexes: Arc<ctxsync_chat_projection::ToolIndexCache>,
     /// Turns true when the server stops: event streams end so the drain can finish.
     pub stopping: tokio::sync::watch::Receiver<bool>,
 }
