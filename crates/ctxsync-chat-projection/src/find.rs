@@ -136,7 +136,7 @@ impl FromIterator<String> for ActiveTools {
 /// Searches `catalog` and activates the matches in `active`. A stale view's catalog is
 /// empty, so stale tools can never be found or activated. Indexes the catalog for this
 /// one call; a caller searching a catalog again keeps its [`ToolIndex`] (or a
-/// [`ToolIndexCache`]) and calls [`find_tools_in`].
+/// [`ToolIndexCache`](crate::ToolIndexCache)) and calls [`find_tools_in`].
 pub fn find_tools(
     catalog: &ToolCatalog,
     request: &FindToolsRequest,

@@ -16,13 +16,19 @@
 //! - Recall@k: the share of queries with an acceptable tool among the first k matches.
 //!   MRR: the mean of 1 / the rank of the first acceptable match (0 when none of the
 //!   [`ctxsync_chat_projection::MAX_MATCHES`] matches is acceptable; the reference is cut
-//!   at the same depth).
+//!   at the same depth). Each is reported for find_tools' fused ranking and for its parts
+//!   (BM25F alone, the embedding alone) beside the reference, for all queries and apart
+//!   for those sharing a term (after stemming) with an acceptable tool's name, title,
+//!   description or parameters and those sharing none; held-out figures carry a
+//!   bootstrap 95 % interval (2000 resamples, fixed seed). `CTXSYNC_BENCH_TUNING_ONLY`
+//!   leaves the held-out half out, so it is looked at only for a final configuration.
 //! - Turn definitions: the bytes (JSON of name, description and input schema) of the tool
 //!   definitions a first turn over the real catalog carries, every eligible tool against
 //!   the server's default [`ToolBudget`] (which defers behind `find_tools` when exceeded).
-//! - Latency: each query of the set through `find_tools` (parsing, indexing and ranking
-//!   included; nothing is cached between calls) over a 1000-tool catalog made of the real
-//!   catalog's tools under renamed servers; p99 over all calls.
+//! - Latency: each query of the set through `find_tools_in` over a 1000-tool catalog made
+//!   of the real catalog's tools under renamed servers, with the index built once (as a
+//!   replica keeps it per catalog); p99 over all calls. Beside it: the index build alone,
+//!   the index's bytes, and a cache lookup (hashing the catalog's indexed text).
 //!
 //! `cargo run --release -p ctxsync-chat-projection --example bench_find_tools -- [--quick]`
 //! with `CTXSYNC_BENCH_TOOL_CATALOG` set prints one JSON row per line on stdout.
@@ -140,107 +146,8 @@ fn retrieval_rows(catalog: &ToolCatalog, set: &QuerySet) {
                     .collect(),
             );
         }
-        let ours = Scores::of(&outcomes["fused"]);
-        let theirs = Scores::of(&outcomes["okapi"]);
-        let interval =
-            |metric: fn(&Scores) -> f64| judged.then(|| bootstrap(&outcomes["fused"], metric));
-        for (metric, value, reference, target, pass, ci) in [
-            (
-                "recall_at_1",
-                ours.recall_at_1,
-                theirs.recall_at_1,
-                ">= 0.45",
-                ours.recall_at_1 >= 0.45,
-                interval(|s| s.recall_at_1),
-            ),
-            (
-                "recall_at_5",
-                ours.recall_at_5,
-                theirs.recall_at_5,
-                ">= 0.80",
-                ours.recall_at_5 >= 0.80,
-                interval(|s| s.recall_at_5),
-            ),
-            (
-                "mrr",
-                ours.mrr,
-                theirs.mrr,
-                ">= 0.60",
-                ours.mrr >= 0.60,
-                interval(|s| s.mrr),
-            ),
-        ] {
-            row(
-                &format!("{prefix}.{metric}"),
-                value,
-                "share",
-                Some(reference),
-                judged.then(|| (target.to_owned(), pass)),
-            );
-            if let Some((low, high)) = ci {
-                row(
-                    &format!("{prefix}.{metric}.ci95_low"),
-                    low,
-                    "share",
-                    None,
-                    None,
-                );
-                row(
-                    &format!("{prefix}.{metric}.ci95_high"),
-                    high,
-                    "share",
-                    None,
-                    None,
-                );
-            }
-        }
-        for (subset, members) in [
-            ("all", queries),
-            ("overlap", &overlapping),
-            ("no_overlap", &disjoint),
-        ] {
-            row(
-                &format!("{prefix}.{subset}.queries"),
-                members.len() as f64,
-                "queries",
-                None,
-                None,
-            );
-            for method in METHODS {
-                let picked: Vec<Outcome> = queries
-                    .iter()
-                    .zip(&outcomes[method])
-                    .filter(|(q, _)| members.iter().any(|m| std::ptr::eq(*m, **q)))
-                    .map(|(_, o)| *o)
-                    .collect();
-                let scores = Scores::of(&picked);
-                for (metric, value) in [
-                    ("recall_at_1", scores.recall_at_1),
-                    ("recall_at_5", scores.recall_at_5),
-                    ("mrr", scores.mrr),
-                ] {
-                    let name = format!("{prefix}.{subset}.{method}.{metric}");
-                    match judged.then(|| {
-                        bootstrap(&picked, |s| match metric {
-                            "recall_at_1" => s.recall_at_1,
-                            "recall_at_5" => s.recall_at_5,
-                            _ => s.mrr,
-                        })
-                    }) {
-                        Some((low, high)) => ctxsync_test_support::bench_row(
-                            &name,
-                            value,
-                            "share",
-                            None,
-                            None,
-                            Some(&format!("95 % interval {low:.3}..{high:.3}")),
-                            None,
-                        ),
-                        None => row(&name, value, "share", None, None),
-                    }
-                }
-            }
-        }
+        headline_rows(&prefix, judged, &outcomes);
+        subset_rows(&prefix, judged, queries, &outcomes, &overlapping, &disjoint);
         if std::env::var_os("CTXSYNC_BENCH_SHOW_MISSES").is_some() {
             for q in queries {
                 let names = rank("fused", &q.query);
@@ -250,6 +157,124 @@ fn retrieval_rows(catalog: &ToolCatalog, set: &QuerySet) {
                         q.query,
                         &names[..names.len().min(5)]
                     );
+                }
+            }
+        }
+    }
+}
+
+/// The headline rows: find_tools' fused ranking against the reference, judged on the
+/// held-out half, with bootstrap intervals there.
+fn headline_rows(prefix: &str, judged: bool, outcomes: &HashMap<&str, Vec<Outcome>>) {
+    let ours = Scores::of(&outcomes["fused"]);
+    let theirs = Scores::of(&outcomes["okapi"]);
+    let interval =
+        |metric: fn(&Scores) -> f64| judged.then(|| bootstrap(&outcomes["fused"], metric));
+    for (metric, value, reference, target, pass, ci) in [
+        (
+            "recall_at_1",
+            ours.recall_at_1,
+            theirs.recall_at_1,
+            ">= 0.45",
+            ours.recall_at_1 >= 0.45,
+            interval(|s| s.recall_at_1),
+        ),
+        (
+            "recall_at_5",
+            ours.recall_at_5,
+            theirs.recall_at_5,
+            ">= 0.80",
+            ours.recall_at_5 >= 0.80,
+            interval(|s| s.recall_at_5),
+        ),
+        (
+            "mrr",
+            ours.mrr,
+            theirs.mrr,
+            ">= 0.60",
+            ours.mrr >= 0.60,
+            interval(|s| s.mrr),
+        ),
+    ] {
+        row(
+            &format!("{prefix}.{metric}"),
+            value,
+            "share",
+            Some(reference),
+            judged.then(|| (target.to_owned(), pass)),
+        );
+        if let Some((low, high)) = ci {
+            row(
+                &format!("{prefix}.{metric}.ci95_low"),
+                low,
+                "share",
+                None,
+                None,
+            );
+            row(
+                &format!("{prefix}.{metric}.ci95_high"),
+                high,
+                "share",
+                None,
+                None,
+            );
+        }
+    }
+}
+
+/// Each method's figures over all queries, those sharing a term with an acceptable tool
+/// and those sharing none.
+fn subset_rows(
+    prefix: &str,
+    judged: bool,
+    queries: &[&TaskQuery],
+    outcomes: &HashMap<&str, Vec<Outcome>>,
+    overlapping: &[&TaskQuery],
+    disjoint: &[&TaskQuery],
+) {
+    for (subset, members) in [
+        ("all", queries),
+        ("overlap", overlapping),
+        ("no_overlap", disjoint),
+    ] {
+        row(
+            &format!("{prefix}.{subset}.queries"),
+            members.len() as f64,
+            "queries",
+            None,
+            None,
+        );
+        for method in METHODS {
+            let picked: Vec<Outcome> = queries
+                .iter()
+                .zip(&outcomes[method])
+                .filter(|(q, _)| members.iter().any(|m| std::ptr::eq(*m, **q)))
+                .map(|(_, o)| *o)
+                .collect();
+            let scores = Scores::of(&picked);
+            for (metric, value) in [
+                ("recall_at_1", scores.recall_at_1),
+                ("recall_at_5", scores.recall_at_5),
+                ("mrr", scores.mrr),
+            ] {
+                let name = format!("{prefix}.{subset}.{method}.{metric}");
+                match judged.then(|| {
+                    bootstrap(&picked, |s| match metric {
+                        "recall_at_1" => s.recall_at_1,
+                        "recall_at_5" => s.recall_at_5,
+                        _ => s.mrr,
+                    })
+                }) {
+                    Some((low, high)) => ctxsync_test_support::bench_row(
+                        &name,
+                        value,
+                        "share",
+                        None,
+                        None,
+                        Some(&format!("95 % interval {low:.3}..{high:.3}")),
+                        None,
+                    ),
+                    None => row(&name, value, "share", None, None),
                 }
             }
         }

@@ -240,7 +240,7 @@ fn at_most_twenty_matches_and_activation_per_turn() {
     assert_eq!(again.matches[0].name, never_found);
     assert_eq!(again.matches.len(), MAX_MATCHES);
     assert_eq!(again.total, 30);
-    assert_eq!(again.activated, [never_found.clone()]);
+    assert_eq!(again.activated, std::slice::from_ref(&never_found));
     let active_names: Vec<&str> = active
         .tools(view.tools())
         .iter()

@@ -353,7 +353,11 @@ async fn find_tools_finds_and_activates(h: Harness) {
         .map(|m| m["name"].clone())
         .collect();
     assert_eq!(found["total"], first.len());
-    assert_eq!(found["activated"], json!(first), "a new turn activates every match");
+    assert_eq!(
+        found["activated"],
+        json!(first),
+        "a new turn activates every match"
+    );
     assert_eq!(found["turn_id"], turn["turn_id"], "the chat's latest turn");
     let (_, again) = h
         .call(
@@ -455,12 +459,8 @@ async fn find_tools_ranks_alike_over_http_in_a_call_and_in_process(h: Harness) {
     .into_iter()
     .enumerate()
     {
-        let expected = ctxsync_chat_projection::rank_query(
-            &index,
-            view.tools(),
-            &[query],
-            Ranking::Fused,
-        );
+        let expected =
+            ctxsync_chat_projection::rank_query(&index, view.tools(), &[query], Ranking::Fused);
         assert!(!expected.is_empty(), "{query:?} finds something");
         let (status, found) = h
             .call(
