@@ -168,23 +168,12 @@ pub fn find_tools_in(
         .map(|n| n.trim())
         .filter(|n| !n.is_empty())
         .collect();
-    let queries: Vec<&str> = queries
-        .iter()
-        // Leading whitespace does not count against the bytes read: a query padded past
-        // the limit is still read, not refused as empty.
-        .map(|q| prefix_within_bytes(q.trim_start(), MAX_QUERY_BYTES).trim())
-        .filter(|q| !q.is_empty())
-        .collect();
+    let queries = read_queries(queries);
     if names.is_empty() && queries.is_empty() {
         return Err(FindToolsError::NothingToFind);
     }
-    let rebuilt;
-    let index = if index.fits(catalog) {
-        index
-    } else {
-        rebuilt = ToolIndex::build(catalog);
-        &rebuilt
-    };
+    let mut rebuilt = None;
+    let index = fitting(index, catalog, &mut rebuilt);
 
     let mut ordered: Vec<&EligibleTool> = Vec::new();
     let mut seen: HashSet<&str> = HashSet::new();
@@ -421,27 +410,41 @@ pub fn rank_query<'c>(
     queries: &[&str],
     ranking: Ranking,
 ) -> Vec<&'c str> {
-    let queries: Vec<&str> = queries
-        .iter()
-        .take(MAX_QUERIES)
-        .map(|q| prefix_within_bytes(q.trim_start(), MAX_QUERY_BYTES).trim())
-        .filter(|q| !q.is_empty())
-        .collect();
+    let queries = read_queries(&queries[..queries.len().min(MAX_QUERIES)]);
     if queries.is_empty() {
         return Vec::new();
     }
-    let rebuilt;
-    let index = if index.fits(catalog) {
-        index
-    } else {
-        rebuilt = ToolIndex::build(catalog);
-        &rebuilt
-    };
+    let mut rebuilt = None;
+    let index = fitting(index, catalog, &mut rebuilt);
     rank_queries(index, catalog, &queries, ranking)
         .into_iter()
         .take(MAX_MATCHES)
         .map(|(_, t)| t.name.as_str())
         .collect()
+}
+
+/// The queries as find_tools reads them: each cut to [`MAX_QUERY_BYTES`] (leading
+/// whitespace does not count against the bytes read: a query padded past the limit is
+/// still read, not refused as empty), trimmed, the empty ones dropped.
+fn read_queries<S: AsRef<str>>(queries: &[S]) -> Vec<&str> {
+    queries
+        .iter()
+        .map(|q| prefix_within_bytes(q.as_ref().trim_start(), MAX_QUERY_BYTES).trim())
+        .filter(|q| !q.is_empty())
+        .collect()
+}
+
+/// `index` when it was built from `catalog`, else a new index of it kept in `rebuilt`.
+fn fitting<'i>(
+    index: &'i ToolIndex,
+    catalog: &ToolCatalog,
+    rebuilt: &'i mut Option<ToolIndex>,
+) -> &'i ToolIndex {
+    if index.fits(catalog) {
+        index
+    } else {
+        rebuilt.insert(ToolIndex::build(catalog))
+    }
 }
 
 /// Added when a query is exactly a tool's name (or its title): more than any other

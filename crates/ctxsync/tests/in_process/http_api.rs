@@ -421,14 +421,7 @@ async fn find_tools_ranks_alike_over_http_in_a_call_and_in_process(h: Harness) {
     let chat = h.new_chat(agent).await;
     h.push(agent, "r", 1, DiscoveryPhase::Complete, servers.clone())
         .await;
-    let (status, turn) = h
-        .call(
-            Method::POST,
-            &format!("/api/chats/{chat}/turns"),
-            Some(json!({})),
-        )
-        .await;
-    assert_eq!(status, 200, "{turn}");
+    let turn = h.new_turn(&chat).await;
     let turn_id = turn["turn_id"].as_str().unwrap().to_owned();
 
     let view = ctxsync_chat_projection::project(&Binding::Agent(AgentState {

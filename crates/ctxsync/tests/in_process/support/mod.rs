@@ -124,6 +124,20 @@ impl Harness {
         chat["id"].as_str().unwrap().to_string()
     }
 
+    /// Starts a default turn of `chat` (`POST …/turns {}`, which must answer 200) and
+    /// returns it.
+    pub(crate) async fn new_turn(&self, chat: &str) -> Value {
+        let (status, turn) = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/api/chats/{chat}/turns"),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(status, 200, "{turn}");
+        turn
+    }
+
     /// Reports a process start and pushes a snapshot from it, through the real store.
     pub(crate) async fn push(
         &self,
