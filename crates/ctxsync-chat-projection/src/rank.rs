@@ -113,6 +113,12 @@ impl LexicalIndex {
             for_each_field(tool, |field, text| {
                 lengths[i * FIELD_COUNT + field] += builder.read(tool_id, field, text);
             });
+            // A server's instructions are the same text for each of its tools: read once
+            // per distinct text, the counts copied.
+            let instructions =
+                prefix_within_bytes(&tool.server_instructions, MAX_INDEXED_INSTRUCTIONS_BYTES);
+            lengths[i * FIELD_COUNT + INSTRUCTIONS_FIELD] =
+                builder.read_shared(tool_id, INSTRUCTIONS_FIELD, instructions);
         }
         let n = catalog.len();
         let mut average = [0f32; FIELD_COUNT];
@@ -242,13 +248,77 @@ impl LexicalIndex {
 
 /// Gathers postings while the catalog is read.
 #[derive(Default)]
-struct Builder {
+struct Builder<'c> {
     words: HashMap<Box<str>, Vec<Posting>>,
     initials: HashMap<u32, Vec<Posting>>,
     lower: String,
+    /// Per text read with [`Builder::read_shared`]: what its first reading counted.
+    shared: HashMap<&'c str, Shared>,
+    /// While a shared text is read the first time: the words and initials it counts.
+    recording: Option<(Vec<Box<str>>, Vec<u32>)>,
 }
 
-impl Builder {
+/// A shared text's first reading: by which tool, its length, and the posting lists
+/// (words, initials) it added to.
+struct Shared {
+    tool: u32,
+    length: u32,
+    words: Vec<Box<str>>,
+    initials: Vec<u32>,
+}
+
+impl<'c> Builder<'c> {
+    /// [`Builder::read`] for a text many tools share: read the first time, and for every
+    /// later tool the first reading's counts copied, so it is tokenized once.
+    fn read_shared(&mut self, tool: u32, field: usize, text: &'c str) -> u32 {
+        let field_id = u8::try_from(field).expect("seven fields");
+        if let Some(shared) = self.shared.get(text) {
+            let copy = |postings: &mut Vec<Posting>| {
+                // Postings are appended in tool order, so the first reader's are one run.
+                let start = postings.partition_point(|p| p.tool < shared.tool);
+                let count = postings[start..]
+                    .iter()
+                    .take_while(|p| p.tool == shared.tool)
+                    .filter(|p| p.field == field_id)
+                    .map(|p| p.count)
+                    .fold(0u16, u16::saturating_add);
+                postings.push(Posting {
+                    tool,
+                    field: field_id,
+                    count,
+                });
+            };
+            for word in &shared.words {
+                if let Some(postings) = self.words.get_mut(word) {
+                    copy(postings);
+                }
+            }
+            for code in &shared.initials {
+                if let Some(postings) = self.initials.get_mut(code) {
+                    copy(postings);
+                }
+            }
+            return shared.length;
+        }
+        self.recording = Some((Vec::new(), Vec::new()));
+        let length = self.read(tool, field, text);
+        let (mut words, mut initials) = self.recording.take().unwrap_or_default();
+        words.sort_unstable();
+        words.dedup();
+        initials.sort_unstable();
+        initials.dedup();
+        self.shared.insert(
+            text,
+            Shared {
+                tool,
+                length,
+                words,
+                initials,
+            },
+        );
+        length
+    }
+
     /// Indexes `text` as `field` of `tool`; returns how many words it has.
     fn read(&mut self, tool: u32, field: usize, text: &str) -> u32 {
         let field = u8::try_from(field).expect("seven fields");
@@ -269,6 +339,9 @@ impl Builder {
                     .or_default(),
             };
             bump(postings, tool, field);
+            if let Some((words, _)) = &mut self.recording {
+                words.push(self.lower.as_str().into());
+            }
             let first = word.as_bytes()[0].to_ascii_lowercase();
             initials = (initials << 8) | u32::from(first);
             letters = if first.is_ascii_lowercase() {
@@ -278,12 +351,11 @@ impl Builder {
             };
             for len in ACRONYM_LENS {
                 if letters >= len {
-                    let mask = u32::MAX >> (8 * (4 - len));
-                    bump(
-                        self.initials.entry(initials & mask).or_default(),
-                        tool,
-                        field,
-                    );
+                    let code = initials & (u32::MAX >> (8 * (4 - len)));
+                    bump(self.initials.entry(code).or_default(), tool, field);
+                    if let Some((_, codes)) = &mut self.recording {
+                        codes.push(code);
+                    }
                 }
             }
         }
@@ -305,7 +377,8 @@ fn bump(postings: &mut Vec<Posting>, tool: u32, field: u8) {
     }
 }
 
-/// Calls `read(field, text)` for each searchable text of `tool`, within the byte limits.
+/// Calls `read(field, text)` for each searchable text of `tool` but its server's
+/// instructions (read once per server by [`LexicalIndex::build`]), within the byte limits.
 fn for_each_field(tool: &EligibleTool, mut read: impl FnMut(usize, &str)) {
     read(0, &tool.tool);
     read(1, prefix_within_bytes(&tool.title, MAX_INDEXED_TITLE_BYTES));
@@ -319,10 +392,6 @@ fn for_each_field(tool: &EligibleTool, mut read: impl FnMut(usize, &str)) {
     read(
         4,
         prefix_within_bytes(&tool.description, MAX_INDEXED_DESCRIPTION_BYTES),
-    );
-    read(
-        INSTRUCTIONS_FIELD,
-        prefix_within_bytes(&tool.server_instructions, MAX_INDEXED_INSTRUCTIONS_BYTES),
     );
 }
 

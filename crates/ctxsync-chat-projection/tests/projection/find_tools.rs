@@ -558,3 +558,45 @@ fn the_index_cache_is_bounded_and_shared() {
     tiny.index(a.tools());
     assert_eq!(tiny.stats(), (0, 0, 1), "too large to keep, still served");
 }
+
+/// Server instructions are read once per distinct text and counted for every tool that
+/// shares them: each tool of each server with those instructions matches a word of them,
+/// and the initials of their words, alike (BM25F ties, so by name).
+#[test]
+fn shared_server_instructions_count_for_every_tool() {
+    let with_instructions = |name: &str, tools: Vec<ctxsync_protocol::McpTool>| {
+        let mut row = server_with(name, tools, None);
+        if let ctxsync_protocol::ResourceBody::McpServer(body) = &mut row.body {
+            body.instructions = "Keeps the zebra ledger for the team.".into();
+        }
+        row
+    };
+    let view = project(&agent(
+        "run-1",
+        Some(snapshot(
+            "run-1",
+            Complete,
+            vec![
+                with_instructions(
+                    "a",
+                    vec![
+                        tool("one", "First", &[]),
+                        tool("two", "Second", &[]),
+                        tool("three", "Third", &[]),
+                    ],
+                ),
+                with_instructions("b", vec![tool("four", "Fourth", &[])]),
+                server_with("c", vec![tool("five", "Fifth", &[])], None),
+            ],
+        )),
+    ));
+    let index = ToolIndex::build(view.tools());
+    let all = ["a__one", "a__three", "a__two", "b__four"];
+    for query in ["zebra", "zl"] {
+        assert_eq!(
+            rank_query(&index, view.tools(), &[query], Ranking::Lexical),
+            all,
+            "{query:?}"
+        );
+    }
+}
