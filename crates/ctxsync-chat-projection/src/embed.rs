@@ -108,9 +108,9 @@ impl StaticModel {
         self.dims
     }
 
-    /// Adds `weight` × the sum of `text`'s token rows to `into` (of [`Self::dims`]);
-    /// returns how many tokens it added.
-    pub(crate) fn add(&self, text: &str, weight: f32, into: &mut [f32]) -> usize {
+    /// Adds the sum of `text`'s token rows to `into` (of [`Self::dims`]); returns how
+    /// many tokens it added.
+    pub(crate) fn add(&self, text: &str, into: &mut [f32]) -> usize {
         let mut added = 0;
         let mut lower = String::new();
         for word in crate::terms::words(text) {
@@ -120,7 +120,7 @@ impl StaticModel {
                 continue;
             }
             self.word_pieces(&lower, |row| {
-                let scale = self.scales[row as usize] * weight;
+                let scale = self.scales[row as usize];
                 let values = &self.values[row as usize * self.dims..][..self.dims];
                 for (sum, &v) in into.iter_mut().zip(values) {
                     *sum += scale * f32::from(v as i8);
@@ -226,12 +226,12 @@ mod tests {
     fn words_are_cut_into_pieces_and_summed_with_their_weights() {
         let model = tiny();
         let mut v = vec![0.0; 2];
-        assert_eq!(model.add("Files", 1.0, &mut v), 2);
+        assert_eq!(model.add("Files", &mut v), 2);
         assert_eq!(v, [150.0, 0.0]);
         let mut v = vec![0.0; 2];
         // `filez` has no spelling; `note` has.
-        assert_eq!(model.add("filez NOTE", 0.5, &mut v), 1);
-        assert_eq!(v, [0.0, 100.0]);
+        assert_eq!(model.add("filez NOTE", &mut v), 1);
+        assert_eq!(v, [0.0, 200.0]);
     }
 
     #[test]
@@ -266,7 +266,7 @@ mod tests {
         let model = model().expect("the committed model parses");
         assert!(model.dims() > 0 && model.dims() <= 256);
         let mut v = vec![0.0; model.dims()];
-        assert!(model.add("remember this observation", 1.0, &mut v) >= 3);
+        assert!(model.add("remember this observation", &mut v) >= 3);
         assert!(normalise(&mut v));
     }
 }

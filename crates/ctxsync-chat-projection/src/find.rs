@@ -503,7 +503,7 @@ fn rank_queries<'c>(
             }
             continue;
         }
-        let whole: Vec<usize> = index.whole_names(&query.phrase).to_vec();
+        let whole = index.whole_names(&query.phrase);
         let mut lexical: Vec<(f32, usize)> = Vec::new();
         if ranking != Ranking::Semantic {
             for (i, tool) in tools.iter().enumerate() {

@@ -27,7 +27,7 @@ pub const DEFAULT_INDEX_CACHE_BYTES: usize = 64 << 20;
 pub struct ToolIndex {
     /// A cheap hash of the tools' names, in order: what a search checks its catalog by.
     names: u64,
-    pub(crate) tools: usize,
+    tools: usize,
     pub(crate) lexical: LexicalIndex,
     /// Each tool's model-facing name, original name and title, lower-cased → the tools
     /// (catalog positions) so named: a query that is exactly one finds it first.
@@ -163,7 +163,8 @@ pub struct ToolIndexCache {
 
 #[derive(Default)]
 struct CacheState {
-    entries: HashMap<[u8; 32], (Arc<ToolIndex>, u64)>,
+    /// Digest → the index, when it was last used (`clock`) and its bytes as counted in.
+    entries: HashMap<[u8; 32], (Arc<ToolIndex>, u64, usize)>,
     bytes: usize,
     clock: u64,
     builds: u64,
@@ -203,7 +204,7 @@ impl ToolIndexCache {
             let mut state = self.lock();
             state.clock += 1;
             let now = state.clock;
-            if let Some((index, used)) = state.entries.get_mut(&digest) {
+            if let Some((index, used, _)) = state.entries.get_mut(&digest) {
                 *used = now;
                 return Arc::clone(index);
             }
@@ -217,7 +218,7 @@ impl ToolIndexCache {
         }
         state.clock += 1;
         let now = state.clock;
-        if let Some((kept, used)) = state.entries.get_mut(&digest) {
+        if let Some((kept, used, _)) = state.entries.get_mut(&digest) {
             // Another caller built it meanwhile: keep one.
             *used = now;
             return Arc::clone(kept);
@@ -226,17 +227,19 @@ impl ToolIndexCache {
             let Some(oldest) = state
                 .entries
                 .iter()
-                .min_by_key(|(_, (_, used))| *used)
+                .min_by_key(|(_, (_, used, _))| *used)
                 .map(|(key, _)| *key)
             else {
                 break;
             };
-            if let Some((gone, _)) = state.entries.remove(&oldest) {
-                state.bytes -= gone.heap_bytes();
+            if let Some((_, _, bytes)) = state.entries.remove(&oldest) {
+                state.bytes -= bytes;
             }
         }
         state.bytes += size;
-        state.entries.insert(digest, (Arc::clone(&index), now));
+        state
+            .entries
+            .insert(digest, (Arc::clone(&index), now, size));
         index
     }
 
@@ -256,9 +259,9 @@ impl ToolIndexCache {
 /// none of its words).
 #[cfg(feature = "semantic")]
 pub(crate) struct SemanticIndex {
-    pub(crate) dims: usize,
+    dims: usize,
     /// `vectors[tool * dims..][..dims]`.
-    pub(crate) vectors: Vec<f32>,
+    vectors: Vec<f32>,
 }
 
 /// How much each text of a tool counts in its vector.
@@ -284,7 +287,7 @@ impl SemanticIndex {
         for (tool, vector) in catalog.iter().zip(vectors.chunks_exact_mut(dims)) {
             let mut add = |text: &str, weight: f32| {
                 field.fill(0.0);
-                if model.add(text, 1.0, &mut field) > 0 && crate::embed::normalise(&mut field) {
+                if model.add(text, &mut field) > 0 && crate::embed::normalise(&mut field) {
                     for (v, f) in vector.iter_mut().zip(&field) {
                         *v += weight * f;
                     }
@@ -307,7 +310,7 @@ impl SemanticIndex {
     pub(crate) fn similarities(&self, query: &str) -> Option<Vec<f32>> {
         let model = crate::embed::model()?;
         let mut vector = vec![0f32; self.dims];
-        if model.add(query, 1.0, &mut vector) == 0 || !crate::embed::normalise(&mut vector) {
+        if model.add(query, &mut vector) == 0 || !crate::embed::normalise(&mut vector) {
             return None;
         }
         Some(
