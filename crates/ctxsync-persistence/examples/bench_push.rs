@@ -11,7 +11,17 @@
 //! running the minimal equivalent SQL transaction — one snapshot upsert and one
 //! 500-row resource upsert with bodies of the same size — and our all-changed rate ÷
 //! its transactions per second (target ≥ 0.7). Without `pgbench` the row says so.
-//! Every rate is the median of repeated trials.
+//!
+//! The commit floor, per backend: one single-row `UPDATE` and its commit, on the same
+//! database with the same durability (`pgbench` with its own script on PostgreSQL; a
+//! connection with the store's pragmas on SQLite). `…<backend>.commit_floor` is its time
+//! per transaction and `…<backend>.phase_only_beyond_floor` the phase-only push's time
+//! beyond it, as the agent sees it (target ≤ 1.0 ms; the ratio is the push's time ÷ the
+//! floor's).
+//!
+//! Every trial lasts at least 2 s (`--quick`; 5 s otherwise), every phase starts after a
+//! checkpoint (`CHECKPOINT`; SQLite's `wal_checkpoint`), and every figure is the median
+//! of three or more trials.
 //!
 //! `cargo run --release -p ctxsync-persistence --example bench_push -- [--quick]`
 //! prints one JSON object per line on stdout; progress goes to stderr.
@@ -22,11 +32,14 @@ use std::{
     time::{Duration, Instant},
 };
 
+use ctxsync_persistence::DatabaseConfig;
 use ctxsync_persistence::test_support::{TestStore, serve_agent_api, with_bearer};
 use ctxsync_protocol::{
     DELTA_DIGEST_SCHEME, DeltaBase, DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool,
     Resource, ResourceBody, ResourceStatus, RunId, SkillBody, Snapshot, Startup, v1,
 };
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection, SqliteConnection};
 use prost::Message;
 use serde_json::json;
 
@@ -38,18 +51,20 @@ const PHASE_ONLY_TARGET: f64 = 20.0;
 const ONE_EDIT_TARGET: f64 = 10.0;
 /// Required all-changed rate as a fraction of pgbench's transactions per second.
 const PGBENCH_TARGET: f64 = 0.7;
+/// Most a phase-only push may take beyond the one-row commit floor, in milliseconds.
+const BEYOND_FLOOR_TARGET_MS: f64 = 1.0;
 
 struct Rounds {
     warmup: usize,
     /// Trials per figure; each figure is their median.
     trials: usize,
-    /// Pushes per all-changed trial.
-    all_changed: usize,
-    /// Pushes per phase-only and per one-edit trial.
-    delta_pushes: usize,
-    /// Seconds per pgbench trial.
-    pgbench_seconds: u32,
+    /// Least seconds per trial, ours and pgbench's alike.
+    trial_seconds: u32,
 }
+
+/// Pushes planned (untimed) between timed stretches of a trial.
+const ALL_CHANGED_BATCH: usize = 2;
+const DELTA_BATCH: usize = 20;
 
 fn resources(generation: usize) -> Vec<Resource> {
     let filler = "Guidance for the agent about this part of the workspace. ".repeat(30);
@@ -165,13 +180,12 @@ fn edit(resource: &mut Resource, edit: usize) {
     resource.content_hash = format!("{edit:016x}{}", &resource.content_hash[16..]);
 }
 
-/// Pushes `planned` one after another; returns pushes per second.
+/// Pushes `planned` one after another; returns how long they took.
 async fn measure(
     client: &mut v1::agent_client::AgentClient<tonic::transport::Channel>,
     token: &str,
     planned: Vec<Planned>,
-) -> f64 {
-    let count = planned.len();
+) -> Duration {
     let started = Instant::now();
     for Planned { request, delta } in planned {
         let answer = client
@@ -188,7 +202,7 @@ async fn measure(
             "a benchmark push (delta: {delta}) was dropped"
         );
     }
-    count as f64 / started.elapsed().max(Duration::from_nanos(1)).as_secs_f64()
+    started.elapsed()
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -267,21 +281,33 @@ fn run_pgbench(pgbench: &PathBuf, args: &[String], url: &str) -> Result<String, 
     Ok(stdout)
 }
 
-/// Median transactions per second of `trials` pgbench runs of [`pgbench_script`].
-fn pgbench_tps(url: &str, rounds: &Rounds) -> Result<f64, String> {
+/// The commit floor: one single-row `UPDATE` and its commit.
+const FLOOR_SETUP: &str = "CREATE TABLE bench_commit_floor (id int PRIMARY KEY, n bigint NOT NULL);\n\
+     INSERT INTO bench_commit_floor VALUES (1, 0);\n";
+const FLOOR_SCRIPT: &str = "BEGIN;\nUPDATE bench_commit_floor SET n = n + 1 WHERE id = 1;\nEND;\n";
+
+/// The all-changed reference's setup: the agent row its upserts belong to.
+fn pgbench_setup() -> String {
+    format!(
+        "INSERT INTO workspace_agents (id, name, token_hash, agent_run_id) VALUES \
+         ('{PGBENCH_AGENT}', 'pgbench', sha256('pgbench'::bytea), '{RUN_ID}');\n"
+    )
+}
+
+/// Median transactions per second of `rounds.trials` pgbench runs of `script`, after
+/// `setup` once, a short warm-up and a `CHECKPOINT`.
+fn pgbench_tps(
+    url: &str,
+    rounds: &Rounds,
+    setup_sql: &str,
+    script_sql: &str,
+) -> Result<f64, String> {
     let pgbench = find_pgbench().ok_or("pgbench not found")?;
     let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
     let setup = dir.path().join("setup.sql");
-    let script = dir.path().join("push.sql");
-    std::fs::write(
-        &setup,
-        format!(
-            "INSERT INTO workspace_agents (id, name, token_hash, agent_run_id) VALUES \
-             ('{PGBENCH_AGENT}', 'pgbench', sha256('pgbench'::bytea), '{RUN_ID}');\n"
-        ),
-    )
-    .map_err(|e| format!("writing {}: {e}", setup.display()))?;
-    std::fs::write(&script, pgbench_script())
+    let script = dir.path().join("script.sql");
+    std::fs::write(&setup, setup_sql).map_err(|e| format!("writing {}: {e}", setup.display()))?;
+    std::fs::write(&script, script_sql)
         .map_err(|e| format!("writing {}: {e}", script.display()))?;
     let file = |path: &PathBuf| vec!["-n".to_owned(), "-f".into(), path.display().to_string()];
     let mut once = file(&setup);
@@ -291,6 +317,7 @@ fn pgbench_tps(url: &str, rounds: &Rounds) -> Result<f64, String> {
     let mut warm = file(&script);
     warm.extend(["-t".into(), "5".into()]);
     run_pgbench(&pgbench, &warm, url)?;
+    postgres_checkpoint(url)?;
     let mut rates = Vec::with_capacity(rounds.trials);
     for trial in 0..rounds.trials {
         let mut timed = file(&script);
@@ -298,7 +325,7 @@ fn pgbench_tps(url: &str, rounds: &Rounds) -> Result<f64, String> {
             "-c".into(),
             "1".into(),
             "-T".into(),
-            rounds.pgbench_seconds.to_string(),
+            rounds.trial_seconds.to_string(),
         ]);
         let stdout = run_pgbench(&pgbench, &timed, url)?;
         let tps = stdout
@@ -327,26 +354,153 @@ fn emit(name: &str, value: f64, unit: &str, reference: Option<f64>, target: Opti
     ctxsync_test_support::bench_row(name, value, unit, reference, ratio, target.as_deref(), pass);
 }
 
-/// Runs `trials` trials of `pushes` pushes each, planned by `plan`; returns the median
-/// rate and the median encoded request size.
+/// After a checkpoint, runs `rounds.trials` trials of at least `rounds.trial_seconds`
+/// each, pushing batches of `batch` requests planned (untimed) by `plan`; returns the
+/// median rate, the median encoded request size and how many pushes were deltas.
+#[allow(clippy::too_many_arguments)]
 async fn trials(
     client: &mut v1::agent_client::AgentClient<tonic::transport::Channel>,
     token: &str,
+    db: &TestStore,
     label: &str,
     rounds: &Rounds,
-    pushes: usize,
+    batch: usize,
     mut plan: impl FnMut() -> Planned,
-) -> (f64, f64) {
+) -> (f64, f64, u64) {
+    checkpoint(db).await;
+    let least = Duration::from_secs(u64::from(rounds.trial_seconds));
     let mut rates = Vec::with_capacity(rounds.trials);
     let mut sizes = Vec::new();
+    let mut deltas = 0;
     for trial in 0..rounds.trials {
-        let planned: Vec<Planned> = (0..pushes).map(|_| plan()).collect();
-        sizes.extend(planned.iter().map(|p| p.request.encoded_len() as f64));
-        let rate = measure(client, token, planned).await;
-        eprintln!("{label}: trial {}, {pushes} pushes: {rate:.1}/s", trial + 1);
+        let (mut pushes, mut spent) = (0usize, Duration::ZERO);
+        while spent < least {
+            let planned: Vec<Planned> = (0..batch).map(|_| plan()).collect();
+            sizes.extend(planned.iter().map(|p| p.request.encoded_len() as f64));
+            deltas += planned.iter().filter(|p| p.delta).count() as u64;
+            pushes += planned.len();
+            spent += measure(client, token, planned).await;
+        }
+        let rate = pushes as f64 / spent.as_secs_f64();
+        eprintln!(
+            "{label}: trial {}, {pushes} pushes in {:.1} s: {rate:.1}/s",
+            trial + 1,
+            spent.as_secs_f64()
+        );
         rates.push(rate);
     }
-    (median(rates), median(sizes))
+    (median(rates), median(sizes), deltas)
+}
+
+/// Writes the database's dirty pages out, so a phase does not pay for the last one's.
+async fn checkpoint(db: &TestStore) {
+    let config = db.config().clone();
+    tokio::task::spawn_blocking(move || match config {
+        DatabaseConfig::Postgres { url } => postgres_checkpoint(&url),
+        DatabaseConfig::Sqlite { path } => {
+            let path = path.to_str().expect("a UTF-8 test path").to_owned();
+            let mut c = SqliteConnection::establish(&path).map_err(|e| format!("SQLite: {e}"))?;
+            c.batch_execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                .map_err(|e| format!("SQLite checkpoint: {e}"))
+        }
+        #[allow(unreachable_patterns)]
+        _ => Ok(()),
+    })
+    .await
+    .expect("checkpoint task")
+    .unwrap_or_else(|reason| eprintln!("warning: the phase starts without a checkpoint: {reason}"));
+}
+
+fn postgres_checkpoint(url: &str) -> Result<(), String> {
+    let mut c = PgConnection::establish(url).map_err(|e| format!("PostgreSQL: {e}"))?;
+    c.batch_execute("CHECKPOINT")
+        .map_err(|e| format!("PostgreSQL checkpoint: {e}"))
+}
+
+/// The SQLite commit floor: median transactions per second of one-row `UPDATE`s, each
+/// in its own `BEGIN IMMEDIATE` transaction, on a database file beside the store's with
+/// the store's journal and sync settings.
+fn sqlite_floor_tps(dir: &std::path::Path, rounds: &Rounds) -> Result<f64, String> {
+    let path = dir.join("commit-floor.sqlite3");
+    let mut c = SqliteConnection::establish(path.to_str().ok_or("non-UTF-8 path")?)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let sql = |c: &mut SqliteConnection, text: &str| {
+        c.batch_execute(text).map_err(|e| format!("{text}: {e}"))
+    };
+    sql(
+        &mut c,
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+         CREATE TABLE bench_commit_floor (id INTEGER PRIMARY KEY, n INTEGER NOT NULL); \
+         INSERT INTO bench_commit_floor VALUES (1, 0);",
+    )?;
+    let one = |c: &mut SqliteConnection| {
+        sql(
+            c,
+            "BEGIN IMMEDIATE; UPDATE bench_commit_floor SET n = n + 1 WHERE id = 1; COMMIT;",
+        )
+    };
+    for _ in 0..100 {
+        one(&mut c)?;
+    }
+    sql(&mut c, "PRAGMA wal_checkpoint(TRUNCATE)")?;
+    let least = Duration::from_secs(u64::from(rounds.trial_seconds));
+    let mut rates = Vec::with_capacity(rounds.trials);
+    for trial in 0..rounds.trials {
+        let (started, mut count) = (Instant::now(), 0u64);
+        while started.elapsed() < least {
+            one(&mut c)?;
+            count += 1;
+        }
+        let tps = count as f64 / started.elapsed().as_secs_f64();
+        eprintln!("  sqlite commit floor trial {}: {tps:.1} tps", trial + 1);
+        rates.push(tps);
+    }
+    Ok(median(rates))
+}
+
+/// The floor rows: the commit floor's time per transaction, and the phase-only push's
+/// time beyond it (or rows saying why the floor is missing).
+fn emit_floor_rows(backend: &str, phase_rate: f64, floor_tps: Result<f64, String>) {
+    let row = |kind: &str| format!("persistence.push_500.{backend}.{kind}");
+    let push_ms = 1000.0 / phase_rate;
+    match floor_tps {
+        Ok(tps) => {
+            let floor_ms = 1000.0 / tps;
+            let beyond = push_ms - floor_ms;
+            emit(&row("commit_floor"), floor_ms, "ms", None, None);
+            ctxsync_test_support::bench_row(
+                &row("phase_only_beyond_floor"),
+                beyond,
+                "ms",
+                Some(floor_ms),
+                Some(push_ms / floor_ms),
+                Some(&format!(
+                    "phase-only push ms - one-row UPDATE commit ms <= {BEYOND_FLOOR_TARGET_MS} \
+                     (reference: the floor's ms; ratio: push ms / floor ms)"
+                )),
+                Some(beyond <= BEYOND_FLOOR_TARGET_MS),
+            );
+            eprintln!(
+                "{backend}: commit floor {floor_ms:.3} ms; phase-only push {push_ms:.3} ms, \
+                 {beyond:.3} ms beyond it ({:.1}x)",
+                push_ms / floor_ms
+            );
+        }
+        Err(reason) => {
+            eprintln!("{backend}: commit floor unavailable: {reason}");
+            for kind in ["commit_floor", "phase_only_beyond_floor"] {
+                ctxsync_test_support::bench_row(
+                    &row(kind),
+                    f64::NAN,
+                    "ms",
+                    None,
+                    None,
+                    Some(&format!("floor not measured: {reason}")),
+                    None,
+                );
+            }
+        }
+    }
 }
 
 /// One backend's medians: pushes per second and bytes per push of each kind.
@@ -422,8 +576,8 @@ fn emit_rows(backend: &str, f: &Figures) {
     );
 }
 
-/// Returns the median all-changed rate.
-async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> f64 {
+/// Returns the median all-changed and phase-only rates.
+async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> (f64, f64) {
     let api = serve_agent_api(db.store().clone()).await;
     let mut client = api.client().await;
     let created = db.create_agent("bench").await.expect("create agent");
@@ -466,12 +620,13 @@ async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> f64 {
     // Every body changed: full pushes. A delta would carry every body too (the same
     // bytes but for its flag) and cost the server the same writes plus its base check.
     let mut generation = rounds.warmup;
-    let (all_rate, all_bytes) = trials(
+    let (all_rate, all_bytes, _) = trials(
         &mut client,
         &token,
+        db,
         &format!("{backend}, every resource changed (full)"),
         rounds,
-        rounds.all_changed,
+        ALL_CHANGED_BATCH,
         || {
             generation += 1;
             planner.full(snapshot(
@@ -486,12 +641,13 @@ async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> f64 {
     // Only the phase changed: every body is left out.
     let current = resources(generation);
     let mut phase_pushes = 0usize;
-    let (phase_rate, phase_bytes) = trials(
+    let (phase_rate, phase_bytes, phase_deltas) = trials(
         &mut client,
         &token,
+        db,
         &format!("{backend}, only the phase changed (delta)"),
         rounds,
-        rounds.delta_pushes,
+        DELTA_BATCH,
         || {
             phase_pushes += 1;
             let phase = if phase_pushes % 2 == 1 {
@@ -512,12 +668,13 @@ async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> f64 {
     // left out.
     let mut current = current;
     let mut edits = 0usize;
-    let (edit_rate, edit_bytes) = trials(
+    let (edit_rate, edit_bytes, edit_deltas) = trials(
         &mut client,
         &token,
+        db,
         &format!("{backend}, one resource changed (delta)"),
         rounds,
-        rounds.delta_pushes,
+        DELTA_BATCH,
         || {
             edits += 1;
             edit(&mut current[(edits * 7) % RESOURCES], edits);
@@ -531,8 +688,11 @@ async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> f64 {
     .await;
 
     let counters = api.metrics();
-    let deltas = (2 * rounds.trials * rounds.delta_pushes) as u64;
-    assert_eq!(counters.pushes_delta, deltas, "{counters:?}");
+    assert_eq!(
+        counters.pushes_delta,
+        phase_deltas + edit_deltas,
+        "{counters:?}"
+    );
     assert_eq!(counters.pushes_delta_base_missing, 0, "{counters:?}");
 
     emit_rows(
@@ -546,7 +706,7 @@ async fn bench(backend: &str, db: &TestStore, rounds: &Rounds) -> f64 {
             edit_bytes,
         },
     );
-    all_rate
+    (all_rate, phase_rate)
 }
 
 #[tokio::main]
@@ -556,40 +716,43 @@ async fn main() {
         Rounds {
             warmup: 2,
             trials: 3,
-            all_changed: 4,
-            delta_pushes: 15,
-            pgbench_seconds: 2,
+            trial_seconds: 2,
         }
     } else {
         Rounds {
             warmup: 5,
             trials: 5,
-            all_changed: 10,
-            delta_pushes: 100,
-            pgbench_seconds: 5,
+            trial_seconds: 5,
         }
     };
     eprintln!(
         "bench_push: {RESOURCES} resources per push{}",
         if quick { " (quick)" } else { "" }
     );
-    bench("sqlite", &TestStore::sqlite().await, &rounds).await;
+    let sqlite = TestStore::sqlite().await;
+    let (_, sqlite_phase) = bench("sqlite", &sqlite, &rounds).await;
+    let dir = sqlite.sqlite_data_dir().expect("a SQLite store").to_owned();
+    let floor = tokio::task::block_in_place(|| sqlite_floor_tps(&dir, &rounds));
+    emit_floor_rows("sqlite", sqlite_phase, floor);
     let Some(db) = TestStore::postgres().await else {
         eprintln!("bench_push: PostgreSQL skipped");
         return;
     };
-    let ours = bench("postgres", &db, &rounds).await;
+    let (ours, postgres_phase) = bench("postgres", &db, &rounds).await;
     let url = db
         .postgres_database()
         .expect("a PostgreSQL store")
         .url()
         .to_owned();
+    eprintln!("pgbench: the one-row UPDATE and its commit on the same database");
+    let floor =
+        tokio::task::block_in_place(|| pgbench_tps(&url, &rounds, FLOOR_SETUP, FLOOR_SCRIPT));
+    emit_floor_rows("postgres", postgres_phase, floor);
     eprintln!("pgbench: the equivalent SQL transaction on the same database");
     let name = "persistence.push_500.postgres.all_changed_vs_pgbench";
-    let line = match tokio::task::spawn_blocking(move || pgbench_tps(&url, &rounds))
-        .await
-        .expect("pgbench task")
-    {
+    let line = match tokio::task::block_in_place(|| {
+        pgbench_tps(&url, &rounds, &pgbench_setup(), &pgbench_script())
+    }) {
         Ok(tps) => json!({
             "name": name,
             "value": ours,

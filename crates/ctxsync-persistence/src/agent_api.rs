@@ -324,15 +324,69 @@ pub struct AgentApi {
     offer_deltas: bool,
     /// Serves `ToolCalls` streams; without it, they are refused `UNIMPLEMENTED`.
     calls: Option<Arc<crate::call_channel::CallHub>>,
+    /// Shared with [`Authenticated`]: a push refused for its token forgets it here.
+    pushers: Arc<PusherTokens>,
+}
+
+/// The gRPC path of `PushContextState`, the one method whose token [`Authenticated`] may
+/// accept from [`PusherTokens`]: the push checks it against the database itself.
+const PUSH_PATH: &str = "/ctxsync.agent.v1.Agent/PushContextState";
+
+/// Most agents [`PusherTokens`] remembers; past it, it starts over (each agent's next
+/// push then authenticates against the database once more).
+const MAX_REMEMBERED_PUSHERS: usize = 1 << 17;
+
+/// Per agent, the digest of the last token the database accepted from it, so its
+/// pushes skip a separate lookup before their transaction. Not a cache that can outlive
+/// a revocation: it only decides whether a push's body is decoded, and the push's
+/// transaction compares the digest with the agent row before writing anything (a
+/// rotated token is refused there, and forgotten here).
+#[derive(Default)]
+struct PusherTokens(std::sync::Mutex<std::collections::HashMap<AgentId, [u8; 32]>>);
+
+impl PusherTokens {
+    fn knows(&self, agent: AgentId, digest: &[u8; 32]) -> bool {
+        let known = self.lock();
+        known
+            .get(&agent)
+            .is_some_and(|stored| crate::token::digest_matches(digest, stored))
+    }
+
+    fn remember(&self, agent: AgentId, digest: [u8; 32]) {
+        let mut known = self.lock();
+        if known.len() >= MAX_REMEMBERED_PUSHERS && !known.contains_key(&agent) {
+            known.clear();
+        }
+        known.insert(agent, digest);
+    }
+
+    fn forget(&self, agent: AgentId) {
+        self.lock().remove(&agent);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<AgentId, [u8; 32]>> {
+        // The map holds no invariant a panic could break.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for PusherTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PusherTokens({} agents)", self.lock().len())
+    }
 }
 
 /// The agent a request's bearer token belongs to, put in the request's extensions by
 /// [`Authenticated`] before the body is read.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 struct AuthenticatedAgent {
     agent: AgentId,
     /// When the call arrived, before the token lookup: where push durations start.
     received: Instant,
+    /// The SHA-256 of the token presented, which a push checks again in its transaction.
+    token_digest: [u8; 32],
 }
 
 impl AgentApi {
@@ -343,6 +397,7 @@ impl AgentApi {
             metrics: Arc::default(),
             offer_deltas: true,
             calls: None,
+            pushers: Arc::default(),
         }
     }
 
@@ -376,14 +431,19 @@ impl AgentApi {
         Authenticated {
             store: self.store.clone(),
             metrics: Arc::clone(&self.metrics),
+            pushers: Arc::clone(&self.pushers),
             inner: AgentServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES),
         }
     }
 
     /// The agent [`Authenticated`] found for this request.
     fn agent<T>(&self, request: &Request<T>) -> Result<AgentId, Status> {
+        self.authenticated(request).map(|a| a.agent)
+    }
+
+    fn authenticated<T>(&self, request: &Request<T>) -> Result<AuthenticatedAgent, Status> {
         match request.extensions().get::<AuthenticatedAgent>() {
-            Some(authenticated) => Ok(authenticated.agent),
+            Some(authenticated) => Ok(*authenticated),
             // Only reachable when the service is served without `into_server`.
             None => Err(unauthenticated(&self.metrics, MISSING_TOKEN)),
         }
@@ -477,6 +537,7 @@ pub struct Authenticated<S> {
     inner: S,
     store: Store,
     metrics: Arc<AgentApiMetrics>,
+    pushers: Arc<PusherTokens>,
 }
 
 impl<S: NamedService> NamedService for Authenticated<S> {
@@ -509,17 +570,36 @@ where
         }
         let received = Instant::now();
         let token = bearer(request.headers()).map(str::to_owned);
+        let is_push = path == PUSH_PATH;
         let store = self.store.clone();
         let metrics = Arc::clone(&self.metrics);
+        let pushers = Arc::clone(&self.pushers);
         Box::pin(async move {
             let Some(token) = token else {
                 return Ok(unauthenticated(&metrics, MISSING_TOKEN).into_http());
             };
-            match store.authenticate(&token).await {
+            let token_digest = crate::token::digest(&token);
+            // A push by a token the database accepted before skips the lookup: its own
+            // transaction checks the token against the row it locks.
+            let known = is_push
+                .then(|| crate::token::claimed_agent(&token).ok())
+                .flatten()
+                .filter(|agent| pushers.knows(*agent, &token_digest));
+            let authenticated = match known {
+                Some(agent) => Ok(agent),
+                None => store.authenticate(&token).await.inspect(|agent| {
+                    if is_push {
+                        pushers.remember(*agent, token_digest);
+                    }
+                }),
+            };
+            match authenticated {
                 Ok(agent) => {
-                    request
-                        .extensions_mut()
-                        .insert(AuthenticatedAgent { agent, received });
+                    request.extensions_mut().insert(AuthenticatedAgent {
+                        agent,
+                        received,
+                        token_digest,
+                    });
                     let response = inner.call(request).await?;
                     // Counted here, not in the handlers: the codec refuses over-limit
                     // requests before a handler runs (a trailers-only answer).
@@ -539,16 +619,25 @@ impl AgentApi {
         &self,
         request: Request<PushContextStateRequest>,
     ) -> Result<(PushResult, PushContextStateResponse), Status> {
-        let agent = self.agent(&request)?;
+        let AuthenticatedAgent {
+            agent,
+            token_digest,
+            ..
+        } = self.authenticated(&request)?;
         let push = Push::try_from(request.into_inner()).map_err(Status::from)?;
         if push.delta {
             bump(&self.metrics.pushes_delta);
         }
         let outcome = self
             .store
-            .push_context_state(agent, push)
+            .push_with_token(agent, token_digest, push)
             .await
-            .map_err(|e| self.status(e))?;
+            .map_err(|e| {
+                if matches!(e, StoreError::InvalidToken | StoreError::AgentNotFound(_)) {
+                    self.pushers.forget(agent);
+                }
+                self.status(e)
+            })?;
         let result = match outcome {
             PushOutcome::Accepted(changes) => {
                 bump(&self.metrics.pushes_accepted);

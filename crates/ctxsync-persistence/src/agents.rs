@@ -294,6 +294,30 @@ pub(crate) fn lock_agent(
     row.ok_or(StoreError::AgentNotFound(id))
 }
 
+/// The agent row a push writes under, share-locked as [`lock_agent`] does, with its token
+/// hash read in the same statement so a push can check its caller's token where it
+/// checks the run.
+pub(crate) fn lock_pushing_agent(
+    tx: &mut Tx<'_>,
+    id: AgentId,
+) -> Result<(AgentRow, Vec<u8>), StoreError> {
+    let query = workspace_agents::table.find(id);
+    let row = match tx {
+        #[cfg(feature = "postgres")]
+        Tx::Postgres(c) => query
+            .select((AgentRow::as_select(), workspace_agents::token_hash))
+            .for_share()
+            .first(*c)
+            .optional()?,
+        #[cfg(feature = "sqlite")]
+        Tx::Sqlite(c) => query
+            .select((AgentRow::as_select(), workspace_agents::token_hash))
+            .first(*c)
+            .optional()?,
+    };
+    row.ok_or(StoreError::AgentNotFound(id))
+}
+
 /// SPEC §5.3: always overwrite the run id (empty included), retiring a replaced
 /// non-empty one; refuse a retired one without changing anything.
 fn update_startup(

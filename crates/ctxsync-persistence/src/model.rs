@@ -314,6 +314,8 @@ pub(crate) struct SnapshotRow {
     pub received_at: DbTime,
     pub created_at: DbTime,
     pub pending_servers: JsonText,
+    /// SHA-256 of the stored resources' fingerprints (see `push`); `None` when unknown.
+    pub resources_digest: Option<Vec<u8>>,
 }
 
 impl SnapshotRow {

@@ -12,8 +12,9 @@ use ctxsync_protocol::{
 use diesel::prelude::*;
 #[cfg(feature = "sqlite")]
 use diesel::upsert::excluded;
+use sha2::{Digest, Sha256};
 
-use crate::agents::{RowLock, lock_agent};
+use crate::agents::lock_pushing_agent;
 use crate::chats::pin_stored_snapshot;
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
@@ -24,6 +25,7 @@ use crate::schema::*;
 use crate::shared::{ROWS_PER_STATEMENT, agent_event, body_json, notify_in_tx};
 use crate::sql_types::{DbBodyKind, DbPhase, DbStatus, DbTime, JsonText};
 use crate::store::Store;
+use crate::token;
 
 impl Store {
     /// SPEC §5.4, in one transaction: the run gate, the version gate, the snapshot and
@@ -39,12 +41,38 @@ impl Store {
         agent: AgentId,
         push: impl Into<Push>,
     ) -> Result<PushOutcome, StoreError> {
-        let push = push.into();
+        self.push_checked(agent, None, push.into()).await
+    }
+
+    /// [`Self::push_context_state`] for the holder of a bearer token whose SHA-256 is
+    /// `token_digest`: the push's transaction compares it with the hash on the agent row
+    /// it locks, before writing anything, and fails with [`StoreError::InvalidToken`]
+    /// when they differ (a token rotated since the caller last checked it). So a push is
+    /// never accepted on a revoked token, whatever the caller remembered.
+    pub(crate) async fn push_with_token(
+        &self,
+        agent: AgentId,
+        token_digest: [u8; 32],
+        push: Push,
+    ) -> Result<PushOutcome, StoreError> {
+        self.push_checked(agent, Some(token_digest), push).await
+    }
+
+    async fn push_checked(
+        &self,
+        agent: AgentId,
+        token_digest: Option<[u8; 32]>,
+        push: Push,
+    ) -> Result<PushOutcome, StoreError> {
         let version = push.snapshot.version;
         let (outcome, chats) = self
             .with_conn(move |conn, origin| {
                 let prepared = prepare_push(push)?;
-                conn.write(|tx| apply(tx, agent, &prepared, DbTime(Utc::now()), origin))
+                let pusher = Pusher {
+                    agent_id: agent,
+                    token_digest,
+                };
+                conn.write(|tx| apply(tx, &pusher, &prepared, DbTime(Utc::now()), origin))
             })
             .await?;
         if let PushOutcome::Accepted(changes) = &outcome
@@ -66,6 +94,13 @@ fn chat_changed(chat_id: ChatId, agent_id: AgentId) -> ChangeEvent {
     }
 }
 
+/// Who pushes: the agent, and the digest of the token it presented when the push must
+/// check it against the locked row.
+struct Pusher {
+    agent_id: AgentId,
+    token_digest: Option<[u8; 32]>,
+}
+
 /// A push checked before the transaction starts, so nothing is converted inside a
 /// retry or under the write lock. Body digests come with the push: the protocol layer
 /// computed them from the bodies as sent (scheme 1), and a delta names the digests of the
@@ -77,6 +112,8 @@ struct PreparedPush {
     /// Per `push.snapshot.resources[i]` and per `push.kept[i]`: its size as stored.
     sizes: Vec<i64>,
     kept_sizes: Vec<i64>,
+    /// [`resources_digest`] of this push's resources, full and kept.
+    resources_digest: [u8; 32],
 }
 
 fn prepare_push(push: Push) -> Result<PreparedPush, StoreError> {
@@ -90,36 +127,115 @@ fn prepare_push(push: Push) -> Result<PreparedPush, StoreError> {
             push.digests.len()
         )));
     }
-    let sizes = snapshot
+    let sizes: Vec<i64> = snapshot
         .resources
         .iter()
         .map(|r| to_i64("size_bytes", r.size_bytes))
         .collect::<Result<_, _>>()?;
-    let kept_sizes = push
+    let kept_sizes: Vec<i64> = push
         .kept
         .iter()
         .map(|r| to_i64("size_bytes", r.size_bytes))
         .collect::<Result<_, _>>()?;
+    let resources_digest = resources_digest(&push, &sizes, &kept_sizes);
     Ok(PreparedPush {
         run_id,
         version,
         push,
         sizes,
         kept_sizes,
+        resources_digest,
     })
+}
+
+/// SHA-256 over every resource's fingerprint (source, path, body digest, content hash,
+/// size, status, error: all a stored row holds but its timestamps, the body being named
+/// by its digest), in source order, each field length-prefixed so no two lists hash
+/// alike by shifting bytes between fields. Stored with the snapshot, it lets the next push
+/// whose resources hash the same skip reading and comparing the rows: they are, field
+/// for field, what it would write.
+fn resources_digest(push: &Push, sizes: &[i64], kept_sizes: &[i64]) -> [u8; 32] {
+    struct Fingerprint<'a> {
+        source: &'a str,
+        source_path: Option<&'a str>,
+        body_digest: &'a [u8],
+        content_hash: &'a str,
+        size_bytes: i64,
+        status: &'static str,
+        error: Option<&'a str>,
+    }
+    let full = push
+        .snapshot
+        .resources
+        .iter()
+        .zip(&push.digests)
+        .zip(sizes)
+        .map(|((r, digest), size)| Fingerprint {
+            source: &r.source,
+            source_path: r.source_path.as_deref(),
+            body_digest: digest.as_bytes(),
+            content_hash: &r.content_hash,
+            size_bytes: *size,
+            status: r.status.as_str(),
+            error: r.error.as_deref(),
+        });
+    let kept = push
+        .kept
+        .iter()
+        .zip(kept_sizes)
+        .map(|(k, size)| Fingerprint {
+            source: &k.source,
+            source_path: k.source_path.as_deref(),
+            body_digest: k.body_digest.as_bytes(),
+            content_hash: &k.content_hash,
+            size_bytes: *size,
+            status: k.status.as_str(),
+            error: k.error.as_deref(),
+        });
+    let mut all: Vec<Fingerprint<'_>> = full.chain(kept).collect();
+    all.sort_unstable_by(|a, b| a.source.cmp(b.source));
+    let mut hasher = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        hasher.update((bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    };
+    for f in &all {
+        field(f.source.as_bytes());
+        // A missing value and an empty one differ: the marker is not a length.
+        match f.source_path {
+            Some(path) => field(path.as_bytes()),
+            None => field(&[0xff; 9]),
+        }
+        field(f.body_digest);
+        field(f.content_hash.as_bytes());
+        field(&f.size_bytes.to_le_bytes());
+        field(f.status.as_bytes());
+        match f.error {
+            Some(error) => field(error.as_bytes()),
+            None => field(&[0xff; 9]),
+        }
+    }
+    hasher.finalize().into()
 }
 
 /// SPEC §5.4 steps 1–4, with the chats whose rows it changed; the caller commits and
 /// then notifies in-process.
 fn apply(
     tx: &mut Tx<'_>,
-    agent_id: AgentId,
+    pusher: &Pusher,
     push: &PreparedPush,
     now: DbTime,
     origin: u64,
 ) -> Result<(PushOutcome, Vec<ChatId>), StoreError> {
-    // 1. The run gate: only the agent row's current run may write.
-    let agent = lock_agent(tx, agent_id, RowLock::Share)?;
+    let agent_id = pusher.agent_id;
+    // 1. The token, when the caller asks, and the run gate: only the agent row's current
+    // run may write.
+    let (agent, token_hash) = lock_pushing_agent(tx, agent_id)?;
+    if let Some(digest) = &pusher.token_digest
+        && !token::digest_matches(digest, &token_hash)
+    {
+        return Err(StoreError::InvalidToken);
+    }
     let current = RunId::new(agent.agent_run_id.as_str());
     let retired = match &push.run_id {
         Some(run) => agent.retired()?.contains(run),
@@ -147,10 +263,22 @@ fn apply(
         ));
     }
 
-    // 3. A delta's base: the stored snapshot is this run's and holds every body the delta
-    // left out, with the digest it names. Checked before anything is written.
-    let stored = load_fingerprints(tx, agent_id)?;
-    if push.push.delta && !has_base(push, previous.as_ref(), &stored) {
+    // 3. Resources this run stored with the same fingerprints are neither read nor
+    // compared: the push would leave every row as it is, and the rows hold every body a
+    // delta left out, with the digest it names (the digest covers them). Otherwise a
+    // delta's base is checked: the stored snapshot is this run's and holds every body
+    // the delta left out, with that digest. Checked before anything is written.
+    let rows_unchanged = previous.as_ref().is_some_and(|p| {
+        p.agent_run_id == RunId::edge(push.run_id.as_ref())
+            && (push.run_id.is_some() || !push.push.delta)
+            && p.resources_digest.as_deref() == Some(push.resources_digest.as_slice())
+    });
+    let stored = if rows_unchanged {
+        Vec::new()
+    } else {
+        load_fingerprints(tx, agent_id)?
+    };
+    if push.push.delta && !rows_unchanged && !has_base(push, previous.as_ref(), &stored) {
         return Ok((PushOutcome::DeltaBaseMissing, Vec::new()));
     }
 
@@ -187,6 +315,7 @@ fn apply(
         pending_servers: JsonText(
             serde_json::to_string(&snapshot.pending_servers).expect("names and numbers serialize"),
         ),
+        resources_digest: Some(push.resources_digest.to_vec()),
     };
     let upsert = diesel::insert_into(workspace_agent_context_snapshots::table)
         .values(&header)
@@ -200,10 +329,22 @@ fn apply(
             workspace_agent_context_snapshots::snapshot_error.eq(&header.snapshot_error),
             workspace_agent_context_snapshots::received_at.eq(header.received_at),
             workspace_agent_context_snapshots::pending_servers.eq(&header.pending_servers),
+            workspace_agent_context_snapshots::resources_digest.eq(&header.resources_digest),
         ));
     on_backend!(tx, |c| upsert.execute(c))?;
-    (changes.resources, changes.server_timings) =
-        write_resources(tx, agent_id, push, &stored, now, changes.run_id_changed)?;
+    (changes.resources, changes.server_timings) = if rows_unchanged {
+        // The same run: no unchanged row reports its timings again.
+        let unchanged = snapshot.resources.len() + push.push.kept.len();
+        (
+            ResourceChanges {
+                unchanged,
+                ..ResourceChanges::default()
+            },
+            Vec::new(),
+        )
+    } else {
+        write_resources(tx, agent_id, push, &stored, now, changes.run_id_changed)?
+    };
 
     // 5. Chats: adopt a first pin, then mark or clear dirty against the new hash. One
     // read finds what needs writing; most pushes (no chat bound, or none to change) stop

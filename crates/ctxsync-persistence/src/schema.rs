@@ -35,6 +35,7 @@ diesel::table! {
         received_at -> TimestampSql,
         created_at -> TimestampSql,
         pending_servers -> JsonSql,
+        resources_digest -> Nullable<Binary>,
     }
 }
 

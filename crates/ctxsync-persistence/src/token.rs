@@ -64,7 +64,12 @@ pub(crate) fn claimed_agent(token: &str) -> Result<AgentId, StoreError> {
 
 /// True when `token` hashes to `stored`, compared in constant time.
 pub(crate) fn verify(token: &str, stored: &[u8]) -> bool {
-    digest(token).ct_eq(stored).into()
+    digest_matches(&digest(token), stored)
+}
+
+/// True when `digest` (a token's [`digest`]) equals `stored`, compared in constant time.
+pub(crate) fn digest_matches(digest: &[u8; 32], stored: &[u8]) -> bool {
+    digest.as_slice().ct_eq(stored).into()
 }
 
 #[cfg(test)]

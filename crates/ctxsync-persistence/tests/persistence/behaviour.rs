@@ -1082,6 +1082,12 @@ async fn a_rotated_token_replaces_the_old_one_at_once(h: Harness) {
     let (agent, old) = h.agent("rotating").await;
     let (other, other_token) = h.agent("bystander").await;
     h.startup(&old, RUN_A).await.unwrap();
+    // A push the server accepted: it may remember the token, but not past a rotation.
+    assert!(
+        h.push(&old, snapshot(1, Some(RUN_A), Pending, workspace()))
+            .await
+            .unwrap()
+    );
     let before = store.get_agent(agent).await.unwrap().unwrap();
 
     let rotated = store.rotate_agent_token(agent).await.unwrap();
@@ -1094,11 +1100,21 @@ async fn a_rotated_token_replaces_the_old_one_at_once(h: Harness) {
         store.authenticate(&old).await,
         Err(StoreError::InvalidToken)
     ));
-    assert_status(
-        h.push(&old, snapshot(1, Some(RUN_A), Pending, workspace()))
-            .await,
-        Code::Unauthenticated,
-        "",
+    let mut second = snapshot(2, Some(RUN_A), Complete, workspace());
+    second.initial = false;
+    // Twice: refused in the push's transaction, then before it.
+    for _ in 0..2 {
+        assert_status(
+            h.push(&old, second.clone()).await,
+            Code::Unauthenticated,
+            "",
+        );
+    }
+    let stored = h.context(agent).await.snapshot.unwrap();
+    assert_eq!(
+        (stored.version, stored.phase),
+        (1, Pending),
+        "nothing written"
     );
     assert_eq!(store.authenticate(&new).await.unwrap(), agent);
     assert!(

@@ -7,7 +7,7 @@ use crate::common;
 
 use common::*;
 use ctxsync_persistence::test_support::with_bearer;
-use ctxsync_persistence::{AgentId, ChangeEvent};
+use ctxsync_persistence::{AgentId, ChangeEvent, PushOutcome, ResourceChanges};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
 use ctxsync_protocol::{
     DELTA_DIGEST_SCHEME, DeltaBase, Resource, ResourceStatus, RunId, Snapshot, v1,
@@ -22,6 +22,7 @@ ctxsync_test_support::on_both_backends! {
     a_delta_without_its_base_is_refused_and_the_full_push_follows,
     a_delta_of_another_run_or_a_changed_row_is_refused,
     random_edits_store_the_same_through_deltas_and_full_pushes,
+    a_push_with_the_stored_fingerprints_rewrites_no_row_and_any_field_counts,
 }
 
 const RUN: &str = "0b5c1a52-6a43-4c39-9b59-0b8b1d0e0a19";
@@ -383,4 +384,77 @@ async fn random_edits_store_the_same_through_deltas_and_full_pushes(h: Harness) 
     }
     assert_eq!(h.context(delta_agent).await.resources, sorted(resources));
     assert_eq!(h.api.metrics().pushes_delta, 23);
+}
+
+/// The resource changes an accepted push reports.
+async fn pushed(h: &Harness, agent: AgentId, snapshot: Snapshot) -> ResourceChanges {
+    match h.store().push_context_state(agent, snapshot).await.unwrap() {
+        PushOutcome::Accepted(changes) => changes.resources,
+        other => panic!("push not accepted: {other:?}"),
+    }
+}
+
+/// A push whose resources hash as the stored ones (issue 39) skips reading and comparing
+/// rows: it must still report every row unchanged, and any one field of any one row
+/// (path, status, error, size, content hash, body), a row more or less, or another run
+/// must take the full comparison and store it.
+async fn a_push_with_the_stored_fingerprints_rewrites_no_row_and_any_field_counts(h: Harness) {
+    let (agent, token) = h.agent("fingerprints").await;
+    h.startup(&token, RUN).await.unwrap();
+    let rows = workspace().len();
+    let inserted = pushed(&h, agent, snapshot(1, Some(RUN), Pending, workspace())).await;
+    assert_eq!(inserted.inserted, rows);
+    let unchanged = ResourceChanges {
+        unchanged: rows,
+        ..ResourceChanges::default()
+    };
+    // The phase alone, then the same snapshot again (as a reconnect sends it).
+    let mut next = snapshot(2, Some(RUN), Complete, workspace());
+    next.initial = false;
+    assert_eq!(pushed(&h, agent, next.clone()).await, unchanged);
+    next.version = 3;
+    assert_eq!(pushed(&h, agent, next.clone()).await, unchanged);
+
+    type Edit = fn(&mut Resource);
+    let edits: [(&str, Edit); 6] = [
+        ("path", |r| {
+            r.source_path = Some("/elsewhere/AGENTS.md".into())
+        }),
+        ("status", |r| r.status = ResourceStatus::Unreadable),
+        ("error", |r| r.error = Some("permission denied".into())),
+        ("size", |r| r.size_bytes += 1),
+        ("content hash", |r| r.content_hash = "f".repeat(64)),
+        ("body", |r| {
+            *r = instruction("AGENTS.md", "Be brief. Really.")
+        }),
+    ];
+    for (field, edit) in edits {
+        next.version += 1;
+        edit(&mut next.resources[0]);
+        let changes = pushed(&h, agent, next.clone()).await;
+        assert_eq!(changes.updated, 1, "{field}: {changes:?}");
+        assert_eq!(
+            h.context(agent).await.resources,
+            sorted(next.resources.clone()),
+            "{field}"
+        );
+        next.version += 1;
+        assert_eq!(pushed(&h, agent, next.clone()).await, unchanged, "{field}");
+    }
+
+    next.version += 1;
+    let removed = next.resources.pop().unwrap();
+    assert_eq!(pushed(&h, agent, next.clone()).await.deleted, 1);
+    next.version += 1;
+    next.resources.push(removed);
+    assert_eq!(pushed(&h, agent, next.clone()).await.inserted, 1);
+    assert_eq!(
+        h.context(agent).await.resources,
+        sorted(next.resources.clone())
+    );
+
+    // Another run compares its rows in full (it reports its servers' connects anew).
+    h.startup(&token, OTHER_RUN).await.unwrap();
+    let restarted = snapshot(1, Some(OTHER_RUN), Complete, next.resources.clone());
+    assert_eq!(pushed(&h, agent, restarted).await, unchanged);
 }

@@ -1,0 +1,1 @@
+ALTER TABLE workspace_agent_context_snapshots DROP COLUMN resources_digest;
