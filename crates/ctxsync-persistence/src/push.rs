@@ -150,10 +150,12 @@ fn prepare_push(push: Push) -> Result<PreparedPush, StoreError> {
 
 /// SHA-256 over every resource's fingerprint (source, path, body digest, content hash,
 /// size, status, error: all a stored row holds but its timestamps, the body being named
-/// by its digest), in source order, each field length-prefixed so no two lists hash
-/// alike by shifting bytes between fields. Stored with the snapshot, it lets the next push
-/// whose resources hash the same skip reading and comparing the rows: they are, field
-/// for field, what it would write.
+/// by its digest), each field length-prefixed so no two lists hash alike by shifting
+/// bytes between fields. Stored with the snapshot, it lets the next push whose resources
+/// hash the same skip reading and comparing the rows: they are, field for field, what it
+/// would write. In the push's order (bodies sent, then bodies kept), not sorted: an agent
+/// lists its resources alike from push to push, and one that reorders them only costs
+/// the full comparison.
 fn resources_digest(push: &Push, sizes: &[i64], kept_sizes: &[i64]) -> [u8; 32] {
     struct Fingerprint<'a> {
         source: &'a str,
@@ -192,16 +194,15 @@ fn resources_digest(push: &Push, sizes: &[i64], kept_sizes: &[i64]) -> [u8; 32] 
             status: k.status.as_str(),
             error: k.error.as_deref(),
         });
-    let mut all: Vec<Fingerprint<'_>> = full.chain(kept).collect();
-    all.sort_unstable_by(|a, b| a.source.cmp(b.source));
-    let mut hasher = Sha256::new();
+    // One buffer hashed at once: thousands of small updates cost more than the hash.
+    let mut text = Vec::with_capacity((push.snapshot.resources.len() + push.kept.len()) * 256);
     let mut field = |bytes: &[u8]| {
-        hasher.update((bytes.len() as u64).to_le_bytes());
-        hasher.update(bytes);
+        text.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        text.extend_from_slice(bytes);
     };
-    for f in &all {
+    for f in full.chain(kept) {
         field(f.source.as_bytes());
-        // A missing value and an empty one differ: the marker is not a length.
+        // A missing value and an empty one differ: the marker is not UTF-8, so no text.
         match f.source_path {
             Some(path) => field(path.as_bytes()),
             None => field(&[0xff; 9]),
@@ -215,7 +216,7 @@ fn resources_digest(push: &Push, sizes: &[i64], kept_sizes: &[i64]) -> [u8; 32] 
             None => field(&[0xff; 9]),
         }
     }
-    hasher.finalize().into()
+    Sha256::digest(&text).into()
 }
 
 /// SPEC §5.4 steps 1–4, with the chats whose rows it changed; the caller commits and
