@@ -979,7 +979,12 @@ impl Session {
                 message = inbound.next() => match message {
                     Some(Ok(message)) => {
                         last_heard = Instant::now();
+                        let was_idle = self.pending.is_empty();
                         self.received(message).await;
+                        if was_idle && !self.pending.is_empty() {
+                            // Coalesced from the first unwritten progress on.
+                            flush.reset();
+                        }
                     }
                     Some(Err(problem)) => {
                         last_heard = Instant::now();
@@ -988,7 +993,9 @@ impl Session {
                     None => break "closed",
                 },
                 () = tokio::time::sleep_until(last_heard + config.silence_limit) => break "silent",
-                _ = flush.tick() => self.flush_all().await,
+                // Only with progress to write: an idle stream (nearly all of them) wakes
+                // for its heartbeat alone, not four times a second.
+                _ = flush.tick(), if !self.pending.is_empty() => self.flush_all().await,
                 _ = heartbeat.tick() => {
                     if self.link.idle_for() >= config.heartbeat / 2 {
                         self.link.try_send(ServerCall::Heartbeat);
