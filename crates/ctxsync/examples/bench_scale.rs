@@ -9,6 +9,17 @@
 //! server holds (`DeltaBase`), and a `delta_base_missing` answer is followed by a full push
 //! (counted; it should not happen).
 //!
+//! As real agents do, every agent declares `accepts_tool_calls` in its `UpdateStartup`,
+//! then opens the `ToolCalls` stream on its own connection (its `Hello` first, naming its
+//! run) and holds it open beside its pushes through the measured window, in every pass.
+//! No call is made on it: the agent sends a heartbeat every 15 s (`CALL_HEARTBEAT`, the
+//! real agent's beat when nothing else moved), so the server's 45 s silence limit never
+//! closes it, and reads the server's heartbeats. A stream that does not open, or that
+//! ends before the window's end (the server ended it, it failed, or the server was
+//! silent for 45 s), is counted, stderr names the first such problem, and the
+//! `call_streams_open` row says how many were open at the window's end against the
+//! agents (target: all).
+//!
 //! Three passes, each on its own server process:
 //!
 //! - `scale.1000_agents.*`: 1000 agents (`--quick`: 100) pushing every 2 s for 60 s
@@ -23,14 +34,26 @@
 //!   sees the code path, not the figure.
 //!
 //! Each pass prints accepted pushes per second (answers in the window, the median of 10 s
-//! slices, `--quick`: 2 s slices) against the offered rate, push latency p50/p99, errors, full pushes after a
-//! missing delta base, client→server bytes per push on the TCP connections against a full
-//! push's, the server's resident memory idle and under load (`/proc/<pid>/status`), and
-//! CPU over the window from `/proc`: the server's CPU time per accepted push, and the
-//! shares of the machine (CPU seconds ÷ (window seconds × cores)) taken by the server,
-//! this load generator, the PostgreSQL backends of the benchmark database, and everything
-//! on the machine, so a reader can tell whether the server, the generator or the machine
-//! limits a figure.
+//! slices, `--quick`: 2 s slices) against the offered rate, push latency p50/p99, errors,
+//! full pushes after a missing delta base, client→server bytes per push on the TCP
+//! connections (the call streams' few heartbeat bytes included) against a full push's,
+//! the server's resident memory idle and under load (`/proc/<pid>/status`), the call
+//! streams open at the window's end, and CPU over the window from `/proc`: the server's
+//! and PostgreSQL's CPU time per accepted push (target in every pass: ≤ 0.5 ms each), and
+//! the shares of the machine (CPU seconds ÷ (window seconds × cores)) taken by the
+//! server, this load generator, PostgreSQL, and everything on the machine, so a reader
+//! can tell whether the server, the generator or the machine limits a figure.
+//!
+//! PostgreSQL's CPU is every process of the cluster, not only the benchmark database's
+//! backends: the postmaster, its background processes (WAL writer, checkpointer,
+//! background writer, autovacuum, …) and every backend, found as the processes whose
+//! command line starts with `postgres` or `/usr/lib/postgresql/` and their children. Each
+//! is read before and after the window; one that appears in the window counts from 0, and
+//! one that ends in it counts through its parent's time of reaped children. Other
+//! databases' backends count too, so other work on the same cluster inflates the figure:
+//! the `postgres_cpu_per_push` row's text (and stderr) splits it into the benchmark
+//! database's backends, the postmaster and background processes, and other databases'
+//! backends.
 //!
 //! `cargo run --release -p ctxsync --example bench_scale -- [--quick] [--large-only]` (the
 //! latter runs only the 10,000-agent pass) prints one JSON row
@@ -44,13 +67,14 @@ mod support;
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use ctxsync_persistence::test_support::{TestStore, with_bearer};
+use ctxsync_protocol::call::{AgentCall, CALL_HEARTBEAT, CALL_SILENCE_LIMIT, ServerCall};
 use ctxsync_protocol::{
     DELTA_DIGEST_SCHEME, DeltaBase, DiscoveryPhase, InstructionFileBody, Resource, ResourceBody,
     ResourceStatus, RunId, Snapshot, Startup, v1,
@@ -59,12 +83,14 @@ use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::http::Uri;
 use tonic::transport::{Channel, Endpoint};
 
 use support::{
-    ServerProcess, ctxsync_binary, machine_cpu_ticks, percentile_ms, process_cpu_seconds,
-    raise_open_files_limit, status_kib,
+    ServerProcess, clock_ticks_hz, ctxsync_binary, machine_cpu_ticks, percentile_ms,
+    process_cpu_seconds, raise_open_files_limit, status_kib,
 };
 
 const RESOURCES: usize = 50;
@@ -211,6 +237,158 @@ impl SimulatedAgent {
         pushed.latency = started.elapsed();
         Ok(pushed)
     }
+}
+
+/// The agents' `ToolCalls` streams of one pass: how many opened, which failed to open or
+/// ended, and what the server sent on them.
+#[derive(Default)]
+struct CallStreams {
+    opened: AtomicUsize,
+    /// Streams that did not open (startup answer without tool calls, refused, failed or
+    /// timed out).
+    failed: AtomicUsize,
+    /// When each opened stream ended (the server ended it, it failed, or the server was
+    /// silent past the limit).
+    ended: Mutex<Vec<Instant>>,
+    /// Heartbeats the server sent.
+    heartbeats: AtomicU64,
+    /// Anything else the server sent (a call, a cancel, a malformed message): none is
+    /// expected, since no call is made.
+    unexpected: AtomicU64,
+    /// The first stream problem, for stderr.
+    first_problem: Mutex<Option<String>>,
+    /// The streams' tasks, aborted (closing the streams) when the pass ends.
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl CallStreams {
+    fn problem(&self, problem: String) {
+        self.first_problem
+            .lock()
+            .expect("streams lock")
+            .get_or_insert(problem);
+    }
+
+    fn failed(&self, problem: String) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        self.problem(problem);
+    }
+
+    fn ended(&self, problem: String) {
+        self.ended
+            .lock()
+            .expect("streams lock")
+            .push(Instant::now());
+        self.problem(problem);
+    }
+
+    /// Streams opened and not ended by `at`.
+    fn open_at(&self, at: Instant) -> usize {
+        let ended = self.ended.lock().expect("streams lock");
+        self.opened.load(Ordering::Relaxed) - ended.iter().filter(|&&t| t <= at).count()
+    }
+
+    /// Streams that ended in `from..=to`.
+    fn ended_in(&self, from: Instant, to: Instant) -> usize {
+        let ended = self.ended.lock().expect("streams lock");
+        ended.iter().filter(|&&t| from <= t && t <= to).count()
+    }
+
+    /// Closes every stream still open.
+    fn close(&self) {
+        for task in self.tasks.lock().expect("streams lock").drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Opens `agent`'s `ToolCalls` stream on its connection (its `Hello` first) and holds it
+/// open in a task of its own, as the real agent does: a heartbeat every
+/// [`CALL_HEARTBEAT`] (it sends nothing else), and the stream counts as ended when the
+/// server ends it, it fails, or the server is silent past [`CALL_SILENCE_LIMIT`]. A
+/// stream that does not open is counted in `streams`, not an error of the pass.
+async fn open_call_stream(agent: &SimulatedAgent, streams: &Arc<CallStreams>) {
+    let index = agent.index;
+    let Some(agent_run_id) = RunId::new(agent.run_id.clone()) else {
+        streams.failed(format!("agent {index}: no run id for the call stream"));
+        return;
+    };
+    let (tx, rx) = mpsc::channel::<v1::AgentCallMessage>(4);
+    if tx
+        .try_send(AgentCall::Hello { agent_run_id }.into())
+        .is_err()
+    {
+        unreachable!("a new channel has room");
+    }
+    let request = with_bearer(ReceiverStream::new(rx), &agent.token);
+    let mut client = agent.client.clone();
+    // The server answers once it has read the hello and registered the stream.
+    let mut inbound = match tokio::time::timeout(PUSH_TIMEOUT, client.tool_calls(request)).await {
+        Ok(Ok(response)) => response.into_inner(),
+        Ok(Err(status)) => {
+            streams.failed(format!(
+                "agent {index}: the call stream did not open: {status}"
+            ));
+            return;
+        }
+        Err(_) => {
+            streams.failed(format!(
+                "agent {index}: the call stream did not open within {PUSH_TIMEOUT:?}"
+            ));
+            return;
+        }
+    };
+    streams.opened.fetch_add(1, Ordering::Relaxed);
+    let held = Arc::clone(streams);
+    let task = tokio::spawn(async move {
+        let streams = held;
+        let mut heartbeat =
+            tokio::time::interval_at(tokio::time::Instant::now() + CALL_HEARTBEAT, CALL_HEARTBEAT);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let silence = tokio::time::sleep(CALL_SILENCE_LIMIT);
+        tokio::pin!(silence);
+        let why = loop {
+            tokio::select! {
+                message = inbound.message() => match message {
+                    Ok(Some(message)) => {
+                        silence.as_mut().reset(tokio::time::Instant::now() + CALL_SILENCE_LIMIT);
+                        match ServerCall::try_from(message) {
+                            Ok(ServerCall::Heartbeat) => {
+                                streams.heartbeats.fetch_add(1, Ordering::Relaxed);
+                            }
+                            other => {
+                                streams.unexpected.fetch_add(1, Ordering::Relaxed);
+                                let what = match other {
+                                    Ok(ServerCall::Call(_)) => "a call".to_owned(),
+                                    Ok(_) => "a cancel".to_owned(),
+                                    Err(error) => format!("a malformed message ({error})"),
+                                };
+                                streams.problem(format!(
+                                    "agent {index}: the server sent {what} on the call stream"
+                                ));
+                            }
+                        }
+                    }
+                    Ok(None) => break "the server ended the call stream".to_owned(),
+                    Err(status) => break format!("the call stream failed: {status}"),
+                },
+                _ = heartbeat.tick() => {
+                    // Full: earlier heartbeats wait for the connection, and one more
+                    // would not help; the server's own silence limit decides.
+                    let _ = tx.try_send(AgentCall::Heartbeat.into());
+                }
+                () = &mut silence => {
+                    break format!("the server was silent for {CALL_SILENCE_LIMIT:?}");
+                }
+            }
+        };
+        streams.ended(format!("agent {index}: {why}"));
+    });
+    streams
+        .tasks
+        .lock()
+        .expect("streams lock")
+        .push(task.abort_handle());
 }
 
 async fn run_agent(
@@ -594,46 +772,184 @@ struct Reading {
     at: Instant,
     server: f64,
     generator: f64,
-    /// CPU seconds of each PostgreSQL backend on the benchmark database.
-    backends: Vec<(u32, f64)>,
+    /// Every process of the PostgreSQL cluster.
+    postgres: Vec<PgProcess>,
     /// (busy, total) ticks of the whole machine.
     machine: (u64, u64),
     written: u64,
 }
 
 impl Reading {
-    fn take(server: u32, backends: &[u32], written: &AtomicU64) -> Result<Self> {
+    fn take(server: u32, database: &str, written: &AtomicU64) -> Result<Self> {
         Ok(Self {
             at: Instant::now(),
             server: process_cpu_seconds(server)?,
             generator: process_cpu_seconds(std::process::id())?,
-            backends: backends
-                .iter()
-                .filter_map(|&pid| Some((pid, process_cpu_seconds(pid).ok()?)))
-                .collect(),
+            postgres: postgres_cluster(database),
             machine: machine_cpu_ticks()?,
             written: written.load(Ordering::Relaxed),
         })
     }
 }
 
-/// PostgreSQL backends serving `database`: their process title names it
-/// (`postgres: … user database host(port) state`). Empty when PostgreSQL runs where this
-/// process cannot see it.
-fn postgres_backends(database: &str) -> Vec<u32> {
+/// One process of the PostgreSQL cluster at one reading.
+struct PgProcess {
+    pid: u32,
+    /// When it started (clock ticks since boot): with `pid`, which process this is.
+    started: u64,
+    parent: u32,
+    /// Its own CPU seconds (user + system, all threads).
+    own: f64,
+    /// CPU seconds of its children that ended and were waited for (`cutime + cstime`):
+    /// the postmaster's count every backend and worker that exited.
+    reaped: f64,
+    role: PgRole,
+}
+
+/// What a process of the PostgreSQL cluster does, from its process title.
+#[derive(Clone, Copy, PartialEq)]
+enum PgRole {
+    /// A backend of the benchmark database (`postgres: … user database host(port) state`).
+    BenchmarkBackend,
+    /// A client's backend on another database: other work on the same cluster.
+    OtherBackend,
+    /// The postmaster, a background process or worker (WAL writer, checkpointer,
+    /// autovacuum, …), or a process without a title.
+    Background,
+}
+
+impl PgProcess {
+    fn same(&self, other: &Self) -> bool {
+        (self.pid, self.started) == (other.pid, other.started)
+    }
+}
+
+/// `/proc/<pid>/stat`'s (parent, started, own CPU s, reaped children's CPU s).
+fn process_stat(pid: u32) -> Option<(u32, u64, f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesized command name, which may contain spaces; `rest`
+    // starts at field 3 (state), so field n is at index n - 3.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let number = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    let hz = clock_ticks_hz();
+    Some((
+        u32::try_from(number(4)?).ok()?,
+        number(22)?,
+        (number(14)? + number(15)?) as f64 / hz,
+        (number(16)? + number(17)?) as f64 / hz,
+    ))
+}
+
+/// Every process of the PostgreSQL cluster this process can see: those whose command line
+/// starts with `postgres` (the server binary, or a process title `postgres: …` as every
+/// backend and background process sets) or `/usr/lib/postgresql/` (the postmaster as
+/// Debian starts it), and their children (an exited child keeps no command line until it
+/// is reaped). Empty when PostgreSQL runs where this process cannot see it.
+fn postgres_cluster(database: &str) -> Vec<PgProcess> {
     let needle = format!(" {database} ");
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    entries
+    let mut all: Vec<(PgProcess, bool)> = entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-                let title = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-                title.starts_with("postgres: ") && title.contains(&needle)
-            })
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let title = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let (parent, started, own, reaped) = process_stat(pid)?;
+            let postgres =
+                title.starts_with("postgres") || title.starts_with("/usr/lib/postgresql/");
+            // A client's backend ends its title in `host(port) state` or `[local] state`.
+            let backend = title.starts_with("postgres: ")
+                && (title.contains('(') || title.contains("[local]"));
+            let role = match (backend, title.contains(&needle)) {
+                (true, true) => PgRole::BenchmarkBackend,
+                (true, false) => PgRole::OtherBackend,
+                (false, _) => PgRole::Background,
+            };
+            let process = PgProcess {
+                pid,
+                started,
+                parent,
+                own,
+                reaped,
+                role,
+            };
+            Some((process, postgres))
         })
+        .collect();
+    // Children of the cluster's processes are the cluster's, to any depth.
+    loop {
+        let members: std::collections::HashSet<u32> = all
+            .iter()
+            .filter(|(_, member)| *member)
+            .map(|(p, _)| p.pid)
+            .collect();
+        let mut grew = false;
+        for (process, member) in &mut all {
+            if !*member && members.contains(&process.parent) {
+                *member = true;
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    all.into_iter()
+        .filter_map(|(process, member)| member.then_some(process))
         .collect()
+}
+
+/// PostgreSQL's CPU seconds between two readings.
+#[derive(Clone, Copy)]
+struct PgCpu {
+    /// Every process of the cluster.
+    cluster: f64,
+    /// The benchmark database's backends.
+    benchmark: f64,
+    /// Other databases' backends (other work on the same cluster).
+    other: f64,
+}
+
+impl PgCpu {
+    /// The postmaster, background processes and workers, and the processes that ended.
+    fn background(&self) -> f64 {
+        self.cluster - self.benchmark - self.other
+    }
+}
+
+/// PostgreSQL's CPU seconds between two readings. A process that appeared in between
+/// counts from 0; one that ended counts through its parent's reaped time (as background
+/// time), less what it had used by the first reading.
+fn postgres_cpu(before: &[PgProcess], after: &[PgProcess]) -> PgCpu {
+    let earlier = |p: &PgProcess| before.iter().find(|b| b.same(p));
+    let mut cpu = PgCpu {
+        cluster: 0.0,
+        benchmark: 0.0,
+        other: 0.0,
+    };
+    for process in after {
+        let (own, reaped) = earlier(process).map_or((process.own, process.reaped), |was| {
+            (process.own - was.own, process.reaped - was.reaped)
+        });
+        cpu.cluster += own + reaped;
+        match process.role {
+            PgRole::BenchmarkBackend => cpu.benchmark += own,
+            PgRole::OtherBackend => cpu.other += own,
+            PgRole::Background => {}
+        }
+    }
+    for gone in before.iter().filter(|b| !after.iter().any(|a| a.same(b))) {
+        // Its parent's reaped time took in all of it; take off what came before.
+        let reaped_by_known_parent = after
+            .iter()
+            .any(|a| a.pid == gone.parent && earlier(a).is_some());
+        if reaped_by_known_parent {
+            cpu.cluster -= gone.own + gone.reaped;
+        }
+    }
+    cpu
 }
 
 /// Brings the database to the state a long-running one is in before the window: the
@@ -697,17 +1013,10 @@ async fn run(
 
     let mut prepared = prepare_agents(db, load, pass, &agent_url, pid).await?;
     let agents = std::mem::take(&mut prepared.agents);
-    let measured = measure_window(
-        load,
-        stem,
-        &url,
-        database.name(),
-        pid,
-        agents,
-        &prepared.written,
-    )
-    .await?;
+    let measured =
+        measure_window(load, stem, &url, database.name(), pid, agents, &prepared).await?;
     emit_pass_rows(load, pass, &prepared, &measured);
+    prepared.streams.close();
     server.stop().await?;
     Ok(Some(measured.rate))
 }
@@ -724,6 +1033,8 @@ struct Prepared {
     deltas: usize,
     /// Bytes on the wire of one full (first) push.
     full_push_bytes: f64,
+    /// Every agent's `ToolCalls` stream, held open from its startup to the pass's end.
+    streams: Arc<CallStreams>,
 }
 
 /// Creates `load.agents` agents, connects each, registers it and makes its first, full push.
@@ -789,21 +1100,36 @@ async fn prepare_agents(
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_idle = status_kib(pid, "VmRSS")? / 1024.0;
 
-    // Startup and the first (initial, full) push of every agent, before the window.
+    // Startup, the call stream and the first (initial, full) push of every agent, before
+    // the window.
     let warming = Instant::now();
+    let streams = Arc::new(CallStreams::default());
     let agents: Vec<SimulatedAgent> = futures::stream::iter(agents)
-        .map(|mut agent| async move {
-            let startup = v1::UpdateStartupRequest::from(Startup {
-                agent_run_id: RunId::new(agent.run_id.clone()),
-                ..Startup::default()
-            });
-            let answer = agent
-                .client
-                .update_startup(with_bearer(startup, &agent.token))
-                .await
-                .context("startup")?;
-            agent.delta = answer.get_ref().delta_digest_scheme == DELTA_DIGEST_SCHEME;
-            anyhow::Ok(agent)
+        .map(|mut agent| {
+            let streams = &streams;
+            async move {
+                let startup = v1::UpdateStartupRequest::from(Startup {
+                    agent_run_id: RunId::new(agent.run_id.clone()),
+                    accepts_tool_calls: true,
+                    ..Startup::default()
+                });
+                let answer = agent
+                    .client
+                    .update_startup(with_bearer(startup, &agent.token))
+                    .await
+                    .context("startup")?;
+                let answer = answer.into_inner();
+                agent.delta = answer.delta_digest_scheme == DELTA_DIGEST_SCHEME;
+                if answer.accepts_tool_calls {
+                    open_call_stream(&agent, streams).await;
+                } else {
+                    streams.failed(format!(
+                        "agent {}: the server's startup answer does not accept tool calls",
+                        agent.index
+                    ));
+                }
+                anyhow::Ok(agent)
+            }
         })
         .buffer_unordered(SETUP_CONCURRENCY)
         .collect::<Vec<_>>()
@@ -811,6 +1137,11 @@ async fn prepare_agents(
         .into_iter()
         .collect::<Result<_>>()?;
     let deltas = agents.iter().filter(|a| a.delta).count();
+    let opened = streams.opened.load(Ordering::Relaxed);
+    eprintln!(
+        "bench_scale: {stem}: {opened} of {n} call streams opened in {:.1?}",
+        warming.elapsed()
+    );
     let before_full = written.load(Ordering::Relaxed);
     let agents: Vec<SimulatedAgent> = futures::stream::iter(agents)
         .map(|mut agent| async move {
@@ -834,6 +1165,7 @@ async fn prepare_agents(
         rss_idle,
         deltas,
         full_push_bytes,
+        streams,
     })
 }
 
@@ -845,7 +1177,10 @@ struct Measured {
     before: Reading,
     after: Reading,
     rss_load: f64,
-    backends: Vec<u32>,
+    /// Call streams open at the window's end.
+    streams_open: usize,
+    /// Call streams that ended within the window.
+    streams_ended_in_window: usize,
 }
 
 /// Lets every agent push through the window and reads CPU, memory and bytes around it.
@@ -856,15 +1191,14 @@ async fn measure_window(
     database: &str,
     pid: u32,
     agents: Vec<SimulatedAgent>,
-    written: &Arc<AtomicU64>,
+    prepared: &Prepared,
 ) -> Result<Measured> {
-    let n = load.agents;
+    let (n, written, streams) = (load.agents, &prepared.written, &prepared.streams);
     settle(stem, url);
     eprintln!(
         "bench_scale: {stem}: {n} agents pushing every {:?} for {:?}",
         load.interval, load.duration
     );
-    let backends = postgres_backends(database);
     let tally = Arc::new(Mutex::new(Tally::default()));
     let window_start = Instant::now() + Duration::from_millis(500);
     let window_end = window_start + load.duration;
@@ -882,17 +1216,19 @@ async fn measure_window(
         })
         .collect();
     tokio::time::sleep_until(window_start.into()).await;
-    let before = Reading::take(pid, &backends, written)?;
+    let before = Reading::take(pid, database, written)?;
     // Sample the server's memory through the window.
     let mut rss_samples = Vec::new();
     while Instant::now() < window_end {
         tokio::time::sleep(Duration::from_secs(1)).await;
         rss_samples.push(status_kib(pid, "VmRSS")? / 1024.0);
     }
+    let streams_open = streams.open_at(window_end);
+    let streams_ended_in_window = streams.ended_in(window_start, window_end);
     for task in tasks {
         task.await?;
     }
-    let after = Reading::take(pid, &backends, written)?;
+    let after = Reading::take(pid, database, written)?;
     let rss_load = rss_samples.iter().copied().fold(f64::NAN, f64::max);
 
     let tally = Arc::try_unwrap(tally)
@@ -937,7 +1273,8 @@ async fn measure_window(
         before,
         after,
         rss_load,
-        backends,
+        streams_open,
+        streams_ended_in_window,
     })
 }
 
@@ -950,13 +1287,15 @@ fn emit_pass_rows(load: &Load, pass: &Pass<'_>, prepared: &Prepared, measured: &
         before,
         after,
         rss_load,
-        backends,
+        streams_open,
+        streams_ended_in_window,
     } = measured;
     let (rate, rss_load) = (*rate, *rss_load);
     let Prepared {
         rss_idle,
         deltas,
         full_push_bytes,
+        streams,
         ..
     } = prepared;
     let (rss_idle, deltas, full_push_bytes) = (*rss_idle, *deltas, *full_push_bytes);
@@ -1039,39 +1378,94 @@ fn emit_pass_rows(load: &Load, pass: &Pass<'_>, prepared: &Prepared, measured: &
         targets.then_some("<= 512 MiB"),
         targets.then_some(rss_load <= 512.0),
     );
-    emit_cpu_rows(stem, before, after, backends, accepted);
+    emit_stream_row(stem, n, streams, *streams_open, *streams_ended_in_window);
+    emit_cpu_rows(stem, before, after, accepted);
+}
+
+/// Prints how many call streams were open at the window's end, and says on stderr what
+/// became of the others.
+fn emit_stream_row(stem: &str, n: usize, streams: &CallStreams, open: usize, ended_in: usize) {
+    let opened = streams.opened.load(Ordering::Relaxed);
+    let failed = streams.failed.load(Ordering::Relaxed);
+    let ended_before = opened - open - ended_in;
+    let heartbeats = streams.heartbeats.load(Ordering::Relaxed);
+    let unexpected = streams.unexpected.load(Ordering::Relaxed);
+    eprintln!(
+        "bench_scale: {stem}: call streams: {open} of {n} open at the window's end; {failed} did not open, {ended_before} ended before the window, {ended_in} in it; {heartbeats} server heartbeats, {unexpected} other messages"
+    );
+    if let Some(problem) = streams.first_problem.lock().expect("streams lock").as_ref() {
+        eprintln!("bench_scale: {stem}: the first call stream problem: {problem}");
+    }
+    row(
+        &format!("{stem}.call_streams_open"),
+        open as f64,
+        "streams",
+        Some(n as f64),
+        Some(&format!(
+            "= agents: every agent's ToolCalls stream open at the window's end ({failed} did not open, {ended_before} ended before the window, {ended_in} in it)"
+        )),
+        Some(open == n),
+    );
 }
 
 /// Prints CPU rows over the window: seconds of CPU per push, and shares of the machine.
-fn emit_cpu_rows(stem: &str, before: &Reading, after: &Reading, backends: &[u32], accepted: usize) {
+fn emit_cpu_rows(stem: &str, before: &Reading, after: &Reading, accepted: usize) {
     // CPU over the window: seconds of CPU, and shares of the machine's capacity.
     let window = (after.at - before.at).as_secs_f64();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let share = |seconds: f64| seconds / (window * cores);
+    let per_push = |seconds: f64| seconds * 1000.0 / accepted.max(1) as f64;
     let server_cpu = after.server - before.server;
     let generator_cpu = after.generator - before.generator;
-    let backend_cpu: f64 = after
-        .backends
-        .iter()
-        .filter_map(|(pid, cpu)| {
-            let (_, was) = before.backends.iter().find(|(p, _)| p == pid)?;
-            Some(cpu - was)
-        })
-        .sum();
+    // Nothing seen is nothing measured, not a cluster that used no CPU.
+    let seen = after.postgres.len();
+    let postgres = if seen == 0 {
+        PgCpu {
+            cluster: f64::NAN,
+            benchmark: f64::NAN,
+            other: f64::NAN,
+        }
+    } else {
+        postgres_cpu(&before.postgres, &after.postgres)
+    };
+    let count = |role| after.postgres.iter().filter(|p| p.role == role).count();
+    let (backends, others) = (count(PgRole::BenchmarkBackend), count(PgRole::OtherBackend));
     let (busy, total) = (
         after.machine.0 - before.machine.0,
         after.machine.1 - before.machine.1,
     );
     let machine_busy = busy as f64 / total.max(1) as f64;
+    let server_per_push = per_push(server_cpu);
     row(
         &format!("{stem}.server_cpu_per_push"),
-        server_cpu * 1000.0 / accepted.max(1) as f64,
+        server_per_push,
         "ms",
         None,
         Some(
-            "server CPU time (user + system) from the window's start to its last answer / pushes accepted",
+            "<= 0.5 ms: server CPU time (user + system) from the window's start to its last answer / pushes accepted",
         ),
+        Some(server_per_push <= 0.5),
+    );
+    let postgres_per_push = per_push(postgres.cluster);
+    let postgres_target = if seen == 0 {
+        "<= 0.5 ms: not measured, no PostgreSQL process visible from here".to_owned()
+    } else {
+        format!(
+            "<= 0.5 ms: CPU time (user + system) of every process of the PostgreSQL cluster ({seen} at the end; ended ones through their parent) from the window's start to its last answer / pushes accepted; of it, benchmark database backends {:.3} ms, postmaster and background processes {:.3} ms, other databases' backends (other work on the cluster) {:.3} ms",
+            per_push(postgres.benchmark),
+            per_push(postgres.background()),
+            per_push(postgres.other),
+        )
+    };
+    row(
+        &format!("{stem}.postgres_cpu_per_push"),
+        postgres_per_push,
+        "ms",
         None,
+        Some(&postgres_target),
+        postgres_per_push
+            .is_finite()
+            .then_some(postgres_per_push <= 0.5),
     );
     let machine = format!("{cores} cores");
     row(
@@ -1092,12 +1486,11 @@ fn emit_cpu_rows(stem: &str, before: &Reading, after: &Reading, backends: &[u32]
     );
     row(
         &format!("{stem}.postgres_cpu_share"),
-        share(backend_cpu),
+        share(postgres.cluster),
         "of machine",
         None,
         Some(&format!(
-            "PostgreSQL backends of the benchmark database ({} seen) CPU s / (window s x cores)",
-            backends.len()
+            "every process of the PostgreSQL cluster ({seen} at the end: {backends} backends of the benchmark database, {others} of other databases) CPU s / (window s x cores)"
         )),
         None,
     );
@@ -1110,7 +1503,11 @@ fn emit_cpu_rows(stem: &str, before: &Reading, after: &Reading, backends: &[u32]
         None,
     );
     eprintln!(
-        "bench_scale: {stem}: {accepted} accepted in {window:.1} s; CPU s: server {server_cpu:.1}, generator {generator_cpu:.1}, postgres backends {backend_cpu:.1}; machine busy {:.0}%",
+        "bench_scale: {stem}: {accepted} accepted in {window:.1} s; CPU s: server {server_cpu:.1}, generator {generator_cpu:.1}, postgres cluster {:.1} (benchmark database backends {:.1}, postmaster and background {:.1}, other databases' backends {:.1}); machine busy {:.0}%",
+        postgres.cluster,
+        postgres.benchmark,
+        postgres.background(),
+        postgres.other,
         machine_busy * 100.0
     );
 }
