@@ -763,7 +763,7 @@ impl Agent for AgentApi {
             .await
             .map_err(|e| self.status(e))?
             .ok_or_else(|| Status::failed_precondition(STALE_CALL_RUN_MESSAGE))?
-            .map(|call| Ok(v1::ServerCallMessage::from(call)));
+            .map(|call| Ok(v1::ServerCallMessage::from(*call)));
         Ok(Response::new(Box::pin(outbound)))
     }
 

@@ -172,7 +172,9 @@ struct StreamEntry {
 /// What the hub and a stream's driver share.
 #[derive(Debug)]
 struct StreamLink {
-    tx: mpsc::Sender<ServerCall>,
+    /// Boxed: a channel allocates its first block of slots up front, and a server holds
+    /// one channel per agent; a pointer-sized slot keeps that block small.
+    tx: mpsc::Sender<Box<ServerCall>>,
     /// Told to stop when a newer stream replaces this one, its run was replaced or its
     /// lease was taken over.
     stop: Notify,
@@ -194,7 +196,7 @@ impl StreamLink {
 
     /// Queues `call` without waiting; `false` when the queue is full or the stream gone.
     fn try_send(&self, call: ServerCall) -> bool {
-        let sent = self.tx.try_send(call).is_ok();
+        let sent = self.tx.try_send(Box::new(call)).is_ok();
         if sent {
             self.touch();
         }
@@ -389,7 +391,10 @@ impl CallHub {
                 ending: false,
             },
         );
-        let queued = tokio::time::timeout(self.config.reconnect_grace, entry.link.tx.send(request));
+        let queued = tokio::time::timeout(
+            self.config.reconnect_grace,
+            entry.link.tx.send(Box::new(request)),
+        );
         if !matches!(queued.await, Ok(Ok(()))) {
             // Never queued: the agent cannot have it, so it did not run.
             tracing::debug!(call = %id, "the call stream is full or gone");
@@ -710,7 +715,7 @@ impl CallHub {
         agent: AgentId,
         run: RunId,
         inbound: S,
-    ) -> Result<Option<ReceiverStream<ServerCall>>, StoreError>
+    ) -> Result<Option<ReceiverStream<Box<ServerCall>>>, StoreError>
     where
         S: Stream<Item = Result<AgentCall, String>> + Send + Unpin + 'static,
     {

@@ -318,21 +318,6 @@ fn apply(
         ),
         resources_digest: Some(push.resources_digest.to_vec()),
     };
-    let upsert = diesel::insert_into(workspace_agent_context_snapshots::table)
-        .values(&header)
-        .on_conflict(workspace_agent_context_snapshots::agent_id)
-        .do_update()
-        .set((
-            workspace_agent_context_snapshots::agent_run_id.eq(&header.agent_run_id),
-            workspace_agent_context_snapshots::mcp_discovery_phase.eq(header.mcp_discovery_phase),
-            workspace_agent_context_snapshots::version.eq(header.version),
-            workspace_agent_context_snapshots::aggregate_hash.eq(&header.aggregate_hash),
-            workspace_agent_context_snapshots::snapshot_error.eq(&header.snapshot_error),
-            workspace_agent_context_snapshots::received_at.eq(header.received_at),
-            workspace_agent_context_snapshots::pending_servers.eq(&header.pending_servers),
-            workspace_agent_context_snapshots::resources_digest.eq(&header.resources_digest),
-        ));
-    on_backend!(tx, |c| upsert.execute(c))?;
     (changes.resources, changes.server_timings) = if rows_unchanged {
         // The same run: no unchanged row reports its timings again.
         let unchanged = snapshot.resources.len() + push.push.kept.len();
@@ -346,6 +331,12 @@ fn apply(
     } else {
         write_resources(tx, agent_id, push, &stored, now, changes.run_id_changed)?
     };
+    // The header last, so whether anything changed is known: on PostgreSQL its statement
+    // also queues the agent's notification (one round trip, not two).
+    let event = changes
+        .is_change()
+        .then(|| agent_event(agent_id, Some(snapshot.version)));
+    upsert_header(tx, &header, event.as_ref(), origin)?;
 
     // 5. Chats: adopt a first pin, then mark or clear dirty against the new hash. One
     // read finds what needs writing; most pushes (no chat bound, or none to change) stop
@@ -380,13 +371,60 @@ fn apply(
         changed_chats.extend(dirt_moves);
     }
 
-    if changes.is_change() {
-        notify_in_tx(tx, origin, &agent_event(agent_id, Some(snapshot.version)))?;
-    }
     for &chat_id in &changed_chats {
         notify_in_tx(tx, origin, &chat_changed(chat_id, agent_id))?;
     }
     Ok((PushOutcome::Accepted(changes), changed_chats))
+}
+
+/// Inserts or overwrites the snapshot header and, given an event, notifies it with the
+/// transaction (PostgreSQL: from the same statement, as a `RETURNING` subquery run once
+/// for the one row; SQLite has no other process to tell).
+fn upsert_header(
+    tx: &mut Tx<'_>,
+    header: &SnapshotRow,
+    event: Option<&ChangeEvent>,
+    origin: u64,
+) -> Result<(), StoreError> {
+    let upsert = diesel::insert_into(workspace_agent_context_snapshots::table)
+        .values(header)
+        .on_conflict(workspace_agent_context_snapshots::agent_id)
+        .do_update()
+        .set((
+            workspace_agent_context_snapshots::agent_run_id.eq(&header.agent_run_id),
+            workspace_agent_context_snapshots::mcp_discovery_phase.eq(header.mcp_discovery_phase),
+            workspace_agent_context_snapshots::version.eq(header.version),
+            workspace_agent_context_snapshots::aggregate_hash.eq(&header.aggregate_hash),
+            workspace_agent_context_snapshots::snapshot_error.eq(&header.snapshot_error),
+            workspace_agent_context_snapshots::received_at.eq(header.received_at),
+            workspace_agent_context_snapshots::pending_servers.eq(&header.pending_servers),
+            workspace_agent_context_snapshots::resources_digest.eq(&header.resources_digest),
+        ));
+    match tx {
+        #[cfg(feature = "postgres")]
+        Tx::Postgres(c) => {
+            use diesel::sql_types::{Integer, Nullable, Text};
+            match event.and_then(|event| crate::pg_listener::encode(origin, event)) {
+                Some(payload) => {
+                    let notify = diesel::dsl::sql::<Nullable<Integer>>("(SELECT 1 FROM pg_notify(")
+                        .bind::<Text, _>(crate::pg_listener::CHANNEL)
+                        .sql(", ")
+                        .bind::<Text, _>(payload)
+                        .sql("))");
+                    upsert.returning(notify).get_result::<Option<i32>>(*c)?;
+                }
+                None => {
+                    upsert.execute(*c)?;
+                }
+            }
+        }
+        #[cfg(feature = "sqlite")]
+        Tx::Sqlite(c) => {
+            let _ = (event, origin);
+            upsert.execute(*c)?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether the stored pending list (JSON) names the same servers as `pending`, in order.

@@ -27,9 +27,20 @@ pub const MAX_DECODED_BYTES: usize = 64 << 20;
 
 /// A message type the codec can check before decoding.
 pub trait Precheck {
+    /// The buffer a stream of this message starts with, encoding or decoding (it grows
+    /// as a message needs). tonic's 8 KiB suits requests; a call stream's messages are
+    /// mostly heartbeats, and a server holds one such stream per agent in each direction.
+    const BUFFER_BYTES: usize = 8 * 1024;
+
     /// Refuses `encoded` when decoding it would break a counting limit or
     /// [`MAX_DECODED_BYTES`]; must not allocate in proportion to the input.
     fn precheck(encoded: &[u8]) -> Result<(), Status>;
+}
+
+/// tonic's default settings but for the buffer's first size.
+fn buffer_settings<M: Precheck>() -> BufferSettings {
+    const YIELD_THRESHOLD: usize = 32 * 1024;
+    BufferSettings::new(M::BUFFER_BYTES, YIELD_THRESHOLD)
 }
 
 /// The codec named in the generated code (`cargo xtask codegen` sets its path).
@@ -44,7 +55,7 @@ impl<T, U> Default for BoundedCodec<T, U> {
 
 impl<T, U> Codec for BoundedCodec<T, U>
 where
-    T: Message + Send + 'static,
+    T: Message + Precheck + Send + 'static,
     U: Message + Default + Precheck + Send + 'static,
 {
     type Encode = T;
@@ -53,7 +64,7 @@ where
     type Decoder = BoundedDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::default()
+        ProstEncoder::new(buffer_settings::<T>())
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -86,7 +97,7 @@ impl<U: Message + Default + Precheck> Decoder for BoundedDecoder<U> {
     }
 
     fn buffer_settings(&self) -> BufferSettings {
-        BufferSettings::default()
+        buffer_settings::<U>()
     }
 }
 
@@ -104,10 +115,24 @@ macro_rules! no_precheck {
 no_precheck!(
     v1::UpdateStartupRequest,
     v1::Startup,
-    v1::PushContextStateResponse,
-    v1::AgentCallMessage,
-    v1::ServerCallMessage
+    v1::PushContextStateResponse
 );
+
+/// The call stream's messages: small buffers (see [`Precheck::BUFFER_BYTES`]).
+macro_rules! stream_message {
+    ($($message:ty),*) => {$(
+        /// Holds no repeated field: its decoded size is bounded by its encoded size.
+        impl Precheck for $message {
+            const BUFFER_BYTES: usize = 512;
+
+            fn precheck(_: &[u8]) -> Result<(), Status> {
+                Ok(())
+            }
+        }
+    )*};
+}
+
+stream_message!(v1::AgentCallMessage, v1::ServerCallMessage);
 
 /// Field numbers of the messages the walk looks into (proto/ctxsync/agent/v1/agent.proto):
 /// every repeated field, since an empty entry costs two bytes on the wire and a whole
