@@ -632,11 +632,9 @@ fn changed_timings(
         .collect())
 }
 
-/// Inserts or overwrites `rows`. PostgreSQL: one statement of fixed text whatever the
-/// row count, its columns bound as arrays and expanded by `unnest`, so the server parses
-/// and plans it once per connection (a prepared statement diesel caches) instead of a
-/// statement of 12 parameters a row per [`ROWS_PER_STATEMENT`] rows. SQLite, in process,
-/// takes multi-row `VALUES` statements.
+/// Inserts or overwrites `rows`. PostgreSQL: [`UnnestUpsert`], one prepared statement
+/// instead of a statement of 12 parameters a row per [`ROWS_PER_STATEMENT`] rows.
+/// SQLite, in process, takes multi-row `VALUES` statements.
 fn upsert_rows(tx: &mut Tx<'_>, rows: &[ResourceRow]) -> Result<(), StoreError> {
     if rows.is_empty() {
         return Ok(());
@@ -644,42 +642,7 @@ fn upsert_rows(tx: &mut Tx<'_>, rows: &[ResourceRow]) -> Result<(), StoreError> 
     match tx {
         #[cfg(feature = "postgres")]
         Tx::Postgres(conn) => {
-            use diesel::sql_types::{Array, BigInt, Binary, Nullable, Text};
-            let first = &rows[0];
-            // Every row of a push shares its agent and time.
-            let query = diesel::sql_query(UNNEST_UPSERT)
-                .bind::<crate::sql_types::UuidSql, _>(first.agent_id)
-                .bind::<crate::sql_types::TimestampSql, _>(first.updated_at)
-                .bind::<Array<Text>, _>(rows.iter().map(|r| r.source.as_str()).collect::<Vec<_>>())
-                .bind::<Array<Nullable<Text>>, _>(
-                    rows.iter()
-                        .map(|r| r.source_path.as_deref())
-                        .collect::<Vec<_>>(),
-                )
-                .bind::<Array<Text>, _>(
-                    rows.iter()
-                        .map(|r| r.body_kind.0.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .bind::<Array<Text>, _>(rows.iter().map(|r| r.body.0.as_str()).collect::<Vec<_>>())
-                .bind::<Array<Binary>, _>(
-                    rows.iter()
-                        .map(|r| r.body_digest.as_slice())
-                        .collect::<Vec<_>>(),
-                )
-                .bind::<Array<Text>, _>(
-                    rows.iter()
-                        .map(|r| r.content_hash.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .bind::<Array<BigInt>, _>(rows.iter().map(|r| r.size_bytes).collect::<Vec<_>>())
-                .bind::<Array<Text>, _>(
-                    rows.iter().map(|r| r.status.0.as_str()).collect::<Vec<_>>(),
-                )
-                .bind::<Array<Nullable<Text>>, _>(
-                    rows.iter().map(|r| r.error.as_deref()).collect::<Vec<_>>(),
-                );
-            query.execute(*conn)?;
+            UnnestUpsert::new(rows).execute(*conn)?;
         }
         #[cfg(feature = "sqlite")]
         Tx::Sqlite(conn) => {
@@ -708,23 +671,107 @@ fn upsert_rows(tx: &mut Tx<'_>, rows: &[ResourceRow]) -> Result<(), StoreError> 
 }
 
 #[cfg(feature = "postgres")]
-/// [`upsert_rows`] on PostgreSQL: `$1` the agent, `$2` the time, then one array per
-/// column, in the order of `unnest`'s column list.
-const UNNEST_UPSERT: &str = "\
-    INSERT INTO workspace_agent_context_resources (agent_id, source, source_path, body_kind, \
-        body, body_digest, content_hash, size_bytes, status, error, created_at, updated_at) \
-    SELECT $1, r.source, r.source_path, r.body_kind::context_body_kind, r.body::jsonb, \
-        r.body_digest, r.content_hash, r.size_bytes, r.status::context_resource_status, \
-        r.error, $2, $2 \
-    FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::text[], \
-        $9::int8[], $10::text[], $11::text[]) \
-        AS r(source, source_path, body_kind, body, body_digest, content_hash, size_bytes, \
-            status, error) \
-    ON CONFLICT (agent_id, source) DO UPDATE SET source_path = excluded.source_path, \
-        body_kind = excluded.body_kind, body = excluded.body, \
-        body_digest = excluded.body_digest, content_hash = excluded.content_hash, \
-        size_bytes = excluded.size_bytes, status = excluded.status, error = excluded.error, \
-        updated_at = excluded.updated_at";
+/// [`upsert_rows`] on PostgreSQL: one statement of fixed text whatever the row count, the
+/// agent and time bound once and each column as one array expanded by `unnest`. A query
+/// type of its own (not `sql_query`, which diesel never caches) with a static query id,
+/// so diesel prepares it once per connection and PostgreSQL neither parses nor plans it
+/// again for each push.
+struct UnnestUpsert<'a> {
+    agent_id: AgentId,
+    now: DbTime,
+    sources: Vec<&'a str>,
+    source_paths: Vec<Option<&'a str>>,
+    body_kinds: Vec<&'static str>,
+    bodies: Vec<&'a str>,
+    body_digests: Vec<&'a [u8]>,
+    content_hashes: Vec<&'a str>,
+    sizes: Vec<i64>,
+    statuses: Vec<&'static str>,
+    errors: Vec<Option<&'a str>>,
+}
+
+#[cfg(feature = "postgres")]
+impl<'a> UnnestUpsert<'a> {
+    /// Every row of a push shares its agent and time; `rows` is not empty.
+    fn new(rows: &'a [ResourceRow]) -> Self {
+        Self {
+            agent_id: rows[0].agent_id,
+            now: rows[0].updated_at,
+            sources: rows.iter().map(|r| r.source.as_str()).collect(),
+            source_paths: rows.iter().map(|r| r.source_path.as_deref()).collect(),
+            body_kinds: rows.iter().map(|r| r.body_kind.0.as_str()).collect(),
+            bodies: rows.iter().map(|r| r.body.0.as_str()).collect(),
+            body_digests: rows.iter().map(|r| r.body_digest.as_slice()).collect(),
+            content_hashes: rows.iter().map(|r| r.content_hash.as_str()).collect(),
+            sizes: rows.iter().map(|r| r.size_bytes).collect(),
+            statuses: rows.iter().map(|r| r.status.0.as_str()).collect(),
+            errors: rows.iter().map(|r| r.error.as_deref()).collect(),
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl RunQueryDsl<PgConnection> for UnnestUpsert<'_> {}
+
+#[cfg(feature = "postgres")]
+impl diesel::query_builder::QueryId for UnnestUpsert<'_> {
+    type QueryId = UnnestUpsert<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+#[cfg(feature = "postgres")]
+impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for UnnestUpsert<'_> {
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+    ) -> QueryResult<()> {
+        use diesel::sql_types::{Array, BigInt, Binary, Nullable, Text};
+
+        use crate::sql_types::{TimestampSql, UuidSql};
+        out.push_sql(
+            "INSERT INTO workspace_agent_context_resources (agent_id, source, source_path, \
+             body_kind, body, body_digest, content_hash, size_bytes, status, error, created_at, \
+             updated_at) SELECT ",
+        );
+        out.push_bind_param::<UuidSql, _>(&self.agent_id)?;
+        out.push_sql(
+            ", r.source, r.source_path, r.body_kind::context_body_kind, r.body::jsonb, \
+             r.body_digest, r.content_hash, r.size_bytes, r.status::context_resource_status, \
+             r.error, ",
+        );
+        out.push_bind_param::<TimestampSql, _>(&self.now)?;
+        out.push_sql(", ");
+        out.push_bind_param::<TimestampSql, _>(&self.now)?;
+        out.push_sql(" FROM unnest(");
+        out.push_bind_param::<Array<Text>, _>(&self.sources)?;
+        out.push_sql("::text[], ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.source_paths)?;
+        out.push_sql("::text[], ");
+        out.push_bind_param::<Array<Text>, _>(&self.body_kinds)?;
+        out.push_sql("::text[], ");
+        out.push_bind_param::<Array<Text>, _>(&self.bodies)?;
+        out.push_sql("::text[], ");
+        out.push_bind_param::<Array<Binary>, _>(&self.body_digests)?;
+        out.push_sql("::bytea[], ");
+        out.push_bind_param::<Array<Text>, _>(&self.content_hashes)?;
+        out.push_sql("::text[], ");
+        out.push_bind_param::<Array<BigInt>, _>(&self.sizes)?;
+        out.push_sql("::int8[], ");
+        out.push_bind_param::<Array<Text>, _>(&self.statuses)?;
+        out.push_sql("::text[], ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.errors)?;
+        out.push_sql(
+            "::text[]) AS r(source, source_path, body_kind, body, body_digest, content_hash, \
+             size_bytes, status, error) \
+             ON CONFLICT (agent_id, source) DO UPDATE SET source_path = excluded.source_path, \
+             body_kind = excluded.body_kind, body = excluded.body, \
+             body_digest = excluded.body_digest, content_hash = excluded.content_hash, \
+             size_bytes = excluded.size_bytes, status = excluded.status, \
+             error = excluded.error, updated_at = excluded.updated_at",
+        );
+        Ok(())
+    }
+}
 
 /// True when a kept resource's columns other than its body equal the stored row's.
 fn kept_matches(kept: &KeptResource, size_bytes: i64, stored: &ResourceFingerprint) -> bool {
