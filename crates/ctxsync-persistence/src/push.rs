@@ -304,20 +304,7 @@ fn apply(
             .is_none_or(|p| !same_names(&p.pending_servers, &snapshot.pending_servers)),
         ..PushChanges::default()
     };
-    let header = SnapshotRow {
-        agent_id,
-        agent_run_id: RunId::edge(push.run_id.as_ref()).to_owned(),
-        mcp_discovery_phase: DbPhase(snapshot.phase),
-        version: push.version,
-        aggregate_hash: snapshot.aggregate_hash.clone(),
-        snapshot_error: snapshot.snapshot_error.clone(),
-        received_at: now,
-        created_at: now,
-        pending_servers: JsonText(
-            serde_json::to_string(&snapshot.pending_servers).expect("names and numbers serialize"),
-        ),
-        resources_digest: Some(push.resources_digest.to_vec()),
-    };
+    let header = header_row(agent_id, push, now);
     (changes.resources, changes.server_timings) = if rows_unchanged {
         // The same run: no unchanged row reports its timings again.
         let unchanged = snapshot.resources.len() + push.push.kept.len();
@@ -375,6 +362,25 @@ fn apply(
         notify_in_tx(tx, origin, &chat_changed(chat_id, agent_id))?;
     }
     Ok((PushOutcome::Accepted(changes), changed_chats))
+}
+
+/// The snapshot header a push stores.
+fn header_row(agent_id: AgentId, push: &PreparedPush, now: DbTime) -> SnapshotRow {
+    let snapshot = &push.push.snapshot;
+    SnapshotRow {
+        agent_id,
+        agent_run_id: RunId::edge(push.run_id.as_ref()).to_owned(),
+        mcp_discovery_phase: DbPhase(snapshot.phase),
+        version: push.version,
+        aggregate_hash: snapshot.aggregate_hash.clone(),
+        snapshot_error: snapshot.snapshot_error.clone(),
+        received_at: now,
+        created_at: now,
+        pending_servers: JsonText(
+            serde_json::to_string(&snapshot.pending_servers).expect("names and numbers serialize"),
+        ),
+        resources_digest: Some(push.resources_digest.to_vec()),
+    }
 }
 
 /// Inserts or overwrites the snapshot header and, given an event, notifies it with the
