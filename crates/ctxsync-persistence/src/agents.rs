@@ -274,43 +274,33 @@ pub(crate) fn lock_agent(
     id: AgentId,
     lock: RowLock,
 ) -> Result<AgentRow, StoreError> {
+    lock_agent_with_token(tx, id, lock).map(|(row, _)| row)
+}
+
+/// [`lock_agent`], with the row's token hash read in the same statement, so a push can
+/// check its caller's token where it checks the run.
+pub(crate) fn lock_agent_with_token(
+    tx: &mut Tx<'_>,
+    id: AgentId,
+    lock: RowLock,
+) -> Result<(AgentRow, Vec<u8>), StoreError> {
     let query = workspace_agents::table.find(id);
+    // The selection is typed by its backend, so each arm names it.
     let row = match (tx, lock) {
         #[cfg(feature = "postgres")]
         (Tx::Postgres(c), RowLock::Update) => query
-            .select(AgentRow::as_select())
+            .select((AgentRow::as_select(), workspace_agents::token_hash))
             .for_update()
             .first(*c)
             .optional()?,
         #[cfg(feature = "postgres")]
         (Tx::Postgres(c), RowLock::Share) => query
-            .select(AgentRow::as_select())
-            .for_share()
-            .first(*c)
-            .optional()?,
-        #[cfg(feature = "sqlite")]
-        (Tx::Sqlite(c), _) => query.select(AgentRow::as_select()).first(*c).optional()?,
-    };
-    row.ok_or(StoreError::AgentNotFound(id))
-}
-
-/// The agent row a push writes under, share-locked as [`lock_agent`] does, with its token
-/// hash read in the same statement so a push can check its caller's token where it
-/// checks the run.
-pub(crate) fn lock_pushing_agent(
-    tx: &mut Tx<'_>,
-    id: AgentId,
-) -> Result<(AgentRow, Vec<u8>), StoreError> {
-    let query = workspace_agents::table.find(id);
-    let row = match tx {
-        #[cfg(feature = "postgres")]
-        Tx::Postgres(c) => query
             .select((AgentRow::as_select(), workspace_agents::token_hash))
             .for_share()
             .first(*c)
             .optional()?,
         #[cfg(feature = "sqlite")]
-        Tx::Sqlite(c) => query
+        (Tx::Sqlite(c), _) => query
             .select((AgentRow::as_select(), workspace_agents::token_hash))
             .first(*c)
             .optional()?,

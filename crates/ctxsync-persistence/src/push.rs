@@ -14,7 +14,7 @@ use diesel::prelude::*;
 use diesel::upsert::excluded;
 use sha2::{Digest, Sha256};
 
-use crate::agents::lock_pushing_agent;
+use crate::agents::{RowLock, lock_agent_with_token};
 use crate::chats::pin_stored_snapshot;
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
@@ -231,7 +231,7 @@ fn apply(
     let agent_id = pusher.agent_id;
     // 1. The token, when the caller asks, and the run gate: only the agent row's current
     // run may write.
-    let (agent, token_hash) = lock_pushing_agent(tx, agent_id)?;
+    let (agent, token_hash) = lock_agent_with_token(tx, agent_id, RowLock::Share)?;
     if let Some(digest) = &pusher.token_digest
         && !token::digest_matches(digest, &token_hash)
     {

@@ -89,8 +89,8 @@ use tonic::codegen::http::Uri;
 use tonic::transport::{Channel, Endpoint};
 
 use support::{
-    ServerProcess, clock_ticks_hz, ctxsync_binary, machine_cpu_ticks, percentile_ms,
-    process_cpu_seconds, raise_open_files_limit, status_kib,
+    ServerProcess, ctxsync_binary, machine_cpu_ticks, percentile_ms, process_cpu_seconds,
+    process_stat, raise_open_files_limit, status_kib,
 };
 
 const RESOURCES: usize = 50;
@@ -822,23 +822,6 @@ impl PgProcess {
     fn same(&self, other: &Self) -> bool {
         (self.pid, self.started) == (other.pid, other.started)
     }
-}
-
-/// `/proc/<pid>/stat`'s (parent, started, own CPU s, reaped children's CPU s).
-fn process_stat(pid: u32) -> Option<(u32, u64, f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesized command name, which may contain spaces; `rest`
-    // starts at field 3 (state), so field n is at index n - 3.
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let number = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    let hz = clock_ticks_hz();
-    Some((
-        u32::try_from(number(4)?).ok()?,
-        number(22)?,
-        (number(14)? + number(15)?) as f64 / hz,
-        (number(16)? + number(17)?) as f64 / hz,
-    ))
 }
 
 /// Every process of the PostgreSQL cluster this process can see: those whose command line

@@ -31,14 +31,27 @@ pub(crate) fn status_kib(pid: u32, key: &str) -> Result<f64> {
 /// CPU time (user + system) `pid` has used so far, in seconds: `/proc/<pid>/stat` fields
 /// 14 and 15 over the clock tick rate. All its threads; not its children.
 pub(crate) fn process_cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let (_, _, own, _) = process_stat(pid).with_context(|| format!("no /proc/{pid}/stat"))?;
+    Ok(own)
+}
+
+/// `/proc/<pid>/stat`'s (parent, start time in clock ticks since boot, own CPU seconds,
+/// CPU seconds of its children that ended and were waited for); `None` for a process
+/// that is gone or a malformed line.
+pub(crate) fn process_stat(pid: u32) -> Option<(u32, u64, f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the parenthesized command name, which may contain spaces; `rest`
     // starts at field 3 (state), so field n is at index n - 3.
-    let rest = stat.rsplit_once(')').context("malformed stat")?.1;
+    let rest = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11).context("no utime")?.parse()?;
-    let stime: u64 = fields.get(12).context("no stime")?.parse()?;
-    Ok((utime + stime) as f64 / clock_ticks_hz())
+    let number = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    let hz = clock_ticks_hz();
+    Some((
+        u32::try_from(number(4)?).ok()?,
+        number(22)?,
+        (number(14)? + number(15)?) as f64 / hz,
+        (number(16)? + number(17)?) as f64 / hz,
+    ))
 }
 
 /// `getconf CLK_TCK` (asked once), else Linux's usual 100.
