@@ -578,20 +578,21 @@ where
             let Some(token) = token else {
                 return Ok(unauthenticated(&metrics, MISSING_TOKEN).into_http());
             };
+            // Parsed and hashed once, whichever way it is checked.
             let token_digest = crate::token::digest(&token);
-            // A push by a token the database accepted before skips the lookup: its own
-            // transaction checks the token against the row it locks.
-            let known = is_push
-                .then(|| crate::token::claimed_agent(&token).ok())
-                .flatten()
-                .filter(|agent| pushers.knows(*agent, &token_digest));
-            let authenticated = match known {
-                Some(agent) => Ok(agent),
-                None => store.authenticate(&token).await.inspect(|agent| {
-                    if is_push {
-                        pushers.remember(*agent, token_digest);
-                    }
-                }),
+            let authenticated = match crate::token::claimed_agent(&token) {
+                // A push by a token the database accepted before skips the lookup: its
+                // own transaction checks the token against the row it locks.
+                Ok(claimed) if is_push && pushers.knows(claimed, &token_digest) => Ok(claimed),
+                Ok(claimed) => store
+                    .authenticate_digest(claimed, token_digest)
+                    .await
+                    .inspect(|agent| {
+                        if is_push {
+                            pushers.remember(*agent, token_digest);
+                        }
+                    }),
+                Err(error) => Err(error),
             };
             match authenticated {
                 Ok(agent) => {

@@ -41,12 +41,22 @@ impl Store {
     /// The agent a bearer token belongs to. Malformed, unknown and wrong tokens all give
     /// [`StoreError::InvalidToken`]; the digest comparison is constant-time.
     pub async fn authenticate(&self, token: &str) -> Result<AgentId, StoreError> {
-        let claimed = token::claimed_agent(token)?;
+        self.authenticate_digest(token::claimed_agent(token)?, token::digest(token))
+            .await
+    }
+
+    /// [`Self::authenticate`] for a token already parsed: the agent it claims and its
+    /// SHA-256.
+    pub(crate) async fn authenticate_digest(
+        &self,
+        claimed: AgentId,
+        digest: [u8; 32],
+    ) -> Result<AgentId, StoreError> {
         let stored = self
             .with_conn(move |conn, _| conn.single_statement(|tx| token_hash(tx, claimed)))
             .await?;
         match stored {
-            Some(stored) if token::verify(token, &stored) => Ok(claimed),
+            Some(stored) if token::digest_matches(&digest, &stored) => Ok(claimed),
             _ => Err(StoreError::InvalidToken),
         }
     }

@@ -50,7 +50,7 @@ pub(crate) fn digest(token: &str) -> [u8; 32] {
 }
 
 /// The agent a token claims to belong to, or `InvalidToken` when it is malformed. The
-/// claim means nothing until [`verify`] accepts the token against the stored digest.
+/// claim means nothing until its [`digest`] matches the stored one ([`digest_matches`]).
 pub(crate) fn claimed_agent(token: &str) -> Result<AgentId, StoreError> {
     let (id, secret) = token.split_once('.').ok_or(StoreError::InvalidToken)?;
     let decoded = URL_SAFE_NO_PAD
@@ -62,11 +62,6 @@ pub(crate) fn claimed_agent(token: &str) -> Result<AgentId, StoreError> {
     id.parse().map_err(|_| StoreError::InvalidToken)
 }
 
-/// True when `token` hashes to `stored`, compared in constant time.
-pub(crate) fn verify(token: &str, stored: &[u8]) -> bool {
-    digest_matches(&digest(token), stored)
-}
-
 /// True when `digest` (a token's [`digest`]) equals `stored`, compared in constant time.
 pub(crate) fn digest_matches(digest: &[u8; 32], stored: &[u8]) -> bool {
     digest.as_slice().ct_eq(stored).into()
@@ -75,6 +70,11 @@ pub(crate) fn digest_matches(digest: &[u8; 32], stored: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// True when `token` hashes to `stored`, as authentication checks it.
+    fn verify(token: &str, stored: &[u8]) -> bool {
+        digest_matches(&digest(token), stored)
+    }
 
     #[test]
     fn issued_tokens_verify_and_name_their_agent() {

@@ -25,12 +25,16 @@ use crate::validate::{Problem, WireError};
 /// wire limits stays far below it.
 pub const MAX_DECODED_BYTES: usize = 64 << 20;
 
+/// tonic's first buffer size, which [`Precheck::BUFFER_BYTES`] keeps unless a message
+/// type says otherwise.
+const DEFAULT_BUFFER_BYTES: usize = 8 * 1024;
+
 /// A message type the codec can check before decoding.
 pub trait Precheck {
     /// The buffer a stream of this message starts with, encoding or decoding (it grows
     /// as a message needs). tonic's 8 KiB suits requests; a call stream's messages are
     /// mostly heartbeats, and a server holds one such stream per agent in each direction.
-    const BUFFER_BYTES: usize = 8 * 1024;
+    const BUFFER_BYTES: usize = DEFAULT_BUFFER_BYTES;
 
     /// Refuses `encoded` when decoding it would break a counting limit or
     /// [`MAX_DECODED_BYTES`]; must not allocate in proportion to the input.
@@ -102,9 +106,14 @@ impl<U: Message + Default + Precheck> Decoder for BoundedDecoder<U> {
 }
 
 macro_rules! no_precheck {
-    ($($message:ty),*) => {$(
+    ($($message:ty),*) => {
+        no_precheck!(DEFAULT_BUFFER_BYTES; $($message),*);
+    };
+    ($buffer:expr; $($message:ty),*) => {$(
         /// Holds no repeated field: its decoded size is bounded by its encoded size.
         impl Precheck for $message {
+            const BUFFER_BYTES: usize = $buffer;
+
             fn precheck(_: &[u8]) -> Result<(), Status> {
                 Ok(())
             }
@@ -117,22 +126,8 @@ no_precheck!(
     v1::Startup,
     v1::PushContextStateResponse
 );
-
-/// The call stream's messages: small buffers (see [`Precheck::BUFFER_BYTES`]).
-macro_rules! stream_message {
-    ($($message:ty),*) => {$(
-        /// Holds no repeated field: its decoded size is bounded by its encoded size.
-        impl Precheck for $message {
-            const BUFFER_BYTES: usize = 512;
-
-            fn precheck(_: &[u8]) -> Result<(), Status> {
-                Ok(())
-            }
-        }
-    )*};
-}
-
-stream_message!(v1::AgentCallMessage, v1::ServerCallMessage);
+// The call stream's messages: small buffers (see [`Precheck::BUFFER_BYTES`]).
+no_precheck!(512; v1::AgentCallMessage, v1::ServerCallMessage);
 
 /// Field numbers of the messages the walk looks into (proto/ctxsync/agent/v1/agent.proto):
 /// every repeated field, since an empty entry costs two bytes on the wire and a whole
