@@ -8,10 +8,10 @@ use anyhow::{Context, Result, bail};
 
 use crate::layers::LAYERS;
 
-/// Crates of the layer table not checked with `--no-default-features`: persistence
-/// needs a backend (it is checked with each one alone instead), and the binary is no
-/// library.
-const NOT_WITHOUT_DEFAULTS: &[&str] = &["ctxsync-persistence", "ctxsync"];
+/// Crates of the layer table not checked with `--no-default-features`: persistence and
+/// the agent API need a backend (persistence is checked with each one alone instead), and
+/// the binary is no library.
+const NOT_WITHOUT_DEFAULTS: &[&str] = &["ctxsync-persistence", "ctxsync-agent-api", "ctxsync"];
 
 /// A build, and the crates its normal dependency tree must not contain.
 struct Promise {

@@ -12,6 +12,7 @@ pub(crate) const LAYERS: &[&str] = &[
     "ctxsync-agent-diagnostics",
     "ctxsync-protocol",
     "ctxsync-persistence",
+    "ctxsync-agent-api",
     "ctxsync-agent-publication",
     "ctxsync-chat-projection",
     "ctxsync-first-turn-gate",

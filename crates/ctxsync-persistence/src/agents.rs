@@ -14,7 +14,7 @@ use crate::schema::*;
 use crate::shared::{agent_event, load_resources, notify_in_tx};
 use crate::sql_types::{DbTime, JsonText};
 use crate::store::Store;
-use crate::token::{self, AgentToken};
+use crate::token::{self, AgentToken, PresentedToken};
 
 /// Longest agent name.
 pub const MAX_AGENT_NAME_BYTES: usize = 256;
@@ -41,22 +41,22 @@ impl Store {
     /// The agent a bearer token belongs to. Malformed, unknown and wrong tokens all give
     /// [`StoreError::InvalidToken`]; the digest comparison is constant-time.
     pub async fn authenticate(&self, token: &str) -> Result<AgentId, StoreError> {
-        self.authenticate_digest(token::claimed_agent(token)?, token::digest(token))
+        self.authenticate_presented(&PresentedToken::parse(token)?)
             .await
     }
 
     /// [`Self::authenticate`] for a token already parsed: the agent it claims and its
-    /// SHA-256.
-    pub(crate) async fn authenticate_digest(
+    /// SHA-256, compared with the stored hash on every call.
+    pub async fn authenticate_presented(
         &self,
-        claimed: AgentId,
-        digest: [u8; 32],
+        token: &PresentedToken,
     ) -> Result<AgentId, StoreError> {
+        let (claimed, digest) = (token.claimed_agent(), token.digest());
         let stored = self
             .with_conn(move |conn, _| conn.single_statement(|tx| token_hash(tx, claimed)))
             .await?;
         match stored {
-            Some(stored) if token::digest_matches(&digest, &stored) => Ok(claimed),
+            Some(stored) if digest.matches_stored(&stored) => Ok(claimed),
             _ => Err(StoreError::InvalidToken),
         }
     }

@@ -1,4 +1,4 @@
-//! ctxsync persistence and agent API (layer 3, SPEC §5).
+//! ctxsync persistence (layer 3, SPEC §5).
 //!
 //! Owns: the diesel schema and migrations for PostgreSQL and embedded SQLite
 //! ([`db::migrations`]), the [`Store`] (agents and tokens, UpdateStartup,
@@ -9,10 +9,11 @@
 //! them ([`AuditRecord`]: one row per call end, kept by age, the arguments only as a digest
 //! keyed with a secret the deployment creates in its database on first use), change
 //! notifications ([`ChangeEvent`]; in-process for SQLite, LISTEN/NOTIFY across
-//! processes for PostgreSQL), the gRPC agent API service ([`agent_api`]) that
-//! authenticates, validates with `ctxsync-protocol`, and persists, and the tool-call
-//! channel's hub ([`CallHub`]) that sends stored calls down agents' `ToolCalls` streams
-//! and records what comes back.
+//! processes for PostgreSQL), and the store's side of routed requests — tool calls —
+//! across replicas: agents' stream leases, claims, cancel requests and the sweep, each a
+//! compare-and-set ([`StreamLease`]). Bearer tokens are parsed and hashed here
+//! ([`PresentedToken`]); the gRPC service and the call hub that use them are
+//! `ctxsync-agent-api`'s.
 //!
 //! Network and disk: PostgreSQL's `sslmode`/`sslrootcert` mean what libpq says for the
 //! pool (libpq itself) and for the LISTEN connection (OpenSSL configured to match), and
@@ -20,7 +21,7 @@
 //! siblings and any directory the store creates for them are private to the owner
 //! (0600/0700, whatever the umask); an existing directory is left as it is.
 //!
-//! Must never: know gRPC outside [`agent_api`]; print a database password (`Debug`
+//! Must never: know gRPC or any transport (tonic is not a dependency); print a database password (`Debug`
 //! and messages mask it); let the LISTEN connection accept a server the pool would
 //! refuse, or the reverse; trust event or push content (events
 //! carry ids and versions only, readers re-read committed state; pushes are validated
@@ -107,11 +108,8 @@ compile_error!(
     "ctxsync-persistence needs at least one backend: enable `sqlite`, `postgres` or both"
 );
 
-pub mod agent_api;
 mod agents;
 mod audit;
-pub mod call_channel;
-mod call_routing;
 mod chats;
 mod db;
 mod error;
@@ -132,17 +130,12 @@ mod store;
 #[cfg(feature = "test-support")]
 pub mod test_support;
 mod token;
-mod tool_calls;
+mod tool_call;
 mod turns;
 
-pub use agent_api::{AgentApi, AgentApiCounters, AgentApiMetrics};
 pub use agents::MAX_AGENT_NAME_BYTES;
 pub use audit::{
     AuditCursor, AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE,
-};
-pub use call_channel::{
-    CALL_QUEUE, CALL_SECONDS_BUCKETS, CallHub, CallHubConfig, CallMetricsSnapshot,
-    DEFAULT_CANCEL_WAIT, DEFAULT_DEADLINE_SLACK, DEFAULT_RECONNECT_GRACE, PROGRESS_FLUSH,
 };
 pub use db::migrations;
 pub use db::{
@@ -162,11 +155,12 @@ pub use notify::{
 };
 pub use page_sessions::{MAX_LIVE_PAGE_LINKS, MAX_LIVE_PAGE_SESSIONS};
 pub use store::Store;
-pub use token::AgentToken;
-pub use tool_calls::{
+pub use token::{AgentToken, PresentedToken, TokenDigest};
+pub use tool_call::admission::{
     CTXSYNC_SERVER, CallAdmission, FIND_TOOLS_NAME, MAX_CALLS_PER_TURN, MAX_RECENT_CHAT_CALLS,
     NewToolCall, ToolCallRecord, ToolOrigin, TurnOrigin,
 };
+pub use tool_call::routing::StreamLease;
 pub use turns::{
     ChatTurnMode, MAX_TOOL_NAME_BYTES, MAX_TURNS_PER_CHAT, NewTurn, TurnActivations, TurnRecord,
 };

@@ -25,7 +25,7 @@ use crate::schema::*;
 use crate::shared::{ROWS_PER_STATEMENT, agent_event, body_json, notify_in_tx};
 use crate::sql_types::{DbBodyKind, DbPhase, DbStatus, DbTime, JsonText};
 use crate::store::Store;
-use crate::token;
+use crate::token::{self, TokenDigest};
 
 impl Store {
     /// SPEC §5.4, in one transaction: the run gate, the version gate, the snapshot and
@@ -49,13 +49,14 @@ impl Store {
     /// it locks, before writing anything, and fails with [`StoreError::InvalidToken`]
     /// when they differ (a token rotated since the caller last checked it). So a push is
     /// never accepted on a revoked token, whatever the caller remembered.
-    pub(crate) async fn push_with_token(
+    pub async fn push_with_token(
         &self,
         agent: AgentId,
-        token_digest: [u8; 32],
+        token_digest: TokenDigest,
         push: Push,
     ) -> Result<PushOutcome, StoreError> {
-        self.push_checked(agent, Some(token_digest), push).await
+        self.push_checked(agent, Some(*token_digest.as_bytes()), push)
+            .await
     }
 
     async fn push_checked(

@@ -164,7 +164,7 @@ impl Store {
     }
 
     /// Events about every tool call (the call hub's feed).
-    pub(crate) fn subscribe_all_calls(&self) -> ChatCallSubscription {
+    pub fn subscribe_all_calls(&self) -> ChatCallSubscription {
         ChatCallSubscription::all(&self.inner.hub)
     }
 }

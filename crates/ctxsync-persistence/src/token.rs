@@ -44,9 +44,71 @@ impl fmt::Debug for AgentToken {
     }
 }
 
+/// The SHA-256 of a token, as `workspace_agents.token_hash` holds it. Compared in
+/// constant time; `Debug` prints no byte of it.
+#[derive(Clone, Copy)]
+pub struct TokenDigest([u8; 32]);
+
+impl TokenDigest {
+    /// The digest of `token`.
+    pub fn of(token: &str) -> Self {
+        Self(Sha256::digest(token.as_bytes()).into())
+    }
+
+    /// True when `self` equals `other`, compared in constant time.
+    pub fn matches(&self, other: &Self) -> bool {
+        digest_matches(&self.0, &other.0)
+    }
+
+    /// True when `self` equals the stored bytes, compared in constant time.
+    pub(crate) fn matches_stored(&self, stored: &[u8]) -> bool {
+        digest_matches(&self.0, stored)
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenDigest([redacted])")
+    }
+}
+
+/// A bearer token as a caller presented it: the agent it claims and its digest. The claim
+/// means nothing until the digest matches the agent's stored one
+/// ([`Store::authenticate_digest`](crate::Store::authenticate_digest)).
+#[derive(Clone, Copy, Debug)]
+pub struct PresentedToken {
+    agent: AgentId,
+    digest: TokenDigest,
+}
+
+impl PresentedToken {
+    /// Parses `token` (`<agent id>.<secret>`) and hashes it once; `InvalidToken` when it
+    /// is malformed.
+    pub fn parse(token: &str) -> Result<Self, StoreError> {
+        Ok(Self {
+            agent: claimed_agent(token)?,
+            digest: TokenDigest::of(token),
+        })
+    }
+
+    /// The agent the token claims to belong to.
+    pub fn claimed_agent(&self) -> AgentId {
+        self.agent
+    }
+
+    /// The token's digest.
+    pub fn digest(&self) -> TokenDigest {
+        self.digest
+    }
+}
+
 /// The digest stored in `workspace_agents.token_hash`.
 pub(crate) fn digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
+    *TokenDigest::of(token).as_bytes()
 }
 
 /// The agent a token claims to belong to, or `InvalidToken` when it is malformed. The

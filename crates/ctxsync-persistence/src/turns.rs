@@ -25,7 +25,7 @@ use crate::schema::{chat_turn_activations, chat_turns, chats};
 use crate::shared::notify_in_tx;
 use crate::sql_types::{DbTime, JsonText};
 use crate::store::Store;
-use crate::tool_calls::{
+use crate::tool_call::admission::{
     ToolCallRecord, ToolOrigin, TurnOrigin, call_event, cancel_calls_of_pruned_turns, origins_json,
     parse_origins,
 };

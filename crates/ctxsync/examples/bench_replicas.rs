@@ -16,7 +16,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use ctxsync_persistence::test_support::{TestDatabase, with_bearer};
+use ctxsync_agent_api::test_support::with_bearer;
+use ctxsync_persistence::test_support::TestDatabase;
 use ctxsync_protocol::{DiscoveryPhase, RunId, Snapshot, Startup, v1};
 use serde_json::{Value, json};
 use tonic::transport::Channel;

@@ -10,11 +10,12 @@ use anyhow::{Context, Result};
 use clap::Args;
 use std::sync::Arc;
 
+use ctxsync_agent_api::{AgentApi, AgentApiMetrics, CallHub, CallHubConfig};
 use ctxsync_first_turn_gate::GateConfig;
 use ctxsync_first_turn_gate::store::StoreGate;
 use ctxsync_persistence::{
-    AgentApi, AgentApiMetrics, CallHub, CallHubConfig, ChatId, DEFAULT_CONNECTION_TIMEOUT,
-    DEFAULT_OPERATION_TIMEOUT, DatabaseConfig, Store, StoreOptions,
+    ChatId, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, DatabaseConfig, Store,
+    StoreOptions,
 };
 
 use crate::http::api_token::TokenSource;

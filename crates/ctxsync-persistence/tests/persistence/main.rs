@@ -1,17 +1,14 @@
-//! Persistence's integration tests, one binary.
+//! Persistence's integration tests, one binary: the store's own behaviour, through its
+//! Rust API (what arrives over gRPC is `ctxsync-agent-api`'s suite).
 
 mod common;
 
 mod audit;
-mod behaviour;
-mod call_channel;
-mod delta;
 mod gate_attempts;
 mod migrations;
 mod page_sessions;
-mod postgres;
 mod postgres_tls;
 mod races;
-mod server_timings;
+mod stored_fixture;
 mod tool_calls;
 mod turns;

@@ -19,8 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use ctxsync_agent_api::test_support::with_bearer;
 use ctxsync_mcp_model::CallEnd;
-use ctxsync_persistence::test_support::{TestDatabase, with_bearer};
+use ctxsync_persistence::test_support::TestDatabase;
 use ctxsync_protocol::call::{AgentCall, ServerCall};
 use ctxsync_protocol::{DiscoveryPhase, RunId, Snapshot, Startup, v1};
 use futures::StreamExt;

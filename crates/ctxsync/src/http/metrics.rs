@@ -7,9 +7,8 @@ use std::fmt::{Display, Write as _};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use ctxsync_agent_api::{AgentApiMetrics, CallMetricsSnapshot, HistogramSnapshot};
 use ctxsync_mcp_model::CallStatus;
-use ctxsync_persistence::agent_api::HistogramSnapshot;
-use ctxsync_persistence::{AgentApiMetrics, CallMetricsSnapshot};
 
 use super::{ApiError, AppState};
 

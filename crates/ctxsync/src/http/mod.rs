@@ -20,8 +20,9 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
+use ctxsync_agent_api::{AgentApiMetrics, CallHub};
 use ctxsync_first_turn_gate::store::StoreGate;
-use ctxsync_persistence::{AgentApiMetrics, CallHub, ChatId, Store};
+use ctxsync_persistence::{ChatId, Store};
 use serde_json::json;
 
 pub use auth::Auth;

@@ -15,10 +15,11 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use ctxsync_agent_api::CallHub;
 use ctxsync_mcp_model::{CallEnd, CallStatus, model_text};
 use ctxsync_persistence::{
-    CTXSYNC_SERVER, CallAdmission, CallHub, ChatId, FIND_TOOLS_NAME, MAX_CALLS_PER_TURN,
-    NewToolCall, StoreError, ToolCallRecord, TurnId,
+    CTXSYNC_SERVER, CallAdmission, ChatId, FIND_TOOLS_NAME, MAX_CALLS_PER_TURN, NewToolCall,
+    StoreError, ToolCallRecord, TurnId,
 };
 use ctxsync_protocol::Problem;
 use ctxsync_protocol::call::{MAX_CALL_ARGUMENTS_BYTES, canonical_arguments};

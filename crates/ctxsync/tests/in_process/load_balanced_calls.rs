@@ -11,8 +11,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use ctxsync_agent_api::test_support::with_bearer;
 use ctxsync_mcp_fixture::FixtureConfig;
-use ctxsync_persistence::test_support::with_bearer;
 use ctxsync_protocol::v1::agent_client::AgentClient;
 use reqwest::Method;
 use serde_json::{Value, json};

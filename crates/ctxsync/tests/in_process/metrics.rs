@@ -8,7 +8,7 @@ use crate::support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ctxsync_persistence::test_support::with_bearer;
+use ctxsync_agent_api::test_support::with_bearer;
 use ctxsync_protocol::v1::agent_client::AgentClient;
 use ctxsync_protocol::{
     DiscoveryPhase, McpConnectTimings, ResourceBody, RunId, Snapshot, Startup, v1,

@@ -7,9 +7,9 @@ use crate::support;
 
 use std::time::Duration;
 
+use ctxsync_agent_api::test_support::with_bearer;
 use ctxsync_mcp_model::CallEnd;
 use ctxsync_persistence::AgentId;
-use ctxsync_persistence::test_support::with_bearer;
 use ctxsync_protocol::call::{AgentCall, ServerCall};
 use ctxsync_protocol::v1::agent_client::AgentClient;
 use ctxsync_protocol::{DiscoveryPhase, RunId, Startup, v1};

@@ -32,13 +32,12 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
-use crate::agent_api::Histogram;
-use crate::call_routing::StreamLease;
-use crate::error::StoreError;
-use crate::ids::{AgentId, ToolCallId};
-use crate::notify::{CallChange, ChangeEvent, ChatCallSubscription};
-use crate::store::Store;
-use crate::tool_calls::ToolCallRecord;
+use ctxsync_persistence::{
+    AgentId, CallChange, ChangeEvent, ChatCallSubscription, Store, StoreError, StreamLease,
+    ToolCallId, ToolCallRecord,
+};
+
+use crate::metrics::Histogram;
 
 /// How long a call waits for its agent's stream when the agent declared calls but is not
 /// connected, before it is refused `agent_unreachable`.
@@ -552,7 +551,7 @@ impl CallHub {
     }
 
     /// Calls the store already recorded `canceled` (a pruned turn's,
-    /// [`crate::TurnRecord::canceled_calls`]): each one sent from here gets its cancel on
+    /// [`ctxsync_persistence::TurnRecord::canceled_calls`]): each one sent from here gets its cancel on
     /// its agent's stream, and all are counted and their waiters woken.
     pub fn canceled_by_store(&self, records: &[ToolCallRecord]) {
         for record in records {

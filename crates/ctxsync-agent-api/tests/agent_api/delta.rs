@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::*;
-use ctxsync_persistence::test_support::with_bearer;
+use ctxsync_agent_api::test_support::with_bearer;
 use ctxsync_persistence::{AgentId, ChangeEvent, PushOutcome, ResourceChanges};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
 use ctxsync_protocol::{

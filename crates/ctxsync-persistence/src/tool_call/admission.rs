@@ -224,12 +224,13 @@ macro_rules! load_calls {
     ($tx:expr, $query:expr, $method:ident) => {
         on_backend!($tx, |c| $query
             .select((
-                $crate::tool_calls::HeadRow::as_select(),
-                $crate::tool_calls::tail(),
+                $crate::tool_call::admission::HeadRow::as_select(),
+                $crate::tool_call::admission::tail(),
             ))
-            .$method::<($crate::tool_calls::HeadRow, $crate::tool_calls::TailRow)>(
-                c
-            ))
+            .$method::<(
+                $crate::tool_call::admission::HeadRow,
+                $crate::tool_call::admission::TailRow
+            )>(c))
     };
 }
 pub(crate) use load_calls;

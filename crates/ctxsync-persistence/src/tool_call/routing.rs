@@ -29,13 +29,13 @@ use crate::schema::{call_streams, tool_call_ends, tool_calls};
 use crate::shared::notify_in_tx;
 use crate::sql_types::DbTime;
 use crate::store::Store;
-use crate::tool_calls::{
+use crate::tool_call::admission::{
     PreparedEnd, ToolCallRecord, ToolCallRow, end_row, find_call_by_id, load_calls,
 };
 
 /// A replica's hold on an agent's stream, as registered.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct StreamLease {
+pub struct StreamLease {
     /// The agent.
     pub agent: AgentId,
     /// Its generation: the fence every claim checks.
@@ -61,7 +61,7 @@ impl Store {
     /// an older generation delivered end `unknown` `stream_lost` here (their stream is
     /// gone: the agent cancels what a dropped stream held). `None` when `run` is not the
     /// agent's current run (or the agent is gone).
-    pub(crate) async fn register_call_stream(
+    pub async fn register_call_stream(
         &self,
         agent: AgentId,
         run: &RunId,
@@ -118,7 +118,7 @@ impl Store {
 
     /// Renews `replica`'s leases and answers the streams it still holds: one missing
     /// from the answer was taken over (a newer generation) and must stop.
-    pub(crate) async fn renew_call_streams(
+    pub async fn renew_call_streams(
         &self,
         replica: &str,
         lease: std::time::Duration,
@@ -145,7 +145,7 @@ impl Store {
 
     /// The stream `lease` names is gone: its row goes (unless a newer stream replaced it)
     /// and the calls it delivered end `unknown` `stream_lost`. Answers them as ended.
-    pub(crate) async fn release_call_stream(
+    pub async fn release_call_stream(
         &self,
         lease: &StreamLease,
     ) -> Result<Vec<ToolCallRecord>, StoreError> {
@@ -173,7 +173,7 @@ impl Store {
     /// delivered under the lease's generation and answers it **with its arguments**,
     /// which leave the store here. `None` when the call is not pending, not the agent's
     /// current run's, or the lease is no longer this replica's live one.
-    pub(crate) async fn claim_tool_call(
+    pub async fn claim_tool_call(
         &self,
         id: ToolCallId,
         lease: &StreamLease,
@@ -241,7 +241,7 @@ impl Store {
     /// The running calls of the agents whose streams `replica` holds that need it: pending
     /// ones (`false`) and delivered ones someone asked to cancel (`true`), oldest first.
     /// The slow re-check for a wake-up that never arrived: one query per replica.
-    pub(crate) async fn calls_awaiting_replica(
+    pub async fn calls_awaiting_replica(
         &self,
         replica: &str,
     ) -> Result<Vec<(ToolCallId, AgentId, bool)>, StoreError> {
@@ -275,7 +275,7 @@ impl Store {
     }
 
     /// The pending calls of `agent`, oldest first (for a stream that just opened).
-    pub(crate) async fn pending_calls_of_agent(
+    pub async fn pending_calls_of_agent(
         &self,
         agent: AgentId,
     ) -> Result<Vec<ToolCallId>, StoreError> {
@@ -298,7 +298,7 @@ impl Store {
     /// Ends call `id` with `end` only if it is still pending (never delivered): how
     /// `agent_unreachable` and a cancel before delivery are recorded. Answers the call as
     /// stored afterwards (ended by this or not); `None` when there is no such call.
-    pub(crate) async fn end_pending_tool_call(
+    pub async fn end_pending_tool_call(
         &self,
         id: ToolCallId,
         end: &CallEnd,
@@ -328,7 +328,7 @@ impl Store {
 
     /// Asks the replica holding call `id`'s stream to cancel it (a flag and an event);
     /// answers the call as stored, `None` when there is no such call.
-    pub(crate) async fn request_tool_call_cancel(
+    pub async fn request_tool_call_cancel(
         &self,
         id: ToolCallId,
     ) -> Result<Option<ToolCallRecord>, StoreError> {
@@ -365,7 +365,7 @@ impl Store {
     /// lapsed: its replica died) → `unknown` `stream_lost`; pending for longer than
     /// `pending_limit` (the replica that took it died during the grace) →
     /// `agent_unreachable`.
-    pub(crate) async fn sweep_tool_calls(
+    pub async fn sweep_tool_calls(
         &self,
         pending_limit: std::time::Duration,
     ) -> Result<Vec<ToolCallRecord>, StoreError> {

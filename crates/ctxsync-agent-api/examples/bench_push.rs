@@ -32,8 +32,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use ctxsync_agent_api::test_support::{serve_agent_api, with_bearer};
 use ctxsync_persistence::DatabaseConfig;
-use ctxsync_persistence::test_support::{TestStore, serve_agent_api, with_bearer};
+use ctxsync_persistence::test_support::TestStore;
 use ctxsync_protocol::{
     DELTA_DIGEST_SCHEME, DeltaBase, DiscoveryPhase, InstructionFileBody, McpServerBody, McpTool,
     Resource, ResourceBody, ResourceStatus, RunId, SkillBody, Snapshot, Startup, v1,

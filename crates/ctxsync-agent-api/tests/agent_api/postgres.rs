@@ -6,7 +6,8 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ctxsync_persistence::test_support::{TestStore, serve_agent_api, test_options, with_bearer};
+use ctxsync_agent_api::test_support::{serve_agent_api, with_bearer};
+use ctxsync_persistence::test_support::{TestStore, test_options};
 use ctxsync_persistence::{AgentId, ChangeEvent, Store, StoreOptions};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
 use ctxsync_protocol::v1::agent_client::AgentClient;

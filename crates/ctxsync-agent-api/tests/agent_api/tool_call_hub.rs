@@ -7,11 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ctxsync_agent_api::test_support::{serve_agent_api, with_bearer};
+use ctxsync_agent_api::{AgentApi, CallHub, CallHubConfig};
 use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
-use ctxsync_persistence::test_support::{TestStore, serve_agent_api, with_bearer};
+use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{
-    AgentApi, AgentId, CallAdmission, CallHub, CallHubConfig, ChatTurnMode, NewToolCall, NewTurn,
-    ToolCallRecord, ToolOrigin, TurnOrigin,
+    AgentId, CallAdmission, ChatTurnMode, NewToolCall, NewTurn, ToolCallRecord, ToolOrigin,
+    TurnOrigin,
 };
 use ctxsync_protocol::call::{AgentCall, MAX_CALL_RESULT_BYTES, ServerCall};
 use ctxsync_protocol::v1::agent_client::AgentClient;
