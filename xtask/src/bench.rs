@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) const PROGRAMS: &[(&str, &str)] = &[
     ("ctxsync-agent-diagnostics", "bench_discovery"),
     ("ctxsync-chat-projection", "bench_find_tools"),
-    ("ctxsync-persistence", "bench_push"),
+    ("ctxsync-agent-api", "bench_push"),
     ("ctxsync-first-turn-gate", "bench_gate"),
     ("ctxsync", "bench_replicas"),
     ("ctxsync", "bench_agent"),

@@ -23,7 +23,7 @@
 //! checkpoint (`CHECKPOINT`; SQLite's `wal_checkpoint`), and every figure is the median
 //! of three or more trials.
 //!
-//! `cargo run --release -p ctxsync-persistence --example bench_push -- [--quick]`
+//! `cargo run --release -p ctxsync-agent-api --example bench_push -- [--quick]`
 //! prints one JSON object per line on stdout; progress goes to stderr.
 
 use std::{

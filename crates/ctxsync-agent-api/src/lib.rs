@@ -34,7 +34,7 @@ pub use service::{
     AgentApi, Authenticated, MAX_REQUEST_BYTES, STALE_CALL_RUN_MESSAGE, SUPERSEDED_MESSAGE,
 };
 pub use tool_call::{
-    CALL_QUEUE, CALL_SECONDS_BUCKETS, CallHub, CallHubConfig, CallMetricsSnapshot,
+    CALL_QUEUE, CALL_SECONDS_BUCKETS, CallHub, CallHubConfig, CallMetricsSnapshot, CallStart,
     DEFAULT_CALL_LEASE, DEFAULT_CANCEL_WAIT, DEFAULT_DEADLINE_SLACK, DEFAULT_RECONNECT_GRACE,
     PROGRESS_FLUSH,
 };

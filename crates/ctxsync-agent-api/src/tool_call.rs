@@ -8,7 +8,7 @@
 mod hub;
 
 pub use hub::{
-    CALL_QUEUE, CALL_SECONDS_BUCKETS, CallHub, CallHubConfig, CallMetricsSnapshot,
+    CALL_QUEUE, CALL_SECONDS_BUCKETS, CallHub, CallHubConfig, CallMetricsSnapshot, CallStart,
     DEFAULT_CALL_LEASE, DEFAULT_CANCEL_WAIT, DEFAULT_DEADLINE_SLACK, DEFAULT_RECONNECT_GRACE,
     PROGRESS_FLUSH,
 };

@@ -131,7 +131,7 @@ diesel::table! {
     // Diesel declares at most 16 columns a table without its `32-column-tables` feature
     // (which would rebuild diesel for every crate), so `tool_calls` is declared twice:
     // here the call as admitted, and as `tool_call_ends` the columns its end writes.
-    // Reads select the other columns by name (`tool_calls.rs`).
+    // Reads select the other columns by name (`tool_call/admission.rs`).
     tool_calls (id) {
         id -> UuidSql,
         turn_id -> UuidSql,
@@ -181,7 +181,7 @@ diesel::table! {
     use diesel::sql_types::*;
     use crate::sql_types::*;
 
-    /// Which replica holds each agent's call stream (`call_routing.rs`).
+    /// Which replica holds each agent's call stream (`tool_call/routing.rs`).
     call_streams (agent_id) {
         agent_id -> UuidSql,
         agent_run_id -> Text,

@@ -11,8 +11,6 @@
 pub mod agent;
 pub mod agents;
 pub mod api_client;
-pub mod call;
-pub mod calls;
 pub mod context;
 pub mod demo;
 pub mod discover;
@@ -26,3 +24,4 @@ pub mod secret;
 pub mod server;
 pub mod terminal;
 pub mod tls;
+pub mod tool_call;

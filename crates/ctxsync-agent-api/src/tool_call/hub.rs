@@ -5,9 +5,9 @@
 //!
 //! The store is the truth: a call is stored before it is sent and every end is recorded
 //! there first (the first end wins). Which replica holds an agent's stream is a fenced
-//! lease in the store (`call_routing`); the holder claims a pending call with a
-//! compare-and-set when its event arrives (in-process, or PostgreSQL NOTIFY from another
-//! replica) or on its slow re-check, and sends it. The hub's memory holds only which
+//! lease in the store (persistence's `tool_call::routing`); the holder claims a pending
+//! call with a compare-and-set when its event arrives (in-process, or PostgreSQL NOTIFY
+//! from another replica) or on its slow re-check, and sends it. The hub's memory holds only which
 //! streams this replica serves, which calls it sent on them and who waits; waiters are
 //! woken by the calls' events and also re-read the store now and then. A lease keeper
 //! renews this replica's leases, closes a stream another replica took over, and sweeps
@@ -33,8 +33,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
 use ctxsync_persistence::{
-    AgentId, CallChange, ChangeEvent, ChatCallSubscription, Store, StoreError, StreamLease,
-    ToolCallId, ToolCallRecord,
+    AgentId, CTXSYNC_SERVER, CallAdmission, CallChange, ChangeEvent, ChatCallSubscription,
+    NewToolCall, Store, StoreError, StreamLease, ToolCallId, ToolCallRecord,
 };
 
 use crate::metrics::Histogram;
@@ -114,6 +114,22 @@ pub struct CallMetricsSnapshot {
     pub duration_sum: f64,
     /// How many durations.
     pub duration_count: u64,
+}
+
+/// What [`CallHub::start`] made of a call.
+#[derive(Clone, Debug)]
+pub enum CallStart {
+    /// The chat does not exist, or has no such turn.
+    NoTurn,
+    /// The turn holds this `call_id` already, with another name or other arguments.
+    Conflict(ToolCallRecord),
+    /// A call of the server's own tool (`find_tools`): admitted and `running`, for the
+    /// caller to answer and end ([`CallHub::end`]); it never reaches an agent.
+    Own(ToolCallRecord),
+    /// The call as stored when the wait ended: ended, or still running.
+    Call(ToolCallRecord),
+    /// The call's row went away while it was waited for (its turn was pruned).
+    Gone(ToolCallRecord),
 }
 
 /// Sends calls to agents' streams and wakes their waiters. One per server process,
@@ -284,6 +300,37 @@ impl CallHub {
     fn lock(&self) -> MutexGuard<'_, HubState> {
         // A panic while holding the lock leaves plain maps behind; keep serving.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts a call and waits for it: admits `call` in the store (a repeated `call_id`
+    /// answers the recorded call), sends it to its agent's stream through whichever
+    /// replica holds it ([`Self::dispatch`]), and waits at most `wait` for its end
+    /// ([`Self::wait`]). The one way a request starts a tool call, so a route only maps
+    /// what comes back. [`StoreError::LimitReached`] when the turn holds the most calls
+    /// it takes.
+    pub async fn start(&self, call: &NewToolCall, wait: Duration) -> Result<CallStart, StoreError> {
+        let Some(admission) = self.store.admit_tool_call(call).await? else {
+            return Ok(CallStart::NoTurn);
+        };
+        let record = match admission {
+            CallAdmission::Conflict(existing) => return Ok(CallStart::Conflict(existing)),
+            CallAdmission::Refused(refused) => {
+                self.count_admitted_end(&refused);
+                refused
+            }
+            CallAdmission::Existing(existing) => existing,
+            CallAdmission::Started(started) if started.server == CTXSYNC_SERVER => {
+                return Ok(CallStart::Own(started));
+            }
+            CallAdmission::Started(started) => self.dispatch(&started).await?,
+        };
+        if record.status.is_end() {
+            return Ok(CallStart::Call(record));
+        }
+        Ok(match self.wait(record.id, wait).await? {
+            Some(now) => CallStart::Call(now),
+            None => CallStart::Gone(record),
+        })
     }
 
     /// Sees a `running` call (as [`Store::admit_tool_call`] started it) to its agent's
@@ -562,7 +609,7 @@ impl CallHub {
 
     /// Counts a call that admission ended at once (`refused` before it was sent), so
     /// `/metrics` sees every end; a running call is ignored.
-    pub fn count_admitted_end(&self, record: &ToolCallRecord) {
+    fn count_admitted_end(&self, record: &ToolCallRecord) {
         self.settle(record, (record.status, record.reason), Origin::Hub);
     }
 

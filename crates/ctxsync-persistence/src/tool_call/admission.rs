@@ -643,7 +643,7 @@ pub(crate) struct ToolCallRow {
     pub(crate) started_at: DbTime,
     pub(crate) ended_at: Option<DbTime>,
     pub(crate) duration_ms: Option<i64>,
-    /// The stream generation that delivered it (`call_routing.rs`).
+    /// The stream generation that delivered it (`tool_call/routing.rs`).
     pub(crate) delivered_generation: Option<i64>,
     pub(crate) cancel_requested: bool,
 }

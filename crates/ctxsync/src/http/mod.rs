@@ -3,14 +3,11 @@
 
 pub mod api;
 pub mod api_token;
-mod audit;
 mod auth;
 pub mod bounds;
-mod call_events;
-mod handlers;
+pub(crate) mod handlers;
 mod metrics;
 mod page;
-mod tool_calls;
 
 use std::sync::Arc;
 
@@ -84,14 +81,15 @@ pub fn router(state: AppState) -> Router {
         // Its own body limit: a call's arguments may be 1 MiB.
         .route(
             "/api/chats/{id}/turns/{turn}/tool-calls",
-            post(tool_calls::start_call)
-                .layer(DefaultBodyLimit::max(tool_calls::MAX_CALL_BODY_BYTES)),
+            post(crate::tool_call::routes::start_call).layer(DefaultBodyLimit::max(
+                crate::tool_call::routes::MAX_CALL_BODY_BYTES,
+            )),
         )
         .route(
             "/api/chats/{id}/turns/{turn}/tool-calls/{call_id}",
-            get(tool_calls::get_call).delete(tool_calls::cancel_call),
+            get(crate::tool_call::routes::get_call).delete(crate::tool_call::routes::cancel_call),
         )
-        .route("/api/tool-calls", get(audit::list_calls))
+        .route("/api/tool-calls", get(crate::tool_call::audit::list_calls))
         .route(
             "/api/chats/{id}/context",
             get(handlers::chat_panel).put(handlers::refresh_context),

@@ -156,7 +156,7 @@ async fn bad_query_values_are_400s_naming_the_parameter(h: Harness) {
 
 async fn the_calls_command_prints_the_log(h: Harness) {
     let (agent, _) = two_ended_calls(&h).await;
-    let args = |agent: Option<&str>, json: bool| ctxsync::calls::CallsArgs {
+    let args = |agent: Option<&str>, json: bool| ctxsync::tool_call::list_command::CallsArgs {
         agent: agent.map(str::to_owned),
         chat: None,
         since: None,
@@ -170,19 +170,25 @@ async fn the_calls_command_prints_the_log(h: Harness) {
         },
         json,
     };
-    let page = ctxsync::calls::fetch(&args(None, true)).await.unwrap();
+    let page = ctxsync::tool_call::list_command::fetch(&args(None, true))
+        .await
+        .unwrap();
     assert_eq!(page["calls"][0]["name"], "find_tools", "{page}");
-    let table = ctxsync::calls::table(&page);
+    let table = ctxsync::tool_call::list_command::table(&page);
     assert!(table.contains("ctxsync/find_tools"), "{table}");
     assert!(table.contains("More: --cursor "), "{table}");
-    let page = ctxsync::calls::fetch(&args(Some(&agent), false))
+    let page = ctxsync::tool_call::list_command::fetch(&args(Some(&agent), false))
         .await
         .unwrap();
     assert_eq!(page["calls"][0]["reason"], "not_in_turn", "{page}");
-    ctxsync::calls::run(args(None, true)).await.unwrap();
-    ctxsync::calls::run(args(None, false)).await.unwrap();
+    ctxsync::tool_call::list_command::run(args(None, true))
+        .await
+        .unwrap();
+    ctxsync::tool_call::list_command::run(args(None, false))
+        .await
+        .unwrap();
     // The server's refusal, word for word.
-    let error = ctxsync::calls::run(args(Some("x"), false))
+    let error = ctxsync::tool_call::list_command::run(args(Some("x"), false))
         .await
         .unwrap_err();
     assert!(error.to_string().contains("400"), "{error}");

@@ -11,8 +11,8 @@ use ctxsync_persistence::{
     AuditCursor, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE,
 };
 
-use super::api::{ErrorBody, ToolCallAuditEntry, ToolCallAuditPage, ToolCallAuditParams};
-use super::{ApiError, AppState};
+use crate::http::api::{ErrorBody, ToolCallAuditEntry, ToolCallAuditPage, ToolCallAuditParams};
+use crate::http::{ApiError, AppState};
 
 /// A page of the tool-call audit log: one row per call end, newest first.
 #[utoipa::path(get, path = "/api/tool-calls", tag = "tool calls",
@@ -21,7 +21,7 @@ use super::{ApiError, AppState};
         (status = 200, description = "A page of call ends, newest first; `next_cursor` continues it", body = ToolCallAuditPage),
         (status = 400, description = "A query value is not valid (the message names the parameter)", body = ErrorBody),
     ))]
-pub(super) async fn list_calls(
+pub(crate) async fn list_calls(
     State(state): State<AppState>,
     query: Result<Query<ToolCallAuditParams>, QueryRejection>,
 ) -> Result<Json<ToolCallAuditPage>, ApiError> {

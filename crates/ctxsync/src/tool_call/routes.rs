@@ -1,8 +1,8 @@
 //! The tool-call routes (issue 36): `POST`, `GET` and `DELETE`
-//! `/api/chats/{id}/turns/{turn}/tool-calls[/{call_id}]`. Validates the request, admits
-//! the call through the store (which resolves it against the turn's recorded origin),
-//! answers ctxsync's own find_tools itself and hands every other started call to the
-//! [`CallHub`], then waits a bounded time for its end.
+//! `/api/chats/{id}/turns/{turn}/tool-calls[/{call_id}]`. Validates the request and
+//! starts the call through the hub ([`ctxsync_agent_api::CallHub::start`]: admitted
+//! against the turn's recorded origin, sent to its agent, waited for, bounded), and
+//! answers ctxsync's own find_tools itself.
 //!
 //! Owns: the request's bounds and the call's JSON. Must never: log or answer a call's
 //! arguments, decide what a call resolves to (the store does), or run a call twice (a
@@ -15,29 +15,28 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use ctxsync_agent_api::CallHub;
+use ctxsync_agent_api::CallStart;
 use ctxsync_mcp_model::{CallEnd, CallStatus, model_text};
 use ctxsync_persistence::{
-    CTXSYNC_SERVER, CallAdmission, ChatId, FIND_TOOLS_NAME, MAX_CALLS_PER_TURN, NewToolCall,
-    StoreError, ToolCallRecord, TurnId,
+    ChatId, FIND_TOOLS_NAME, MAX_CALLS_PER_TURN, NewToolCall, StoreError, ToolCallRecord, TurnId,
 };
 use ctxsync_protocol::Problem;
 use ctxsync_protocol::call::{MAX_CALL_ARGUMENTS_BYTES, canonical_arguments};
 use serde_json::{Value, json};
 
-use super::api::{ErrorBody, ToolCallBody, ToolCallRequest, ToolCallWait};
-use super::handlers::{body, parse_id, search_and_activate};
-use super::{ApiError, AppState};
+use crate::http::api::{ErrorBody, ToolCallBody, ToolCallRequest, ToolCallWait};
+use crate::http::handlers::{body, parse_id, search_and_activate};
+use crate::http::{ApiError, AppState};
 use crate::limits::MAX_TOOL_CALL_WAIT;
 
 /// The call route's body limit: the largest arguments plus the envelope around them.
-pub(super) const MAX_CALL_BODY_BYTES: usize = MAX_CALL_ARGUMENTS_BYTES + 64 * 1024;
+pub(crate) const MAX_CALL_BODY_BYTES: usize = MAX_CALL_ARGUMENTS_BYTES + 64 * 1024;
 /// A call's deadline when the request names none.
-pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a request waits for the call's end when it names no `wait_ms`.
-pub(super) const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 /// The most `model_text` carries (the agent's default result cap).
-pub(super) const MODEL_TEXT_MAX_BYTES: usize = 256 * 1024;
+pub(crate) const MODEL_TEXT_MAX_BYTES: usize = 256 * 1024;
 /// Longest `call_id`.
 const MAX_CALL_ID_CHARS: usize = 128;
 
@@ -153,7 +152,7 @@ fn call_not_found(turn: TurnId, call_id: &str) -> ApiError {
         (status = 409, description = "The turn already holds this `call_id` with another name or other arguments", body = ErrorBody),
         (status = 413, description = "The body is larger than the arguments' 1 MiB plus 64 KiB, or the arguments are over 1 MiB", body = ErrorBody),
     ))]
-pub(super) async fn start_call(
+pub(crate) async fn start_call(
     State(state): State<AppState>,
     Path((raw_chat, raw_turn)): Path<(String, String)>,
     json: Result<Json<ToolCallRequest>, JsonRejection>,
@@ -184,9 +183,8 @@ pub(super) async fn start_call(
         arguments,
         timeout_ms,
     };
-    let admission = match state.store.admit_tool_call(&call).await {
-        Ok(Some(admission)) => admission,
-        Ok(None) => return Err(not_found(&state, chat, turn).await),
+    let started = match state.calls.start(&call, wait).await {
+        Ok(started) => started,
         Err(StoreError::LimitReached(_)) => {
             return Err(ApiError::bad_request(format!(
                 "turn {turn} already holds {MAX_CALLS_PER_TURN} calls, the most a turn takes"
@@ -194,43 +192,19 @@ pub(super) async fn start_call(
         }
         Err(e) => return Err(e.into()),
     };
-    let call = match admission {
-        CallAdmission::Conflict(existing) => {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                format!(
-                    "call_id {:?} of turn {turn} was already called with another name or other arguments",
-                    existing.call_id
-                ),
-            ));
-        }
-        CallAdmission::Refused(call) => {
-            state.calls.count_admitted_end(&call);
-            call
-        }
-        CallAdmission::Existing(call) => call,
-        CallAdmission::Started(call) if call.server == CTXSYNC_SERVER => {
-            own_find_tools(&state, call).await?
-        }
-        CallAdmission::Started(call) => state.calls.dispatch(&call).await?,
-    };
-    if call.status.is_end() {
-        return Ok(answer(&call));
+    match started {
+        CallStart::NoTurn => Err(not_found(&state, chat, turn).await),
+        CallStart::Conflict(existing) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "call_id {:?} of turn {turn} was already called with another name or other arguments",
+                existing.call_id
+            ),
+        )),
+        CallStart::Own(call) => Ok(answer(&own_find_tools(&state, call).await?)),
+        CallStart::Call(call) => Ok(answer(&call)),
+        CallStart::Gone(call) => Err(call_not_found(call.turn_id, &call.call_id)),
     }
-    let waited = wait_for(&state.calls, &call, wait).await?;
-    Ok(answer(&waited))
-}
-
-/// Waits for `call`'s end, up to `wait`. A call whose row went away meanwhile (its turn
-/// was pruned) is 404.
-async fn wait_for(
-    hub: &CallHub,
-    call: &ToolCallRecord,
-    wait: Duration,
-) -> ApiResult<ToolCallRecord> {
-    hub.wait(call.id, wait)
-        .await?
-        .ok_or_else(|| call_not_found(call.turn_id, &call.call_id))
 }
 
 /// Runs ctxsync's own find_tools for the call's turn (as `POST …/find-tools` does) and
@@ -352,7 +326,7 @@ fn summary(found: &Value) -> String {
         (status = 400, description = "An id is not valid, or `wait_ms` is above 55000", body = ErrorBody),
         (status = 404, description = "No such chat, turn of it, or call of the turn", body = ErrorBody),
     ))]
-pub(super) async fn get_call(
+pub(crate) async fn get_call(
     State(state): State<AppState>,
     Path((raw_chat, raw_turn, call_id)): Path<(String, String, String)>,
     query: Result<Query<ToolCallWait>, QueryRejection>,
@@ -369,7 +343,11 @@ pub(super) async fn get_call(
     let call = if call.status.is_end() || wait.is_zero() {
         call
     } else {
-        wait_for(&state.calls, &call, wait).await?
+        state
+            .calls
+            .wait(call.id, wait)
+            .await?
+            .ok_or_else(|| call_not_found(turn, &call_id))?
     };
     Ok(Json(call_body(&call)).into_response())
 }
@@ -387,7 +365,7 @@ pub(super) async fn get_call(
         (status = 400, description = "An id is not valid", body = ErrorBody),
         (status = 404, description = "No such chat, turn of it, or call of the turn", body = ErrorBody),
     ))]
-pub(super) async fn cancel_call(
+pub(crate) async fn cancel_call(
     State(state): State<AppState>,
     Path((raw_chat, raw_turn, call_id)): Path<(String, String, String)>,
 ) -> ApiResult {

@@ -29,7 +29,7 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 const REMEMBERED_CALLS: usize = 256;
 
 /// What a person may see of `call`, reporting `phase`.
-pub(super) fn call_item(call: &ToolCallRecord, phase: CallPhase) -> ToolCallItem {
+pub(crate) fn call_item(call: &ToolCallRecord, phase: CallPhase) -> ToolCallItem {
     ToolCallItem {
         id: call.call_id.clone(),
         turn: call.turn_id.to_string(),
@@ -60,7 +60,7 @@ fn phase_of(call: &ToolCallRecord, change: Option<CallChange>) -> CallPhase {
 }
 
 /// `chat`'s recent calls as the page lists them, newest first.
-pub(super) async fn recent_items(
+pub(crate) async fn recent_items(
     store: &Store,
     chat: ChatId,
 ) -> Result<Vec<ToolCallItem>, StoreError> {
@@ -98,7 +98,7 @@ struct CallFeed {
 
 /// The `tool_call` events of `chat`, from `subscription` (taken before anything was read,
 /// so no change falls in between). Ends when the store is gone.
-pub(super) fn call_events(
+pub(crate) fn call_events(
     store: Store,
     chat: ChatId,
     subscription: ChatCallSubscription,
