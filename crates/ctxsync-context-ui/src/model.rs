@@ -1,7 +1,7 @@
 //! The panel's view model: plain serializable data, already decided. Renderers only lay it
 //! out; every judgement (tone, banner, what counts as an issue) is made here.
 
-use ctxsync_chat_projection::{Phase, View};
+use ctxsync_chat_projection::{View, ViewPhase};
 use serde::Serialize;
 
 /// Everything the context panel shows for one chat.
@@ -115,7 +115,7 @@ impl Tone {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DiscoveryWords {
     /// The projection's discovery phase.
-    pub phase: Phase,
+    pub phase: ViewPhase,
     /// The stored snapshot is not from the agent process running now (or the agent is
     /// gone); a stale view offers no tools.
     pub stale: bool,
