@@ -13,7 +13,8 @@ use serde_json::json;
 
 use crate::find::{ActiveTools, MAX_NAMES, MAX_QUERIES};
 use crate::naming::{EligibleTool, ModelTool};
-use crate::text::{cap_chars, one_line, prefix_within_bytes};
+use crate::text::{cap_chars, one_line};
+use ctxsync_protocol::limits::truncate_to_boundary;
 
 /// The model-facing name of the search tool a deferring turn carries. Eligible tools are
 /// always named `<server>__<tool>` or cut to 64 characters, so none can take it.
@@ -166,7 +167,7 @@ fn compact_catalog(deferred: &[&EligibleTool], room: usize) -> (String, CatalogD
         .iter()
         .map(|t| {
             let text = cap_chars(
-                &one_line(prefix_within_bytes(&t.description, 4096)),
+                &one_line(truncate_to_boundary(&t.description, 4096)),
                 CATALOG_DESCRIPTION_CHARS,
             );
             if text.is_empty() {

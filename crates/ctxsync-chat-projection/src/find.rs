@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::index::ToolIndex;
 use crate::naming::{EligibleTool, ToolCatalog};
 use crate::rank::Term;
-use crate::text::{cap_chars, one_line, prefix_within_bytes};
+use crate::text::{cap_chars, one_line};
+use ctxsync_protocol::limits::truncate_to_boundary;
 
 /// At most this many matches are returned (and activated) per call.
 pub const MAX_MATCHES: usize = 20;
@@ -215,14 +216,14 @@ pub fn find_tools_in(
             .map(|t| ToolMatch {
                 name: t.name.clone(),
                 description: cap_chars(
-                    &one_line(prefix_within_bytes(
+                    &one_line(truncate_to_boundary(
                         &t.description,
                         MAX_SHOWN_DESCRIPTION_BYTES,
                     )),
                     MAX_DESCRIPTION_CHARS,
                 ),
                 title: Some(cap_chars(
-                    &one_line(prefix_within_bytes(&t.title, MAX_SHOWN_DESCRIPTION_BYTES)),
+                    &one_line(truncate_to_boundary(&t.title, MAX_SHOWN_DESCRIPTION_BYTES)),
                     MAX_DESCRIPTION_CHARS,
                 ))
                 .filter(|title| !title.is_empty()),
@@ -429,7 +430,7 @@ pub fn rank_query<'c>(
 fn read_queries<S: AsRef<str>>(queries: &[S]) -> Vec<&str> {
     queries
         .iter()
-        .map(|q| prefix_within_bytes(q.as_ref().trim_start(), MAX_QUERY_BYTES).trim())
+        .map(|q| truncate_to_boundary(q.as_ref().trim_start(), MAX_QUERY_BYTES).trim())
         .filter(|q| !q.is_empty())
         .collect()
 }

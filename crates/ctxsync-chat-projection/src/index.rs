@@ -15,7 +15,8 @@ use sha2::{Digest, Sha256};
 
 use crate::naming::{EligibleTool, ToolCatalog};
 use crate::rank::LexicalIndex;
-use crate::text::{one_line, prefix_within_bytes};
+use crate::text::one_line;
+use ctxsync_protocol::limits::truncate_to_boundary;
 
 /// The default bound of a [`ToolIndexCache`]: 64 MiB, a few hundred 1000-tool catalogs.
 pub const DEFAULT_INDEX_CACHE_BYTES: usize = 64 << 20;
@@ -102,7 +103,7 @@ const MAX_PHRASE_TITLE_BYTES: usize = 512;
 fn phrases(catalog: &ToolCatalog) -> HashMap<Box<str>, Vec<usize>> {
     let mut phrases: HashMap<Box<str>, Vec<usize>> = HashMap::new();
     for (i, tool) in catalog.iter().enumerate() {
-        let title = one_line(prefix_within_bytes(&tool.title, MAX_PHRASE_TITLE_BYTES));
+        let title = one_line(truncate_to_boundary(&tool.title, MAX_PHRASE_TITLE_BYTES));
         for text in [tool.name.as_str(), tool.tool.as_str(), title.as_str()] {
             let tools = phrases
                 .entry(text.to_lowercase().into_boxed_str())
@@ -144,9 +145,9 @@ fn for_each_indexed_text(tool: &EligibleTool, text: &mut impl FnMut(&str)) {
     text(&tool.name);
     text(&tool.server);
     text(&tool.tool);
-    text(prefix_within_bytes(&tool.title, 4096));
-    text(prefix_within_bytes(&tool.description, 4096));
-    text(prefix_within_bytes(&tool.server_instructions, 4096));
+    text(truncate_to_boundary(&tool.title, 4096));
+    text(truncate_to_boundary(&tool.description, 4096));
+    text(truncate_to_boundary(&tool.server_instructions, 4096));
     for (name, description) in crate::rank::parameters(tool) {
         text(name);
         text(description.unwrap_or("\u{0}"));
@@ -294,9 +295,9 @@ impl SemanticIndex {
                 }
             };
             add(&tool.tool, NAME_WEIGHT);
-            add(prefix_within_bytes(&tool.title, 512), TITLE_WEIGHT);
+            add(truncate_to_boundary(&tool.title, 512), TITLE_WEIGHT);
             add(
-                prefix_within_bytes(&tool.description, MAX_EMBEDDED_DESCRIPTION_BYTES),
+                truncate_to_boundary(&tool.description, MAX_EMBEDDED_DESCRIPTION_BYTES),
                 DESCRIPTION_WEIGHT,
             );
             let names: Vec<&str> = crate::rank::parameters(tool).map(|(n, _)| n).collect();

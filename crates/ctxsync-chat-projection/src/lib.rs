@@ -1,7 +1,7 @@
 //! The single read model of an agent's MCP state for chats (layer 5, SPEC §7).
 //!
 //! Owns: the projection of what an agent committed (agent row, snapshot, resources) into a
-//! [`View`] — discovery [`Phase`], freshness (`stale`), per-source outcomes, counts, the
+//! [`View`] — discovery [`ViewPhase`], freshness (`stale`), per-source outcomes, counts, the
 //! eligible [`ToolCatalog`] with model-facing names (each tool with its title, output
 //! schema and the server's annotations kept as untrusted hints, see
 //! [`EligibleTool::model_definition`]), each server's MCP revision, info and timings, the
@@ -30,7 +30,7 @@
 //! model, under their model-facing names:
 //!
 //! ```
-//! use ctxsync_chat_projection::{AgentState, Binding, Phase, SnapshotState, project};
+//! use ctxsync_chat_projection::{AgentState, Binding, ViewPhase, SnapshotState, project};
 //! use ctxsync_protocol::{DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, RunId};
 //!
 //! let tool = |name: &str| McpTool { name: name.into(), ..Default::default() };
@@ -57,7 +57,7 @@
 //! let binding = Binding::Agent(AgentState { agent_run_id: RunId::new("run-1"), snapshot: Some(snapshot) });
 //!
 //! let view = project(&binding);
-//! assert_eq!(view.phase(), Phase::Complete);
+//! assert_eq!(view.phase(), ViewPhase::Complete);
 //! assert!(!view.is_stale());
 //! let names: Vec<&str> = view.tools().iter().map(|t| t.name.as_str()).collect();
 //! assert_eq!(names, ["git-hub__list-prs", "git-hub__merge"]);
@@ -100,6 +100,6 @@ pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ModelTool, ToolCatalog};
 pub use note::elapsed_in_seconds;
 pub use pin::{ChatContext, PinnedContext};
 pub use view::{
-    AgentPresence, ConfigOutcome, ConnectingServer, Counts, Phase, ServerOutcome, View, classify,
+    AgentPresence, ConfigView, ConnectingServer, Counts, ServerView, View, ViewPhase, classify,
     project, project_at,
 };

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::text::{cap_bytes, one_line};
-use crate::view::{AgentPresence, Phase, View};
+use crate::view::{AgentPresence, View, ViewPhase};
 
 /// Every note line starts with this.
 pub(crate) const NOTE_PREFIX: &str = "Workspace MCP: ";
@@ -47,7 +47,7 @@ impl View {
         if servers.is_empty() {
             match (self.agent(), self.phase()) {
                 (AgentPresence::Unbound | AgentPresence::Missing, _) => {}
-                (_, Phase::Pending) => line.push_str(" No servers reported yet."),
+                (_, ViewPhase::Pending) => line.push_str(" No servers reported yet."),
                 (AgentPresence::Reported, _) => line.push_str(" No servers were discovered."),
                 (AgentPresence::NoSnapshot, _) => {}
             }
@@ -130,9 +130,11 @@ fn state_sentence(view: &View) -> &'static str {
         (_, true, _) => {
             "tools from a previous agent process are withheld until the current process reports; the servers below are as that previous process reported them."
         }
-        (_, false, Phase::Pending) => "discovery is still initializing; more servers may appear.",
-        (_, false, Phase::Complete) => "discovery is complete.",
-        (_, false, Phase::Unknown) => {
+        (_, false, ViewPhase::Pending) => {
+            "discovery is still initializing; more servers may appear."
+        }
+        (_, false, ViewPhase::Complete) => "discovery is complete.",
+        (_, false, ViewPhase::Unknown) => {
             "discovery status is unknown (this agent gives no completeness guarantee)."
         }
     }

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use crate::naming::{EligibleTool, ToolCatalog};
 use crate::terms::stem;
-use crate::text::prefix_within_bytes;
+use ctxsync_protocol::limits::truncate_to_boundary;
 
 /// Only this much of each description, title and server instructions, and this many
 /// parameters (each description cut too), are read.
@@ -116,7 +116,7 @@ impl LexicalIndex {
             // A server's instructions are the same text for each of its tools: read once
             // per distinct text, the counts copied.
             let instructions =
-                prefix_within_bytes(&tool.server_instructions, MAX_INDEXED_INSTRUCTIONS_BYTES);
+                truncate_to_boundary(&tool.server_instructions, MAX_INDEXED_INSTRUCTIONS_BYTES);
             lengths[i * FIELD_COUNT + INSTRUCTIONS_FIELD] =
                 builder.read_shared(tool_id, INSTRUCTIONS_FIELD, instructions);
         }
@@ -381,7 +381,10 @@ fn bump(postings: &mut Vec<Posting>, tool: u32, field: u8) {
 /// instructions (read once per server by [`LexicalIndex::build`]), within the byte limits.
 fn for_each_field(tool: &EligibleTool, mut read: impl FnMut(usize, &str)) {
     read(0, &tool.tool);
-    read(1, prefix_within_bytes(&tool.title, MAX_INDEXED_TITLE_BYTES));
+    read(
+        1,
+        truncate_to_boundary(&tool.title, MAX_INDEXED_TITLE_BYTES),
+    );
     for (name, description) in parameters(tool) {
         read(2, name);
         if let Some(text) = description {
@@ -391,7 +394,7 @@ fn for_each_field(tool: &EligibleTool, mut read: impl FnMut(usize, &str)) {
     read(3, &tool.server);
     read(
         4,
-        prefix_within_bytes(&tool.description, MAX_INDEXED_DESCRIPTION_BYTES),
+        truncate_to_boundary(&tool.description, MAX_INDEXED_DESCRIPTION_BYTES),
     );
 }
 
@@ -407,7 +410,7 @@ pub(crate) fn parameters(tool: &EligibleTool) -> impl Iterator<Item = (&str, Opt
             let description = schema
                 .get("description")
                 .and_then(serde_json::Value::as_str)
-                .map(|text| prefix_within_bytes(text, MAX_INDEXED_PARAMETER_DESCRIPTION_BYTES));
+                .map(|text| truncate_to_boundary(text, MAX_INDEXED_PARAMETER_DESCRIPTION_BYTES));
             (name.as_str(), description)
         })
 }

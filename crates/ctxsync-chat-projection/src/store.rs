@@ -9,7 +9,7 @@ use ctxsync_persistence::{AgentContext, AgentId, ChatId, ChatRecord, Store, Stor
 
 use crate::input::{AgentState, Binding, SnapshotState};
 use crate::pin::{ChatContext, PinnedContext};
-use crate::view::{Phase, View, classify, project};
+use crate::view::{View, ViewPhase, classify, project};
 
 impl Binding {
     /// The binding for one `read_agent_context` result; `None` (no agent row) is
@@ -36,8 +36,8 @@ impl Binding {
 
 /// Every agent counted by the phase and freshness [`project`] would give it, from one
 /// aggregate query that reads no context (for `/metrics`); sorted, zero counts left out.
-pub async fn agent_phase_counts(store: &Store) -> Result<Vec<(Phase, bool, u64)>, StoreError> {
-    let mut counts: Vec<(Phase, bool, u64)> = Vec::new();
+pub async fn agent_phase_counts(store: &Store) -> Result<Vec<(ViewPhase, bool, u64)>, StoreError> {
+    let mut counts: Vec<(ViewPhase, bool, u64)> = Vec::new();
     for group in store.agent_phase_groups().await? {
         let (_, phase, stale) = classify(group.legacy, group.snapshot);
         let agents = group.agents;

@@ -1,9 +1,8 @@
 //! Small text helpers shared by the note and find_tools: one-line folding and cutting on
-//! UTF-8 boundaries.
+//! UTF-8 boundaries. A byte cut is always the protocol's `truncate_to_boundary`, so a
+//! title or description is cut at the same byte wherever it is cut.
 
-/// The longest prefix of `text` within `max_bytes` that ends on a char boundary: the
-/// protocol's cut, so a title or description is cut at the same byte wherever it is cut.
-pub(crate) use ctxsync_protocol::limits::truncate_to_boundary as prefix_within_bytes;
+use ctxsync_protocol::limits::truncate_to_boundary;
 
 /// Folds every run of whitespace (newlines and tabs included) and every control
 /// character into one space, and trims both ends.
@@ -30,7 +29,7 @@ pub(crate) fn cap_bytes(text: &str, max_bytes: usize) -> String {
     if text.len() <= max_bytes {
         return text.to_owned();
     }
-    let kept = prefix_within_bytes(text, max_bytes.saturating_sub('…'.len_utf8()));
+    let kept = truncate_to_boundary(text, max_bytes.saturating_sub('…'.len_utf8()));
     format!("{}…", kept.trim_end())
 }
 
@@ -66,6 +65,6 @@ mod tests {
         check(cap_bytes("aéééé", 6), "aé…");
         check(cap_chars("héllo wörld", 11), "héllo wörld");
         check(cap_chars("héllo wörld", 7), "héllo…");
-        check(prefix_within_bytes("aé", 2).to_owned(), "a");
+        check(truncate_to_boundary("aé", 2).to_owned(), "a");
     }
 }

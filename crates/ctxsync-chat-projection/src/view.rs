@@ -14,10 +14,12 @@ use crate::input::{AgentState, Binding, SnapshotState};
 use crate::naming::{EligibleTool, ToolCatalog};
 
 /// Discovery completeness as a chat sees it.
+// Not the agent's report phase: a chat also sees `unknown` (no bound agent, a legacy
+// one, discovery off). The OpenAPI document has always called it `Phase`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = Phase))]
 #[serde(rename_all = "snake_case")]
-pub enum Phase {
+pub enum ViewPhase {
     /// No completeness guarantee: no bound agent, a legacy agent, or MCP discovery off.
     Unknown,
     /// The agent's initial discovery is still running; more servers may appear.
@@ -26,7 +28,7 @@ pub enum Phase {
     Complete,
 }
 
-impl Phase {
+impl ViewPhase {
     /// The lower-case name used in APIs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -51,9 +53,10 @@ pub enum AgentPresence {
     Reported,
 }
 
-/// The outcome of one `mcp_server` row.
+/// The outcome of one `mcp_server` row, as a chat sees it: what the agent's discovery
+/// report said of the server, read back from the stored snapshot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ServerOutcome {
+pub struct ServerView {
     /// The row's server name, else its source when the name is empty.
     pub name: String,
     /// The server was discovered (status `OK`), with zero tools or more.
@@ -85,9 +88,10 @@ pub struct ConnectingServer {
     pub elapsed_ms: u64,
 }
 
-/// An `mcp_config` row with an error or a warning.
+/// An `mcp_config` row with an error or a warning, as a chat sees it (read back from the
+/// stored snapshot, unlike the agent's own config outcome).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ConfigOutcome {
+pub struct ConfigView {
     /// The config file's path (the row's `source_path`, else its `source`).
     pub path: String,
     /// `false` when the file or one of its entries was rejected; `true` for a warning.
@@ -121,15 +125,15 @@ pub struct View {
     /// The bound agent row's run id; `None` for a legacy, missing or unbound agent.
     #[serde(skip)]
     current_run: Option<RunId>,
-    phase: Phase,
+    phase: ViewPhase,
     stale: bool,
     incomplete: bool,
     counts: Counts,
     snapshot_error: Option<String>,
-    servers: Vec<ServerOutcome>,
+    servers: Vec<ServerView>,
     /// While pending (and fresh): the servers still connecting, by name.
     pending_servers: Vec<ConnectingServer>,
-    configs: Vec<ConfigOutcome>,
+    configs: Vec<ConfigView>,
     tools: ToolCatalog,
     /// Every MCP config file of the snapshot, by path, with or without a diagnostic.
     #[serde(skip)]
@@ -143,7 +147,7 @@ impl View {
     }
 
     /// The projected discovery phase.
-    pub fn phase(&self) -> Phase {
+    pub fn phase(&self) -> ViewPhase {
         self.phase
     }
 
@@ -182,7 +186,7 @@ impl View {
     }
 
     /// Every `mcp_server` row's outcome, by name.
-    pub fn servers(&self) -> &[ServerOutcome] {
+    pub fn servers(&self) -> &[ServerView] {
         &self.servers
     }
 
@@ -195,7 +199,7 @@ impl View {
     }
 
     /// Config files with an error or a warning, by path.
-    pub fn configs(&self) -> &[ConfigOutcome] {
+    pub fn configs(&self) -> &[ConfigView] {
         &self.configs
     }
 
@@ -227,8 +231,8 @@ pub fn project_at(binding: &Binding, now: SystemTime) -> View {
         _ => None,
     };
     let (agent, phase, stale, snapshot) = match binding {
-        Binding::NoAgent => (AgentPresence::Unbound, Phase::Unknown, false, None),
-        Binding::MissingAgent => (AgentPresence::Missing, Phase::Unknown, true, None),
+        Binding::NoAgent => (AgentPresence::Unbound, ViewPhase::Unknown, false, None),
+        Binding::MissingAgent => (AgentPresence::Missing, ViewPhase::Unknown, true, None),
         Binding::Agent(AgentState {
             agent_run_id,
             snapshot,
@@ -257,10 +261,12 @@ pub fn project_at(binding: &Binding, now: SystemTime) -> View {
         .unwrap_or_default();
     config_paths.sort();
     config_paths.dedup();
-    let incomplete =
-        phase == Phase::Pending || stale || counts.servers_failed > 0 || counts.config_errors > 0;
+    let incomplete = phase == ViewPhase::Pending
+        || stale
+        || counts.servers_failed > 0
+        || counts.config_errors > 0;
     let pending_servers = match snapshot {
-        Some(s) if phase == Phase::Pending && !stale => connecting(s, now),
+        Some(s) if phase == ViewPhase::Pending && !stale => connecting(s, now),
         _ => Vec::new(),
     };
     View {
@@ -317,21 +323,21 @@ fn config_path(resource: &Resource) -> String {
 pub fn classify(
     legacy: bool,
     snapshot: Option<(DiscoveryPhase, bool)>,
-) -> (AgentPresence, Phase, bool) {
+) -> (AgentPresence, ViewPhase, bool) {
     match snapshot {
         // A legacy agent promises nothing; a current one has not reported yet.
-        None if legacy => (AgentPresence::NoSnapshot, Phase::Unknown, false),
-        None => (AgentPresence::NoSnapshot, Phase::Pending, false),
+        None if legacy => (AgentPresence::NoSnapshot, ViewPhase::Unknown, false),
+        None => (AgentPresence::NoSnapshot, ViewPhase::Pending, false),
         // Run ids, never clocks: two empty ids are fresh with no guarantee.
         Some((phase, same_run)) => (AgentPresence::Reported, phase_of(phase), !same_run),
     }
 }
 
-fn phase_of(phase: DiscoveryPhase) -> Phase {
+fn phase_of(phase: DiscoveryPhase) -> ViewPhase {
     match phase {
-        DiscoveryPhase::Unspecified => Phase::Unknown,
-        DiscoveryPhase::Pending => Phase::Pending,
-        DiscoveryPhase::Complete => Phase::Complete,
+        DiscoveryPhase::Unspecified => ViewPhase::Unknown,
+        DiscoveryPhase::Pending => ViewPhase::Pending,
+        DiscoveryPhase::Complete => ViewPhase::Complete,
     }
 }
 
@@ -341,7 +347,7 @@ fn phase_of(phase: DiscoveryPhase) -> Phase {
 fn outcomes(
     snapshot: &SnapshotState,
     with_tools: bool,
-) -> (Vec<ServerOutcome>, Vec<ConfigOutcome>, Vec<EligibleTool>) {
+) -> (Vec<ServerView>, Vec<ConfigView>, Vec<EligibleTool>) {
     let mut server_rows: Vec<(&str, &Resource, &McpServerBody)> = Vec::new();
     let mut configs = Vec::new();
     for resource in &snapshot.resources {
@@ -360,7 +366,7 @@ fn outcomes(
                 if ok && text.is_none() {
                     continue;
                 }
-                configs.push(ConfigOutcome {
+                configs.push(ConfigView {
                     path: config_path(resource),
                     ok,
                     diagnostic: text.unwrap_or_else(|| no_diagnostic(resource.status)),
@@ -377,7 +383,7 @@ fn outcomes(
     for (name, resource, body) in server_rows {
         let ok = resource.status == ResourceStatus::Ok;
         let text = diagnostic(resource.error.as_deref());
-        servers.push(ServerOutcome {
+        servers.push(ServerView {
             name: name.to_owned(),
             ok,
             tool_count: if ok { body.tools.len() } else { 0 },
@@ -439,7 +445,7 @@ fn no_diagnostic(status: ResourceStatus) -> String {
     format!("status {} with no diagnostic reported", status.as_str())
 }
 
-fn count(servers: &[ServerOutcome], configs: &[ConfigOutcome]) -> Counts {
+fn count(servers: &[ServerView], configs: &[ConfigView]) -> Counts {
     let mut counts = Counts::default();
     for server in servers {
         match (server.ok, server.tool_count) {
@@ -529,7 +535,7 @@ mod golden {
             catalog,
             r#"[{"name":"fs__ping","server":"fs","tool":"ping","description":"","input_schema":{"type":"object"},"title":"Ping","output_schema":null,"annotations_untrusted":null,"always_load":true,"server_instructions":"Read before you write."},{"name":"fs__read","server":"fs","tool":"read","description":"Reads a file.","input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"title":"Read file","output_schema":{"type":"object"},"annotations_untrusted":{"title":"Read file","read_only_hint":true,"destructive_hint":false,"open_world_hint":false},"always_load":true,"server_instructions":"Read before you write."},{"name":"net__ping","server":"net","tool":"ping","description":"","input_schema":{"type":"object"},"title":"Ping","output_schema":null,"annotations_untrusted":null,"always_load":false,"server_instructions":""}]"#
         );
-        let definitions: Vec<crate::ModelTool<'_>> = view
+        let definitions: Vec<crate::naming::ModelTool<'_>> = view
             .tools()
             .iter()
             .map(EligibleTool::model_definition)

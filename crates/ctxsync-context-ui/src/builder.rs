@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ctxsync_chat_projection::{AgentPresence, Binding, ChatContext, EligibleTool, Phase, View};
+use ctxsync_chat_projection::{AgentPresence, Binding, ChatContext, EligibleTool, View, ViewPhase};
 use ctxsync_protocol::{McpServerInfo, Resource, ResourceStatus, RunId, plugin_of_source};
 
 use crate::model::*;
@@ -96,10 +96,10 @@ fn discovery_state(view: &View) -> DiscoveryState {
         DiscoveryState::Stale
     } else {
         match view.phase() {
-            Phase::Pending => DiscoveryState::Pending,
-            Phase::Complete if view.servers().is_empty() => DiscoveryState::CompleteNoServers,
-            Phase::Complete => DiscoveryState::Complete,
-            Phase::Unknown => DiscoveryState::Unknown,
+            ViewPhase::Pending => DiscoveryState::Pending,
+            ViewPhase::Complete if view.servers().is_empty() => DiscoveryState::CompleteNoServers,
+            ViewPhase::Complete => DiscoveryState::Complete,
+            ViewPhase::Unknown => DiscoveryState::Unknown,
         }
     }
 }

@@ -6,23 +6,9 @@
 
 use std::fmt::Write;
 
+use crate::escape::escape;
 use crate::model::*;
-
-/// Escapes text for element content and double-quoted attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use crate::tool_call::{ToolCallItem, render_tool_calls};
 
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -484,72 +470,6 @@ fn issues_section(h: &mut String, issues: &[IssueItem]) {
         h.push_str("</ul>");
     }
     h.push_str("</details>");
-}
-
-/// The page's "Tool calls" section: the chat's recent calls (newest first, as given), each
-/// with its name, status in words, duration once ended, a "truncated" marker and, while
-/// running, a labelled progress bar; an empty-state line when there are none. It sits
-/// outside the panel, so a panel swap leaves it alone; the page's script updates its rows
-/// from the stream's `tool_call` events, building the same markup as this does.
-pub fn render_tool_calls(calls: &[ToolCallItem]) -> String {
-    let mut h = String::new();
-    let _ = write!(
-        h,
-        r#"<section id="tool-calls" class="calls-panel" aria-labelledby="tool-calls-heading"><h2 id="tool-calls-heading">Tool calls</h2><p class="calls-note">The chat's most recent calls, newest first. What each call was given and answered is not shown here.</p><p id="calls-empty" class="empty"{}>No tool calls yet.</p><ul id="tool-call-list" class="calls" aria-label="Recent tool calls" data-max="{MAX_LISTED_CALLS}">"#,
-        if calls.is_empty() { "" } else { " hidden" },
-    );
-    for call in calls.iter().take(MAX_LISTED_CALLS) {
-        call_row(&mut h, call);
-    }
-    // Announces starts and ends only: a progress bar moving is not worth interrupting for.
-    h.push_str(
-        r#"</ul><p id="calls-live" class="visually-hidden" role="status" aria-live="polite"></p></section>"#,
-    );
-    h
-}
-
-/// One row of the calls list; the page's script (`renderCall`) builds the same elements.
-fn call_row(h: &mut String, call: &ToolCallItem) {
-    let status = escape(&call.status);
-    let _ = write!(
-        h,
-        r#"<li class="call" data-key="{}" data-status="{status}"><code class="call-name">{}</code> <span class="badge call-status status-{status}">{}</span>"#,
-        escape(&call.key()),
-        escape(&call.name),
-        escape(call.status_label()),
-    );
-    if let Some(duration) = call.duration_text() {
-        let _ = write!(h, r#" <span class="call-duration">{duration}</span>"#);
-    }
-    if call.truncated {
-        h.push_str(r#" <span class="badge call-truncated" title="The result was cut to fit the agent's cap">truncated</span>"#);
-    }
-    if call.is_running() {
-        let _ = write!(
-            h,
-            r#" <progress class="call-progress" aria-label="Progress of {}""#,
-            escape(&call.name)
-        );
-        // Without a positive total the bar is indeterminate: it says busy, not how far.
-        if let Some(CallProgressItem {
-            progress,
-            total: Some(total),
-        }) = call.progress
-            && total > 0.0
-        {
-            let _ = write!(h, r#" max="{total}" value="{progress}""#);
-        }
-        let _ = write!(
-            h,
-            r#"></progress> <span class="progress-text">{}</span>"#,
-            escape(&call.progress_text())
-        );
-    }
-    let _ = write!(
-        h,
-        r#" <span class="call-id">call {}</span></li>"#,
-        escape(&call.id)
-    );
 }
 
 /// Where the server serves [`PAGE_STYLE`] (`text/css`).

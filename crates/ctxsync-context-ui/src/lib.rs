@@ -55,17 +55,24 @@
 #![deny(missing_docs)]
 
 mod builder;
+mod escape;
 mod html;
 mod model;
 mod text;
+mod tool_call;
 
 pub use builder::{build_chat_panel, build_chat_panel_at, build_panel};
+pub use escape::escape;
 pub use html::{
-    PAGE_SCRIPT, PAGE_SCRIPT_PATH, PAGE_STYLE, PAGE_STYLE_PATH, PageShell, escape, render_fragment,
-    render_page, render_page_for, render_page_with_calls, render_tool_calls,
+    PAGE_SCRIPT, PAGE_SCRIPT_PATH, PAGE_STYLE, PAGE_STYLE_PATH, PageShell, render_fragment,
+    render_page, render_page_for, render_page_with_calls,
 };
 pub use model::*;
 pub use text::render_text;
+pub use tool_call::{
+    CallPhase, CallProgressItem, MAX_LISTED_CALLS, TOOL_CALL_KEYS, ToolCallItem, duration_text,
+    render_tool_calls,
+};
 
 /// The JSON renderer: the view model as the HTTP API returns it.
 pub fn render_json(panel: &Panel) -> serde_json::Value {

@@ -1,7 +1,7 @@
 //! The panel's view model: plain serializable data, already decided. Renderers only lay it
 //! out; every judgement (tone, banner, what counts as an issue) is made here.
 
-use ctxsync_chat_projection::{Phase, View};
+use ctxsync_chat_projection::{View, ViewPhase};
 use serde::Serialize;
 
 /// Everything the context panel shows for one chat.
@@ -115,7 +115,7 @@ impl Tone {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DiscoveryWords {
     /// The projection's discovery phase.
-    pub phase: Phase,
+    pub phase: ViewPhase,
     /// The stored snapshot is not from the agent process running now (or the agent is
     /// gone); a stale view offers no tools.
     pub stale: bool,
@@ -689,120 +689,5 @@ impl Panel {
             tone = tone.max(Tone::Error);
         }
         tone
-    }
-}
-
-/// Calls the page lists: the chat's most recent, newest first.
-pub const MAX_LISTED_CALLS: usize = 20;
-
-/// The keys of a [`ToolCallItem`] as JSON, in order: everything a page session may learn
-/// about a call.
-pub const TOOL_CALL_KEYS: [&str; 8] = [
-    "id",
-    "turn",
-    "name",
-    "status",
-    "progress",
-    "duration_ms",
-    "truncated",
-    "phase",
-];
-
-/// One tool call as a person sees it: a row of the page's "Tool calls" list and, as JSON,
-/// the data of a `tool_call` event on the chat's event stream. A page session reads
-/// these, so the type has no place for a call's arguments, result, error, progress
-/// message or model text: what it cannot hold it cannot leak.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ToolCallItem {
-    /// The caller's id for the call, unique within its turn.
-    pub id: String,
-    /// The turn the call belongs to.
-    pub turn: String,
-    /// The model-facing tool name called.
-    pub name: String,
-    /// `running`, `complete`, `error`, `refused`, `timed_out`, `canceled` or `unknown`.
-    pub status: String,
-    /// The latest progress the tool reported, without its message; `null` before any.
-    pub progress: Option<CallProgressItem>,
-    /// How long the call ran, once it ended.
-    pub duration_ms: Option<u64>,
-    /// The result was cut to fit the agent's cap.
-    pub truncated: bool,
-    /// What this event reports: the call `started`, made `progress`, or `ended`.
-    pub phase: CallPhase,
-}
-
-/// A call's progress as the page shows it: how far, and out of what when known.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct CallProgressItem {
-    /// How far along.
-    pub progress: f64,
-    /// The total, when the tool knows it.
-    pub total: Option<f64>,
-}
-
-/// What a `tool_call` event reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum CallPhase {
-    /// Stored, or sent to its agent.
-    Started,
-    /// New progress.
-    Progress,
-    /// Its end is stored.
-    Ended,
-}
-
-impl ToolCallItem {
-    /// Identifies the call on the page: a `call_id` is unique only within its turn.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.turn, self.id)
-    }
-
-    /// Whether it is still running (the page shows a progress bar).
-    pub fn is_running(&self) -> bool {
-        self.status == "running"
-    }
-
-    /// The status in words, e.g. `timed out` (the page never says it by colour alone).
-    pub fn status_label(&self) -> &str {
-        match self.status.as_str() {
-            "timed_out" => "timed out",
-            "unknown" => "outcome unknown",
-            other => other,
-        }
-    }
-
-    /// The duration as the page writes it: `350 ms`, `1.2 s`, `2 min 5 s`; `None` while
-    /// running. Integer arithmetic, so the page's script writes the same.
-    pub fn duration_text(&self) -> Option<String> {
-        self.duration_ms.map(duration_text)
-    }
-
-    /// The progress in words: `2 of 5`, `2 so far`, or `working` before any report.
-    pub fn progress_text(&self) -> String {
-        match self.progress {
-            Some(CallProgressItem {
-                progress,
-                total: Some(total),
-            }) => format!("{progress} of {total}"),
-            Some(CallProgressItem { progress, .. }) => format!("{progress} so far"),
-            None => "working".to_owned(),
-        }
-    }
-}
-
-/// `ms` as the page writes a duration (see [`ToolCallItem::duration_text`]).
-pub fn duration_text(ms: u64) -> String {
-    if ms < 1_000 {
-        format!("{ms} ms")
-    } else if ms < 60_000 {
-        let tenths = (ms + 50) / 100;
-        format!("{}.{} s", tenths / 10, tenths % 10)
-    } else {
-        format!("{} min {} s", ms / 60_000, ms % 60_000 / 1_000)
     }
 }

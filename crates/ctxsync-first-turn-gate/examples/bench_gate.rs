@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use ctxsync_chat_projection::Phase;
+use ctxsync_chat_projection::ViewPhase;
 use ctxsync_chat_projection::store::load_agent_view;
 use ctxsync_first_turn_gate::{GateConfig, OutcomeReason, StoreGate};
 use ctxsync_persistence::test_support::TestStore;
@@ -108,7 +108,7 @@ async fn measure_polling(reader: &Store, writer: &Store, trials: usize) -> Vec<D
             tokio::spawn(async move {
                 loop {
                     let view = load_agent_view(&reader, agent).await.expect("view");
-                    if view.phase() == Phase::Complete && !view.is_stale() {
+                    if view.phase() == ViewPhase::Complete && !view.is_stale() {
                         return Instant::now();
                     }
                     tokio::time::sleep(POLL_INTERVAL).await;

@@ -16,12 +16,9 @@ use crate::source::{ChangeSubscription, DiscoverySource, SourceError, TurnInvent
 /// Chat ids and agent ids of the in-memory source.
 pub type MemoryId = u64;
 
-/// One agent's committed rows, as the projection takes them.
-pub type AgentRecord = AgentState;
-
 #[derive(Debug, Default)]
 struct State {
-    agents: HashMap<MemoryId, AgentRecord>,
+    agents: HashMap<MemoryId, AgentState>,
     bindings: HashMap<MemoryId, MemoryId>,
     tools: HashMap<MemoryId, Vec<String>>,
     failure: Option<String>,
@@ -73,14 +70,14 @@ impl MemorySource {
     }
 
     /// Changes `agent`'s rows (creating them if needed), then notifies its subscribers.
-    pub fn commit(&self, agent: MemoryId, change: impl FnOnce(&mut AgentRecord)) {
+    pub fn commit(&self, agent: MemoryId, change: impl FnOnce(&mut AgentState)) {
         self.commit_silently(agent, change);
         // No subscriber is not an error: nobody is waiting.
         let _ = self.shared.changes.send(agent);
     }
 
     /// Like [`Self::commit`], but the notification is lost.
-    pub fn commit_silently(&self, agent: MemoryId, change: impl FnOnce(&mut AgentRecord)) {
+    pub fn commit_silently(&self, agent: MemoryId, change: impl FnOnce(&mut AgentState)) {
         change(self.state().agents.entry(agent).or_default());
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ctxsync_chat_projection::{AgentPresence, Counts, Phase, View};
+use ctxsync_chat_projection::{AgentPresence, Counts, View, ViewPhase};
 use ctxsync_protocol::RunId;
 use serde::Serialize;
 
@@ -39,7 +39,7 @@ pub enum OutcomeReason {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Outcome {
     /// The projection's phase of the view this outcome describes.
-    pub phase: Phase,
+    pub phase: ViewPhase,
     /// The projection's freshness verdict of that view.
     pub stale: bool,
     /// Discovery was not complete when the wait ended (now or in a retained earlier wait).
@@ -72,7 +72,7 @@ impl Outcome {
     /// Nothing could be observed: unknown, with `reason` and an optional error.
     pub(crate) fn unobserved(reason: OutcomeReason, error: Option<String>) -> Self {
         Self {
-            phase: Phase::Unknown,
+            phase: ViewPhase::Unknown,
             stale: false,
             wait_timed_out: false,
             counts: Counts::default(),
@@ -131,9 +131,9 @@ pub(crate) fn verdict(view: &View) -> Verdict {
         return Verdict::AwaitCurrentSnapshot;
     }
     match view.phase() {
-        Phase::Complete => Verdict::Ready(OutcomeReason::DiscoveryComplete),
-        Phase::Unknown => Verdict::Ready(OutcomeReason::NoCompletenessGuarantee),
-        Phase::Pending => Verdict::AwaitCompletion,
+        ViewPhase::Complete => Verdict::Ready(OutcomeReason::DiscoveryComplete),
+        ViewPhase::Unknown => Verdict::Ready(OutcomeReason::NoCompletenessGuarantee),
+        ViewPhase::Pending => Verdict::AwaitCompletion,
     }
 }
 
@@ -156,7 +156,7 @@ mod tests {
 
     /// The gate's verdict beside the projection's phase and freshness, which it reports
     /// unchanged.
-    fn check(view: View, expect: (Phase, bool, Verdict)) {
+    fn check(view: View, expect: (ViewPhase, bool, Verdict)) {
         let outcome = Outcome::observed(&view, OutcomeReason::DiscoveryComplete);
         assert_eq!(
             (outcome.phase, outcome.stale),
@@ -178,26 +178,26 @@ mod tests {
         let done = Ready(OutcomeReason::DiscoveryComplete);
         check(
             agent("a", Some(("a", Complete))),
-            (Phase::Complete, false, done),
+            (ViewPhase::Complete, false, done),
         );
         check(
             agent("a", Some(("a", Pending))),
-            (Phase::Pending, false, AwaitCompletion),
+            (ViewPhase::Pending, false, AwaitCompletion),
         );
         let legacy = Ready(OutcomeReason::NoCompletenessGuarantee);
         check(
             agent("", Some(("", Unspecified))),
-            (Phase::Unknown, false, legacy),
+            (ViewPhase::Unknown, false, legacy),
         );
         // An MCP-disabled agent of the current run: no guarantee either.
         check(
             agent("a", Some(("a", Unspecified))),
-            (Phase::Unknown, false, legacy),
+            (ViewPhase::Unknown, false, legacy),
         );
         // No run ids on either side, but a phase: the phase decides.
         check(
             agent("", Some(("", Pending))),
-            (Phase::Pending, false, AwaitCompletion),
+            (ViewPhase::Pending, false, AwaitCompletion),
         );
     }
 
@@ -206,21 +206,21 @@ mod tests {
         let wait = AwaitCurrentSnapshot;
         check(
             agent("b", Some(("a", Complete))),
-            (Phase::Complete, true, wait),
+            (ViewPhase::Complete, true, wait),
         );
         check(
             agent("b", Some(("a", Pending))),
-            (Phase::Pending, true, wait),
+            (ViewPhase::Pending, true, wait),
         );
         // A legacy snapshot under a current run.
         check(
             agent("b", Some(("", Unspecified))),
-            (Phase::Unknown, true, wait),
+            (ViewPhase::Unknown, true, wait),
         );
         // A legacy agent row left with a run-stamped snapshot.
         check(
             agent("", Some(("a", Complete))),
-            (Phase::Complete, true, wait),
+            (ViewPhase::Complete, true, wait),
         );
     }
 
@@ -228,11 +228,11 @@ mod tests {
     fn no_snapshot_awaits_one() {
         check(
             agent("a", None),
-            (Phase::Pending, false, AwaitCurrentSnapshot),
+            (ViewPhase::Pending, false, AwaitCurrentSnapshot),
         );
         check(
             agent("", None),
-            (Phase::Unknown, false, AwaitCurrentSnapshot),
+            (ViewPhase::Unknown, false, AwaitCurrentSnapshot),
         );
     }
 
@@ -240,7 +240,7 @@ mod tests {
     fn a_missing_agent_is_unknown_and_stale() {
         check(
             project(&Binding::MissingAgent),
-            (Phase::Unknown, true, Ready(OutcomeReason::AgentMissing)),
+            (ViewPhase::Unknown, true, Ready(OutcomeReason::AgentMissing)),
         );
     }
 
@@ -252,7 +252,7 @@ mod tests {
         check(
             view,
             (
-                Phase::Complete,
+                ViewPhase::Complete,
                 false,
                 Ready(OutcomeReason::DiscoveryComplete),
             ),

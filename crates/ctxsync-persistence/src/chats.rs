@@ -79,7 +79,7 @@ impl Store {
     }
 
     /// The chat row and its pinned resources, read together; `None` for an unknown chat.
-    pub async fn read_chat_context(&self, chat: ChatId) -> Result<Option<ChatContext>, StoreError> {
+    pub async fn read_chat_context(&self, chat: ChatId) -> Result<Option<StoredChat>, StoreError> {
         self.with_conn(move |conn, _| conn.read(|tx| read_chat_context(tx, chat)))
             .await
     }
@@ -296,7 +296,7 @@ fn store_first_pin(
     Ok(Some((chat, true)))
 }
 
-fn read_chat_context(tx: &mut Tx<'_>, chat_id: ChatId) -> Result<Option<ChatContext>, StoreError> {
+fn read_chat_context(tx: &mut Tx<'_>, chat_id: ChatId) -> Result<Option<StoredChat>, StoreError> {
     let Some(chat) = get_chat(tx, chat_id)? else {
         return Ok(None);
     };
@@ -309,5 +309,5 @@ fn read_chat_context(tx: &mut Tx<'_>, chat_id: ChatId) -> Result<Option<ChatCont
         .into_iter()
         .map(|r| StoredResource::from(r).into_resource())
         .collect::<Result<_, _>>()?;
-    Ok(Some(ChatContext { chat, pinned }))
+    Ok(Some(StoredChat { chat, pinned }))
 }

@@ -147,8 +147,8 @@ pub use error::StoreError;
 pub use gate_attempts::GateAttemptRecord;
 pub use ids::{AgentId, ChatId, ToolCallId, TurnId};
 pub use model::{
-    AgentContext, AgentPhaseGroup, AgentRecord, ChatContext, ChatRecord, MAX_RETIRED_RUN_IDS,
-    NewAgent, PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome,
+    AgentContext, AgentPhaseGroup, AgentRecord, ChatRecord, MAX_RETIRED_RUN_IDS, NewAgent,
+    PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome, StoredChat,
 };
 pub use notify::{
     AgentSubscription, CallChange, ChangeEvent, ChatCallSubscription, ChatSubscription,

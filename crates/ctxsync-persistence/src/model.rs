@@ -229,9 +229,10 @@ impl ChatRecord {
     }
 }
 
-/// A chat and its pinned instruction files and skills (sorted by source).
+/// A chat and its pinned instruction files and skills (sorted by source), as stored; the
+/// chat projection combines them with the live view into a turn's context.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ChatContext {
+pub struct StoredChat {
     /// The chat's row.
     pub chat: ChatRecord,
     /// The pinned copies, sorted by source; empty while nothing is pinned.

@@ -2,14 +2,14 @@
 
 use ctxsync_persistence::test_support::TestStore;
 
-use crate::Backend;
+use crate::backend::TestBackend;
 
 /// A store on its own fresh database; `None` only when PostgreSQL is unreachable and may
 /// be skipped (persistence's `test_support` decides, and says so loudly).
-pub async fn store(backend: Backend) -> Option<TestStore> {
+pub async fn store(backend: TestBackend) -> Option<TestStore> {
     match backend {
-        Backend::Sqlite => Some(TestStore::sqlite().await),
-        Backend::Postgres => TestStore::postgres().await,
+        TestBackend::Sqlite => Some(TestStore::sqlite().await),
+        TestBackend::Postgres => TestStore::postgres().await,
     }
 }
 

@@ -1,14 +1,19 @@
 //! Dev-only helpers shared by the workspace's integration tests; a dev-dependency only
 //! (`cargo xtask layers` rejects any other kind of dependency on it).
 //!
-//! Always built: [`Backend`] and [`on_both_backends!`], the bounded [`poll`]er, the temp
+//! Owns: the helpers more than one crate's tests need, so each is written once. Always
+//! built: [`TestBackend`] and [`on_both_backends!`], the bounded [`poll`]er, the temp
 //! [`Workspace`], the [`heavy`] and [`timing_bound`] guards, and [`golden`]'s tool list
 //! (the one literal the digest and the published rows' golden vectors share). Behind
-//! features: `db`
-//! (`store`, a fresh test database per backend, and `push_accepted`), `process` (log
-//! files, pid liveness and the server's announced addresses for child processes),
-//! `protocol` (builders of resources and snapshots), `bench` (the benchmark examples'
-//! row format) and `tls` (a test certificate authority).
+//! features: `db` (`store`, a fresh test database per backend, `push_accepted` and
+//! `start_run`), `process` (log files, pid liveness and the server's announced addresses
+//! for child processes), `protocol` (builders of resources and snapshots), `bench` (the
+//! benchmark examples' row format) and `tls` (a test certificate authority).
+//!
+//! Must never: be a normal or build dependency of any crate (its helpers would ship in a
+//! binary); pull in a database without the `db` feature, so crates below persistence test
+//! without one; poll without a deadline (every [`poll`] has one and says what it awaited
+//! when it runs out); share a database between tests (each `store` is a fresh one).
 
 #![allow(missing_docs)] // test helpers: each item's doc says what it is for where it helps
 
@@ -28,7 +33,7 @@ mod resources;
 mod tls;
 mod workspace;
 
-pub use backend::Backend;
+pub use backend::TestBackend;
 #[cfg(feature = "bench")]
 pub use bench::{bench_row, bench_row_against};
 #[cfg(feature = "db")]
@@ -44,7 +49,7 @@ pub use tls::TestCa;
 pub use workspace::Workspace;
 
 /// Runs each `async fn $name(x: T)` once per backend, as the tests `$name::sqlite` and
-/// `$name::postgres`. `open` is an `async fn(Backend) -> Option<T>`; `None` (PostgreSQL
+/// `$name::postgres`. `open` is an `async fn(TestBackend) -> Option<T>`; `None` (PostgreSQL
 /// unreachable where that may be skipped, see persistence's `test_support`) skips the
 /// run. The attribute given first is each generated test's attribute (e.g.
 /// `#[tokio::test]` or a multi-threaded one).
@@ -66,14 +71,14 @@ macro_rules! on_both_backends {
 
             #[$test]
             async fn sqlite() {
-                if let Some(world) = ($open)($crate::Backend::Sqlite).await {
+                if let Some(world) = ($open)($crate::TestBackend::Sqlite).await {
                     super::$name(world).await;
                 }
             }
 
             #[$test]
             async fn postgres() {
-                if let Some(world) = ($open)($crate::Backend::Postgres).await {
+                if let Some(world) = ($open)($crate::TestBackend::Postgres).await {
                     super::$name(world).await;
                 }
             }

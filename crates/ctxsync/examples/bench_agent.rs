@@ -14,7 +14,8 @@ use anyhow::{Context, Result, bail};
 use ctxsync::server::{ServerConfig, start};
 use ctxsync_protocol::DiscoveryPhase;
 
-use support::{ctxsync_binary, row, status_kib};
+use ctxsync_test_support::bench_row_against;
+use support::{ctxsync_binary, status_kib};
 
 const SERVERS: usize = 50;
 const TOOLS_PER_SERVER: usize = 5;
@@ -99,7 +100,7 @@ async fn main() -> Result<()> {
     let peak = status_kib(pid, "VmHWM")? / 1024.0;
     let cpu_per_minute = (cpu_after - cpu_before) as f64 / ticks * 60.0 / idle;
 
-    row(
+    bench_row_against(
         "agent_idle_rss_50_servers_200_files",
         rss,
         "MiB",
@@ -107,7 +108,7 @@ async fn main() -> Result<()> {
         None,
         None,
     );
-    row(
+    bench_row_against(
         "agent_peak_rss_50_servers_200_files",
         peak,
         "MiB",
@@ -115,7 +116,7 @@ async fn main() -> Result<()> {
         None,
         None,
     );
-    row(
+    bench_row_against(
         "agent_idle_cpu_per_minute",
         cpu_per_minute,
         "s/min",
@@ -123,7 +124,7 @@ async fn main() -> Result<()> {
         None,
         None,
     );
-    row(
+    bench_row_against(
         "agent_discovery_to_complete_snapshot",
         discovery.as_secs_f64(),
         "s",

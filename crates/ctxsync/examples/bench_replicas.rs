@@ -22,7 +22,8 @@ use ctxsync_protocol::{DiscoveryPhase, RunId, Snapshot, Startup, v1};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
-use support::{ServerProcess, ctxsync_binary, percentile_ms, row, row_with_ratio};
+use ctxsync_test_support::{bench_row, bench_row_against};
+use support::{ServerProcess, ctxsync_binary, percentile_ms};
 
 const API_TOKEN: &str = "bench-replicas-api-token-0123456789";
 /// The polling design the gate replaces.
@@ -333,7 +334,7 @@ async fn main() -> Result<()> {
     let (gate_p50, gate_p99) = (percentile_ms(&gate, 50.0), percentile_ms(&gate, 99.0));
     let (poll_p50, poll_p99) = (percentile_ms(&polling, 50.0), percentile_ms(&polling, 99.0));
     let speedup = poll_p50 / gate_p50.max(f64::MIN_POSITIVE);
-    row_with_ratio(
+    bench_row(
         &format!("gate release p50, {setup} ({} trials)", gate.len()),
         gate_p50,
         "ms",
@@ -342,7 +343,7 @@ async fn main() -> Result<()> {
         Some(">= 10x better than 500 ms polling (ratio: polling / gate)"),
         Some(speedup >= TARGET_RATIO),
     );
-    row_with_ratio(
+    bench_row(
         &format!("gate release p99, {setup} ({} trials)", gate.len()),
         gate_p99,
         "ms",
@@ -352,7 +353,7 @@ async fn main() -> Result<()> {
         Some(gate_p99 <= TARGET_P99.as_secs_f64() * 1000.0),
     );
     for (p, value) in [("p50", poll_p50), ("p99", poll_p99)] {
-        row(
+        bench_row_against(
             &format!(
                 "500 ms polling client {p}, {setup} ({} trials)",
                 polling.len()

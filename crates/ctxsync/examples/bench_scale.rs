@@ -89,6 +89,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::http::Uri;
 use tonic::transport::{Channel, Endpoint};
 
+use ctxsync_test_support::bench_row_against;
 use support::{
     ServerProcess, ctxsync_binary, machine_cpu_ticks, percentile_ms, process_cpu_seconds,
     process_stat, raise_open_files_limit, status_kib,
@@ -440,7 +441,7 @@ fn median(mut values: Vec<f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// [`support::row`], with a figure that could not be measured (NaN) printed as 0: the
+/// [`bench_row_against`], with a figure that could not be measured (NaN) printed as 0: the
 /// row format has no empty figure. `pass` is decided on the measured value by the caller.
 fn row(
     name: &str,
@@ -452,7 +453,7 @@ fn row(
 ) {
     let value = if value.is_finite() { value } else { 0.0 };
     let reference = reference.filter(|r| r.is_finite());
-    support::row(name, value, unit, reference, target, pass);
+    bench_row_against(name, value, unit, reference, target, pass);
 }
 
 /// How the simulated agents reach the server.

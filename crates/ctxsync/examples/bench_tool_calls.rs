@@ -29,7 +29,8 @@ use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 
-use support::{ctxsync_binary, percentile_ms, row, row_with_ratio};
+use ctxsync_test_support::{bench_row, bench_row_against};
+use support::{ctxsync_binary, percentile_ms};
 
 const API_TOKEN: &str = "bench-tool-calls-api-token-0123456789";
 const WARMUP: usize = 20;
@@ -45,7 +46,7 @@ async fn main() -> Result<()> {
     let (direct_p50, direct_p99) = (percentile_ms(&direct, 50.0), percentile_ms(&direct, 99.0));
     eprintln!("bench_tool_calls: direct rmcp p50 {direct_p50:.3} ms, p99 {direct_p99:.3} ms");
     for (label, value) in [("p50", direct_p50), ("p99", direct_p99)] {
-        row(
+        bench_row_against(
             &format!("tool_call.direct_rmcp.{label} ({calls} sequential calls)"),
             value,
             "ms",
@@ -95,7 +96,7 @@ fn report(backend: &str, samples: &[Duration], direct: (f64, f64), targets: (f64
         ("p50", p50, direct.0, targets.0),
         ("p99", p99, direct.1, targets.1),
     ] {
-        row(
+        bench_row_against(
             &format!("tool_call.api.{backend}.{label}"),
             value,
             "ms",
@@ -104,7 +105,7 @@ fn report(backend: &str, samples: &[Duration], direct: (f64, f64), targets: (f64
             None,
         );
         let added = value - reference;
-        row_with_ratio(
+        bench_row(
             &format!("tool_call.api.{backend}.added_{label}"),
             added,
             "ms",

@@ -18,7 +18,7 @@ use ctxsync_persistence::{
 use ctxsync_protocol::call::{AgentCall, MAX_CALL_RESULT_BYTES, ServerCall};
 use ctxsync_protocol::v1::agent_client::AgentClient;
 use ctxsync_protocol::{RunId, Startup, v1};
-use ctxsync_test_support::Backend;
+use ctxsync_test_support::TestBackend;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
@@ -119,10 +119,10 @@ impl World {
         }
     }
 
-    async fn open(backend: Backend) -> Option<Self> {
+    async fn open(backend: TestBackend) -> Option<Self> {
         let db = match backend {
-            Backend::Sqlite => TestStore::sqlite().await,
-            Backend::Postgres => TestStore::postgres().await?,
+            TestBackend::Sqlite => TestStore::sqlite().await,
+            TestBackend::Postgres => TestStore::postgres().await?,
         };
         Some(Self { db })
     }

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use ctxsync_chat_projection::Phase;
+use ctxsync_chat_projection::ViewPhase;
 use ctxsync_context_ui::*;
 
 fn golden(name: &str, actual: &str) {
@@ -31,11 +31,11 @@ fn base(state: DiscoveryState) -> Panel {
         // What the projection would have said for a view shown with this banner.
         mcp_discovery: DiscoveryWords {
             phase: match state {
-                DiscoveryState::Pending => Phase::Pending,
+                DiscoveryState::Pending => ViewPhase::Pending,
                 DiscoveryState::Complete
                 | DiscoveryState::CompleteNoServers
-                | DiscoveryState::Stale => Phase::Complete,
-                DiscoveryState::Unknown => Phase::Unknown,
+                | DiscoveryState::Stale => ViewPhase::Complete,
+                DiscoveryState::Unknown => ViewPhase::Unknown,
             },
             stale: state == DiscoveryState::Stale,
             pending_servers: Vec::new(),

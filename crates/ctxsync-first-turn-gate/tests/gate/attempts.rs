@@ -1,7 +1,7 @@
 //! The shared attempt per (chat, agent, run id): joiners, cancellation, retention of a
 //! timed-out attempt, its refresh, re-keying after a restart, and what re-arms a wait.
 
-use ctxsync_chat_projection::Phase;
+use ctxsync_chat_projection::ViewPhase;
 use ctxsync_first_turn_gate::OutcomeReason;
 use ctxsync_first_turn_gate::memory::MemorySource;
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
@@ -47,7 +47,7 @@ async fn concurrent_callers_join_one_attempt_and_share_one_budget() {
     let turn_started = Instant::now();
     let later = gate.wait_for_discovery(CHAT, AGENT).await;
     assert_eq!(turn_started.elapsed(), Duration::ZERO);
-    assert_eq!(later.phase, Phase::Pending);
+    assert_eq!(later.phase, ViewPhase::Pending);
     assert!(later.wait_timed_out);
     assert_eq!(later.reason, OutcomeReason::EarlierWaitTimedOut);
     assert_eq!(later.waited_ms, 0);
@@ -73,7 +73,7 @@ async fn joiners_are_released_together_and_a_completed_attempt_is_not_kept() {
     for waiter in waiters {
         let (outcome, released_at) = waiter.await.unwrap();
         assert_eq!(released_at, committed_at);
-        assert_eq!(outcome.phase, Phase::Complete);
+        assert_eq!(outcome.phase, ViewPhase::Complete);
     }
     let metrics = gate.metrics();
     assert_eq!((metrics.attempts_started, metrics.waits_released), (1, 3));
@@ -107,7 +107,7 @@ async fn a_cancelled_waiter_leaves_the_others_waiting_and_the_attempt_alive() {
 
     push(&source, AGENT, Some("run-a"), Complete);
     let (outcome, _) = kept.await.unwrap();
-    assert_eq!(outcome.phase, Phase::Complete);
+    assert_eq!(outcome.phase, ViewPhase::Complete);
     assert_eq!(gate.metrics().attempts_started, 1);
 }
 
@@ -189,7 +189,7 @@ async fn a_timed_out_attempt_is_refreshed_by_one_read_once_discovery_completes()
 
     assert_eq!(started.elapsed(), Duration::ZERO);
     assert_eq!(source.discovery_reads() - reads_before, 1);
-    assert_eq!(refreshed.phase, Phase::Complete);
+    assert_eq!(refreshed.phase, ViewPhase::Complete);
     assert!(!refreshed.wait_timed_out);
     assert_eq!(refreshed.counts, COUNTS);
 }
@@ -262,7 +262,7 @@ async fn a_restart_during_a_wait_is_followed_to_the_new_runs_completion() {
     let (outcome, _) = waiter.await.unwrap();
 
     assert_eq!(outcome.waited_ms, 7000);
-    assert_eq!((outcome.phase, outcome.stale), (Phase::Complete, false));
+    assert_eq!((outcome.phase, outcome.stale), (ViewPhase::Complete, false));
     assert_eq!(gate.metrics().attempts_retained, 0);
 }
 

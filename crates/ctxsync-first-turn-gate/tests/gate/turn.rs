@@ -1,7 +1,7 @@
 //! Turn preparation (default and plan mode), the metrics a server exports, and the
 //! release-latency measurement used by benchmarks.
 
-use ctxsync_chat_projection::Phase;
+use ctxsync_chat_projection::ViewPhase;
 use ctxsync_first_turn_gate::memory::MemorySource;
 use ctxsync_first_turn_gate::{OutcomeReason, TurnMode};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending};
@@ -56,7 +56,7 @@ async fn the_first_turn_spends_the_budget_and_later_turns_do_not() {
     let outcome = third.outcome.unwrap();
     assert_eq!(
         (outcome.phase, outcome.wait_timed_out),
-        (Phase::Complete, false)
+        (ViewPhase::Complete, false)
     );
     assert_eq!(gate.metrics().attempts_started, 1);
 }
@@ -77,7 +77,10 @@ async fn a_default_turn_reads_its_tools_after_the_wait() {
 
     assert_eq!(context.tools, ["fs__read", "git__log"]);
     let outcome = context.outcome.unwrap();
-    assert_eq!((outcome.phase, outcome.waited_ms), (Phase::Complete, 800));
+    assert_eq!(
+        (outcome.phase, outcome.waited_ms),
+        (ViewPhase::Complete, 800)
+    );
     assert_eq!(source.inventory_reads(), 1);
 }
 
@@ -106,7 +109,7 @@ async fn a_chat_without_an_agent_does_not_wait() {
 
     let outcome = context.outcome.unwrap();
     assert_eq!(outcome.reason, OutcomeReason::NoBoundAgent);
-    assert_eq!((outcome.phase, outcome.waited_ms), (Phase::Unknown, 0));
+    assert_eq!((outcome.phase, outcome.waited_ms), (ViewPhase::Unknown, 0));
     assert!(context.tools.is_empty());
     assert_eq!(source.discovery_reads(), 0);
 }
@@ -204,7 +207,7 @@ async fn release_latency_is_measured_from_the_commit() {
             })
             .await
             .expect("the waiter was waiting");
-        assert_eq!(sample.outcome.phase, Phase::Complete);
+        assert_eq!(sample.outcome.phase, ViewPhase::Complete);
         latencies.push(sample.latency);
     }
 

@@ -1,7 +1,7 @@
 //! One caller's wait: when it returns at once, what releases it, when it times out, and
 //! how it fails open.
 
-use ctxsync_chat_projection::{Counts, Phase};
+use ctxsync_chat_projection::{Counts, ViewPhase};
 use ctxsync_first_turn_gate::OutcomeReason;
 use ctxsync_first_turn_gate::memory::MemorySource;
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending, Unspecified};
@@ -21,7 +21,7 @@ async fn already_complete_returns_at_once_after_one_read() {
 
     assert_eq!(started.elapsed(), Duration::ZERO);
     assert_eq!(source.discovery_reads(), 1);
-    assert_eq!(outcome.phase, Phase::Complete);
+    assert_eq!(outcome.phase, ViewPhase::Complete);
     assert!(!outcome.stale && !outcome.wait_timed_out);
     assert_eq!(outcome.counts, COUNTS);
     assert_eq!(outcome.reason, OutcomeReason::DiscoveryComplete);
@@ -40,7 +40,7 @@ async fn legacy_agent_returns_at_once() {
     let outcome = gate.wait_for_discovery(CHAT, AGENT).await;
 
     assert_eq!(source.discovery_reads(), 1);
-    assert_eq!(outcome.phase, Phase::Unknown);
+    assert_eq!(outcome.phase, ViewPhase::Unknown);
     assert!(!outcome.stale && !outcome.wait_timed_out);
     assert_eq!(outcome.reason, OutcomeReason::NoCompletenessGuarantee);
     assert_eq!(outcome.waited_ms, 0);
@@ -53,7 +53,7 @@ async fn missing_agent_returns_at_once_as_unknown_and_stale() {
 
     let outcome = gate.wait_for_discovery(CHAT, AGENT).await;
 
-    assert_eq!((outcome.phase, outcome.stale), (Phase::Unknown, true));
+    assert_eq!((outcome.phase, outcome.stale), (ViewPhase::Unknown, true));
     assert_eq!(outcome.reason, OutcomeReason::AgentMissing);
     assert_eq!(outcome.waited_ms, 0);
 }
@@ -71,7 +71,7 @@ async fn no_snapshot_that_appears_later_releases() {
     let (outcome, released_at) = waiter.await.unwrap();
 
     assert_eq!(released_at - started, ms(700));
-    assert_eq!(outcome.phase, Phase::Complete);
+    assert_eq!(outcome.phase, ViewPhase::Complete);
     assert!(!outcome.wait_timed_out && !outcome.stale);
     assert_eq!(outcome.counts, COUNTS);
     assert_eq!(outcome.waited_ms, 700);
@@ -95,7 +95,7 @@ async fn pending_then_complete_releases_on_the_notification_not_a_timer() {
     // The paused clock only moves when a timer is needed: none was.
     assert_eq!(released_at - committed_at, Duration::ZERO);
     assert!(released_at - committed_at < RECHECK);
-    assert_eq!(outcome.phase, Phase::Complete);
+    assert_eq!(outcome.phase, ViewPhase::Complete);
     assert_eq!(outcome.reason, OutcomeReason::DiscoveryComplete);
     let metrics = gate.metrics();
     assert_eq!(metrics.recheck_reads, 0, "no re-check tick was needed");
@@ -117,7 +117,7 @@ async fn a_lost_event_is_covered_by_the_recheck_timer() {
     let (outcome, released_at) = waiter.await.unwrap();
 
     assert_eq!(released_at - started, RECHECK);
-    assert_eq!(outcome.phase, Phase::Complete);
+    assert_eq!(outcome.phase, ViewPhase::Complete);
     let metrics = gate.metrics();
     assert_eq!(
         (metrics.recheck_reads, metrics.notification_wakeups),
@@ -140,7 +140,7 @@ async fn without_notifications_the_recheck_timer_still_releases() {
     let (outcome, released_at) = waiter.await.unwrap();
 
     assert_eq!(released_at - started, 3 * RECHECK);
-    assert_eq!(outcome.phase, Phase::Complete);
+    assert_eq!(outcome.phase, ViewPhase::Complete);
     assert_eq!(
         outcome.error, None,
         "a missing subscription is not the turn's problem"
@@ -184,7 +184,7 @@ async fn pending_times_out_after_the_budget_even_if_it_started_without_a_snapsho
     let (outcome, released_at) = waiter.await.unwrap();
 
     assert_eq!(released_at - started, BUDGET);
-    assert_eq!(outcome.phase, Phase::Pending);
+    assert_eq!(outcome.phase, ViewPhase::Pending);
     assert!(outcome.wait_timed_out && !outcome.stale);
     assert_eq!(outcome.reason, OutcomeReason::BudgetExhausted);
     assert_eq!(outcome.counts, COUNTS);
@@ -206,7 +206,7 @@ async fn a_stale_run_waits_for_the_current_run() {
     let (outcome, released_at) = waiter.await.unwrap();
 
     assert_eq!(released_at - started, ms(1500));
-    assert_eq!((outcome.phase, outcome.stale), (Phase::Complete, false));
+    assert_eq!((outcome.phase, outcome.stale), (ViewPhase::Complete, false));
     assert!(!outcome.wait_timed_out);
 }
 
@@ -228,7 +228,7 @@ async fn a_stale_run_times_out_only_after_the_grace() {
     let (outcome, released_at) = waiter.await.unwrap();
 
     assert_eq!(released_at - started, GRACE);
-    assert_eq!((outcome.phase, outcome.stale), (Phase::Complete, true));
+    assert_eq!((outcome.phase, outcome.stale), (ViewPhase::Complete, true));
     assert!(outcome.wait_timed_out);
     assert_eq!(outcome.reason, OutcomeReason::NoCurrentSnapshot);
     assert_eq!(
@@ -248,7 +248,7 @@ async fn a_legacy_snapshot_under_a_current_run_is_stale() {
     let outcome = gate.wait_for_discovery(CHAT, AGENT).await;
 
     assert_eq!(started.elapsed(), GRACE);
-    assert_eq!((outcome.phase, outcome.stale), (Phase::Unknown, true));
+    assert_eq!((outcome.phase, outcome.stale), (ViewPhase::Unknown, true));
     assert!(outcome.wait_timed_out);
     assert_eq!(outcome.reason, OutcomeReason::NoCurrentSnapshot);
 }
@@ -269,8 +269,8 @@ async fn no_snapshot_times_out_after_the_grace() {
     );
 
     assert_eq!(started.elapsed(), GRACE);
-    assert_eq!(never_connected.phase, Phase::Unknown);
-    assert_eq!(connected.phase, Phase::Pending);
+    assert_eq!(never_connected.phase, ViewPhase::Unknown);
+    assert_eq!(connected.phase, ViewPhase::Pending);
     for outcome in [never_connected, connected] {
         assert!(outcome.wait_timed_out && !outcome.stale);
         assert_eq!(outcome.reason, OutcomeReason::NoCurrentSnapshot);
@@ -289,7 +289,7 @@ async fn a_source_error_fails_open_at_once() {
 
     let outcome = gate.wait_for_discovery(CHAT, AGENT).await;
 
-    assert_eq!(outcome.phase, Phase::Unknown);
+    assert_eq!(outcome.phase, ViewPhase::Unknown);
     assert_eq!(outcome.reason, OutcomeReason::SourceUnavailable);
     assert_eq!(outcome.error.as_deref(), Some("database unavailable"));
     assert_eq!(outcome.waited_ms, 0);
@@ -334,7 +334,7 @@ async fn errors_while_waiting_keep_the_wait_and_are_reported_at_the_end() {
     assert!(outcome.wait_timed_out);
     assert_eq!(
         outcome.phase,
-        Phase::Pending,
+        ViewPhase::Pending,
         "from the last successful read"
     );
     assert_eq!(outcome.counts, COUNTS);
@@ -357,7 +357,7 @@ async fn a_read_error_while_waiting_heals_on_the_next_read() {
     source.fail_reads(None);
     let (outcome, _) = waiter.await.unwrap();
 
-    assert_eq!(outcome.phase, Phase::Complete);
+    assert_eq!(outcome.phase, ViewPhase::Complete);
     assert_eq!(
         (outcome.error, outcome.waited_ms),
         (None, 1000),
@@ -386,6 +386,6 @@ async fn a_commit_right_after_the_first_read_is_not_missed() {
         Duration::ZERO,
         "woken by the notification"
     );
-    assert_eq!(outcome.phase, Phase::Complete);
+    assert_eq!(outcome.phase, ViewPhase::Complete);
     assert_eq!(gate.metrics().recheck_reads, 0);
 }

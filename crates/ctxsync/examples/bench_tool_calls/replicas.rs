@@ -32,8 +32,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::API_TOKEN;
 use crate::support::{
     ServerProcess, machine_cpu_ticks, percentile_ms, process_cpu_seconds, raise_open_files_limit,
-    row, row_with_ratio, status_kib,
+    status_kib,
 };
+use ctxsync_test_support::{bench_row, bench_row_against};
 
 const SIM_AGENTS: usize = 100;
 const CALLERS: usize = 400;
@@ -349,7 +350,7 @@ fn report_latency(cross: &[Duration], same: &[Duration], direct: &Direct, calls:
          {cross_p99:.3} ms; through A p50 {same_p50:.3} ms, p99 {same_p99:.3} ms"
     );
     for (label, value, direct) in [("p50", same_p50, direct.p50), ("p99", same_p99, direct.p99)] {
-        row(
+        bench_row_against(
             &format!("{stem}.holder_replica.{label} ({calls} calls POSTed to A, the agent's)"),
             value,
             "ms",
@@ -362,7 +363,7 @@ fn report_latency(cross: &[Duration], same: &[Duration], direct: &Direct, calls:
         ("p50", cross_p50, direct.p50, ADDED_P50_MS),
         ("p99", cross_p99, direct.p99, ADDED_P99_MS),
     ] {
-        row(
+        bench_row_against(
             &format!("{stem}.other_replica.{label} ({calls} calls POSTed to B, agent on A)"),
             value,
             "ms",
@@ -371,7 +372,7 @@ fn report_latency(cross: &[Duration], same: &[Duration], direct: &Direct, calls:
             None,
         );
         let added = value - direct;
-        row_with_ratio(
+        bench_row(
             &format!("{stem}.other_replica.added_{label}"),
             added,
             "ms",
@@ -584,7 +585,7 @@ async fn memory(replicas: &[Replica; 2], agents: &[SimAgent], rounds: usize) -> 
             "tool_call.replicas.memory_{MEMORY_CALLS}x256KiB.replica_{}",
             replica.name.to_lowercase()
         );
-        row(
+        bench_row_against(
             &format!("{stem}.rss_baseline ({role})"),
             mib(baseline[i]),
             "MiB",
@@ -593,7 +594,7 @@ async fn memory(replicas: &[Replica; 2], agents: &[SimAgent], rounds: usize) -> 
             None,
         );
         let added = mib(peak[i] - baseline[i]);
-        row_with_ratio(
+        bench_row(
             &format!("{stem}.rss_added"),
             added,
             "MiB",
@@ -806,7 +807,7 @@ fn report_throughput(
         "{SIM_AGENTS} simulated agents (gRPC clients answering at once), {callers} callers \
          ({cross} through the replica not holding the stream)"
     );
-    row_with_ratio(
+    bench_row(
         &format!("{stem}.calls_per_s ({setup}, {seconds:.0} s window)"),
         rate,
         "calls/s",
@@ -815,7 +816,7 @@ fn report_throughput(
         Some(&format!(">= {FLOOR_CALLS_PER_S} calls/s")),
         Some(rate >= FLOOR_CALLS_PER_S),
     );
-    row_with_ratio(
+    bench_row(
         &format!("{stem}.errors"),
         errors as f64,
         "calls",
@@ -830,7 +831,7 @@ fn report_throughput(
         (".holder_replica", &holder),
     ] {
         for p in [50.0, 99.0] {
-            row(
+            bench_row_against(
                 &format!("{stem}{label}.latency_p{p:.0}"),
                 percentile_ms(samples, p),
                 "ms",
@@ -875,7 +876,7 @@ fn report_cpu(stem: &str, before: &Reading, after: &Reading, calls: usize) {
             "this bench process: callers and simulated agents",
         ),
     ] {
-        row(
+        bench_row_against(
             &format!("{stem}.cpu_share.{name}"),
             share(cpu),
             "of machine",
@@ -884,7 +885,7 @@ fn report_cpu(stem: &str, before: &Reading, after: &Reading, calls: usize) {
             None,
         );
     }
-    row(
+    bench_row_against(
         &format!("{stem}.cpu_share.machine_busy"),
         busy as f64 / total.max(1) as f64,
         "of machine",
@@ -893,7 +894,7 @@ fn report_cpu(stem: &str, before: &Reading, after: &Reading, calls: usize) {
         None,
     );
     let calls = calls.max(1) as f64;
-    row(
+    bench_row_against(
         &format!("{stem}.replica_cpu_per_call"),
         (replica(0) + replica(1)) * 1000.0 / calls,
         "ms",
@@ -901,7 +902,7 @@ fn report_cpu(stem: &str, before: &Reading, after: &Reading, calls: usize) {
         Some("both replicas' CPU time over the window / calls completed in it"),
         None,
     );
-    row(
+    bench_row_against(
         &format!("{stem}.postgres_cpu_per_call"),
         postgres * 1000.0 / calls,
         "ms",
@@ -910,7 +911,7 @@ fn report_cpu(stem: &str, before: &Reading, after: &Reading, calls: usize) {
         None,
     );
     if let (Some(from), Some(to)) = (before.transactions, after.transactions) {
-        row(
+        bench_row_against(
             &format!("{stem}.db_transactions_per_call"),
             (to - from) / calls,
             "transactions",

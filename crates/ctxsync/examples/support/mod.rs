@@ -12,12 +12,6 @@ use anyhow::{Context, Result, bail};
 use ctxsync_test_support::ServerAddress;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-/// One benchmark row on its own stdout line: [`row`] computes the ratio (value ÷ a
-/// positive reference), [`row_with_ratio`] takes it, for comparisons where smaller values
-/// are better.
-#[allow(unused_imports)] // each example uses a subset, as with `dead_code` above
-pub(crate) use ctxsync_test_support::{bench_row as row_with_ratio, bench_row_against as row};
-
 /// A `kB` line of `/proc/<pid>/status` in KiB, e.g. `VmRSS` or `VmHWM`.
 pub(crate) fn status_kib(pid: u32, key: &str) -> Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;

@@ -3,7 +3,7 @@
 //! types, so the document cannot drift from what is answered. Served at
 //! [`OPENAPI_PATH`]; a committed copy (`crates/ctxsync/openapi.json`) is checked by a test.
 
-use ctxsync_chat_projection::{Deferral, FindToolsResponse, ModelTool, Phase};
+use ctxsync_chat_projection::{Deferral, FindToolsResponse, ModelTool, ViewPhase};
 use ctxsync_context_ui::{DiscoveryWords, Panel};
 use ctxsync_first_turn_gate::Outcome;
 use ctxsync_persistence::{AgentContext, AgentRecord, ChatTurnMode, TurnRecord};
@@ -137,7 +137,7 @@ pub struct SnapshotRow {
     /// The run id of the agent process that pushed it; empty for a legacy agent.
     pub agent_run_id: String,
     /// The projected discovery phase, as in `mcp_discovery`.
-    pub phase: Phase,
+    pub phase: ViewPhase,
     /// The snapshot's version: a per-process counter, 1 for a process's first snapshot.
     pub version: u64,
     /// The agent's hash over its non-MCP resources.

@@ -11,7 +11,7 @@ use ctxsync_persistence::AgentContext;
 use ctxsync_protocol::v1::agent_server::{Agent, AgentServer};
 use ctxsync_protocol::{DiscoveryPhase, Resource, ResourceBody, ResourceStatus, RunId, v1};
 use processes::{
-    AgentProcess, Backend, FixtureWorkspace, Logs, MISSING_COMMAND, ServerProcess, Workspace,
+    AgentProcess, FixtureWorkspace, Logs, MISSING_COMMAND, ServerProcess, TestBackend, Workspace,
     database, wait_for_context, wait_for_log, wait_until_gone,
 };
 use tonic::{Request, Response, Status};
@@ -89,7 +89,7 @@ fn assert_complete_rows(context: &AgentContext) {
     assert_eq!(row(context, "AGENTS.md").status, ResourceStatus::Ok);
 }
 
-async fn pending_then_complete(backend: Backend) {
+async fn pending_then_complete(backend: TestBackend) {
     let Some(store) = database(backend).await else {
         return;
     };
@@ -173,15 +173,15 @@ fn counter(metrics: &str, name: &str) -> f64 {
 
 #[tokio::test]
 async fn pending_then_complete_on_sqlite() {
-    pending_then_complete(Backend::Sqlite).await;
+    pending_then_complete(TestBackend::Sqlite).await;
 }
 
 #[tokio::test]
 async fn pending_then_complete_on_postgres() {
-    pending_then_complete(Backend::Postgres).await;
+    pending_then_complete(TestBackend::Postgres).await;
 }
 
-async fn a_restarted_agent_replaces_the_snapshot(backend: Backend) {
+async fn a_restarted_agent_replaces_the_snapshot(backend: TestBackend) {
     let Some(store) = database(backend).await else {
         return;
     };
@@ -258,17 +258,17 @@ async fn a_restarted_agent_replaces_the_snapshot(backend: Backend) {
 
 #[tokio::test]
 async fn a_restarted_agent_replaces_the_snapshot_on_sqlite() {
-    a_restarted_agent_replaces_the_snapshot(Backend::Sqlite).await;
+    a_restarted_agent_replaces_the_snapshot(TestBackend::Sqlite).await;
 }
 
 #[tokio::test]
 async fn a_restarted_agent_replaces_the_snapshot_on_postgres() {
-    a_restarted_agent_replaces_the_snapshot(Backend::Postgres).await;
+    a_restarted_agent_replaces_the_snapshot(TestBackend::Postgres).await;
 }
 
 #[tokio::test]
 async fn a_server_restart_loses_nothing() {
-    let store = database(Backend::Sqlite).await.unwrap();
+    let store = database(TestBackend::Sqlite).await.unwrap();
     let agent = store.create_agent("e2e").await.unwrap();
     let token = agent.token.expose().to_owned();
     let logs = Logs::new();
@@ -314,7 +314,7 @@ async fn a_server_restart_loses_nothing() {
 /// Rows change behind the agent's back (a database restored from an older copy, written
 /// here straight into the store): the agent's next delta names bodies the server no longer
 /// holds, is refused, and the full snapshot that follows puts the rows right.
-async fn a_delta_on_changed_rows_is_refused_then_sent_whole(backend: Backend) {
+async fn a_delta_on_changed_rows_is_refused_then_sent_whole(backend: TestBackend) {
     let Some(store) = database(backend).await else {
         return;
     };
@@ -388,19 +388,19 @@ async fn a_delta_on_changed_rows_is_refused_then_sent_whole(backend: Backend) {
 
 #[tokio::test]
 async fn a_delta_on_changed_rows_is_refused_then_sent_whole_on_sqlite() {
-    a_delta_on_changed_rows_is_refused_then_sent_whole(Backend::Sqlite).await;
+    a_delta_on_changed_rows_is_refused_then_sent_whole(TestBackend::Sqlite).await;
 }
 
 #[tokio::test]
 async fn a_delta_on_changed_rows_is_refused_then_sent_whole_on_postgres() {
-    a_delta_on_changed_rows_is_refused_then_sent_whole(Backend::Postgres).await;
+    a_delta_on_changed_rows_is_refused_then_sent_whole(TestBackend::Postgres).await;
 }
 
 /// A server that does not offer deltas (`--no-delta-pushes`, answering as one that
 /// predates them) gets full pushes only, and the agent reaches the same rows.
 #[tokio::test]
 async fn a_server_without_deltas_gets_full_pushes_only() {
-    let store = database(Backend::Sqlite).await.unwrap();
+    let store = database(TestBackend::Sqlite).await.unwrap();
     let agent = store.create_agent("e2e").await.unwrap();
     let token = agent.token.expose().to_owned();
     let logs = Logs::new();
@@ -511,7 +511,7 @@ async fn an_old_server_stops_the_pushes_without_crashing_the_agent() {
 
 #[tokio::test]
 async fn a_superseded_agent_exits_with_a_clear_message() {
-    let store = database(Backend::Sqlite).await.unwrap();
+    let store = database(TestBackend::Sqlite).await.unwrap();
     let agent = store.create_agent("e2e").await.unwrap();
     let token = agent.token.expose().to_owned();
     let logs = Logs::new();

@@ -15,7 +15,7 @@ use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentContext, AgentId};
 use ctxsync_protocol::{DiscoveryPhase, ResourceStatus};
 use processes::{
-    AgentProcess, Backend, Logs, MCP_TIMEOUT_MS, ServerProcess, Workspace, ctxsync, database,
+    AgentProcess, Logs, MCP_TIMEOUT_MS, ServerProcess, TestBackend, Workspace, ctxsync, database,
     wait_for_context,
 };
 use reqwest::Method;
@@ -135,7 +135,7 @@ struct Planted {
 
 impl Planted {
     async fn start() -> Self {
-        let store = database(Backend::Sqlite).await.expect("SQLite");
+        let store = database(TestBackend::Sqlite).await.expect("SQLite");
         let agent = store.create_agent("canary").await.expect("agent");
         let token = agent.token.expose().to_owned();
         let logs = Logs::new();

@@ -9,8 +9,8 @@ use std::process::Output;
 
 use ctxsync_protocol::DiscoveryPhase;
 use processes::{
-    AgentProcess, Backend, FixtureWorkspace, Logs, MCP_TIMEOUT_MS, ServerProcess, WAIT, Workspace,
-    ctxsync, database, wait_for_context, wait_for_log,
+    AgentProcess, FixtureWorkspace, Logs, MCP_TIMEOUT_MS, ServerProcess, TestBackend, WAIT,
+    Workspace, ctxsync, database, wait_for_context, wait_for_log,
 };
 
 async fn output(command: &mut tokio::process::Command) -> Output {
@@ -127,7 +127,7 @@ async fn discover_prints_progress_and_a_table() {
 
 #[tokio::test]
 async fn without_mcp_the_agent_publishes_unspecified_and_no_run_id() {
-    let store = database(Backend::Sqlite).await.unwrap();
+    let store = database(TestBackend::Sqlite).await.unwrap();
     let agent = store.create_agent("e2e").await.unwrap();
     let logs = Logs::new();
     let server = ServerProcess::start(&store, &logs).await;
@@ -247,7 +247,7 @@ async fn an_unreachable_server_is_retried_not_fatal() {
 
 #[tokio::test]
 async fn json_logs_are_one_object_per_line_and_the_panel_prints_as_json() {
-    let store = database(Backend::Sqlite).await.unwrap();
+    let store = database(TestBackend::Sqlite).await.unwrap();
     let agent = store.create_agent("json").await.unwrap();
     let chat = store.create_chat(Some(agent.id)).await.unwrap();
     let logs = Logs::new();
@@ -295,7 +295,7 @@ async fn json_logs_are_one_object_per_line_and_the_panel_prints_as_json() {
 async fn calls_prints_the_audit_log_as_json_and_as_a_table() {
     use ctxsync_persistence::{CallAdmission, ChatTurnMode, NewToolCall, NewTurn};
 
-    let store = database(Backend::Sqlite).await.unwrap();
+    let store = database(TestBackend::Sqlite).await.unwrap();
     let agent = store.create_agent("audit").await.unwrap();
     let chat = store.create_chat(Some(agent.id)).await.unwrap().id;
     let turn = NewTurn {

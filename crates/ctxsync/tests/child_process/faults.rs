@@ -17,7 +17,7 @@ use ctxsync_mcp_fixture::FixtureConfig;
 use ctxsync_persistence::test_support::{TestStore, postgres_url};
 use ctxsync_persistence::{AgentContext, AgentId, NewAgent};
 use ctxsync_protocol::{DiscoveryPhase, ResourceBody, RunId};
-use processes::{AgentProcess, Backend, Logs, ServerProcess, Workspace, database};
+use processes::{AgentProcess, Logs, ServerProcess, TestBackend, Workspace, database};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
@@ -351,7 +351,7 @@ async fn a_black_holed_postgres_fails_pushes_and_everything_recovers() {
 }
 
 async fn outage(fault: Path) {
-    let Some(store) = database(Backend::Postgres).await else {
+    let Some(store) = database(TestBackend::Postgres).await else {
         return;
     };
     let outage = Outage {

@@ -11,8 +11,8 @@ use ctxsync_protocol::DiscoveryPhase;
 use serde_json::{Value, json};
 
 use crate::processes::{
-    AgentProcess, Backend, Logs, MCP_TIMEOUT_MS, ServerProcess, WAIT, Workspace, database, poll,
-    wait_for_context,
+    AgentProcess, Logs, MCP_TIMEOUT_MS, ServerProcess, TestBackend, WAIT, Workspace, database,
+    poll, wait_for_context,
 };
 
 const API_TOKEN: &str = "tool-calls-e2e-api-token-0123456789";
@@ -33,13 +33,13 @@ struct World {
 }
 
 impl World {
-    async fn start(backend: Backend, agent_args: &[&str]) -> Option<Self> {
+    async fn start(backend: TestBackend, agent_args: &[&str]) -> Option<Self> {
         Self::start_with(backend, agent_args, serde_json::Map::new(), MCP_TIMEOUT_MS).await
     }
 
     /// [`Self::start`] with `more` servers declared beside the fixture.
     async fn start_with(
-        backend: Backend,
+        backend: TestBackend,
         agent_args: &[&str],
         more: serde_json::Map<String, Value>,
         mcp_timeout_ms: &str,
@@ -213,7 +213,7 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-async fn calls_run_once_and_end_each_way(backend: Backend) {
+async fn calls_run_once_and_end_each_way(backend: TestBackend) {
     let Some(world) = World::start(backend, &[]).await else {
         return;
     };
@@ -403,7 +403,7 @@ async fn unknown_names_are_refused(world: &World, turn: &str) {
     assert_eq!(again["reason"], "not_in_turn");
 }
 
-async fn a_restarted_agent_refuses_the_old_turns_call(backend: Backend) {
+async fn a_restarted_agent_refuses_the_old_turns_call(backend: TestBackend) {
     let Some(mut world) = World::start(backend, &[]).await else {
         return;
     };
@@ -435,7 +435,7 @@ async fn a_restarted_agent_refuses_the_old_turns_call(backend: Backend) {
     assert_eq!(world.events("count", "started"), started_before + 1);
 }
 
-async fn a_killed_agent_ends_its_call_unknown(backend: Backend) {
+async fn a_killed_agent_ends_its_call_unknown(backend: TestBackend) {
     let Some(mut world) = World::start(backend, &[]).await else {
         return;
     };
@@ -460,7 +460,7 @@ async fn a_killed_agent_ends_its_call_unknown(backend: Backend) {
     );
 }
 
-async fn a_pruned_turns_running_call_is_cancelled_first(backend: Backend) {
+async fn a_pruned_turns_running_call_is_cancelled_first(backend: TestBackend) {
     let Some(world) = World::start(backend, &[]).await else {
         return;
     };
@@ -515,7 +515,7 @@ fn installed(env: &str, default: &str) -> Option<std::path::PathBuf> {
 
 /// Calls through the chat API reach servers on the official Python SDK and the
 /// TypeScript SDK (server-everything) as they reach the fixture.
-async fn third_party_servers_answer_calls(backend: Backend) {
+async fn third_party_servers_answer_calls(backend: TestBackend) {
     let (Some(python), Some(everything)) = (
         installed("CTXSYNC_PYTHON_MCP", "py/bin/python"),
         installed(
@@ -591,7 +591,7 @@ async fn third_party_servers_answer_calls(backend: Backend) {
     assert_eq!(status(&timed_out), "timed_out", "{timed_out:#}");
 }
 
-async fn an_agent_without_tool_calls_denies_them(backend: Backend) {
+async fn an_agent_without_tool_calls_denies_them(backend: TestBackend) {
     let Some(world) = World::start(backend, &["--no-tool-calls"]).await else {
         return;
     };
@@ -602,7 +602,7 @@ async fn an_agent_without_tool_calls_denies_them(backend: Backend) {
     assert_eq!(world.events("count", "started"), 0);
 }
 
-async fn an_allow_list_runs_only_the_calls_it_matches(backend: Backend) {
+async fn an_allow_list_runs_only_the_calls_it_matches(backend: TestBackend) {
     let agent_args = [
         "--allow-tool-calls",
         "calls/c?unt",
@@ -640,70 +640,70 @@ async fn an_allow_list_runs_only_the_calls_it_matches(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_run_once_and_end_each_way_on_sqlite() {
-    calls_run_once_and_end_each_way(Backend::Sqlite).await;
+    calls_run_once_and_end_each_way(TestBackend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_run_once_and_end_each_way_on_postgres() {
-    calls_run_once_and_end_each_way(Backend::Postgres).await;
+    calls_run_once_and_end_each_way(TestBackend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_agent_refuses_the_old_turns_call_on_sqlite() {
-    a_restarted_agent_refuses_the_old_turns_call(Backend::Sqlite).await;
+    a_restarted_agent_refuses_the_old_turns_call(TestBackend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_agent_refuses_the_old_turns_call_on_postgres() {
-    a_restarted_agent_refuses_the_old_turns_call(Backend::Postgres).await;
+    a_restarted_agent_refuses_the_old_turns_call(TestBackend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_ends_its_call_unknown_on_sqlite() {
-    a_killed_agent_ends_its_call_unknown(Backend::Sqlite).await;
+    a_killed_agent_ends_its_call_unknown(TestBackend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_ends_its_call_unknown_on_postgres() {
-    a_killed_agent_ends_its_call_unknown(Backend::Postgres).await;
+    a_killed_agent_ends_its_call_unknown(TestBackend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_without_tool_calls_denies_them_on_sqlite() {
-    an_agent_without_tool_calls_denies_them(Backend::Sqlite).await;
+    an_agent_without_tool_calls_denies_them(TestBackend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_without_tool_calls_denies_them_on_postgres() {
-    an_agent_without_tool_calls_denies_them(Backend::Postgres).await;
+    an_agent_without_tool_calls_denies_them(TestBackend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allow_list_runs_only_the_calls_it_matches_on_sqlite() {
-    an_allow_list_runs_only_the_calls_it_matches(Backend::Sqlite).await;
+    an_allow_list_runs_only_the_calls_it_matches(TestBackend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allow_list_runs_only_the_calls_it_matches_on_postgres() {
-    an_allow_list_runs_only_the_calls_it_matches(Backend::Postgres).await;
+    an_allow_list_runs_only_the_calls_it_matches(TestBackend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pruned_turns_running_call_is_cancelled_first_on_sqlite() {
-    a_pruned_turns_running_call_is_cancelled_first(Backend::Sqlite).await;
+    a_pruned_turns_running_call_is_cancelled_first(TestBackend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pruned_turns_running_call_is_cancelled_first_on_postgres() {
-    a_pruned_turns_running_call_is_cancelled_first(Backend::Postgres).await;
+    a_pruned_turns_running_call_is_cancelled_first(TestBackend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn third_party_servers_answer_calls_on_sqlite() {
-    third_party_servers_answer_calls(Backend::Sqlite).await;
+    third_party_servers_answer_calls(TestBackend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn third_party_servers_answer_calls_on_postgres() {
-    third_party_servers_answer_calls(Backend::Postgres).await;
+    third_party_servers_answer_calls(TestBackend::Postgres).await;
 }

@@ -266,7 +266,7 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
     if !browser_available() {
         return;
     }
-    let h = Harness::start(Backend::Sqlite)
+    let h = Harness::start(TestBackend::Sqlite)
         .await
         .expect("SQLite always starts");
     let agent = h.new_agent().await;
@@ -848,7 +848,7 @@ async fn every_state_reads_at_a_glance_and_passes_axe() {
         return;
     }
     let axe = axe_source();
-    let h = Harness::start(Backend::Sqlite)
+    let h = Harness::start(TestBackend::Sqlite)
         .await
         .expect("SQLite always starts");
     let agent = h
@@ -900,7 +900,7 @@ async fn a_stale_banner_clears_live_when_the_fresh_run_publishes() {
     if !browser_available() {
         return;
     }
-    let h = Harness::start(Backend::Sqlite)
+    let h = Harness::start(TestBackend::Sqlite)
         .await
         .expect("SQLite always starts");
     let agent = h.new_agent().await;
@@ -1297,7 +1297,7 @@ async fn the_page_lists_the_chats_tool_calls_live() {
         return;
     }
     let axe = axe_source();
-    let h = Harness::start(Backend::Sqlite)
+    let h = Harness::start(TestBackend::Sqlite)
         .await
         .expect("SQLite always starts");
     let created = h

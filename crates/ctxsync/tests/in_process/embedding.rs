@@ -22,7 +22,7 @@ use std::time::Duration;
 use ctxsync_first_turn_gate::GateConfig;
 use ctxsync_protocol::DiscoveryPhase;
 use serde_json::{Value, json};
-use support::{Backend, Harness};
+use support::{Harness, TestBackend};
 
 const CTXSYNC: &str = env!("CARGO_BIN_EXE_ctxsync");
 /// Far above what publishing one small workspace takes.
@@ -31,7 +31,7 @@ const SERVICE_TOKEN: &str = "chat-service-token-0123456789";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedding_examples_publish_a_workspace_and_prepare_a_turn_from_it() {
-    let h = Harness::start(Backend::Sqlite).await.expect("server");
+    let h = Harness::start(TestBackend::Sqlite).await.expect("server");
     let agent = h
         .server
         .store

@@ -17,7 +17,7 @@ use tonic_health::pb::health_client::HealthClient;
 
 #[tokio::test]
 async fn grpcio_clients_check_health_and_read_the_agent_service_by_reflection() {
-    let h = Harness::start(Backend::Sqlite)
+    let h = Harness::start(TestBackend::Sqlite)
         .await
         .expect("a SQLite server");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/grpc_probes.py");

@@ -53,7 +53,7 @@ const HOSTILE: &str = r#"<img src=x onerror="alert(1)">"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_servers_and_rich_tools_reach_the_chat_api_and_the_page() {
-    let h = Harness::start(Backend::Sqlite)
+    let h = Harness::start(TestBackend::Sqlite)
         .await
         .expect("SQLite always starts");
     let agent = h.new_agent().await;
@@ -230,7 +230,7 @@ fn check_rich_tool(tools: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_served_page_shows_titles_and_badges_with_hostile_text_escaped() {
-    let h = Harness::start(Backend::Sqlite)
+    let h = Harness::start(TestBackend::Sqlite)
         .await
         .expect("SQLite always starts");
     let agent = h.new_agent().await;

@@ -150,7 +150,7 @@ fn push_count(families: &[(String, Family)], result: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_parse_as_prometheus_text_and_move() {
-    let h = Harness::start(Backend::Sqlite)
+    let h = Harness::start(TestBackend::Sqlite)
         .await
         .expect("SQLite needs no service");
     let (text, families) = scrape(&h).await;
@@ -352,7 +352,7 @@ impl std::fmt::Debug for Text {
 
 #[tokio::test]
 async fn metrics_need_the_bearer_token() {
-    let h = Harness::start(Backend::Sqlite)
+    let h = Harness::start(TestBackend::Sqlite)
         .await
         .expect("SQLite needs no service");
     let response = h.http.get(h.url("/metrics")).send().await.expect("GET");

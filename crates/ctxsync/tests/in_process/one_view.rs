@@ -239,7 +239,8 @@ async fn every_surface_uses_the_projections_words(h: Harness) {
 mod sqlite {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_surface_uses_the_projections_words() {
-        let start = super::Harness::start_with(super::Backend::Sqlite, super::BUDGET, super::GRACE);
+        let start =
+            super::Harness::start_with(super::TestBackend::Sqlite, super::BUDGET, super::GRACE);
         if let Some(h) = start.await {
             super::every_surface_uses_the_projections_words(h).await;
         }
@@ -250,7 +251,7 @@ mod postgres {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_surface_uses_the_projections_words() {
         let start =
-            super::Harness::start_with(super::Backend::Postgres, super::BUDGET, super::GRACE);
+            super::Harness::start_with(super::TestBackend::Postgres, super::BUDGET, super::GRACE);
         if let Some(h) = start.await {
             super::every_surface_uses_the_projections_words(h).await;
         }
@@ -263,7 +264,7 @@ mod postgres {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_stream_catches_up_with_a_lost_notification() {
     const RECHECK: Duration = Duration::from_millis(200);
-    let start = Harness::start_configured(Backend::Sqlite, |config| {
+    let start = Harness::start_configured(TestBackend::Sqlite, |config| {
         config.event_recheck = RECHECK;
     });
     let h = start.await.expect("SQLite always starts");

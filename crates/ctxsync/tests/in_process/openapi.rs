@@ -131,7 +131,7 @@ fn the_document_is_openapi_3_1_with_exact_schemas() {
 /// Served at `/api/openapi.json` without a token, equal to the committed copy.
 #[tokio::test]
 async fn the_server_serves_the_document_without_a_token() {
-    let h = Harness::start(Backend::Sqlite).await.expect("server");
+    let h = Harness::start(TestBackend::Sqlite).await.expect("server");
     let response = h
         .http
         .get(h.url("/api/openapi.json"))
@@ -156,7 +156,7 @@ async fn the_server_serves_the_document_without_a_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_finds_no_server_error_or_schema_violation() {
     let h = Harness::start_with(
-        Backend::Sqlite,
+        TestBackend::Sqlite,
         Duration::from_millis(200),
         Duration::from_millis(100),
     )

@@ -56,7 +56,7 @@ fn launcher(path: &Path, config: &FixtureConfig) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_packages_reach_the_chat_with_their_servers_skills_and_problems() {
-    let h = Harness::start(Backend::Sqlite).await.unwrap();
+    let h = Harness::start(TestBackend::Sqlite).await.unwrap();
     let (token, chat) = agent_and_chat(&h).await;
 
     let dir = tempfile::tempdir().unwrap();

@@ -72,10 +72,10 @@ struct Scenario {
 impl Scenario {
     /// The world of one scenario on `backend`, with the scenarios' budget and grace;
     /// `None` only when PostgreSQL may be skipped.
-    async fn open(backend: Backend) -> Option<Self> {
+    async fn open(backend: TestBackend) -> Option<Self> {
         let timing = ctxsync_test_support::timing_bound().await;
         let harness = Harness::start_with(backend, BUDGET, GRACE).await;
-        if backend == Backend::Sqlite {
+        if backend == TestBackend::Sqlite {
             assert!(harness.is_some(), "a SQLite server always starts");
         }
         Some(Self::new(harness?, timing).await)

@@ -497,7 +497,7 @@ fn scan_database_files(scan: &mut Scan, data_dir: &Path, token: &str, canaries: 
 async fn no_secret_leaves_the_agent_and_tokens_are_only_hashes() {
     let server_log = server_log();
     let h = Harness::start_with(
-        Backend::Sqlite,
+        TestBackend::Sqlite,
         Duration::from_secs(3),
         Duration::from_secs(2),
     )
@@ -591,7 +591,7 @@ async fn post_until_answered(addr: &str, head: String, chunked: bool) -> (String
 async fn an_oversized_body_is_refused_before_it_is_read() {
     // Timing-bound: never beside a heavy test (see ctxsync-test-support).
     let _timing = ctxsync_test_support::timing_bound().await;
-    let h = Harness::start(Backend::Sqlite).await.unwrap();
+    let h = Harness::start(TestBackend::Sqlite).await.unwrap();
     let agent = h.new_agent().await;
     let chat = h.new_chat(agent).await;
     let addr = h.server.http_url().trim_start_matches("http://").to_owned();

@@ -13,7 +13,7 @@ use serde_json::json;
 use support::*;
 
 async fn harness() -> Harness {
-    Harness::start(Backend::Sqlite)
+    Harness::start(TestBackend::Sqlite)
         .await
         .expect("SQLite always starts")
 }

@@ -36,7 +36,7 @@ ctxsync_test_support::on_both_backends! {
     the_event_stream_shows_calls_but_never_their_arguments_or_results,
 }
 
-async fn start(backend: Backend) -> Option<Harness> {
+async fn start(backend: TestBackend) -> Option<Harness> {
     Harness::start_configured(backend, |config| {
         config.tool_call_max = Duration::from_secs(120);
     })

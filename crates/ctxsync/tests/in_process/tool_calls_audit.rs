@@ -199,7 +199,7 @@ async fn the_calls_command_prints_the_log(h: Harness) {
 /// server on the same database with no retention at all empties the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_prunes_the_log_past_its_retention() {
-    let h = Harness::start(Backend::Sqlite)
+    let h = Harness::start(TestBackend::Sqlite)
         .await
         .expect("SQLite starts");
     two_ended_calls(&h).await;

@@ -37,11 +37,11 @@ struct Servers {
 }
 
 impl Servers {
-    async fn start(backend: Backend) -> Option<Self> {
+    async fn start(backend: TestBackend) -> Option<Self> {
         let first_dir = tempfile::tempdir().unwrap();
         let (database, db, count) = match backend {
-            Backend::Sqlite => (DatabaseConfig::sqlite_in(first_dir.path()), None, 1),
-            Backend::Postgres => {
+            TestBackend::Sqlite => (DatabaseConfig::sqlite_in(first_dir.path()), None, 1),
+            TestBackend::Postgres => {
                 let db = tokio::task::spawn_blocking(TestDatabase::create)
                     .await
                     .unwrap()?;

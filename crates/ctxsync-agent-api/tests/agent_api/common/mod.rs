@@ -11,7 +11,7 @@ use ctxsync_protocol::{
     DiscoveryPhase, InstructionFileBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
     SkillBody, Snapshot, Startup, v1,
 };
-use ctxsync_test_support::Backend;
+use ctxsync_test_support::TestBackend;
 use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -30,10 +30,10 @@ pub(crate) struct Harness {
 impl Harness {
     /// A harness on `backend` (the per-backend macro's `open`); `None` only when
     /// PostgreSQL may be skipped.
-    pub(crate) async fn open(backend: Backend) -> Option<Self> {
+    pub(crate) async fn open(backend: TestBackend) -> Option<Self> {
         match backend {
-            Backend::Sqlite => Some(Self::sqlite().await),
-            Backend::Postgres => Self::postgres().await,
+            TestBackend::Sqlite => Some(Self::sqlite().await),
+            TestBackend::Postgres => Self::postgres().await,
         }
     }
 

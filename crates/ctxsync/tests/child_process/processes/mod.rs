@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentContext, AgentId};
-pub(crate) use ctxsync_test_support::{Backend, Logs, Workspace, poll, process_alive};
+pub(crate) use ctxsync_test_support::{Logs, TestBackend, Workspace, poll, process_alive};
 use ctxsync_test_support::{ServerAddress, server_address};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
@@ -37,7 +37,7 @@ pub(crate) fn ctxsync() -> Command {
 }
 
 /// A fresh database for one test; `None` only when PostgreSQL may be skipped locally.
-pub(crate) async fn database(backend: Backend) -> Option<TestStore> {
+pub(crate) async fn database(backend: TestBackend) -> Option<TestStore> {
     ctxsync_test_support::store(backend).await
 }
 

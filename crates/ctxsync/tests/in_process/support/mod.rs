@@ -13,7 +13,7 @@ use ctxsync_persistence::{AgentId, DatabaseConfig};
 use ctxsync_protocol::*;
 use serde_json::{Value, json};
 
-pub(crate) use ctxsync_test_support::Backend;
+pub(crate) use ctxsync_test_support::TestBackend;
 
 /// A running server and what keeps its database alive.
 pub(crate) struct Harness {
@@ -25,12 +25,12 @@ pub(crate) struct Harness {
 
 impl Harness {
     /// `None` only when PostgreSQL is unreachable outside CI with the skip flag set.
-    pub(crate) async fn start(backend: Backend) -> Option<Self> {
+    pub(crate) async fn start(backend: TestBackend) -> Option<Self> {
         Self::start_with(backend, Duration::from_secs(5), Duration::from_secs(2)).await
     }
 
     pub(crate) async fn start_with(
-        backend: Backend,
+        backend: TestBackend,
         budget: Duration,
         grace: Duration,
     ) -> Option<Self> {
@@ -44,13 +44,13 @@ impl Harness {
     /// A server with the tests' API token and budgets of 5 s and 2 s, then `configure`'s
     /// changes.
     pub(crate) async fn start_configured(
-        backend: Backend,
+        backend: TestBackend,
         configure: impl FnOnce(&mut ServerConfig),
     ) -> Option<Self> {
         let dir = tempfile::tempdir().expect("temp dir");
         let (database, db) = match backend {
-            Backend::Sqlite => (DatabaseConfig::sqlite_in(dir.path()), None),
-            Backend::Postgres => {
+            TestBackend::Sqlite => (DatabaseConfig::sqlite_in(dir.path()), None),
+            TestBackend::Postgres => {
                 let db = tokio::task::spawn_blocking(TestDatabase::create)
                     .await
                     .expect("create task")?;
