@@ -7,6 +7,7 @@ mod embedding;
 mod fuzz;
 mod layers;
 mod libfuzzer;
+mod names;
 mod portable;
 mod tidy;
 mod tool_catalog;
@@ -188,6 +189,12 @@ fn tidy(root: &Path) -> Result<()> {
         );
     }
     println!("tidy: every Rust file opens with a module doc");
+    let mut naming = names::shared_names(root);
+    naming.extend(names::renaming_reexports(root));
+    if !naming.is_empty() {
+        bail!("one name per concept:\n  {}", naming.join("\n  "));
+    }
+    println!("tidy: no public type shares a name unexplained, nothing is re-exported renamed");
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 /// Hand-written `.rs` files under `dir` (generated code under `src/gen/` is skipped).
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };

@@ -318,8 +318,8 @@ fn config_path(resource: &Resource) -> String {
 
 /// Presence, phase and freshness of a bound agent from the facts that decide them:
 /// whether its current run id is empty (`legacy`), and its snapshot's phase with whether
-/// the snapshot's run id is the current one. [`project`] and the aggregate counts of
-/// [`crate::store::agent_phase_counts`] both decide through it.
+/// the snapshot's run id is the current one. [`project`] and the store adapter's aggregate
+/// counts (`agent_phase_counts`) both decide through it.
 pub fn classify(
     legacy: bool,
     snapshot: Option<(DiscoveryPhase, bool)>,

@@ -5,7 +5,7 @@
 //! The gate keeps its in-process bookkeeping (one shared waiting attempt per key, a cache
 //! of retained timed-out ones); the log is what outlives the process. [`MemoryAttemptLog`]
 //! keeps records in memory, for a single process and for tests; the store-backed one is
-//! [`crate::store::StoreAttemptLog`].
+//! the `store` module's `StoreAttemptLog`.
 
 use std::collections::HashMap;
 use std::future::Future;

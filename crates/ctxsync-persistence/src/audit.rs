@@ -2,14 +2,10 @@
 //! transaction that stores the end, listed newest first and deleted only by age, so it
 //! outlives turn pruning and the deletion of the call's chat or agent (the rows keep
 //! their ids as plain values).
+//! The arguments appear only as their keyed digest (`deployment_secrets`).
 //!
-//! Also owns the deployment's digest key: 32 random bytes in `deployment_secrets`,
-//! created by whichever replica opens the store first, so every replica computes the same
-//! keyed digest of a call's arguments (the one a repeated `call_id` is compared by) and
-//! short arguments cannot be recovered from it by guessing.
-//!
-//! Must never: hold a call's arguments or result (only the keyed digest and sizes), print
-//! the key (`Debug` hides it), or tie a row to anything by a foreign key.
+//! Must never: hold a call's arguments or result (only the keyed digest and sizes), or
+//! tie a row to anything by a foreign key.
 
 use std::fmt;
 use std::str::FromStr;
@@ -19,14 +15,12 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use ctxsync_mcp_model::{CallReason, CallStatus};
 use diesel::prelude::*;
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
 
-use crate::db::{PooledConn, Tx, on_backend};
+use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId, ToolCallId, TurnId};
 use crate::model::stored_u64;
-use crate::schema::{deployment_secrets, tool_call_audit};
+use crate::schema::tool_call_audit;
 use crate::sql_types::DbTime;
 use crate::store::Store;
 
@@ -36,69 +30,6 @@ pub const DEFAULT_AUDIT_PAGE: u32 = 50;
 pub const MAX_AUDIT_PAGE: u32 = 500;
 /// Rows one pruning statement deletes, so no prune holds a long transaction or lock.
 const PRUNE_BATCH: i64 = 1000;
-/// `deployment_secrets.name` of the arguments' digest key.
-const DIGEST_KEY_NAME: &str = "tool_call_arguments_digest";
-/// Length of the digest key.
-const DIGEST_KEY_BYTES: usize = 32;
-
-/// The key of the arguments' digest. `Debug` never shows it.
-pub(crate) struct DigestKey([u8; DIGEST_KEY_BYTES]);
-
-impl fmt::Debug for DigestKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("DigestKey(<redacted>)")
-    }
-}
-
-impl DigestKey {
-    /// HMAC-SHA256 of `text` under the key, lower-case hex (64 characters).
-    pub(crate) fn hex_digest(&self, text: &str) -> String {
-        use fmt::Write;
-        // HMAC takes a key of any length: this cannot fail.
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("an HMAC key of any length");
-        mac.update(text.as_bytes());
-        mac.finalize()
-            .into_bytes()
-            .iter()
-            .fold(String::with_capacity(64), |mut hex, byte| {
-                let _ = write!(hex, "{byte:02x}");
-                hex
-            })
-    }
-}
-
-/// The deployment's digest key, created first if no replica has yet. Two statements, each
-/// committed on its own: of replicas opening together one insert wins and all read it.
-pub(crate) fn load_digest_key(conn: &mut PooledConn) -> Result<DigestKey, StoreError> {
-    let mut fresh = [0u8; DIGEST_KEY_BYTES];
-    getrandom::fill(&mut fresh)
-        .map_err(|e| StoreError::Unavailable(format!("no randomness for the digest key: {e}")))?;
-    conn.single_statement(|tx| {
-        let insert = diesel::insert_into(deployment_secrets::table)
-            .values((
-                deployment_secrets::name.eq(DIGEST_KEY_NAME),
-                deployment_secrets::value.eq(&fresh[..]),
-                deployment_secrets::created_at.eq(DbTime(Utc::now())),
-            ))
-            .on_conflict_do_nothing();
-        on_backend!(tx, |c| insert.execute(c))?;
-        Ok(())
-    })?;
-    let stored: Vec<u8> = conn.single_statement(|tx| {
-        let query = deployment_secrets::table
-            .find(DIGEST_KEY_NAME)
-            .select(deployment_secrets::value);
-        Ok(on_backend!(tx, |c| query.first(c))?)
-    })?;
-    let key = <[u8; DIGEST_KEY_BYTES]>::try_from(stored.as_slice()).map_err(|_| {
-        StoreError::Corrupt(format!(
-            "deployment secret {DIGEST_KEY_NAME}: {} bytes, not {DIGEST_KEY_BYTES}",
-            stored.len()
-        ))
-    })?;
-    Ok(DigestKey(key))
-}
-
 /// PostgreSQL: the audit row of call `$1` as `tool_calls` now holds it.
 #[cfg(feature = "postgres")]
 const RECORD_END_POSTGRES: &str = "\
@@ -422,20 +353,5 @@ mod tests {
             let error = bad.parse::<AuditCursor>().unwrap_err();
             assert!(error.to_string().contains("cursor"), "{bad:?}: {error}");
         }
-    }
-
-    #[test]
-    fn the_key_shows_nowhere_and_digests_are_keyed_hex() {
-        let key = DigestKey([7; DIGEST_KEY_BYTES]);
-        assert_eq!(format!("{key:?}"), "DigestKey(<redacted>)");
-        let digest = key.hex_digest("{}");
-        assert_eq!(digest.len(), 64);
-        assert!(
-            digest
-                .bytes()
-                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        );
-        assert_ne!(digest, DigestKey([8; DIGEST_KEY_BYTES]).hex_digest("{}"));
-        assert_eq!(digest, key.hex_digest("{}"));
     }
 }

@@ -112,6 +112,7 @@ mod agents;
 mod audit;
 mod chats;
 mod db;
+mod deployment_secrets;
 mod error;
 mod gate_attempts;
 mod ids;

@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use crate::audit::DigestKey;
 use crate::db::{Backend, DatabaseConfig, Pool, PooledConn, StoreOptions};
+use crate::deployment_secrets::DigestKey;
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId};
 use crate::notify::{AgentSubscription, ChangeEvent, ChatCallSubscription, ChatSubscription, Hub};
@@ -63,7 +63,7 @@ impl Store {
             tokio::task::spawn_blocking(move || {
                 let pool = Pool::open(&config, &options)?;
                 // After the migrations that create its table.
-                let key = crate::audit::load_digest_key(&mut pool.get()?)?;
+                let key = crate::deployment_secrets::load_digest_key(&mut pool.get()?)?;
                 Ok::<_, StoreError>((pool, key))
             })
             .await

@@ -24,4 +24,3 @@ pub mod secret;
 pub mod server;
 pub mod terminal;
 pub mod tls;
-pub mod tool_call;

@@ -55,9 +55,9 @@ enum Command {
     /// Print a chat's context panel in the terminal.
     Context(ctxsync::context::ContextArgs),
     /// Call one of a chat turn's tools and print what the model is handed.
-    Call(ctxsync::tool_call::call_command::CallArgs),
+    Call(ctxsync::http::tool_call::call_command::CallArgs),
     /// List the tool-call audit log: one row per call end, newest first.
-    Calls(ctxsync::tool_call::list_command::CallsArgs),
+    Calls(ctxsync::http::tool_call::list_command::CallsArgs),
     /// Run the whole system on this machine: server, agent, MCP servers, a chat's first turn.
     Demo(ctxsync::demo::DemoArgs),
     /// Print a shell completion script, e.g. `ctxsync completions bash > /etc/bash_completion.d/ctxsync`.
@@ -131,8 +131,8 @@ fn main() -> ExitCode {
             Command::Agent(args) => ctxsync::agent::run(args).await,
             Command::Discover(args) => ctxsync::discover::run(args).await,
             Command::Context(args) => ctxsync::context::run(args).await,
-            Command::Call(args) => ctxsync::tool_call::call_command::run(args).await,
-            Command::Calls(args) => ctxsync::tool_call::list_command::run(args).await,
+            Command::Call(args) => ctxsync::http::tool_call::call_command::run(args).await,
+            Command::Calls(args) => ctxsync::http::tool_call::list_command::run(args).await,
             Command::Demo(args) => ctxsync::demo::run(args).await,
             Command::McpFixture { .. } | Command::Completions { .. } => {
                 unreachable!("handled before the runtime starts")

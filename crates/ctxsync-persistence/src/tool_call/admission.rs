@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::agents::{RowLock, lock_agent};
-use crate::audit::DigestKey;
 use crate::db::{Tx, on_backend};
+use crate::deployment_secrets::DigestKey;
 use crate::error::StoreError;
 use crate::ids::{AgentId, ChatId, ToolCallId, TurnId};
 use crate::model::{stored_u64, to_i64};

@@ -29,7 +29,7 @@ use super::{ApiError, AppState};
 
 type ApiResult<T = Response> = Result<T, ApiError>;
 
-pub(crate) fn parse_id<T: FromStr>(raw: &str, what: &str) -> ApiResult<T> {
+pub(super) fn parse_id<T: FromStr>(raw: &str, what: &str) -> ApiResult<T> {
     raw.parse()
         .map_err(|_| ApiError::bad_request(format!("invalid {what} id {raw:?}: expected a UUID")))
 }
@@ -37,7 +37,7 @@ pub(crate) fn parse_id<T: FromStr>(raw: &str, what: &str) -> ApiResult<T> {
 /// Unwraps a JSON body, turning serde's message (which names the field) into a 400; a
 /// body over the size limit keeps axum's 413 (it was answered 400 before the security
 /// scan test).
-pub(crate) fn body<T>(json: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
+pub(super) fn body<T>(json: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
     json.map(|Json(value)| value).map_err(|rejection| {
         let status = rejection.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -462,7 +462,7 @@ pub(super) async fn find_tools(
 /// `find_tools` call run it: searches the chat's live catalog and stores what it
 /// activates, each with its origin in the turn's run while that run is the catalog's
 /// (else none, and a call of it is refused). Answers [`FoundTools`] as JSON.
-pub(crate) async fn search_and_activate(
+pub(super) async fn search_and_activate(
     state: &AppState,
     chat: ChatId,
     turn: Option<TurnId>,
@@ -643,7 +643,7 @@ pub(super) async fn context_events(
     let first = panel_of(chat, &loaded);
     let every = state.event_recheck.max(super::bounds::MIN_EVENT_RECHECK);
     let calls =
-        crate::tool_call::events::call_events(state.store.clone(), chat, calls, every).map(Ok);
+        super::tool_call::events::call_events(state.store.clone(), chat, calls, every).map(Ok);
     let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stopping = state.stopping.clone();

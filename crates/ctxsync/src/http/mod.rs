@@ -5,9 +5,10 @@ pub mod api;
 pub mod api_token;
 mod auth;
 pub mod bounds;
-pub(crate) mod handlers;
+mod handlers;
 mod metrics;
 mod page;
+pub mod tool_call;
 
 use std::sync::Arc;
 
@@ -81,15 +82,15 @@ pub fn router(state: AppState) -> Router {
         // Its own body limit: a call's arguments may be 1 MiB.
         .route(
             "/api/chats/{id}/turns/{turn}/tool-calls",
-            post(crate::tool_call::routes::start_call).layer(DefaultBodyLimit::max(
-                crate::tool_call::routes::MAX_CALL_BODY_BYTES,
+            post(tool_call::routes::start_call).layer(DefaultBodyLimit::max(
+                tool_call::routes::MAX_CALL_BODY_BYTES,
             )),
         )
         .route(
             "/api/chats/{id}/turns/{turn}/tool-calls/{call_id}",
-            get(crate::tool_call::routes::get_call).delete(crate::tool_call::routes::cancel_call),
+            get(tool_call::routes::get_call).delete(tool_call::routes::cancel_call),
         )
-        .route("/api/tool-calls", get(crate::tool_call::audit::list_calls))
+        .route("/api/tool-calls", get(tool_call::audit::list_calls))
         .route(
             "/api/chats/{id}/context",
             get(handlers::chat_panel).put(handlers::refresh_context),

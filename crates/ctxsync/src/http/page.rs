@@ -145,7 +145,7 @@ pub(super) async fn page(
     };
     // Read after the panel: the page's event stream starts with the calls' current state,
     // so one that changes in between is corrected as soon as the stream opens.
-    let calls = match crate::tool_call::events::recent_items(&state.store, chat).await {
+    let calls = match super::tool_call::events::recent_items(&state.store, chat).await {
         Ok(calls) => calls,
         Err(e) => return ApiError::from(e).into_response(),
     };

@@ -415,7 +415,7 @@ async fn a_turn_of_a_run_no_longer_current_is_refused_stale_run(h: Harness) {
 /// complete call without a tool error.
 async fn the_call_command_calls_in_a_new_turn_and_fails_unless_complete(h: Harness) {
     let (_, chat, first_turn) = chat_with_turn(&h, "run-1").await;
-    let args = |name: &str, arguments: &str| ctxsync::tool_call::call_command::CallArgs {
+    let args = |name: &str, arguments: &str| ctxsync::http::tool_call::call_command::CallArgs {
         chat: chat.clone(),
         turn: None,
         name: name.to_owned(),
@@ -429,14 +429,14 @@ async fn the_call_command_calls_in_a_new_turn_and_fails_unless_complete(h: Harne
         },
         json: true,
     };
-    ctxsync::tool_call::call_command::run(args("find_tools", r#"{"queries":["search"]}"#))
+    ctxsync::http::tool_call::call_command::run(args("find_tools", r#"{"queries":["search"]}"#))
         .await
         .expect("find_tools completes");
-    let error = ctxsync::tool_call::call_command::run(args("nope", "{}"))
+    let error = ctxsync::http::tool_call::call_command::run(args("nope", "{}"))
         .await
         .unwrap_err();
     assert!(error.to_string().contains("refused"), "{error}");
-    let error = ctxsync::tool_call::call_command::run(args("find_tools", "[1]"))
+    let error = ctxsync::http::tool_call::call_command::run(args("find_tools", "[1]"))
         .await
         .unwrap_err();
     assert!(error.to_string().contains("--args"), "{error}");

@@ -156,39 +156,40 @@ async fn bad_query_values_are_400s_naming_the_parameter(h: Harness) {
 
 async fn the_calls_command_prints_the_log(h: Harness) {
     let (agent, _) = two_ended_calls(&h).await;
-    let args = |agent: Option<&str>, json: bool| ctxsync::tool_call::list_command::CallsArgs {
-        agent: agent.map(str::to_owned),
-        chat: None,
-        since: None,
-        limit: Some(1),
-        cursor: None,
-        api: ctxsync::api_client::ApiClientArgs {
-            server: h.server.http_url(),
-            ca_certs: Vec::new(),
-            api_token: Some(h.server.api_token.parse().unwrap()),
-            data_dir: None,
-        },
-        json,
-    };
-    let page = ctxsync::tool_call::list_command::fetch(&args(None, true))
+    let args =
+        |agent: Option<&str>, json: bool| ctxsync::http::tool_call::list_command::CallsArgs {
+            agent: agent.map(str::to_owned),
+            chat: None,
+            since: None,
+            limit: Some(1),
+            cursor: None,
+            api: ctxsync::api_client::ApiClientArgs {
+                server: h.server.http_url(),
+                ca_certs: Vec::new(),
+                api_token: Some(h.server.api_token.parse().unwrap()),
+                data_dir: None,
+            },
+            json,
+        };
+    let page = ctxsync::http::tool_call::list_command::fetch(&args(None, true))
         .await
         .unwrap();
     assert_eq!(page["calls"][0]["name"], "find_tools", "{page}");
-    let table = ctxsync::tool_call::list_command::table(&page);
+    let table = ctxsync::http::tool_call::list_command::table(&page);
     assert!(table.contains("ctxsync/find_tools"), "{table}");
     assert!(table.contains("More: --cursor "), "{table}");
-    let page = ctxsync::tool_call::list_command::fetch(&args(Some(&agent), false))
+    let page = ctxsync::http::tool_call::list_command::fetch(&args(Some(&agent), false))
         .await
         .unwrap();
     assert_eq!(page["calls"][0]["reason"], "not_in_turn", "{page}");
-    ctxsync::tool_call::list_command::run(args(None, true))
+    ctxsync::http::tool_call::list_command::run(args(None, true))
         .await
         .unwrap();
-    ctxsync::tool_call::list_command::run(args(None, false))
+    ctxsync::http::tool_call::list_command::run(args(None, false))
         .await
         .unwrap();
     // The server's refusal, word for word.
-    let error = ctxsync::tool_call::list_command::run(args(Some("x"), false))
+    let error = ctxsync::http::tool_call::list_command::run(args(Some("x"), false))
         .await
         .unwrap_err();
     assert!(error.to_string().contains("400"), "{error}");
