@@ -1,6 +1,6 @@
 //! The agent's call wing (issue 36): the `ToolCalls` stream to the control plane and the
-//! tool calls it carries, run through the MCP engine ([`CallRunner`], implemented for
-//! `ctxsync_agent_diagnostics::ToolCaller`).
+//! tool calls it carries, run through the MCP engine ([`CallRunner`]; the binary
+//! implements it over the engine's `ToolCaller`).
 //!
 //! Owns: opening the stream on the publisher's registered connection (after an
 //! `UpdateStartup` that declared `accepts_tool_calls`) with `Hello`, heartbeats, the
@@ -25,8 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ctxsync_agent_diagnostics::{CallSpec, ToolCaller};
-use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
+use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallSpec, CallStatus};
 use ctxsync_protocol::call::{
     AgentCall, CALL_HEARTBEAT, CALL_SILENCE_LIMIT, CallRequest, MAX_CALL_RESULT_BYTES, ServerCall,
 };
@@ -130,21 +129,6 @@ pub trait CallRunner: Clone + Send + Sync + 'static {
         progress: mpsc::Sender<CallProgress>,
         cancel: CancellationToken,
     ) -> impl Future<Output = CallEnd> + Send;
-}
-
-impl CallRunner for ToolCaller {
-    fn lists(&self, server: &str, tool: &str) -> bool {
-        ToolCaller::lists(self, server, tool)
-    }
-
-    fn call(
-        &self,
-        spec: CallSpec,
-        progress: mpsc::Sender<CallProgress>,
-        cancel: CancellationToken,
-    ) -> impl Future<Output = CallEnd> + Send {
-        ToolCaller::call(self, spec, progress, cancel)
-    }
 }
 
 /// A connection the publisher registered on; `generation` grows with each registration.

@@ -22,7 +22,7 @@ use crate::backoff::{Backoff, BackoffPolicy};
 use crate::calls::{CallRunner, CallWing, Registered, ToolCallConfig};
 use crate::connection::{BearerAuth, Connection, ServerTarget};
 use crate::error::PublishError;
-use crate::report::ReportSource;
+use crate::report_source::{ReportSource, SourceClosed};
 use crate::resolve::{Resolution, ScanConfig, merge_snapshot_errors, resolve_with_watch};
 use crate::scan;
 use crate::tls::certificate_problem;
@@ -465,7 +465,7 @@ async fn produce(
 async fn report_changed(
     source: Option<&mut Box<dyn ReportSource>>,
     open: bool,
-) -> Result<(), crate::report::SourceClosed> {
+) -> Result<(), SourceClosed> {
     match source {
         Some(source) if open => source.changed().await,
         _ => std::future::pending().await,

@@ -18,13 +18,14 @@ use ctxsync_protocol::limits::{
     encoded_server_len_without_tools, encoded_tool_entry_len, truncate_to_boundary,
 };
 use ctxsync_protocol::{
-    DiscoveryPhase, InstructionFileBody, McpServerBody, McpServerInfo, McpTool, PendingServer,
-    Resource, ResourceBody, ResourceStatus, RunId, SkillBody, Snapshot,
+    DiscoveryPhase, InstructionFileBody, McpServerBody, McpServerInfo, McpTool, Resource,
+    ResourceBody, ResourceStatus, RunId, SkillBody, Snapshot,
 };
+
+use ctxsync_mcp_model::{ConfigFileOutcome, PendingServer, Report, ReportPhase, ServerReport};
 
 use crate::front_matter::parse_front_matter;
 use crate::hash::{Canonical, aggregate_hash, server_hash};
-use crate::report::{DiscoveryReport, PendingOutcome, ReportPhase, ServerOutcome};
 use crate::scan::{self, Candidate, FileRead, Kind, WatchSet};
 
 /// Largest context file whose content is sent; larger files are `OVERSIZE` (still hashed).
@@ -72,7 +73,7 @@ pub struct Resolution {
     pub snapshot_error: Option<String>,
     /// While pending: the servers still connecting (names within the wire's limits, at
     /// most [`MAX_PENDING_SERVERS`]), with when each started.
-    pub pending: Vec<PendingOutcome>,
+    pub pending: Vec<PendingServer>,
 }
 
 impl Resolution {
@@ -88,7 +89,7 @@ impl Resolution {
         let pending_servers = self
             .pending
             .iter()
-            .map(|pending| PendingServer {
+            .map(|pending| ctxsync_protocol::PendingServer {
                 server_name: pending.name.clone(),
                 elapsed_ms: now
                     .duration_since(pending.since)
@@ -111,7 +112,7 @@ impl Resolution {
 
 /// The report's pending servers as the wire allows them: only while pending, names
 /// non-empty and within the source limit, each once, at most [`MAX_PENDING_SERVERS`].
-fn pending_servers(report: Option<&DiscoveryReport>) -> Vec<PendingOutcome> {
+fn pending_servers(report: Option<&Report>) -> Vec<PendingServer> {
     let Some(report) = report.filter(|r| r.phase == ReportPhase::Pending) else {
         return Vec::new();
     };
@@ -120,7 +121,7 @@ fn pending_servers(report: Option<&DiscoveryReport>) -> Vec<PendingOutcome> {
         .pending
         .iter()
         .filter(|p| !p.name.is_empty())
-        .map(|p| PendingOutcome {
+        .map(|p| PendingServer {
             name: truncate_to_boundary(&p.name, MAX_SOURCE_BYTES).to_owned(),
             since: p.since,
         })
@@ -131,14 +132,14 @@ fn pending_servers(report: Option<&DiscoveryReport>) -> Vec<PendingOutcome> {
 
 /// Resolves the context of `scan` against one sampled `report` (`None` without MCP
 /// discovery). Never fails: unreadable or invalid inputs become row statuses and errors.
-pub fn resolve(scan: &ScanConfig, report: Option<&DiscoveryReport>) -> Resolution {
+pub fn resolve(scan: &ScanConfig, report: Option<&Report>) -> Resolution {
     resolve_with_watch(scan, report).0
 }
 
 /// [`resolve`], plus the directories whose changes may change the result.
 pub(crate) fn resolve_with_watch(
     scan: &ScanConfig,
-    report: Option<&DiscoveryReport>,
+    report: Option<&Report>,
 ) -> (Resolution, WatchSet) {
     let mut resolver = Resolver {
         workspace: scan::normalize(Path::new("/"), &scan.workspace_dir),
@@ -266,7 +267,7 @@ enum Planned<'a> {
 
 /// A server of the report with its content hash (computed once: tool lists can be large).
 struct HashedServer<'a> {
-    outcome: &'a ServerOutcome,
+    outcome: &'a ServerReport,
     content_hash: String,
     size_bytes: u64,
 }
@@ -282,7 +283,7 @@ impl Resolver {
     fn candidates(
         &mut self,
         scan: &ScanConfig,
-        report: Option<&DiscoveryReport>,
+        report: Option<&Report>,
     ) -> Vec<(String, Candidate)> {
         let mut out = Vec::new();
         let mut roots_seen = HashSet::new();
@@ -395,7 +396,7 @@ impl Resolver {
         source: String,
         candidate: &Candidate,
         excluded: bool,
-        report: Option<&DiscoveryReport>,
+        report: Option<&Report>,
     ) -> Resource {
         let source_path = Some(candidate.path.to_string_lossy().into_owned());
         let mut row = Resource {
@@ -523,7 +524,7 @@ impl Resolver {
 /// (a row already failing keeps its status), a warning is added to the row's `error`.
 fn apply_config_outcomes<'a>(
     row: &mut Resource,
-    outcomes: impl Iterator<Item = &'a crate::report::ConfigOutcome>,
+    outcomes: impl Iterator<Item = &'a ConfigFileOutcome>,
 ) {
     // Sorted, so the report's order of outcomes never changes the row.
     let mut errors: Vec<&str> = Vec::new();
@@ -589,7 +590,7 @@ pub(crate) fn is_kebab_case(name: &str) -> bool {
 
 /// Servers sorted by name (ties by their content, so equal reports resolve alike whatever
 /// order the engine listed them in), each hashed once.
-fn sorted_servers(report: &DiscoveryReport) -> Vec<HashedServer<'_>> {
+fn sorted_servers(report: &Report) -> Vec<HashedServer<'_>> {
     let mut servers: Vec<(String, HashedServer<'_>)> = report
         .servers
         .iter()
@@ -690,7 +691,7 @@ fn server_row(
 /// what the snapshot can still spend; long instructions go first when it cannot.
 fn add_details(
     body: &mut McpServerBody,
-    server: &ServerOutcome,
+    server: &ServerReport,
     budget: &mut usize,
 ) -> Option<String> {
     let details = server.details.as_ref()?;
@@ -1233,7 +1234,7 @@ mod tests {
     #[test]
     fn always_load_is_kept_whatever_the_size_limits_leave_out() {
         let body = |connected: bool, budget: usize| {
-            let outcome = ServerOutcome {
+            let outcome = ServerReport {
                 name: "s".into(),
                 connected,
                 tools: vec![McpTool {
@@ -1242,7 +1243,7 @@ mod tests {
                     ..Default::default()
                 }]
                 .into(),
-                details: Some(crate::report::ServerDetails {
+                details: Some(ctxsync_mcp_model::ServerDetails {
                     instructions: Some("i".repeat(100)),
                     ..Default::default()
                 }),
@@ -1319,10 +1320,10 @@ mod golden {
     use ctxsync_test_support::golden::tools;
 
     use super::*;
-    use crate::report::ServerDetails;
+    use ctxsync_mcp_model::ServerDetails;
 
-    fn outcome() -> ServerOutcome {
-        ServerOutcome {
+    fn outcome() -> ServerReport {
+        ServerReport {
             name: "fs".into(),
             connected: true,
             tools: tools().into(),
@@ -1357,7 +1358,7 @@ mod golden {
 
     #[test]
     fn a_server_row_with_every_field_set() {
-        let report = DiscoveryReport {
+        let report = Report {
             phase: ReportPhase::Complete,
             servers: vec![outcome()],
             ..Default::default()
