@@ -2,9 +2,10 @@
 //! the MCP engine's discovery report into versioned snapshots and delivers the newest one
 //! to the control plane.
 //!
-//! Owns: the per-process run id; the context resolver ([`resolve`]: instruction files,
-//! skills and their front matter ([`parse_front_matter`]), `.mcp.json` rows, MCP server
-//! rows, caps and statuses); snapshot versions and the aggregate hash; watching context files (polling,
+//! Owns: the per-process run id; the context resolver ([`resolve`], by job: instruction
+//! files, skills and their front matter ([`parse_front_matter`]) and `.mcp.json` rows;
+//! MCP server rows with tool definitions fitted and shed to the wire's limits; caps and
+//! statuses); snapshot versions and the aggregate hash; watching context files (polling,
 //! with a snapshot error, whatever cannot be watched); the push loop over gRPC with
 //! registration (`UpdateStartup`) on every connection, coalescing, backoff and reconnects
 //! ([`Publisher`]); the connection to the server, `http://` or `https://` (rustls inside
@@ -82,8 +83,6 @@
 #![deny(missing_docs)]
 
 mod backoff;
-mod call_policy;
-mod calls;
 mod connection;
 mod error;
 mod front_matter;
@@ -92,25 +91,29 @@ mod publisher;
 mod report_source;
 mod resolve;
 mod scan;
+mod timing;
 mod tls;
+mod tool_call;
 mod watcher;
 
 pub use backoff::{BackoffPolicy, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX};
-pub use call_policy::{CallGlob, CallGlobError, CallPolicy, MAX_CALL_GLOB_BYTES};
-pub use calls::{
-    CallRunner, DEFAULT_TOOL_RESULT_MAX_BYTES, MAX_RUNNING_CALLS, MAX_WAITING_CALLS,
-    MIN_TOOL_RESULT_BYTES, REMEMBERED_CALL_IDS, ToolCallConfig,
-};
 pub use error::PublishError;
 pub use front_matter::{FrontMatter, FrontMatterError, parse_front_matter};
 pub use publisher::{
-    ConnectionState, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL,
-    DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_MAX_WATCHED_DIRS, DEFAULT_POLL_INTERVAL,
-    DEFAULT_REQUEST_TIMEOUT, Publisher, PublisherConfig, PublisherStatus, Timing,
+    ConnectionState, DEFAULT_MAX_WATCHED_DIRS, Publisher, PublisherConfig, PublisherStatus,
 };
 pub use report_source::{ChangedFuture, ReportSource, SourceClosed};
 pub use resolve::{
     DEFAULT_SERVER_ERROR, MAX_CONTEXT_BYTES, MAX_CONTEXT_RESOURCES, MAX_FILE_BYTES, Resolution,
     SERVER_SOURCE_PREFIX, ScanConfig, resolve,
+};
+pub use timing::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT, Timing,
+};
+pub use tool_call::{
+    CallGlob, CallGlobError, CallPolicy, CallRunner, DEFAULT_TOOL_RESULT_MAX_BYTES,
+    MAX_CALL_GLOB_BYTES, MAX_RUNNING_CALLS, MAX_WAITING_CALLS, MIN_TOOL_RESULT_BYTES,
+    REMEMBERED_CALL_IDS, ToolCallConfig,
 };
 pub use watcher::DEFAULT_DEBOUNCE;
