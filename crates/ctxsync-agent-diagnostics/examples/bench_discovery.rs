@@ -17,8 +17,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use ctxsync_agent_diagnostics::{Engine, EngineConfig, Phase, RetryPolicy};
+use ctxsync_agent_diagnostics::{Engine, EngineConfig, RetryPolicy};
 use ctxsync_mcp_fixture::FixtureConfig;
+use ctxsync_mcp_model::ReportPhase;
 use ctxsync_test_support::bench_row_against as emit;
 use serde_json::{Value, json};
 
@@ -208,7 +209,7 @@ async fn discover(fixture: &Path, count: usize) -> (Engine, Duration, tempfile::
     let engine = Engine::start(config);
     let mut reports = engine.subscribe();
     let report = reports
-        .wait_for(|report| report.phase == Phase::Complete)
+        .wait_for(|report| report.phase == ReportPhase::Complete)
         .await
         .expect("engine alive")
         .clone();

@@ -5,7 +5,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use serde::{Deserialize, Serialize};
+use ctxsync_mcp_model::ConfigFileOutcome;
 use serde_json::{Map, Value};
 
 use crate::safe_file::{MAX_CONFIG_FILE_BYTES, SafeFileError, read_regular_file};
@@ -79,17 +79,6 @@ impl ServerEntry {
     }
 }
 
-/// What went wrong (or deserves a warning) in one config file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConfigOutcome {
-    /// The file.
-    pub path: PathBuf,
-    /// A structural error (the whole file was rejected) or the list of rejected entries.
-    pub error: Option<String>,
-    /// Something that did not reject anything, e.g. an ignored duplicate server name.
-    pub warning: Option<String>,
-}
-
 /// One config file to read, and where its symlinks may lead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigFile {
@@ -125,7 +114,7 @@ impl ConfigFile {
 pub fn parse_config_file(
     file: &ConfigFile,
     env: &BTreeMap<String, String>,
-) -> (Vec<ServerEntry>, Option<ConfigOutcome>) {
+) -> (Vec<ServerEntry>, Option<ConfigFileOutcome>) {
     let path = &file.path;
     let read = read_regular_file(path, file.confined_to.as_deref(), MAX_CONFIG_FILE_BYTES);
     match read {
@@ -147,7 +136,7 @@ pub fn parse_config_bytes(
     path: &Path,
     bytes: &[u8],
     env: &BTreeMap<String, String>,
-) -> (Vec<ServerEntry>, Option<ConfigOutcome>) {
+) -> (Vec<ServerEntry>, Option<ConfigFileOutcome>) {
     let reject = |message: String| (Vec::new(), Some(outcome_error(path, message)));
     let document: Value = match serde_json::from_slice(bytes) {
         Ok(document) => document,
@@ -210,7 +199,7 @@ pub fn parse_config_bytes(
 pub fn load_config_files(
     files: &[ConfigFile],
     env: &BTreeMap<String, String>,
-) -> (Vec<ServerEntry>, Vec<ConfigOutcome>) {
+) -> (Vec<ServerEntry>, Vec<ConfigFileOutcome>) {
     let mut seen_paths = HashSet::new();
     let mut declared: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut entries = Vec::new();
@@ -241,7 +230,7 @@ pub fn load_config_files(
                 outcome.warning = warning;
                 outcomes.push(outcome);
             }
-            (None, Some(warning)) => outcomes.push(ConfigOutcome {
+            (None, Some(warning)) => outcomes.push(ConfigFileOutcome {
                 path: path.clone(),
                 error: None,
                 warning: Some(warning),
@@ -252,8 +241,8 @@ pub fn load_config_files(
     (entries, outcomes)
 }
 
-fn outcome_error(path: &Path, error: String) -> ConfigOutcome {
-    ConfigOutcome {
+fn outcome_error(path: &Path, error: String) -> ConfigFileOutcome {
+    ConfigFileOutcome {
         path: path.to_owned(),
         error: Some(error),
         warning: None,

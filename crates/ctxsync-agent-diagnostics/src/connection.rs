@@ -7,6 +7,7 @@ use std::{
     time::Duration,
 };
 
+use ctxsync_mcp_model::{McpConnectTimings, McpIcon, McpTool, McpToolAnnotations, ServerDetails};
 use rmcp::{
     ClientHandler, RoleClient,
     model::{
@@ -27,7 +28,6 @@ use crate::{
     lifecycle::{McpLifecycle, ProbeDeadline, ProbeWatch},
     line_limit::MAX_MESSAGE_BYTES,
     process::{ProcessGroups, ServerProcess, SpawnSpec},
-    report::{ConnectTimings, ServerDetails, ToolAnnotations, ToolIcon, ToolInfo},
     sanitize::{
         MAX_DIAGNOSTIC_BYTES, SecretSet, bound_to, redact_known, redact_tools, sanitize_diagnostic,
     },
@@ -61,7 +61,7 @@ pub const MIN_TOOLS_TTL: Duration = Duration::from_secs(5);
 
 /// One complete tool listing.
 struct Listing {
-    tools: Vec<ToolInfo>,
+    tools: Vec<McpTool>,
     warning: Option<String>,
     /// When to list again because the result's `ttlMs` expires (never for none or 0).
     refresh_in: Option<Duration>,
@@ -87,7 +87,7 @@ pub(crate) struct ServerEvent {
 pub(crate) enum EventKind {
     /// The first complete tool listing succeeded.
     Connected {
-        tools: Arc<[ToolInfo]>,
+        tools: Arc<[McpTool]>,
         warning: Option<String>,
         details: ServerDetails,
     },
@@ -95,7 +95,7 @@ pub(crate) enum EventKind {
     ConnectFailed { error: String },
     /// A re-list after `tools/list_changed` succeeded.
     ToolsChanged {
-        tools: Arc<[ToolInfo]>,
+        tools: Arc<[McpTool]>,
         warning: Option<String>,
     },
     /// A re-list after `tools/list_changed` failed on a working connection: the previous
@@ -227,7 +227,7 @@ impl ConnectionTask {
     /// A listing's tools and warning as they may leave this task: the tools redacted of
     /// the server's own secrets, the warning (which names server-supplied tool names)
     /// sanitized.
-    fn clean(&self, listing: Listing) -> (Arc<[ToolInfo]>, Option<String>) {
+    fn clean(&self, listing: Listing) -> (Arc<[McpTool]>, Option<String>) {
         let mut tools = listing.tools;
         redact_tools(&mut tools, &self.tool_secrets);
         let warning = listing.warning.map(|warning| self.sanitize(&warning));
@@ -506,7 +506,7 @@ impl ConnectionTask {
             }
         };
         let handshake_ms = millis(handshake_done) - start_ms.unwrap_or(0);
-        let timings = ConnectTimings {
+        let timings = McpConnectTimings {
             start_ms,
             handshake_ms,
             tools_ms: millis(started.elapsed() - handshake_done),
@@ -812,7 +812,7 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// What the server said about itself in its handshake.
-fn describe(peer: &Peer<RoleClient>, timings: ConnectTimings) -> ServerDetails {
+fn describe(peer: &Peer<RoleClient>, timings: McpConnectTimings) -> ServerDetails {
     let Some(info) = peer.peer_info() else {
         return ServerDetails {
             timings,
@@ -921,18 +921,18 @@ fn shown_name(name: &str) -> String {
 }
 
 /// The engine's copy of a tool, every field the server gave kept.
-fn tool_info(tool: rmcp::model::Tool) -> ToolInfo {
+fn tool_info(tool: rmcp::model::Tool) -> McpTool {
     use rmcp::model::IconTheme;
     let object =
         |map: &serde_json::Map<String, serde_json::Value>| serde_json::Value::Object(map.clone());
-    ToolInfo {
+    McpTool {
         input_schema: object(&tool.input_schema),
         output_schema: tool.output_schema.as_deref().map(object),
         meta: tool.meta.as_ref().map(|meta| object(meta)),
         name: tool.name.into_owned(),
         description: tool.description.map(|d| d.into_owned()).unwrap_or_default(),
         title: tool.title.unwrap_or_default(),
-        annotations: tool.annotations.map(|a| ToolAnnotations {
+        annotations: tool.annotations.map(|a| McpToolAnnotations {
             title: a.title.unwrap_or_default(),
             read_only_hint: a.read_only_hint,
             destructive_hint: a.destructive_hint,
@@ -943,7 +943,7 @@ fn tool_info(tool: rmcp::model::Tool) -> ToolInfo {
             .icons
             .unwrap_or_default()
             .into_iter()
-            .map(|icon| ToolIcon {
+            .map(|icon| McpIcon {
                 src: icon.src,
                 mime_type: icon.mime_type.unwrap_or_default(),
                 sizes: icon.sizes.unwrap_or_default(),

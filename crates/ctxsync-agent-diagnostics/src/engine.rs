@@ -8,6 +8,9 @@ use std::{
     time::Duration,
 };
 
+use ctxsync_mcp_model::{
+    ConfigFileOutcome, McpTool, PendingServer, Report, ReportPhase, ServerDetails, ServerReport,
+};
 use tokio::{
     sync::{mpsc, oneshot, watch},
     task::JoinHandle,
@@ -16,11 +19,11 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::{ConfigFile, ConfigOutcome, ServerEntry, load_config_files},
+    config::{ConfigFile, ServerEntry, load_config_files},
     connection::{ConnectionTask, EventKind, ServerEvent},
     lifecycle::{DEFAULT_DISCOVER_PROBE_TIMEOUT, McpLifecycle},
     process::ProcessGroups,
-    report::{PendingServer, Phase, Progress, Report, ServerDetails, ServerReport, ToolInfo},
+    progress::Progress,
     sanitize::{SecretSet, sanitize_diagnostic},
     tool_call::CallTargets,
 };
@@ -249,7 +252,7 @@ impl Engine {
             config.workspace_dir = cwd.join(&config.workspace_dir);
         }
         let (commands, commands_rx) = mpsc::unbounded_channel();
-        let (report_tx, report) = watch::channel(Arc::new(Report::initial()));
+        let (report_tx, report) = watch::channel(Arc::new(Report::default()));
         let (progress_tx, progress) = watch::channel(Progress::default());
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let groups = Arc::new(ProcessGroups::default());
@@ -289,7 +292,7 @@ impl Engine {
             slots: BTreeMap::new(),
             task_names: HashMap::new(),
             config_outcomes: Vec::new(),
-            phase: Phase::Pending,
+            phase: ReportPhase::Pending,
             reload: None,
             queued: None,
             progress: Progress::default(),
@@ -404,7 +407,7 @@ struct TaskHandle {
 struct Live {
     entry: ServerEntry,
     task: TaskHandle,
-    tools: Arc<[ToolInfo]>,
+    tools: Arc<[McpTool]>,
     list_warning: Option<String>,
     /// What the server said about itself when this connection was made.
     details: ServerDetails,
@@ -491,8 +494,8 @@ struct Actor {
     secrets: Arc<SecretSet>,
     slots: BTreeMap<String, Slot>,
     task_names: HashMap<u64, String>,
-    config_outcomes: Vec<ConfigOutcome>,
-    phase: Phase,
+    config_outcomes: Vec<ConfigFileOutcome>,
+    phase: ReportPhase,
     reload: Option<ReloadRun>,
     queued: Option<Vec<Waiter>>,
     progress: Progress,
@@ -577,7 +580,7 @@ impl Actor {
         self.secrets = Arc::new(secrets);
         self.config_outcomes = outcomes
             .into_iter()
-            .map(|outcome| ConfigOutcome {
+            .map(|outcome| ConfigFileOutcome {
                 error: outcome
                     .error
                     .map(|e| sanitize_diagnostic(&e, &self.secrets)),
@@ -826,7 +829,7 @@ impl Actor {
         }
         let run = self.reload.take().expect("checked");
         if run.initial {
-            self.phase = Phase::Complete;
+            self.phase = ReportPhase::Complete;
         }
         self.publish();
         let report = self.report_tx.borrow().clone();
@@ -868,7 +871,7 @@ impl Actor {
 
     fn publish(&mut self) {
         let mut pending: Vec<PendingServer> = match &self.reload {
-            Some(run) if run.initial && self.phase == Phase::Pending => run
+            Some(run) if run.initial && self.phase == ReportPhase::Pending => run
                 .waiting
                 .values()
                 .map(|(name, since)| PendingServer {

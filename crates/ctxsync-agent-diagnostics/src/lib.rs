@@ -1,22 +1,25 @@
 //! Agent-side MCP discovery for ctxsync (layer 1).
 //!
-//! This crate owns what is true about MCP in a workspace: parsing `.mcp.json` files
+//! Owns: what is true about MCP in a workspace: parsing `.mcp.json` files
 //! ([`load_config_files`], with structural and semantic errors as data), the [`Engine`] that
 //! connects to every declared server with rmcp (stdio child processes in their own process
 //! groups, or streamable HTTP), lists their tools with a cursor guard and a tool cap, reloads
-//! differentially when config files change, retries failed servers, and publishes one
-//! immutable [`Report`] (phase, per-server and per-file outcomes) that readers get without
-//! blocking. Every diagnostic leaving it is sanitized and bounded ([`sanitize_diagnostic`]).
-//! Files a workspace names are opened with [`open_regular_file`] (regular files only,
-//! symlinks kept inside the workspace, reads bounded), which the agent's context resolver
-//! shares. Agent Plugins packages ([`discover_plugins`]) add their `mcp.json` servers as
+//! differentially when config files change, retries failed servers, and produces one
+//! immutable `ctxsync_mcp_model::Report` (phase, per-server and per-file outcomes, servers
+//! still connecting) that readers get without blocking, plus live reload [`Progress`].
+//! Every diagnostic leaving it is sanitized and bounded ([`sanitize_diagnostic`]). Files a
+//! workspace names are opened with [`open_regular_file`] (regular files only, symlinks kept
+//! inside the workspace, reads bounded), which the agent's context resolver shares. Agent
+//! Plugins packages ([`discover_plugins`]) add their `mcp.json` servers as
 //! `<plugin>/<server>`, launched with an allow-listed environment, never the agent's own.
-//! [`Engine::caller`] gives a [`ToolCaller`] that runs a tool call on a connected server
-//! (its deadline, `notifications/cancelled`, progress, the whole result capped and
-//! sanitized) without touching discovery.
+//! [`Engine::caller`] gives a [`ToolCaller`] ([`tool_call`]) that runs a tool call on a
+//! connected server (its deadline, `notifications/cancelled`, progress, the whole result
+//! capped and sanitized) without touching discovery.
 //!
-//! It must never know about protobuf, gRPC or databases, and never depends on another ctxsync
-//! crate (only `ctxsync-mcp-fixture`, as a dev-dependency for tests).
+//! Must never: know about protobuf, gRPC or databases; depend on a ctxsync crate other than
+//! `ctxsync-mcp-model` (the records it reports with and the tool call's envelope; tests also
+//! use `ctxsync-mcp-fixture` and `ctxsync-test-support`); declare its own copy of a record
+//! that crate holds.
 //!
 //! # Example
 //!
@@ -24,7 +27,8 @@
 //! that cannot start is a terminal result too, reported as data:
 //!
 //! ```
-//! use ctxsync_agent_diagnostics::{Engine, EngineConfig, Phase};
+//! use ctxsync_agent_diagnostics::{Engine, EngineConfig};
+//! use ctxsync_mcp_model::ReportPhase;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -35,7 +39,7 @@
 //! )?;
 //!
 //! let engine = Engine::start(EngineConfig::new(workspace.path()));
-//! let report = engine.subscribe().wait_for(|r| r.phase == Phase::Complete).await?.clone();
+//! let report = engine.subscribe().wait_for(|r| r.phase == ReportPhase::Complete).await?.clone();
 //! let docs = &report.servers[0];
 //! assert_eq!(docs.name, "docs");
 //! assert!(!docs.connected && docs.error.is_some());
@@ -53,15 +57,15 @@ mod lifecycle;
 mod line_limit;
 mod plugin;
 mod process;
-mod report;
+mod progress;
 mod safe_file;
 mod sanitize;
 pub mod tool_call;
 mod watch;
 
 pub use config::{
-    ConfigFile, ConfigOutcome, MAX_SERVER_NAME_BYTES, ServerEntry, TransportConfig,
-    load_config_files, parse_config_bytes, parse_config_file,
+    ConfigFile, MAX_SERVER_NAME_BYTES, ServerEntry, TransportConfig, load_config_files,
+    parse_config_bytes, parse_config_file,
 };
 pub use connection::{
     MAX_INSTRUCTIONS_BYTES, MAX_TOOL_NAME_BYTES, MAX_TOOL_PAGES, MAX_TOOLS_PER_SERVER,
@@ -78,12 +82,9 @@ pub use plugin::{
     PLUGINS_DIR, Plugin, PluginLaunch, PluginScan, default_plugin_dirs, discover_plugins,
     load_plugin_servers, load_plugins, parse_plugin_servers, plugin_watch_paths,
 };
-pub use report::{
-    ConnectTimings, PendingServer, Phase, Progress, Report, ServerDetails, ServerReport,
-    ToolAnnotations, ToolIcon, ToolInfo,
-};
+pub use progress::Progress;
 pub use safe_file::{
     MAX_CONFIG_FILE_BYTES, RegularFile, SafeFileError, open_regular_file, read_regular_file,
 };
 pub use sanitize::{MAX_DIAGNOSTIC_BYTES, REDACTED, SecretSet, sanitize_diagnostic};
-pub use tool_call::{CallSpec, DEFAULT_MAX_RESULT_BYTES, ToolCaller};
+pub use tool_call::{DEFAULT_MAX_RESULT_BYTES, ToolCaller};

@@ -15,7 +15,9 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::config::{ConfigOutcome, ServerEntry, TransportConfig, name_problems, quote_name};
+use ctxsync_mcp_model::ConfigFileOutcome;
+
+use crate::config::{ServerEntry, TransportConfig, name_problems, quote_name};
 use crate::safe_file::{MAX_CONFIG_FILE_BYTES, SafeFileError, read_regular_file};
 
 /// A plugin's manifest, at its root.
@@ -99,7 +101,7 @@ pub struct PluginScan {
     pub plugins: Vec<Plugin>,
     /// Problems, each on the file it is about (a rejected manifest, an ignored field, a
     /// package without `plugin.json`, a name already taken).
-    pub outcomes: Vec<ConfigOutcome>,
+    pub outcomes: Vec<ConfigFileOutcome>,
 }
 
 /// The default plugin directories: the workspace's `.agents/plugins`, then the home
@@ -134,7 +136,7 @@ pub fn discover_plugins(dirs: &[PathBuf]) -> PluginScan {
             continue;
         }
         let manifest_path = package.join(PLUGIN_MANIFEST);
-        let outcome = |error: Option<String>, warning: Option<String>| ConfigOutcome {
+        let outcome = |error: Option<String>, warning: Option<String>| ConfigFileOutcome {
             path: manifest_path.clone(),
             error,
             warning,
@@ -191,7 +193,7 @@ pub fn discover_plugins(dirs: &[PathBuf]) -> PluginScan {
     }
     if over_limit > 0 {
         let path = dirs.first().cloned().unwrap_or_default();
-        scan.outcomes.push(ConfigOutcome {
+        scan.outcomes.push(ConfigFileOutcome {
             path,
             error: Some(format!(
                 "{over_limit} plugin packages not loaded: at most {MAX_PLUGINS} are"
@@ -204,7 +206,10 @@ pub fn discover_plugins(dirs: &[PathBuf]) -> PluginScan {
 
 /// Every plugin server of `dirs` and every problem found on the way: [`discover_plugins`],
 /// then [`load_plugin_servers`] for each plugin, data directories under `data_root`.
-pub fn load_plugins(dirs: &[PathBuf], data_root: &Path) -> (Vec<ServerEntry>, Vec<ConfigOutcome>) {
+pub fn load_plugins(
+    dirs: &[PathBuf],
+    data_root: &Path,
+) -> (Vec<ServerEntry>, Vec<ConfigFileOutcome>) {
     let scan = discover_plugins(dirs);
     let mut entries = Vec::new();
     let mut outcomes = scan.outcomes;
@@ -393,7 +398,7 @@ fn plugin_name_problem(name: &str) -> Option<&'static str> {
 pub fn load_plugin_servers(
     plugin: &Plugin,
     data_root: &Path,
-) -> (Vec<ServerEntry>, Option<ConfigOutcome>) {
+) -> (Vec<ServerEntry>, Option<ConfigFileOutcome>) {
     let path = plugin.dir.join(PLUGIN_MCP_CONFIG);
     match read_regular_file(&path, Some(&plugin.root), MAX_CONFIG_FILE_BYTES) {
         Ok(bytes) => parse_plugin_servers(plugin, data_root, &path, &bytes),
@@ -406,8 +411,8 @@ pub fn load_plugin_servers(
     }
 }
 
-fn disabled(path: &Path, why: &str) -> ConfigOutcome {
-    ConfigOutcome {
+fn disabled(path: &Path, why: &str) -> ConfigFileOutcome {
+    ConfigFileOutcome {
         path: path.to_owned(),
         error: Some(format!("the plugin's MCP servers are disabled: {why}")),
         warning: None,
@@ -420,7 +425,7 @@ pub fn parse_plugin_servers(
     data_root: &Path,
     path: &Path,
     bytes: &[u8],
-) -> (Vec<ServerEntry>, Option<ConfigOutcome>) {
+) -> (Vec<ServerEntry>, Option<ConfigFileOutcome>) {
     let reject = |why: String| (Vec::new(), Some(disabled(path, &why)));
     let document: Value = match serde_json::from_slice(bytes) {
         Ok(document) => document,
@@ -480,7 +485,7 @@ pub fn parse_plugin_servers(
             }
         }
     }
-    let outcome = (!invalid.is_empty()).then(|| ConfigOutcome {
+    let outcome = (!invalid.is_empty()).then(|| ConfigFileOutcome {
         path: path.to_owned(),
         error: Some(format!(
             "{} invalid server {}, not started: {}",

@@ -15,7 +15,7 @@ mod patterns;
 
 use std::collections::BTreeSet;
 
-use crate::report::ToolInfo;
+use ctxsync_mcp_model::McpTool;
 
 /// Upper bound of any diagnostic, in bytes.
 pub const MAX_DIAGNOSTIC_BYTES: usize = 4096;
@@ -291,7 +291,7 @@ pub(crate) fn redact_known(text: &str, secrets: &SecretSet) -> String {
 /// descriptions, schemas, titles, icons and `_meta`. Only known secrets: a description that
 /// documents `--token=<token>` is not leaking one, and another server's values are no
 /// concern here.
-pub(crate) fn redact_tools(tools: &mut [ToolInfo], secrets: &SecretSet) {
+pub(crate) fn redact_tools(tools: &mut [McpTool], secrets: &SecretSet) {
     if secrets.is_empty() {
         return;
     }
@@ -725,7 +725,7 @@ mod tests {
             s.insert("own-env-secret");
             s.insert("agent-token-123");
         });
-        let mut out = vec![ToolInfo {
+        let mut out = vec![McpTool {
             name: "read_own-env-secret".into(),
             description: "uses agent-token-123; pass --token=<token>; CI is true".into(),
             input_schema: serde_json::json!({
@@ -733,13 +733,13 @@ mod tests {
                 "properties": { "own-env-secret": { "default": "b3duLWVudi1zZWNyZXQ=" } },
             }),
             title: "Read own-env-secret".into(),
-            annotations: Some(crate::report::ToolAnnotations {
+            annotations: Some(ctxsync_mcp_model::McpToolAnnotations {
                 title: "agent-token-123".into(),
                 read_only_hint: Some(true),
                 ..Default::default()
             }),
             output_schema: Some(serde_json::json!({"description": "own-env-secret"})),
-            icons: vec![crate::report::ToolIcon {
+            icons: vec![ctxsync_mcp_model::McpIcon {
                 src: "https://x/i.png?key=own-env-secret".into(),
                 ..Default::default()
             }],

@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
+use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallSpec, CallStatus};
 use rmcp::{
     RoleClient, ServiceError,
     model::{
@@ -26,7 +26,7 @@ use rmcp::{
     },
     service::{Peer, PeerRequestOptions},
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -52,23 +52,6 @@ const REDACTION_MARGIN: usize = 256 * 1024;
 const CUT_MARKER: &str = "\n... [truncated]";
 /// The error text of a call whose connection closed under it.
 const CLOSED: &str = "the MCP server's connection closed during the call";
-
-/// One call to run.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CallSpec {
-    /// The server's name as the engine reports it.
-    pub server: String,
-    /// The tool's own name on that server.
-    pub tool: String,
-    /// The call's arguments.
-    pub arguments: Map<String, Value>,
-    /// The call's deadline, from now.
-    pub timeout: Duration,
-    /// The cap of the whole result in bytes (text cut on a character boundary,
-    /// `structuredContent` dropped when it does not fit, a binary block over it replaced
-    /// by a placeholder naming its type and size).
-    pub max_result_bytes: usize,
-}
 
 /// Calls tools on the engine's connected servers. Cheap to clone; lives as long as any
 /// clone, but calls only servers the engine holds connected.

@@ -17,8 +17,7 @@ use std::path::PathBuf;
 
 use ctxsync_agent_diagnostics::{Engine, EngineConfig};
 use ctxsync_agent_publication::{
-    DEFAULT_MAX_WATCHED_DIRS, EngineReports, Publisher, PublisherConfig, PublisherStatus,
-    ScanConfig, Timing,
+    DEFAULT_MAX_WATCHED_DIRS, Publisher, PublisherConfig, PublisherStatus, ScanConfig, Timing,
 };
 use ctxsync_protocol::DiscoveryPhase;
 
@@ -67,7 +66,7 @@ pub(crate) async fn publish_until_complete(
         timing: Timing::default(),
         max_watched_dirs: DEFAULT_MAX_WATCHED_DIRS,
     };
-    let result = match Publisher::new(config, Some(Box::new(EngineReports::new(&engine)))) {
+    let result = match Publisher::new(config, Some(Box::new(engine.subscribe()))) {
         Ok(publisher) => {
             let mut status = publisher.status();
             let accepted_complete = |s: &PublisherStatus| {

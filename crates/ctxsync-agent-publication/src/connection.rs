@@ -28,7 +28,7 @@ use tonic::transport::{Channel, Endpoint};
 use tower_service::Service;
 
 use crate::error::PublishError;
-use crate::publisher::Timing;
+use crate::timing::Timing;
 use crate::tls;
 
 pub(crate) type Client = AgentClient<InterceptedService<Channel, BearerAuth>>;

@@ -2,18 +2,19 @@
 //! the MCP engine's discovery report into versioned snapshots and delivers the newest one
 //! to the control plane.
 //!
-//! Owns: the per-process run id; the context resolver ([`resolve`]: instruction files,
-//! skills and their front matter ([`parse_front_matter`]), `.mcp.json` rows, MCP server
-//! rows, caps and statuses); snapshot versions and the aggregate hash; watching context
-//! files (polling, with a snapshot error, whatever cannot be watched); the push loop over
-//! gRPC with registration (`UpdateStartup`) on every connection, coalescing, backoff and
-//! reconnects ([`Publisher`]); the connection to the server, `http://` or `https://`
-//! (rustls inside the one-connection connector; the platform's trusted roots plus
-//! [`PublisherConfig::ca_cert_files`]); the call wing ([`Publisher::with_tool_calls`]):
-//! the `ToolCalls` stream opened after each registration that declared
-//! `accepts_tool_calls`, and the tool calls it carries, run through a [`CallRunner`] (the
-//! engine's `ToolCaller`); which of them may run ([`ToolCallConfig`]: `--no-tool-calls`,
-//! or the globs of `--allow-tool-calls` as a [`CallPolicy`]).
+//! Owns: the per-process run id; the context resolver ([`resolve`], by job: instruction
+//! files, skills and their front matter ([`parse_front_matter`]) and `.mcp.json` rows;
+//! MCP server rows with tool definitions fitted and shed to the wire's limits; caps and
+//! statuses); snapshot versions and the aggregate hash; watching context files (polling,
+//! with a snapshot error, whatever cannot be watched); the push loop over gRPC with
+//! registration (`UpdateStartup`) on every connection, coalescing, backoff and reconnects
+//! ([`Publisher`]); the connection to the server, `http://` or `https://` (rustls inside
+//! the one-connection connector; the platform's trusted roots plus
+//! [`PublisherConfig::ca_cert_files`]); and the agent's side of tool calls
+//! ([`Publisher::with_tool_calls`]): the `ToolCalls` stream opened after each registration
+//! that declared `accepts_tool_calls`, and the tool calls it carries, run through a
+//! [`CallRunner`]; which of them may run ([`ToolCallConfig`]: `--no-tool-calls`, or the
+//! globs of `--allow-tool-calls` as a [`CallPolicy`]).
 //!
 //! Only one refusal stops the publisher: a newer process of the same agent superseded it
 //! ([`PublishError::Superseded`]). Everything else is retried: transient failures with
@@ -34,9 +35,12 @@
 //!   there is one publisher per agent process;
 //! - follow a symlink out of its scan root.
 //!
-//! The MCP engine reaches this crate through [`ReportSource`]: [`EngineReports`] follows a
-//! `ctxsync_agent_diagnostics::Engine` and maps each report with [`discovery_report`].
-//! Without a source (`--no-mcp`) snapshots carry `UNSPECIFIED` and no run id.
+//! The MCP engine reaches this crate through two seams, both wired by the agent's binary:
+//! [`ReportSource`] hands over the engine's own `ctxsync_mcp_model::Report` (the
+//! engine's `subscribe()` channel is one as it is), and [`CallRunner`] runs a call (the
+//! binary implements it over the engine's `ToolCaller`). This crate keeps no copy of the
+//! engine's report. Without a source (`--no-mcp`) snapshots carry `UNSPECIFIED` and no
+//! run id.
 //!
 //! # Example
 //!
@@ -47,7 +51,7 @@
 //! ```no_run
 //! use ctxsync_agent_diagnostics::{Engine, EngineConfig};
 //! use ctxsync_agent_publication::{
-//!     DEFAULT_MAX_WATCHED_DIRS, EngineReports, Publisher, PublisherConfig, ScanConfig, Timing,
+//!     DEFAULT_MAX_WATCHED_DIRS, Publisher, PublisherConfig, ScanConfig, Timing,
 //! };
 //!
 //! # async fn publish(token: String) -> Result<(), Box<dyn std::error::Error>> {
@@ -67,7 +71,7 @@
 //!     timing: Timing::default(),
 //!     max_watched_dirs: DEFAULT_MAX_WATCHED_DIRS,
 //! };
-//! let publisher = Publisher::new(config, Some(Box::new(EngineReports::new(&engine))))?;
+//! let publisher = Publisher::new(config, Some(Box::new(engine.subscribe())))?;
 //! let status = publisher.status(); // versions published, pushes answered, connection
 //! // Runs until a newer process of the same agent supersedes this one.
 //! let superseded = publisher.run().await.unwrap_err();
@@ -79,41 +83,37 @@
 #![deny(missing_docs)]
 
 mod backoff;
-mod call_policy;
-mod calls;
 mod connection;
-mod engine_source;
 mod error;
 mod front_matter;
 mod hash;
 mod publisher;
-mod report;
+mod report_source;
 mod resolve;
 mod scan;
+mod timing;
 mod tls;
+mod tool_call;
 mod watcher;
 
 pub use backoff::{BackoffPolicy, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX};
-pub use call_policy::{CallGlob, CallGlobError, CallPolicy, MAX_CALL_GLOB_BYTES};
-pub use calls::{
-    CallRunner, DEFAULT_TOOL_RESULT_MAX_BYTES, MAX_RUNNING_CALLS, MAX_WAITING_CALLS,
-    MIN_TOOL_RESULT_BYTES, REMEMBERED_CALL_IDS, ToolCallConfig,
-};
-pub use ctxsync_agent_diagnostics::CallSpec;
-pub use engine_source::{EngineReports, discovery_report};
 pub use error::PublishError;
 pub use front_matter::{FrontMatter, FrontMatterError, parse_front_matter};
 pub use publisher::{
-    ConnectionState, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL,
-    DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_MAX_WATCHED_DIRS, DEFAULT_POLL_INTERVAL,
-    DEFAULT_REQUEST_TIMEOUT, Publisher, PublisherConfig, PublisherStatus, Timing,
+    ConnectionState, DEFAULT_MAX_WATCHED_DIRS, Publisher, PublisherConfig, PublisherStatus,
 };
-pub use report::{
-    ChangedFuture, ConfigOutcome, DiscoveryReport, PendingOutcome, ReportPhase, ReportSource,
-    ServerDetails, ServerOutcome, SourceClosed,
-};
+pub use report_source::{ChangedFuture, ReportSource, SourceClosed};
 pub use resolve::{
     DEFAULT_SERVER_ERROR, MAX_CONTEXT_BYTES, MAX_CONTEXT_RESOURCES, MAX_FILE_BYTES, Resolution,
     SERVER_SOURCE_PREFIX, ScanConfig, resolve,
+};
+pub use timing::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT, Timing,
+};
+pub use tool_call::{
+    CallGlob, CallGlobError, CallPolicy, CallRunner, DEFAULT_TOOL_RESULT_MAX_BYTES,
+    MAX_CALL_GLOB_BYTES, MAX_RUNNING_CALLS, MAX_WAITING_CALLS, MIN_TOOL_RESULT_BYTES,
+    REMEMBERED_CALL_IDS, ToolCallConfig,
 };
 pub use watcher::DEFAULT_DEBOUNCE;

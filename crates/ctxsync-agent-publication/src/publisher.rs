@@ -18,64 +18,19 @@ use tokio::time::sleep;
 use tonic::Code;
 use tracing::{debug, error, info, warn};
 
-use crate::backoff::{Backoff, BackoffPolicy};
-use crate::calls::{CallRunner, CallWing, Registered, ToolCallConfig};
+use crate::backoff::Backoff;
 use crate::connection::{BearerAuth, Connection, ServerTarget};
 use crate::error::PublishError;
-use crate::report::ReportSource;
+use crate::report_source::{ReportSource, SourceClosed};
 use crate::resolve::{Resolution, ScanConfig, merge_snapshot_errors, resolve_with_watch};
 use crate::scan;
+use crate::timing::Timing;
 use crate::tls::certificate_problem;
-use crate::watcher::{DEFAULT_DEBOUNCE, FileWatcher};
+use crate::tool_call::{CallRunner, CallWing, Registered, ToolCallConfig};
+use crate::watcher::FileWatcher;
 
-/// Bound on establishing one connection to the server (TCP and, for https, the TLS
-/// handshake).
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bound on one RPC; a slower server is treated as gone and reconnected to.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// HTTP/2 ping interval, so a silently dead connection is noticed while idle.
-pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-/// How long a ping may go unanswered before the connection counts as dead.
-pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often context files are re-read while some of them cannot be watched (the platform
-/// file watcher cannot run, or a directory is over the watch budget or the system's limit).
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(30);
 /// Default for [`PublisherConfig::max_watched_dirs`].
 pub const DEFAULT_MAX_WATCHED_DIRS: usize = 8192;
-
-/// Every delay and bound the publisher uses; tests shrink them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Timing {
-    /// Quiet period after a context-file event before resolving.
-    pub debounce: Duration,
-    /// Spacing of reconnects after a transient failure.
-    pub backoff: BackoffPolicy,
-    /// Bound on establishing one connection ([`DEFAULT_CONNECT_TIMEOUT`]).
-    pub connect_timeout: Duration,
-    /// Bound on one RPC ([`DEFAULT_REQUEST_TIMEOUT`]).
-    pub request_timeout: Duration,
-    /// HTTP/2 ping interval, also while idle ([`DEFAULT_KEEPALIVE_INTERVAL`]).
-    pub keepalive_interval: Duration,
-    /// How long a ping may go unanswered ([`DEFAULT_KEEPALIVE_TIMEOUT`]).
-    pub keepalive_timeout: Duration,
-    /// How often context files that cannot be watched are re-read
-    /// ([`DEFAULT_POLL_INTERVAL`]).
-    pub poll_interval: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Self {
-            debounce: DEFAULT_DEBOUNCE,
-            backoff: BackoffPolicy::default(),
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
-            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
-            poll_interval: DEFAULT_POLL_INTERVAL,
-        }
-    }
-}
 
 /// What the publisher needs to run.
 #[derive(Clone, PartialEq, Eq)]
@@ -465,7 +420,7 @@ async fn produce(
 async fn report_changed(
     source: Option<&mut Box<dyn ReportSource>>,
     open: bool,
-) -> Result<(), crate::report::SourceClosed> {
+) -> Result<(), SourceClosed> {
     match source {
         Some(source) if open => source.changed().await,
         _ => std::future::pending().await,

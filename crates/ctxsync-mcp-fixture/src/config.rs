@@ -697,7 +697,7 @@ impl FixtureConfig {
             tools.push(ToolSpec::new("report_env", environment_report()));
         }
         if self.call_tools {
-            tools.extend(crate::call_tools::specs());
+            tools.extend(crate::tool_call::specs());
         }
         tools
     }

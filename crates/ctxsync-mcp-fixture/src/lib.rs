@@ -15,21 +15,21 @@
 //! per call event (`started`, `cancelled`, `finished`) so tests see what reached the server.
 //! Other crates' tests get the binary from [`binary_path`].
 //!
+//! The tool-call behaviour (`--call-tools`, `--call-log`) lives in one module, `tool_call`.
+//!
 //! It must never be a normal dependency of a library crate (dev-dependency only; the demo
 //! binary is the one exception) and never depends on other ctxsync crates.
 
 #![deny(missing_docs)]
 
 mod binary;
-mod call_log;
-mod call_tools;
 mod config;
 mod http;
 mod malformed;
 mod process;
-mod sampling;
 mod server;
 mod silent;
+mod tool_call;
 
 pub use binary::{FIXTURE_BIN_ENV, binary_path};
 pub use config::{FixtureConfig, FixtureLifecycle, FixtureTransport, MalformedStdout, ToolSpec};

@@ -20,9 +20,8 @@ use rmcp::{
 };
 
 use crate::{
-    call_log::{CallEvent, CallRecorder},
-    call_tools::{Answer, CallTool, Ending},
     config::{FixtureConfig, FixtureLifecycle, ToolSpec},
+    tool_call::{Answer, CallEvent, CallRecorder, CallTool, Ending},
 };
 
 /// The cursor a `--repeat-cursor` server returns on every page.

@@ -2,12 +2,15 @@
 //!
 //! Owns: one declaration of an MCP tool as a server describes it ([`McpTool`], with its
 //! [`McpToolAnnotations`] and [`McpIcon`]s), what a connected server said about itself
-//! ([`ServerDetails`], and [`McpServerInfo`] as a snapshot stores it), how long connecting
-//! took ([`McpConnectTimings`]) and a server the initial discovery still waits for
-//! ([`PendingServer`]), and a tool call's envelope ([`CallStatus`], [`CallReason`],
-//! [`CallEnd`], [`CallProgress`], [`model_text`]). The agent's MCP engine reports with these types, the protocol
-//! re-exports them beside its wire conversions, and the control plane reads them back from
-//! storage, so a tool's fields are written down once between the engine and the model.
+//! ([`ServerDetails`], and [`McpServerInfo`] as a snapshot stores it) and how long
+//! connecting took ([`McpConnectTimings`]); the engine's report as one record ([`Report`]:
+//! its [`ReportPhase`], each [`ServerReport`], each [`ConfigFileOutcome`] and each
+//! [`PendingServer`]); and a tool call as both wings see it: the call the engine is asked
+//! to run ([`CallSpec`]) and its envelope ([`CallStatus`], [`CallReason`], [`CallEnd`],
+//! [`CallProgress`], [`model_text`]). The agent's MCP engine produces these records, its
+//! publisher and `discover --json` read them as they are, the protocol re-exports the
+//! tool and server records beside its wire conversions, and the control plane reads them
+//! back from storage, so each is written down once.
 //!
 //! Must never: depend on a runtime, a wire format or a database (no tokio, rmcp, prost,
 //! tonic, diesel or axum); validate, bound or redact (the engine redacts, the protocol
@@ -48,12 +51,14 @@
 
 #![deny(missing_docs)]
 
+mod report;
 mod tool;
 mod tool_call;
 
+pub use report::{ConfigFileOutcome, PendingServer, Report, ReportPhase, ServerReport};
 pub use tool::{McpIcon, McpSpelling, McpTool, McpToolAnnotations, mcp_spelling};
 pub use tool_call::{
-    CallEnd, CallError, CallProgress, CallReason, CallStatus, cut as cut_text, model_text,
+    CallEnd, CallError, CallProgress, CallReason, CallSpec, CallStatus, cut_text, model_text,
 };
 
 use serde::{Deserialize, Serialize};
@@ -110,16 +115,6 @@ pub struct ServerDetails {
     pub instructions: Option<String>,
     /// How long each step of the connect took.
     pub timings: McpConnectTimings,
-}
-
-/// A server of the initial discovery that has no result yet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PendingServer {
-    /// The server's name, as declared in its config file.
-    pub name: String,
-    /// When its connect attempt started (wall clock, for "connecting for 4 s"); a snapshot
-    /// says how long ago that was when it is sent.
-    pub since: std::time::SystemTime,
 }
 
 #[cfg(test)]

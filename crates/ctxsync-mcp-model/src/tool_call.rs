@@ -1,12 +1,33 @@
-//! A tool call's envelope as both wings see it: how it ended ([`CallStatus`],
+//! A tool call as both wings see it: what the agent's engine is asked to run
+//! ([`CallSpec`]), how it ended ([`CallStatus`],
 //! [`CallReason`], [`CallError`]), the progress its server last reported
 //! ([`CallProgress`]) and the text a model is handed ([`model_text`]).
 //!
 //! The result itself stays JSON (`serde_json::Value` holding MCP's `CallToolResult`), so
 //! MCP's content model is never mirrored here.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+/// One call for the agent's MCP engine to run: what the publisher's call wing hands the
+/// engine's caller.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallSpec {
+    /// The server's name as the engine reports it.
+    pub server: String,
+    /// The tool's own name on that server.
+    pub tool: String,
+    /// The call's arguments.
+    pub arguments: Map<String, Value>,
+    /// The call's deadline, from now.
+    pub timeout: Duration,
+    /// The cap of the whole result in bytes (text cut on a character boundary,
+    /// `structuredContent` dropped when it does not fit, a binary block over it replaced
+    /// by a placeholder naming its type and size).
+    pub max_result_bytes: usize,
+}
 
 /// Where a call stands. Every status but `running` is an end, and the first end recorded
 /// wins.
@@ -259,7 +280,7 @@ pub fn model_text(
             reason.map_or("unknown", CallReason::as_str)
         ),
     };
-    cut(text, max_bytes)
+    cut_text(text, max_bytes)
 }
 
 fn refusal_text(reason: Option<CallReason>) -> &'static str {
@@ -313,7 +334,7 @@ fn result_text(result: &Value) -> String {
 }
 
 /// `text` cut to at most `max_bytes` on a character boundary.
-pub fn cut(mut text: String, max_bytes: usize) -> String {
+pub fn cut_text(mut text: String, max_bytes: usize) -> String {
     if text.len() > max_bytes {
         let mut end = max_bytes;
         while !text.is_char_boundary(end) {

@@ -7,14 +7,17 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ctxsync_agent_diagnostics::{Engine, EngineConfig};
+use ctxsync_agent_diagnostics::{Engine, EngineConfig, ToolCaller};
 use ctxsync_agent_publication::{
-    CallGlob, CallPolicy, DEFAULT_MAX_WATCHED_DIRS, DEFAULT_TOOL_RESULT_MAX_BYTES, EngineReports,
+    CallGlob, CallPolicy, CallRunner, DEFAULT_MAX_WATCHED_DIRS, DEFAULT_TOOL_RESULT_MAX_BYTES,
     MIN_TOOL_RESULT_BYTES, Publisher, PublisherConfig, ReportSource, ScanConfig, Timing,
     ToolCallConfig,
 };
+use ctxsync_mcp_model::{CallEnd, CallProgress, CallSpec};
 use ctxsync_protocol::call::MAX_CALL_RESULT_BYTES;
 use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// The environment variable holding the agent's token (never a flag: flags show in `ps`).
 pub const TOKEN_ENV: &str = "CTXSYNC_AGENT_TOKEN";
@@ -170,7 +173,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     });
     let reports = engine
         .as_ref()
-        .map(|engine| Box::new(EngineReports::new(engine)) as Box<dyn ReportSource>);
+        .map(|engine| Box::new(engine.subscribe()) as Box<dyn ReportSource>);
     let config = PublisherConfig {
         server_url: args.server,
         ca_cert_files: absolute_paths(args.ca_certs)?,
@@ -199,7 +202,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         ..ToolCallConfig::default()
     };
     let publisher = Publisher::new(config, reports).and_then(|publisher| match &engine {
-        Some(engine) => publisher.with_tool_calls(engine.caller(), calls),
+        Some(engine) => publisher.with_tool_calls(EngineCalls(engine.caller()), calls),
         // Without discovery there is no run id to route calls by: nothing is declared.
         None => Ok(publisher),
     });
@@ -239,6 +242,27 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         engine.close().await;
     }
     result
+}
+
+/// The MCP engine's tool caller as the publisher's call runner: the one place engine and
+/// publisher meet for tool calls (a newtype, as both the trait and the caller are another
+/// crate's).
+#[derive(Clone, Debug)]
+struct EngineCalls(ToolCaller);
+
+impl CallRunner for EngineCalls {
+    fn lists(&self, server: &str, tool: &str) -> bool {
+        self.0.lists(server, tool)
+    }
+
+    async fn call(
+        &self,
+        spec: CallSpec,
+        progress: mpsc::Sender<CallProgress>,
+        cancel: CancellationToken,
+    ) -> CallEnd {
+        self.0.call(spec, progress, cancel).await
+    }
 }
 
 /// Ctrl-C and SIGTERM, registered when the agent starts. Until registration, either one

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ctxsync_agent_diagnostics::{Engine, Phase, Progress, Report, RetryPolicy};
+use ctxsync_agent_diagnostics::{Engine, Progress, RetryPolicy};
+use ctxsync_mcp_model::{Report, ReportPhase};
 
 use crate::terminal::{for_terminal, json_for_terminal};
 
@@ -91,7 +92,7 @@ async fn wait_for_completion(
     loop {
         display.show(&progress.borrow_and_update());
         let report = reports.borrow_and_update().clone();
-        if report.phase == Phase::Complete {
+        if report.phase == ReportPhase::Complete {
             return Ok(report);
         }
         tokio::select! {
@@ -295,7 +296,7 @@ fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use ctxsync_agent_diagnostics::{ConfigOutcome, ConnectTimings, ServerDetails, ServerReport};
+    use ctxsync_mcp_model::{ConfigFileOutcome, McpConnectTimings, ServerDetails, ServerReport};
 
     use super::*;
 
@@ -309,7 +310,7 @@ mod tests {
             name: name.into(),
             connected: error.is_none(),
             tools: (0..tools)
-                .map(|i| ctxsync_agent_diagnostics::ToolInfo {
+                .map(|i| ctxsync_mcp_model::McpTool {
                     name: format!("t{i}"),
                     description: String::new(),
                     input_schema: serde_json::json!({}),
@@ -320,7 +321,7 @@ mod tests {
             warning: warning.map(Into::into),
             details: error.is_none().then(|| ServerDetails {
                 protocol_version: "2026-07-28".into(),
-                timings: ConnectTimings {
+                timings: McpConnectTimings {
                     start_ms: Some(5),
                     handshake_ms: 1200,
                     tools_ms: tools as u64,
@@ -339,14 +340,14 @@ mod tests {
     fn table_of_servers_and_config_outcomes() {
         check_table(
             Report {
-                phase: Phase::Complete,
+                phase: ReportPhase::Complete,
                 servers: vec![
                     server("fs", 3, None, None),
                     server("empty", 0, None, Some("kept\nold tools")),
                     server("gone", 0, Some("command not found: gone"), None),
                     server("kit/db", 1, None, None),
                 ],
-                config_outcomes: vec![ConfigOutcome {
+                config_outcomes: vec![ConfigFileOutcome {
                     path: "/w/.mcp.json".into(),
                     error: Some("\"bad\": both command and url".into()),
                     warning: Some("duplicate \"fs\" ignored".into()),
@@ -368,7 +369,7 @@ mod tests {
     fn server_supplied_text_loses_its_escape_sequences() {
         check_table(
             Report {
-                phase: Phase::Complete,
+                phase: ReportPhase::Complete,
                 servers: vec![
                     server("\x1b]0;pwned\x07evil\x1b[2J", 1, None, None),
                     server(
@@ -378,7 +379,7 @@ mod tests {
                         None,
                     ),
                 ],
-                config_outcomes: vec![ConfigOutcome {
+                config_outcomes: vec![ConfigFileOutcome {
                     path: "/w/\x1b[8m.mcp.json".into(),
                     error: Some("not a regular file (a FIFO)\x1bc".into()),
                     warning: None,
@@ -407,7 +408,7 @@ mod tests {
     fn empty_report() {
         check_table(
             Report {
-                phase: Phase::Complete,
+                phase: ReportPhase::Complete,
                 servers: vec![],
                 config_outcomes: vec![],
                 pending: Vec::new(),

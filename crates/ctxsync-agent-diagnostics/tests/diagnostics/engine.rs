@@ -4,8 +4,9 @@ use crate::support;
 
 use std::{sync::Arc, time::Duration};
 
-use ctxsync_agent_diagnostics::{Engine, EngineError, Phase, Report, RetryPolicy};
+use ctxsync_agent_diagnostics::{Engine, EngineError, RetryPolicy};
 use ctxsync_mcp_fixture::{FixtureConfig, serve_http};
+use ctxsync_mcp_model::{Report, ReportPhase};
 use serde_json::json;
 use support::*;
 
@@ -250,7 +251,7 @@ async fn hung_server_times_out_without_delaying_its_sibling() {
         .position(|r| r.server("fast").is_some_and(|s| s.connected))
         .expect("fast was published");
     let fast_report = &reports[fast_first];
-    assert_eq!(fast_report.phase, Phase::Pending);
+    assert_eq!(fast_report.phase, ReportPhase::Pending);
     assert!(fast_report.server("hung").is_none(), "{fast_report:#?}");
     engine.close().await;
 }
@@ -270,7 +271,7 @@ async fn phase_never_moves_back_and_unchanged_reloads_notify_nobody() {
         !rx.has_changed().expect("open"),
         "an unchanged reload notified"
     );
-    assert_eq!(same.phase, Phase::Complete);
+    assert_eq!(same.phase, ReportPhase::Complete);
 
     ws.write_servers(json!({
         "a": fixture_entry(&FixtureConfig::new().tools(1)),
@@ -282,15 +283,15 @@ async fn phase_never_moves_back_and_unchanged_reloads_notify_nobody() {
     let report = engine.reload().await.expect("reload");
     assert_eq!(report.servers.len(), 1);
 
-    let phases: Vec<Phase> = history.reports().iter().map(|r| r.phase).collect();
+    let phases: Vec<ReportPhase> = history.reports().iter().map(|r| r.phase).collect();
     let first_complete = phases
         .iter()
-        .position(|p| *p == Phase::Complete)
+        .position(|p| *p == ReportPhase::Complete)
         .expect("complete");
     assert!(
         phases[first_complete..]
             .iter()
-            .all(|p| *p == Phase::Complete),
+            .all(|p| *p == ReportPhase::Complete),
         "{phases:?}"
     );
     engine.close().await;
@@ -433,7 +434,7 @@ async fn tools_list_changed_updates_the_tools() {
         tool_names(server(&report, "s")),
         ["changed_0", "changed_1", "changed_2"]
     );
-    assert_eq!(report.phase, Phase::Complete);
+    assert_eq!(report.phase, ReportPhase::Complete);
     engine.close().await;
 }
 
@@ -455,7 +456,7 @@ async fn server_exiting_after_connect_fails_with_its_exit_status() {
     .await;
     let error = server(&report, "s").error.clone().unwrap_or_default();
     assert!(error.contains("exited with exit status: 7"), "{error}");
-    assert_eq!(report.phase, Phase::Complete);
+    assert_eq!(report.phase, ReportPhase::Complete);
     engine.close().await;
 }
 
@@ -500,7 +501,7 @@ async fn crashed_server_is_retried_and_recovers() {
         server(&first, "s").tools[0].description,
         server(&recovered, "s").tools[0].description
     );
-    assert_eq!(recovered.phase, Phase::Complete);
+    assert_eq!(recovered.phase, ReportPhase::Complete);
     engine.close().await;
 }
 
@@ -642,7 +643,7 @@ async fn concurrent_reloads_coalesce_and_progress_counts() {
     let (one, two, three) = tokio::join!(engine.reload(), engine.reload(), engine.reload());
     for report in [one, two, three] {
         let report: Arc<Report> = report.expect("reload");
-        assert_eq!(report.phase, Phase::Complete);
+        assert_eq!(report.phase, ReportPhase::Complete);
         assert_eq!(report.servers.len(), 2);
     }
     let progress = engine.progress().borrow().clone();

@@ -9,8 +9,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use ctxsync_agent_diagnostics::{Engine, MAX_DIAGNOSTIC_BYTES, Phase, Report, RetryPolicy};
+use ctxsync_agent_diagnostics::{Engine, MAX_DIAGNOSTIC_BYTES, RetryPolicy};
 use ctxsync_mcp_fixture::{FIXTURE_BIN_ENV, FixtureConfig, MalformedStdout};
+use ctxsync_mcp_model::{Report, ReportPhase};
 use serde_json::{Value, json};
 use support::*;
 
@@ -74,7 +75,7 @@ async fn malformed_stdout_fails_only_that_server_within_the_timeout() {
         .iter()
         .find(|r| r.server("ok").is_some_and(|s| s.connected))
         .expect("ok was published");
-    assert_eq!(ok_first.phase, Phase::Pending, "{ok_first:#?}");
+    assert_eq!(ok_first.phase, ReportPhase::Pending, "{ok_first:#?}");
 
     // Unparsable lines are ignored by the framing, so these end in the timeout, which names
     // the budget and shows the (sanitized) stderr.

@@ -6,8 +6,9 @@ use crate::support;
 
 use std::time::Duration;
 
-use ctxsync_agent_diagnostics::{Engine, EngineConfig, McpLifecycle, Report, ServerDetails};
+use ctxsync_agent_diagnostics::{Engine, EngineConfig, McpLifecycle};
 use ctxsync_mcp_fixture::{FixtureConfig, FixtureLifecycle, serve_http};
+use ctxsync_mcp_model::{Report, ServerDetails};
 use serde_json::{Value, json};
 use support::*;
 
@@ -342,7 +343,7 @@ async fn servers_still_connecting_are_named_while_pending() {
     let engine = Engine::start(ws.engine_config());
     let mut rx = engine.subscribe();
     let pending = wait_for(&mut rx, "quick done, slow pending", |r| {
-        r.server("quick").is_some() && r.phase == ctxsync_agent_diagnostics::Phase::Pending
+        r.server("quick").is_some() && r.phase == ctxsync_mcp_model::ReportPhase::Pending
     })
     .await;
     let names: Vec<&str> = pending.pending.iter().map(|p| p.name.as_str()).collect();

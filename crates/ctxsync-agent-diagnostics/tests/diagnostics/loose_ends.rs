@@ -5,8 +5,9 @@ use crate::support;
 
 use std::time::Duration;
 
-use ctxsync_agent_diagnostics::{Engine, Phase, RetryPolicy};
+use ctxsync_agent_diagnostics::{Engine, RetryPolicy};
 use ctxsync_mcp_fixture::FixtureConfig;
+use ctxsync_mcp_model::ReportPhase;
 use serde_json::json;
 use support::*;
 
@@ -62,7 +63,7 @@ async fn a_retained_connection_that_dies_is_retried_with_the_current_config() {
         })
     })
     .await;
-    assert_eq!(report.phase, Phase::Complete);
+    assert_eq!(report.phase, ReportPhase::Complete);
     for report in history.reports() {
         let s = server(&report, "s");
         assert!(

@@ -11,7 +11,8 @@ use std::{
     time::Duration,
 };
 
-use ctxsync_agent_diagnostics::{Engine, Report, ServerReport};
+use ctxsync_agent_diagnostics::Engine;
+use ctxsync_mcp_model::{Report, ServerReport};
 use serde_json::{Value, json};
 use support::*;
 
@@ -59,7 +60,7 @@ async fn discover(servers: Value) -> Report {
     // The connect timeout ends the wait with a terminal result; the margin is for the report.
     let report = tokio::time::timeout(
         COLD_START_TIMEOUT + PATIENCE,
-        rx.wait_for(|r| r.phase == ctxsync_agent_diagnostics::Phase::Complete),
+        rx.wait_for(|r| r.phase == ctxsync_mcp_model::ReportPhase::Complete),
     )
     .await
     .expect("discovery reaches a terminal result within the connect timeout")
@@ -237,7 +238,7 @@ async fn running_engine(servers: Value) -> (Engine, Workspace) {
     let mut rx = engine.subscribe();
     tokio::time::timeout(
         COLD_START_TIMEOUT + PATIENCE,
-        rx.wait_for(|r| r.phase == ctxsync_agent_diagnostics::Phase::Complete),
+        rx.wait_for(|r| r.phase == ctxsync_mcp_model::ReportPhase::Complete),
     )
     .await
     .expect("discovery reaches a terminal result within the connect timeout")
@@ -257,7 +258,7 @@ async fn call(
     Vec<ctxsync_mcp_model::CallProgress>,
 ) {
     let (progress, mut reports) = tokio::sync::mpsc::channel(64);
-    let spec = ctxsync_agent_diagnostics::CallSpec {
+    let spec = ctxsync_mcp_model::CallSpec {
         server: server.into(),
         tool: tool.into(),
         arguments: arguments.as_object().expect("an object").clone(),

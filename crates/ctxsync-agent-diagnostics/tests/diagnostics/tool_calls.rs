@@ -9,9 +9,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use ctxsync_agent_diagnostics::{CallSpec, DEFAULT_MAX_RESULT_BYTES, Engine, ToolCaller};
+use ctxsync_agent_diagnostics::{DEFAULT_MAX_RESULT_BYTES, Engine, ToolCaller};
 use ctxsync_mcp_fixture::{FixtureConfig, FixtureLifecycle, serve_http};
-use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
+use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallSpec, CallStatus};
 use serde_json::{Map, Value, json};
 use support::*;
 use tokio::sync::mpsc;

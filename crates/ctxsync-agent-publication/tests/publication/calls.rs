@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ctxsync_agent_publication::{
-    CallGlob, CallPolicy, CallRunner, CallSpec, ConnectionState, DiscoveryReport,
-    MAX_RUNNING_CALLS, MAX_WAITING_CALLS, PublishError, Publisher, ToolCallConfig,
+    CallGlob, CallPolicy, CallRunner, ConnectionState, MAX_RUNNING_CALLS, MAX_WAITING_CALLS,
+    PublishError, Publisher, ToolCallConfig,
 };
-use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
+use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallSpec, CallStatus, Report};
 use ctxsync_protocol::RunId;
 use ctxsync_protocol::call::{AgentCall, CallRequest, ServerCall};
 use serde_json::json;
@@ -132,7 +132,7 @@ struct Agent {
     run_id: RunId,
     // Held so the publisher, its report source and its server live as long as the test.
     _server: FakeServer,
-    _reports: Option<watch::Sender<Arc<DiscoveryReport>>>,
+    _reports: Option<watch::Sender<Arc<Report>>>,
     _ws: Workspace,
     task: Running,
 }
@@ -157,7 +157,7 @@ async fn start(calls: ToolCallConfig) -> Agent {
     let recorder = Recorder::new();
     let server = FakeServer::start(recorder.clone()).await;
     let ws = Workspace::new();
-    let (reports, rx) = watch::channel(Arc::new(DiscoveryReport::default()));
+    let (reports, rx) = watch::channel(Arc::new(Report::default()));
     let script = Script::new();
     let publisher = Publisher::new(config(&server.url(), &ws.path()), Some(Box::new(rx)))
         .unwrap()
@@ -546,7 +546,7 @@ async fn a_silent_server_loses_the_stream_and_it_is_reopened() {
 #[test]
 fn a_result_cap_out_of_bounds_is_refused_naming_the_flag() {
     let ws = Workspace::new();
-    let (_reports, rx) = watch::channel(Arc::new(DiscoveryReport::default()));
+    let (_reports, rx) = watch::channel(Arc::new(Report::default()));
     let publisher =
         Publisher::new(config("http://127.0.0.1:1", &ws.path()), Some(Box::new(rx))).unwrap();
     let error = publisher
@@ -583,10 +583,28 @@ fn logged(log: &std::path::Path, tool: &str) -> Vec<String> {
         .collect()
 }
 
+/// The engine's tool caller as this crate's runner, as the agent's binary wires it.
+#[derive(Clone)]
+struct EngineCaller(ctxsync_agent_diagnostics::ToolCaller);
+
+impl CallRunner for EngineCaller {
+    fn lists(&self, server: &str, tool: &str) -> bool {
+        self.0.lists(server, tool)
+    }
+
+    async fn call(
+        &self,
+        spec: CallSpec,
+        progress: mpsc::Sender<CallProgress>,
+        cancel: CancellationToken,
+    ) -> CallEnd {
+        self.0.call(spec, progress, cancel).await
+    }
+}
+
 #[tokio::test]
 async fn calls_run_through_a_real_engine_capped_and_cancellable() {
     use ctxsync_agent_diagnostics::{Engine, EngineConfig, RetryPolicy};
-    use ctxsync_agent_publication::EngineReports;
     use ctxsync_mcp_fixture::FixtureConfig;
     use ctxsync_protocol::v1::push_context_state_request::mcp_discovery::Phase;
 
@@ -607,11 +625,11 @@ async fn calls_run_through_a_real_engine_capped_and_cancellable() {
     let engine = Engine::start(engine_config);
     let publisher = Publisher::new(
         config(&server.url(), &ws.path()),
-        Some(Box::new(EngineReports::new(&engine))),
+        Some(Box::new(engine.subscribe())),
     )
     .unwrap()
     .with_tool_calls(
-        engine.caller(),
+        EngineCaller(engine.caller()),
         ToolCallConfig {
             max_result_bytes: 2048,
             ..calls_config(false)
@@ -684,7 +702,7 @@ async fn a_server_without_tool_calls_leaves_pushes_alone_and_is_not_asked_again(
     recorder.refuse_call_streams();
     let server = FakeServer::start(recorder.clone()).await;
     let ws = Workspace::new();
-    let (_reports, rx) = watch::channel(Arc::new(DiscoveryReport::default()));
+    let (_reports, rx) = watch::channel(Arc::new(Report::default()));
     let publisher = Publisher::new(config(&server.url(), &ws.path()), Some(Box::new(rx)))
         .unwrap()
         .with_tool_calls(Script::new(), calls_config(false))

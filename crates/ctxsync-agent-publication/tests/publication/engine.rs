@@ -1,12 +1,12 @@
 //! The adapter with a real MCP engine: fixture servers as child processes, the engine's
-//! reports mapped by `EngineReports`, published by a real publisher to a recording server.
+//! reports read through its `subscribe()` channel, published by a real publisher to a recording server.
 
 use crate::support;
 
 use std::time::Duration;
 
 use ctxsync_agent_diagnostics::{Engine, EngineConfig, RetryPolicy};
-use ctxsync_agent_publication::{EngineReports, Publisher, ReportSource, SourceClosed};
+use ctxsync_agent_publication::{Publisher, ReportSource, SourceClosed};
 use ctxsync_protocol::v1;
 use ctxsync_protocol::v1::context_resource::{Body, Status};
 use ctxsync_protocol::v1::push_context_state_request::mcp_discovery::Phase;
@@ -65,7 +65,7 @@ async fn engine_reports_are_published_until_complete() {
     let engine = Engine::start(engine_config(&ws));
     let publisher = Publisher::new(
         config(&server.url(), &ws.path()),
-        Some(Box::new(EngineReports::new(&engine))),
+        Some(Box::new(engine.subscribe())),
     )
     .unwrap();
     let running = tokio::spawn(publisher.run());
@@ -112,11 +112,12 @@ async fn engine_reports_are_published_until_complete() {
 async fn the_source_follows_the_engine_and_closes_with_it() {
     let ws = workspace();
     let engine = Engine::start(engine_config(&ws));
-    let mut source = EngineReports::new(&engine);
+    // The engine's own subscription, read as the publisher reads it.
+    let mut source: Box<dyn ReportSource> = Box::new(engine.subscribe());
     let complete = tokio::time::timeout(WAIT, async {
         loop {
             let report = source.sample();
-            if report.phase == ctxsync_agent_publication::ReportPhase::Complete {
+            if report.phase == ctxsync_mcp_model::ReportPhase::Complete {
                 return report;
             }
             source.changed().await.expect("the engine is running");
@@ -167,7 +168,7 @@ async fn always_load_in_mcp_json_is_published_on_the_server_body() {
     let engine = Engine::start(engine_config(&ws));
     let publisher = Publisher::new(
         config(&server.url(), &ws.path()),
-        Some(Box::new(EngineReports::new(&engine))),
+        Some(Box::new(engine.subscribe())),
     )
     .unwrap();
     let running = tokio::spawn(publisher.run());

@@ -6,9 +6,9 @@ use crate::support;
 
 use std::path::PathBuf;
 
-use ctxsync_agent_publication::{
-    ConfigOutcome, DiscoveryReport, PendingOutcome, ReportPhase, Resolution, ScanConfig,
-    ServerDetails, ServerOutcome, parse_front_matter, resolve,
+use ctxsync_agent_publication::{Resolution, ScanConfig, parse_front_matter, resolve};
+use ctxsync_mcp_model::{
+    ConfigFileOutcome, PendingServer, Report, ReportPhase, ServerDetails, ServerReport,
 };
 use ctxsync_protocol::{McpIcon, McpTool, ResourceStatus, RunId, Snapshot, v1};
 use proptest::prelude::*;
@@ -106,8 +106,8 @@ fn outcome_spec() -> impl Strategy<Value = (usize, Option<String>, Option<String
     )
 }
 
-fn to_outcome(spec: &ServerSpec) -> ServerOutcome {
-    ServerOutcome {
+fn to_outcome(spec: &ServerSpec) -> ServerReport {
+    ServerReport {
         name: spec.name.clone(),
         connected: spec.connected,
         tools: (0..spec.tools)
@@ -168,13 +168,13 @@ proptest! {
         }
         files.push((".mcp.json".into(), "{}".into()));
         files.push(("conf/extra.json".into(), "{}".into()));
-        let report = DiscoveryReport {
+        let report = Report {
             phase: if complete { ReportPhase::Complete } else { ReportPhase::Pending },
             pending: Vec::new(),
             servers: servers.iter().map(to_outcome).collect(),
             config_outcomes: outcomes
                 .iter()
-                .map(|(path, error, warning)| ConfigOutcome {
+                .map(|(path, error, warning)| ConfigFileOutcome {
                     path: PathBuf::from(CONFIG_PATHS[*path]),
                     error: error.clone(),
                     warning: warning.clone(),
@@ -341,7 +341,7 @@ proptest! {
             extra_roots.push(root);
         }
         let servers = (0..case.servers)
-            .map(|i| ServerOutcome {
+            .map(|i| ServerReport {
                 name: text(case.server_name_bytes, case.multibyte, i),
                 connected: i % 3 != 0,
                 tools: (0..case.tools)
@@ -366,13 +366,13 @@ proptest! {
                 always_load: i % 4 == 1,
             })
             .collect();
-        let report = DiscoveryReport {
+        let report = Report {
             pending: (0..case.servers)
-                .map(|i| PendingOutcome { name: text(case.server_name_bytes, case.multibyte, i), since: std::time::SystemTime::now() })
+                .map(|i| PendingServer { name: text(case.server_name_bytes, case.multibyte, i), since: std::time::SystemTime::now() })
                 .collect(),
             phase: ReportPhase::Pending,
             servers,
-            config_outcomes: vec![ConfigOutcome {
+            config_outcomes: vec![ConfigFileOutcome {
                 path: PathBuf::from(".mcp.json"),
                 error: Some(text(case.outcome_error_bytes, case.multibyte, 0)),
                 warning: Some(text(case.outcome_error_bytes, case.multibyte, 1)),

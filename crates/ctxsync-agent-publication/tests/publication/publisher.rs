@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ctxsync_agent_publication::{
-    ChangedFuture, ConnectionState, DiscoveryReport, PublishError, Publisher, PublisherStatus,
-    ReportPhase, ReportSource, ServerOutcome,
+    ChangedFuture, ConnectionState, PublishError, Publisher, PublisherStatus, ReportSource,
 };
+use ctxsync_mcp_model::{Report, ReportPhase, ServerReport};
 use ctxsync_protocol::McpTool;
 use ctxsync_protocol::v1::context_resource::Status;
 use ctxsync_protocol::v1::push_context_state_request::McpDiscovery;
@@ -23,12 +23,12 @@ use tonic::Code;
 
 type Running = JoinHandle<Result<std::convert::Infallible, PublishError>>;
 
-fn report(phase: ReportPhase, servers: &[&str]) -> Arc<DiscoveryReport> {
-    Arc::new(DiscoveryReport {
+fn report(phase: ReportPhase, servers: &[&str]) -> Arc<Report> {
+    Arc::new(Report {
         phase,
         servers: servers
             .iter()
-            .map(|name| ServerOutcome {
+            .map(|name| ServerReport {
                 name: (*name).into(),
                 connected: true,
                 tools: vec![McpTool {
@@ -38,7 +38,7 @@ fn report(phase: ReportPhase, servers: &[&str]) -> Arc<DiscoveryReport> {
                     ..Default::default()
                 }]
                 .into(),
-                ..ServerOutcome::default()
+                ..ServerReport::default()
             })
             .collect(),
         config_outcomes: Vec::new(),
@@ -50,9 +50,9 @@ fn report(phase: ReportPhase, servers: &[&str]) -> Arc<DiscoveryReport> {
 fn start_with_reports(
     url: &str,
     ws: &Workspace,
-    first: Arc<DiscoveryReport>,
+    first: Arc<Report>,
 ) -> (
-    watch::Sender<Arc<DiscoveryReport>>,
+    watch::Sender<Arc<Report>>,
     watch::Receiver<PublisherStatus>,
     Running,
 ) {
@@ -169,7 +169,7 @@ struct CountingSource {
 }
 
 impl ReportSource for CountingSource {
-    fn sample(&mut self) -> Arc<DiscoveryReport> {
+    fn sample(&mut self) -> Arc<Report> {
         let n = self.samples.fetch_add(1, Ordering::SeqCst) + 1;
         let phase = if n.is_multiple_of(2) {
             ReportPhase::Complete

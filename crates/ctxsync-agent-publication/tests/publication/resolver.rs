@@ -6,9 +6,9 @@ use crate::support;
 use std::path::PathBuf;
 
 use ctxsync_agent_publication::{
-    ConfigOutcome, DiscoveryReport, MAX_CONTEXT_BYTES, MAX_CONTEXT_RESOURCES, MAX_FILE_BYTES,
-    ReportPhase, Resolution, ScanConfig, ServerOutcome, resolve,
+    MAX_CONTEXT_BYTES, MAX_CONTEXT_RESOURCES, MAX_FILE_BYTES, Resolution, ScanConfig, resolve,
 };
+use ctxsync_mcp_model::{ConfigFileOutcome, Report, ReportPhase, ServerReport};
 use ctxsync_protocol::{
     DiscoveryPhase, McpTool, Resource, ResourceBody, ResourceStatus, RunId, Snapshot, v1,
 };
@@ -82,17 +82,17 @@ fn tool(name: &str) -> McpTool {
     }
 }
 
-fn server(name: &str, connected: bool, tools: Vec<McpTool>) -> ServerOutcome {
-    ServerOutcome {
+fn server(name: &str, connected: bool, tools: Vec<McpTool>) -> ServerReport {
+    ServerReport {
         name: name.into(),
         connected,
         tools: tools.into(),
-        ..ServerOutcome::default()
+        ..ServerReport::default()
     }
 }
 
-fn report(phase: ReportPhase, servers: Vec<ServerOutcome>) -> DiscoveryReport {
-    DiscoveryReport {
+fn report(phase: ReportPhase, servers: Vec<ServerReport>) -> Report {
+    Report {
         phase,
         servers,
         config_outcomes: Vec::new(),
@@ -510,27 +510,27 @@ fn config_outcomes_apply_to_config_rows() {
         ],
         ..ScanConfig::default()
     };
-    let report = DiscoveryReport {
+    let report = Report {
         phase: ReportPhase::Complete,
         servers: Vec::new(),
         config_outcomes: vec![
-            ConfigOutcome {
+            ConfigFileOutcome {
                 path: PathBuf::from(".mcp.json"), // relative to the workspace
                 error: Some("entry `x`: neither command nor url".into()),
                 warning: None,
             },
-            ConfigOutcome {
+            ConfigFileOutcome {
                 path: warned.clone(),
                 error: None,
                 warning: Some("server `fs` is also declared in .mcp.json; ignored".into()),
             },
-            ConfigOutcome {
+            ConfigFileOutcome {
                 path: only_report.clone(),
                 error: Some("unreadable: permission denied".into()),
                 warning: None,
             },
             // Already a row: no second row for the same source.
-            ConfigOutcome {
+            ConfigFileOutcome {
                 path: ws.path().join("./.mcp.json"),
                 error: None,
                 warning: Some("second note".into()),
@@ -571,11 +571,11 @@ fn server_rows_from_the_report() {
     let servers = vec![
         server("fs", true, vec![tool("read"), tool("write")]),
         server("empty", true, Vec::new()),
-        ServerOutcome {
+        ServerReport {
             warning: Some("reconnect with the updated configuration failed".into()),
             ..server("retained", true, vec![tool("old")])
         },
-        ServerOutcome {
+        ServerReport {
             error: Some("command not found: [redacted]".into()),
             ..server("broken", false, Vec::new())
         },
@@ -776,12 +776,12 @@ fn plugin_packages_publish_their_skills_and_mcp_config_under_the_plugin() {
     );
     let plugins = ws.path().join(".agents/plugins");
     report.config_outcomes = vec![
-        ConfigOutcome {
+        ConfigFileOutcome {
             path: plugins.join("kit/mcp.json"),
             error: Some("1 invalid server entry, not started: \"x\": \"type\" is missing".into()),
             warning: None,
         },
-        ConfigOutcome {
+        ConfigFileOutcome {
             path: plugins.join("bad/plugin.json"),
             error: Some("plugin rejected: plugin.json has no \"$schema\"".into()),
             warning: None,

@@ -7,8 +7,9 @@ use std::{
     time::Duration,
 };
 
-use ctxsync_agent_diagnostics::{Engine, EngineConfig, Report, RetryPolicy, ServerReport};
+use ctxsync_agent_diagnostics::{Engine, EngineConfig, RetryPolicy};
 use ctxsync_mcp_fixture::FixtureConfig;
+use ctxsync_mcp_model::{Report, ServerReport};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -89,7 +90,7 @@ pub(crate) async fn wait_for(
 pub(crate) async fn complete(engine: &Engine) -> Arc<Report> {
     let mut rx = engine.subscribe();
     wait_for(&mut rx, "phase complete", |r| {
-        r.phase == ctxsync_agent_diagnostics::Phase::Complete
+        r.phase == ctxsync_mcp_model::ReportPhase::Complete
     })
     .await
 }

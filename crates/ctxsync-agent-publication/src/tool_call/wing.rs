@@ -1,19 +1,8 @@
-//! The agent's call wing (issue 36): the `ToolCalls` stream to the control plane and the
-//! tool calls it carries, run through the MCP engine ([`CallRunner`], implemented for
-//! `ctxsync_agent_diagnostics::ToolCaller`).
-//!
-//! Owns: opening the stream on the publisher's registered connection (after an
-//! `UpdateStartup` that declared `accepts_tool_calls`) with `Hello`, heartbeats, the
-//! server's silence limit and reopening with backoff; which calls run (the run id,
-//! `--no-tool-calls`, the [`CallPolicy`] of `--allow-tool-calls`, the runner's listing,
-//! [`MAX_RUNNING_CALLS`] running and [`MAX_WAITING_CALLS`] waiting, each call id at most
-//! once per run); each call's deadline (counted from receipt), its cancellation and its
-//! progress.
-//!
-//! Must never: run a call id twice within a run, or a call addressed to another run; log
-//! a call's arguments; let a call outlive the stream that carried it (its end could no
-//! longer be reported, so it is cancelled); lose an end while its stream lives; make the
-//! push loop wait on, or fail with, the call stream.
+//! The call wing's stream: opening `ToolCalls` on each registration, `Hello`, heartbeats,
+//! the server's silence limit and reopening with backoff; admitting each call (run id,
+//! `--no-tool-calls`, the policy, the runner's listing, the running and waiting limits,
+//! each call id once per run), running it through the [`CallRunner`] with its deadline,
+//! cancellation and progress, and sending its end.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
@@ -25,11 +14,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ctxsync_agent_diagnostics::{CallSpec, ToolCaller};
-use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
-use ctxsync_protocol::call::{
-    AgentCall, CALL_HEARTBEAT, CALL_SILENCE_LIMIT, CallRequest, MAX_CALL_RESULT_BYTES, ServerCall,
-};
+use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallSpec, CallStatus};
+use ctxsync_protocol::call::{AgentCall, CallRequest, ServerCall};
 use ctxsync_protocol::{RunId, v1};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep, sleep_until};
@@ -38,114 +24,16 @@ use tonic::Code;
 use tracing::{debug, info, warn};
 
 use crate::backoff::{Backoff, BackoffPolicy};
-use crate::call_policy::CallPolicy;
 use crate::connection::Client;
-use crate::error::PublishError;
 
-/// Most calls running at once; more wait.
-pub const MAX_RUNNING_CALLS: usize = 8;
-/// Most calls waiting to run; beyond that a call is refused `busy`.
-pub const MAX_WAITING_CALLS: usize = 32;
-/// How many ended call ids a run remembers (besides every held one), so a re-sent call
-/// is never run twice.
-pub const REMEMBERED_CALL_IDS: usize = 4096;
-/// The smallest `--tool-result-max-bytes`.
-pub const MIN_TOOL_RESULT_BYTES: usize = 1024;
-/// The default `--tool-result-max-bytes` (256 KiB).
-pub const DEFAULT_TOOL_RESULT_MAX_BYTES: usize =
-    ctxsync_agent_diagnostics::DEFAULT_MAX_RESULT_BYTES;
+use super::config::{MAX_RUNNING_CALLS, MAX_WAITING_CALLS, REMEMBERED_CALL_IDS, ToolCallConfig};
+use super::runner::CallRunner;
 
 /// Messages waiting to go out on one stream; a progress report finding it full is dropped
 /// (the server keeps only the latest anyway), every other message waits for room.
 const OUTGOING_CAPACITY: usize = 64;
 /// Progress reports of one call waiting to be relayed.
 const PROGRESS_CAPACITY: usize = 4;
-
-/// How the agent takes tool calls.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ToolCallConfig {
-    /// `--no-tool-calls`: the stream is still opened, and every call refused `denied`
-    /// (so the caller learns it at once, not `agent_unsupported`).
-    pub deny: bool,
-    /// `--allow-tool-calls`: the calls that may run (default: every one); any other is
-    /// refused `denied` as with [`Self::deny`], and its tool stays listed (whether a tool is
-    /// offered and whether it may run are separate facts).
-    pub policy: CallPolicy,
-    /// `--tool-result-max-bytes`: the cap of a call's whole result, from
-    /// [`MIN_TOOL_RESULT_BYTES`] to `ctxsync_protocol::call::MAX_CALL_RESULT_BYTES`.
-    pub max_result_bytes: usize,
-    /// How often a heartbeat goes out when nothing else did (`CALL_HEARTBEAT`).
-    pub heartbeat: Duration,
-    /// How long the server may stay silent before the stream counts as lost
-    /// (`CALL_SILENCE_LIMIT`).
-    pub silence_limit: Duration,
-}
-
-impl Default for ToolCallConfig {
-    fn default() -> Self {
-        Self {
-            deny: false,
-            policy: CallPolicy::allow_all(),
-            max_result_bytes: DEFAULT_TOOL_RESULT_MAX_BYTES,
-            heartbeat: CALL_HEARTBEAT,
-            silence_limit: CALL_SILENCE_LIMIT,
-        }
-    }
-}
-
-impl ToolCallConfig {
-    pub(crate) fn check(&self) -> Result<(), PublishError> {
-        let invalid = |reason: String| Err(PublishError::ToolCalls { reason });
-        if self.deny && self.policy.globs().is_some() {
-            // One would silently void the other.
-            return invalid("--no-tool-calls and --allow-tool-calls cannot be combined".into());
-        }
-        if !(MIN_TOOL_RESULT_BYTES..=MAX_CALL_RESULT_BYTES).contains(&self.max_result_bytes) {
-            return invalid(format!(
-                "--tool-result-max-bytes is {}; it must be from {MIN_TOOL_RESULT_BYTES} to {MAX_CALL_RESULT_BYTES}",
-                self.max_result_bytes
-            ));
-        }
-        if self.heartbeat.is_zero() || self.silence_limit <= self.heartbeat {
-            return invalid(format!(
-                "the heartbeat ({:?}) must be above zero and below the silence limit ({:?})",
-                self.heartbeat, self.silence_limit
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// What runs a call: the MCP engine's `ToolCaller` in the agent, a scripted runner in
-/// tests.
-pub trait CallRunner: Clone + Send + Sync + 'static {
-    /// Whether `server` is connected and currently lists `tool`.
-    fn lists(&self, server: &str, tool: &str) -> bool;
-
-    /// Runs `spec` to its end (which is never `running` or `unknown`), honouring its
-    /// timeout and `cancel`, passing progress to `progress`.
-    fn call(
-        &self,
-        spec: CallSpec,
-        progress: mpsc::Sender<CallProgress>,
-        cancel: CancellationToken,
-    ) -> impl Future<Output = CallEnd> + Send;
-}
-
-impl CallRunner for ToolCaller {
-    fn lists(&self, server: &str, tool: &str) -> bool {
-        ToolCaller::lists(self, server, tool)
-    }
-
-    fn call(
-        &self,
-        spec: CallSpec,
-        progress: mpsc::Sender<CallProgress>,
-        cancel: CancellationToken,
-    ) -> impl Future<Output = CallEnd> + Send {
-        ToolCaller::call(self, spec, progress, cancel)
-    }
-}
 
 /// A connection the publisher registered on; `generation` grows with each registration.
 #[derive(Clone, Debug)]
@@ -613,45 +501,5 @@ mod tests {
         assert!(ledger.seen("1") && ledger.seen(&REMEMBERED_CALL_IDS.to_string()));
         assert!(ledger.seen("held"), "a held call is always known");
         assert_eq!(ledger.recent.len(), REMEMBERED_CALL_IDS);
-    }
-
-    #[test]
-    fn the_result_cap_is_bounded_and_the_error_names_the_flag() {
-        for bytes in [MIN_TOOL_RESULT_BYTES - 1, MAX_CALL_RESULT_BYTES + 1] {
-            let config = ToolCallConfig {
-                max_result_bytes: bytes,
-                ..ToolCallConfig::default()
-            };
-            let error = config.check().unwrap_err().to_string();
-            assert!(error.contains("--tool-result-max-bytes"), "{error}");
-        }
-        for bytes in [MIN_TOOL_RESULT_BYTES, MAX_CALL_RESULT_BYTES] {
-            let config = ToolCallConfig {
-                max_result_bytes: bytes,
-                ..ToolCallConfig::default()
-            };
-            assert!(config.check().is_ok());
-        }
-    }
-
-    #[test]
-    fn denying_every_call_and_allowing_some_cannot_be_combined() {
-        let glob = crate::CallGlob::parse("files/*").unwrap();
-        let config = ToolCallConfig {
-            deny: true,
-            policy: CallPolicy::allow_only([glob]),
-            ..ToolCallConfig::default()
-        };
-        let error = config.check().unwrap_err().to_string();
-        assert!(
-            error.contains("--no-tool-calls") && error.contains("--allow-tool-calls"),
-            "{error}"
-        );
-        let deny = ToolCallConfig {
-            deny: true,
-            ..ToolCallConfig::default()
-        };
-        assert!(deny.check().is_ok());
-        assert!(format!("{deny:?}").contains("policy: CallPolicy(all)"));
     }
 }

@@ -1,49 +1,50 @@
-//! The discovery report: phase, per-server outcomes and per-config-file outcomes.
+//! The MCP engine's report as one record: how far the initial discovery has got
+//! ([`ReportPhase`]), each declared server's outcome ([`ServerReport`]), each config file's
+//! ([`ConfigFileOutcome`]) and the servers still connecting ([`PendingServer`]), gathered in
+//! one immutable [`Report`]. The agent's engine produces it, `discover --json` prints it and
+//! the agent's publisher reads it; none of them keeps a copy of these types.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub(crate) use crate::config::ConfigOutcome;
+use crate::{McpTool, ServerDetails};
 
-/// Whether the initial discovery has finished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Whether the engine's initial discovery has finished. There is no "unspecified" here: a
+/// process without MCP discovery has no report at all (the protocol's `DiscoveryPhase` and
+/// the chat view's `Phase` add that case).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Phase {
+pub enum ReportPhase {
     /// The initial reload has not yet reached a terminal result for every declared server.
+    #[default]
     Pending,
-    /// It has; this never changes back for the life of the engine.
+    /// It has (or no server was declared); this never changes back for the life of the
+    /// engine.
     Complete,
 }
 
-/// Milliseconds spent in each step of one successful connect.
-pub use ctxsync_mcp_model::McpConnectTimings as ConnectTimings;
-/// One icon of a tool: a URL or a `data:` URI.
-pub use ctxsync_mcp_model::McpIcon as ToolIcon;
-/// One tool as the server described it. Everything but the name is the server's word and
-/// untrusted; its own secrets are redacted from all of it. The report prints its meta as
-/// MCP spells it, `_meta`.
-pub use ctxsync_mcp_model::McpTool as ToolInfo;
-/// A tool's behaviour hints as its server states them.
-pub use ctxsync_mcp_model::McpToolAnnotations as ToolAnnotations;
-pub use ctxsync_mcp_model::{PendingServer, ServerDetails};
-
 /// The outcome for one declared server that has reached a result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServerReport {
-    /// The server's name.
+    /// The server's name, as declared in its config file (`<plugin>/<server>` for a plugin's).
     pub name: String,
     /// Whether tools come from a live connection (possibly retained after a failed reconnect).
     pub connected: bool,
     /// The tools (at most 1000); empty for a failed server or one with no tools. Shared
-    /// with the connection and with every later report that still lists them.
-    #[serde(with = "ctxsync_mcp_model::mcp_spelling")]
-    pub tools: Arc<[ToolInfo]>,
+    /// with the connection and with every later report that still lists them. Everything
+    /// but a tool's name is the server's word and untrusted; its own secrets are redacted
+    /// from all of it. The report prints a tool's meta as MCP spells it, `_meta`.
+    #[serde(with = "crate::mcp_spelling")]
+    pub tools: Arc<[McpTool]>,
     /// Sanitized, bounded failure diagnostic (only when not connected).
     pub error: Option<String>,
-    /// Sanitized, bounded warning on a connected server.
+    /// Sanitized, bounded warning on a connected server (e.g. tools from a retained
+    /// previous connection).
     pub warning: Option<String>,
-    /// What the connected server said about itself (absent for a failed server).
+    /// What the connected server said about itself and how connecting went (absent for a
+    /// failed server).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<ServerDetails>,
     /// The server's config entry asked (`"alwaysLoad": true`) for its tools to stay loaded
@@ -61,16 +62,38 @@ impl ServerReport {
     }
 }
 
-/// Everything the engine knows, as one immutable value.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What went wrong (or deserves a warning) in one config file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigFileOutcome {
+    /// The file; a relative path is taken relative to the workspace directory.
+    pub path: PathBuf,
+    /// A structural error (the whole file was rejected) or the list of rejected entries.
+    pub error: Option<String>,
+    /// Something that did not reject anything, e.g. an ignored duplicate server name.
+    pub warning: Option<String>,
+}
+
+/// A server of the initial discovery that has no result yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingServer {
+    /// The server's name, as declared in its config file.
+    pub name: String,
+    /// When its connect attempt started (wall clock, for "connecting for 4 s"); a snapshot
+    /// says how long ago that was when it is sent.
+    pub since: std::time::SystemTime,
+}
+
+/// Everything the engine knows, as one immutable value. The default is the engine's first
+/// report: pending, nothing known yet.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// Initial discovery completeness.
-    pub phase: Phase,
-    /// Servers with a result, sorted by name. A server still connecting for the first time is
-    /// absent (see [`Progress`]).
+    pub phase: ReportPhase,
+    /// Servers with a result, sorted by name. A server still connecting for the first time
+    /// is absent (it is in `pending` while the phase is pending).
     pub servers: Vec<ServerReport>,
     /// Config files with errors or warnings, in configuration order.
-    pub config_outcomes: Vec<ConfigOutcome>,
+    pub config_outcomes: Vec<ConfigFileOutcome>,
     /// While the phase is pending: the servers the initial discovery still waits for, sorted
     /// by name. Empty once complete.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -78,30 +101,10 @@ pub struct Report {
 }
 
 impl Report {
-    pub(crate) fn initial() -> Self {
-        Self {
-            phase: Phase::Pending,
-            servers: Vec::new(),
-            config_outcomes: Vec::new(),
-            pending: Vec::new(),
-        }
-    }
-
     /// The server named `name`, if it has a result.
     pub fn server(&self, name: &str) -> Option<&ServerReport> {
         self.servers.iter().find(|server| server.name == name)
     }
-}
-
-/// Live progress of the current reload, for "Starting MCP servers (k/n): name".
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Progress {
-    /// Connect attempts the current (or last) reload waits for.
-    pub total: usize,
-    /// How many of them have a result.
-    pub finished: usize,
-    /// Servers still connecting, sorted by name.
-    pub connecting: Vec<String>,
 }
 
 /// Golden vector: the report's JSON (what `discover --json` prints) with every tool and
@@ -113,20 +116,21 @@ mod golden {
     use serde_json::json;
 
     use super::*;
+    use crate::{McpConnectTimings, McpIcon, McpToolAnnotations};
 
     fn report() -> Report {
         Report {
-            phase: Phase::Pending,
+            phase: ReportPhase::Pending,
             servers: vec![ServerReport {
                 name: "fs".into(),
                 connected: true,
                 tools: vec![
-                    ToolInfo {
+                    McpTool {
                         name: "read".into(),
                         description: "Reads a file.".into(),
                         input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
                         title: "Read".into(),
-                        annotations: Some(ToolAnnotations {
+                        annotations: Some(McpToolAnnotations {
                             title: "Read file".into(),
                             read_only_hint: Some(true),
                             destructive_hint: Some(false),
@@ -134,7 +138,7 @@ mod golden {
                             open_world_hint: Some(false),
                         }),
                         output_schema: Some(json!({"type": "object"})),
-                        icons: vec![ToolIcon {
+                        icons: vec![McpIcon {
                             src: "data:image/png;base64,AAAA".into(),
                             mime_type: "image/png".into(),
                             sizes: vec!["48x48".into()],
@@ -142,7 +146,7 @@ mod golden {
                         }],
                         meta: Some(json!({"ui": {"resourceUri": "ui://read"}})),
                     },
-                    ToolInfo {
+                    McpTool {
                         name: "ping".into(),
                         input_schema: json!({}),
                         ..Default::default()
@@ -158,7 +162,7 @@ mod golden {
                     title: Some("Files".into()),
                     description: None,
                     instructions: Some("Read first.".into()),
-                    timings: ConnectTimings {
+                    timings: McpConnectTimings {
                         start_ms: Some(12),
                         handshake_ms: 34,
                         tools_ms: 56,
@@ -166,7 +170,7 @@ mod golden {
                 }),
                 always_load: true,
             }],
-            config_outcomes: vec![ConfigOutcome {
+            config_outcomes: vec![ConfigFileOutcome {
                 path: "/w/.mcp.json".into(),
                 error: None,
                 warning: Some("duplicate".into()),
@@ -185,5 +189,28 @@ mod golden {
         let report = report();
         assert_eq!(serde_json::to_string(&report).unwrap(), JSON);
         assert_eq!(serde_json::from_str::<Report>(JSON).unwrap(), report);
+    }
+
+    #[test]
+    fn the_first_report_is_pending_and_empty() {
+        let first = Report::default();
+        assert_eq!(first.phase, ReportPhase::Pending);
+        assert_eq!(
+            serde_json::to_string(&first).unwrap(),
+            r#"{"phase":"pending","servers":[],"config_outcomes":[]}"#
+        );
+    }
+
+    #[test]
+    fn servers_are_found_by_name_and_plugin_servers_name_their_plugin() {
+        let report = report();
+        assert_eq!(report.server("fs").map(|s| s.tools.len()), Some(2));
+        assert!(report.server("slow").is_none());
+        let plugin = ServerReport {
+            name: "tools/search".into(),
+            ..Default::default()
+        };
+        assert_eq!(plugin.plugin(), Some("tools"));
+        assert_eq!(report.servers[0].plugin(), None);
     }
 }

@@ -12,7 +12,7 @@ use rmcp::model::{
 };
 use serde_json::Value;
 
-use crate::call_tools::{Answer, CallTool};
+use super::tools::{Answer, CallTool};
 
 /// The tool's description: the protocol-dependent behaviour tests rely on.
 pub(crate) const DESCRIPTION: &str = "Asks the client for sampling (sampling/createMessage with \

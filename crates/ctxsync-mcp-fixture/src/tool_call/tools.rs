@@ -16,10 +16,9 @@ use rmcp::{
 };
 use serde_json::{Value, json};
 
-use crate::{
-    call_log::{CallEvent, CallRecorder},
-    config::ToolSpec,
-};
+use crate::config::ToolSpec;
+
+use super::log::{CallEvent, CallRecorder};
 
 /// How a call's handler ended: only a call that ran to its end logs `finished`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +83,7 @@ impl CallTool<'_> {
             "image" => image(&arguments),
             "fail" => fail(&arguments),
             "progress" => self.progress(&arguments).await,
-            "sample" => crate::sampling::sample(self).await,
+            "sample" => super::sampling::sample(self).await,
             "env" => env(&arguments),
             "count" => {
                 let value = self.counter.fetch_add(1, Ordering::SeqCst) + 1;
@@ -361,7 +360,7 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
         ),
         spec(
             "sample",
-            crate::sampling::DESCRIPTION,
+            super::sampling::DESCRIPTION,
             json!({ "type": "object", "properties": {} }),
         ),
         spec(
