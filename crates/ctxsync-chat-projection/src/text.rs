@@ -3,7 +3,7 @@
 
 /// The longest prefix of `text` within `max_bytes` that ends on a char boundary: the
 /// protocol's cut, so a title or description is cut at the same byte wherever it is cut.
-pub(crate) use ctxsync_protocol::limits::truncate_to_boundary as prefix_within_bytes;
+pub(crate) use ctxsync_protocol::encoded_size::truncate_to_boundary as prefix_within_bytes;
 
 /// Folds every run of whitespace (newlines and tabs included) and every control
 /// character into one space, and trims both ends.

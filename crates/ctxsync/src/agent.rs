@@ -13,7 +13,7 @@ use ctxsync_agent_publication::{
     MIN_TOOL_RESULT_BYTES, Publisher, PublisherConfig, ReportSource, ScanConfig, Timing,
     ToolCallConfig,
 };
-use ctxsync_protocol::call::MAX_CALL_RESULT_BYTES;
+use ctxsync_protocol::tool_call::MAX_CALL_RESULT_BYTES;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 /// The environment variable holding the agent's token (never a flag: flags show in `ps`).

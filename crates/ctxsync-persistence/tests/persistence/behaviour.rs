@@ -1368,7 +1368,7 @@ mod stored_fixture {
                 r.size_bytes,
                 r.status,
                 r.error,
-                r.body.to_json()
+                r.body.to_json().unwrap()
             )
             .unwrap();
         }
