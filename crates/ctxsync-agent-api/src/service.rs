@@ -9,10 +9,10 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use ctxsync_persistence::{AgentId, PresentedToken, PushOutcome, Store, StoreError, TokenDigest};
-use ctxsync_protocol::call::{AgentCall, MAX_CALL_MESSAGE_BYTES};
 use ctxsync_protocol::limits::{
     MAX_ERROR_BYTES, MAX_HASH_BYTES, MAX_RESOURCES, MAX_SOURCE_BYTES, MAX_TOTAL_BODY_BYTES,
 };
+use ctxsync_protocol::tool_call::{AgentCall, MAX_CALL_MESSAGE_BYTES};
 use ctxsync_protocol::v1::agent_server::{Agent, AgentServer};
 use ctxsync_protocol::v1::{
     PushContextStateRequest, PushContextStateResponse, UpdateStartupRequest,

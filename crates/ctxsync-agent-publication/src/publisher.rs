@@ -6,9 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ctxsync_protocol::limits::{
-    MAX_AGENT_VERSION_BYTES, MAX_DIRECTORY_BYTES, truncate_to_boundary,
-};
+use ctxsync_protocol::encoded_size::truncate_to_boundary;
+use ctxsync_protocol::limits::{MAX_AGENT_VERSION_BYTES, MAX_DIRECTORY_BYTES};
 use ctxsync_protocol::{
     DELTA_DIGEST_SCHEME, DeltaBase, DiscoveryPhase, Resource, ResourceBody, ResourceStatus, RunId,
     Startup, v1,

@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::find::{ActiveTools, MAX_NAMES, MAX_QUERIES};
 use crate::naming::{EligibleTool, ModelTool};
 use crate::text::{cap_chars, one_line};
-use ctxsync_protocol::limits::truncate_to_boundary;
+use ctxsync_protocol::encoded_size::truncate_to_boundary;
 
 /// The model-facing name of the search tool a deferring turn carries. Eligible tools are
 /// always named `<server>__<tool>` or cut to 64 characters, so none can take it.

@@ -10,7 +10,7 @@ use crate::index::ToolIndex;
 use crate::naming::{EligibleTool, ToolCatalog};
 use crate::rank::Term;
 use crate::text::{cap_chars, one_line};
-use ctxsync_protocol::limits::truncate_to_boundary;
+use ctxsync_protocol::encoded_size::truncate_to_boundary;
 
 /// At most this many matches are returned (and activated) per call.
 pub const MAX_MATCHES: usize = 20;

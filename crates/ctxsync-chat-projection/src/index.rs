@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::naming::{EligibleTool, ToolCatalog};
 use crate::rank::LexicalIndex;
 use crate::text::one_line;
-use ctxsync_protocol::limits::truncate_to_boundary;
+use ctxsync_protocol::encoded_size::truncate_to_boundary;
 
 /// The default bound of a [`ToolIndexCache`]: 64 MiB, a few hundred 1000-tool catalogs.
 pub const DEFAULT_INDEX_CACHE_BYTES: usize = 64 << 20;

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use crate::naming::{EligibleTool, ToolCatalog};
 use crate::terms::stem;
-use ctxsync_protocol::limits::truncate_to_boundary;
+use ctxsync_protocol::encoded_size::truncate_to_boundary;
 
 /// Only this much of each description, title and server instructions, and this many
 /// parameters (each description cut too), are read.

@@ -2,7 +2,7 @@
 //! UTF-8 boundaries. A byte cut is always the protocol's `truncate_to_boundary`, so a
 //! title or description is cut at the same byte wherever it is cut.
 
-use ctxsync_protocol::limits::truncate_to_boundary;
+use ctxsync_protocol::encoded_size::truncate_to_boundary;
 
 /// Folds every run of whitespace (newlines and tabs included) and every control
 /// character into one space, and trims both ends.

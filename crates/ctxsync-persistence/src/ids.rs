@@ -100,3 +100,17 @@ uuid_id!(
     /// sees and dedupes by, never the caller's `call_id`.
     ToolCallId
 );
+
+/// The same id as the call channel carries it (one UUID; the two types are to become one).
+impl From<ToolCallId> for ctxsync_protocol::tool_call::ToolCallId {
+    fn from(id: ToolCallId) -> Self {
+        Self::from_uuid(id.as_uuid())
+    }
+}
+
+/// The same id as the store keeps it.
+impl From<ctxsync_protocol::tool_call::ToolCallId> for ToolCallId {
+    fn from(id: ctxsync_protocol::tool_call::ToolCallId) -> Self {
+        Self::from_uuid(id.as_uuid())
+    }
+}

@@ -11,7 +11,7 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{self, InstructionFileBody, ResourceBody, SkillBody};
-use crate::limits::json_text_len;
+use crate::encoded_size::{json_text_len, write_json};
 use crate::v1;
 use crate::v1::context_resource::Body;
 
@@ -175,7 +175,7 @@ impl JsonField for serde_json::Value {
             }
         }
         h.len(json_text_len(self));
-        serde_json::to_writer(Feed(&mut h.0), self).expect("a JSON value serializes");
+        write_json(Feed(&mut h.0), self);
     }
 }
 
@@ -345,36 +345,10 @@ impl DeltaBase {
 /// Golden vectors: today's digests, stored JSON and encoded sizes of bodies with every
 /// field set, so a change in how they are computed cannot change their bytes.
 #[cfg(test)]
-pub(crate) mod golden {
-    use ctxsync_test_support::golden::tools;
-
+mod golden {
     use super::BodyDigest;
-    use crate::{
-        InstructionFileBody, McpConnectTimings, McpServerBody, McpServerInfo, ResourceBody,
-        SkillBody, body_len, v1,
-    };
-
-    pub(crate) fn server() -> McpServerBody {
-        McpServerBody {
-            server_name: "fs".into(),
-            description: "files".into(),
-            tools: tools(),
-            protocol_version: "2025-11-25".into(),
-            server_info: Some(McpServerInfo {
-                name: "fs-server".into(),
-                version: "1.2.3".into(),
-                title: "Files".into(),
-                description: "Serves files.".into(),
-            }),
-            instructions: "Read before you write.".into(),
-            timings: Some(McpConnectTimings {
-                start_ms: Some(12),
-                handshake_ms: 34,
-                tools_ms: 56,
-            }),
-            always_load: true,
-        }
-    }
+    use crate::domain::fixtures::server;
+    use crate::{InstructionFileBody, McpServerBody, ResourceBody, SkillBody, body_len, v1};
 
     fn hex(digest: BodyDigest) -> String {
         digest
@@ -403,7 +377,7 @@ pub(crate) mod golden {
         let wire = wire(&body);
         assert_eq!(hex(BodyDigest::of(&body)), digest, "digest of {body:?}");
         assert_eq!(hex(BodyDigest::of_wire(&wire)), digest, "wire digest");
-        assert_eq!(body.to_json().to_string(), stored, "stored JSON");
+        assert_eq!(body.to_json().unwrap().to_string(), stored, "stored JSON");
         assert_eq!(body_len(&wire), encoded, "encoded length");
         let read = ResourceBody::from_json(body.kind(), serde_json::from_str(stored).unwrap());
         assert_eq!(read.unwrap(), body, "read back");

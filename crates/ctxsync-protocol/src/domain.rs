@@ -1,18 +1,20 @@
-//! Plain domain types for what an agent reports, and their conversions to and from the
-//! wire messages. Wire → domain validates every limit first (see [`crate::WireError`]).
+//! Plain domain types for what an agent reports, the conversion of a startup from the
+//! wire (its limits checked as its fields are taken), and every conversion to the wire.
+//! A push's conversion from the wire, which needs the encoded sizes and digests of these
+//! types, sits above them (`push`).
 
 pub use ctxsync_mcp_model::{
     McpConnectTimings, McpIcon, McpServerInfo, McpTool, McpToolAnnotations,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::digest::BodyDigest;
+use crate::error::{Problem, WireError, max_len};
+use crate::limits::{MAX_AGENT_VERSION_BYTES, MAX_DIRECTORY_BYTES, MAX_RUN_ID_BYTES};
 use crate::run_id::RunId;
 use crate::v1;
 use crate::v1::context_resource::{Body as WireBody, Status as WireStatus};
 use crate::v1::push_context_state_request::McpDiscovery;
 use crate::v1::push_context_state_request::mcp_discovery::Phase as WirePhase;
-use crate::validate::{self, Problem, WireError};
 
 /// How far the agent's initial MCP discovery has got (SPEC §1).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -297,15 +299,15 @@ impl ResourceBody {
         }
     }
 
-    /// The storage form: the variant's fields under their proto names.
-    pub fn to_json(&self) -> serde_json::Value {
-        let value = match self {
+    /// The storage form: the variant's fields under their proto names. `Err` only if a
+    /// body held a value JSON cannot represent, which none of today's fields can.
+    pub fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        match self {
             Self::InstructionFile(b) => serde_json::to_value(b),
             Self::Skill(b) => serde_json::to_value(b),
-            Self::McpConfig => Ok(serde_json::json!({})),
+            Self::McpConfig => Ok(serde_json::Value::Object(serde_json::Map::new())),
             Self::McpServer(b) => serde_json::to_value(b),
-        };
-        value.expect("body types serialize to JSON infallibly")
+        }
     }
 
     /// Reads back [`Self::to_json`]'s output for a row of the given kind.
@@ -353,7 +355,21 @@ impl TryFrom<v1::Startup> for Startup {
     type Error = WireError;
 
     fn try_from(wire: v1::Startup) -> Result<Self, WireError> {
-        validate::startup(&wire)?;
+        max_len(
+            || "startup.agent_run_id".into(),
+            &wire.agent_run_id,
+            MAX_RUN_ID_BYTES,
+        )?;
+        max_len(
+            || "startup.version".into(),
+            &wire.version,
+            MAX_AGENT_VERSION_BYTES,
+        )?;
+        max_len(
+            || "startup.expanded_directory".into(),
+            &wire.expanded_directory,
+            MAX_DIRECTORY_BYTES,
+        )?;
         Ok(Self {
             version: wire.version,
             expanded_directory: wire.expanded_directory,
@@ -371,134 +387,6 @@ impl TryFrom<v1::UpdateStartupRequest> for Startup {
             .startup
             .ok_or_else(|| WireError::new("startup", Problem::Missing))?;
         startup.try_into()
-    }
-}
-
-impl TryFrom<v1::PushContextStateRequest> for Snapshot {
-    type Error = WireError;
-
-    /// A full push's snapshot; a delta that omits a body is refused, since only the
-    /// server holding its base can complete it (see [`Push`]).
-    fn try_from(wire: v1::PushContextStateRequest) -> Result<Self, WireError> {
-        let push = Push::try_from(wire)?;
-        if let Some(kept) = push.kept.first() {
-            return Err(WireError::new(
-                format!("resources[{}].body", kept.index),
-                Problem::Missing,
-            ));
-        }
-        Ok(push.snapshot)
-    }
-}
-
-/// A push as a server applies it: the snapshot with the bodies it carries and their
-/// digests, and, for a delta, the resources whose bodies it left out.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Push {
-    /// Every resource that carries its body; for a full push, all of them.
-    pub snapshot: Snapshot,
-    /// The digest of each `snapshot.resources[i]`'s body as sent.
-    pub digests: Vec<BodyDigest>,
-    /// The resources of a delta whose bodies were left out; empty for a full push.
-    pub kept: Vec<KeptResource>,
-    /// Sent as a delta (the server checks its base even when `kept` is empty).
-    pub delta: bool,
-}
-
-/// A resource of a delta push whose body the server must already hold with
-/// `body_digest`; every other field is as sent.
-#[derive(Clone, Debug, PartialEq)]
-pub struct KeptResource {
-    /// The resource's position in the request, for error messages.
-    pub index: usize,
-    /// Unique within the snapshot, as in [`Resource::source`].
-    pub source: String,
-    /// As in [`Resource::source_path`].
-    pub source_path: Option<String>,
-    /// As in [`Resource::content_hash`].
-    pub content_hash: String,
-    /// As in [`Resource::size_bytes`].
-    pub size_bytes: u64,
-    /// As in [`Resource::status`].
-    pub status: ResourceStatus,
-    /// As in [`Resource::error`].
-    pub error: Option<String>,
-    /// The digest of the body the server must already hold for this source and run.
-    pub body_digest: BodyDigest,
-}
-
-impl From<Snapshot> for Push {
-    /// A full push of `snapshot`, its digests computed from the wire form it would be
-    /// sent in.
-    fn from(snapshot: Snapshot) -> Self {
-        let digests = snapshot
-            .resources
-            .iter()
-            .map(|r| BodyDigest::of(&r.body))
-            .collect();
-        Self {
-            snapshot,
-            digests,
-            kept: Vec::new(),
-            delta: false,
-        }
-    }
-}
-
-impl TryFrom<v1::PushContextStateRequest> for Push {
-    type Error = WireError;
-
-    fn try_from(wire: v1::PushContextStateRequest) -> Result<Self, WireError> {
-        validate::push(&wire)?;
-        let (phase, pending_servers) = match wire.mcp_discovery {
-            None => (DiscoveryPhase::Unspecified, Vec::new()),
-            Some(d) => (
-                phase_from_wire(d.phase).expect("validated phase"),
-                d.pending_servers
-                    .into_iter()
-                    .map(|p| PendingServer {
-                        server_name: p.server_name,
-                        elapsed_ms: p.elapsed_ms,
-                    })
-                    .collect(),
-            ),
-        };
-        let mut resources = Vec::with_capacity(wire.resources.len());
-        let mut digests = Vec::with_capacity(wire.resources.len());
-        let mut kept = Vec::new();
-        for (index, r) in wire.resources.into_iter().enumerate() {
-            match &r.body {
-                Some(body) => {
-                    digests.push(BodyDigest::of_wire(body));
-                    resources.push(resource_from_wire(index, r)?);
-                }
-                None => kept.push(KeptResource {
-                    index,
-                    body_digest: BodyDigest::from_slice(&r.body_digest).expect("validated digest"),
-                    source: r.source,
-                    source_path: r.source_path,
-                    content_hash: r.content_hash,
-                    size_bytes: r.size_bytes,
-                    status: status_from_wire(r.status).expect("validated status"),
-                    error: non_empty(r.error),
-                }),
-            }
-        }
-        Ok(Self {
-            snapshot: Snapshot {
-                version: wire.version,
-                aggregate_hash: wire.aggregate_hash,
-                resources,
-                initial: wire.initial,
-                snapshot_error: non_empty(wire.snapshot_error),
-                agent_run_id: RunId::new(wire.agent_run_id),
-                phase,
-                pending_servers,
-            },
-            digests,
-            kept,
-            delta: wire.delta,
-        })
     }
 }
 
@@ -521,115 +409,8 @@ pub(crate) fn status_from_wire(value: i32) -> Option<ResourceStatus> {
     })
 }
 
-/// Converts an already validated resource; only the tool schemas can still fail.
-fn resource_from_wire(index: usize, wire: v1::ContextResource) -> Result<Resource, WireError> {
-    let body = match wire.body.expect("validated body") {
-        WireBody::InstructionFile(b) => {
-            ResourceBody::InstructionFile(InstructionFileBody { content: b.content })
-        }
-        WireBody::Skill(b) => ResourceBody::Skill(SkillBody {
-            meta: b.meta,
-            name: b.name,
-            description: b.description,
-        }),
-        WireBody::McpConfig(_) => ResourceBody::McpConfig,
-        WireBody::McpServer(b) => {
-            let tools = b
-                .tools
-                .into_iter()
-                .enumerate()
-                .map(|(t, tool)| {
-                    let field =
-                        |name: &str| format!("resources[{index}].mcp_server.tools[{t}].{name}");
-                    tool_from_wire(tool, field)
-                })
-                .collect::<Result<_, WireError>>()?;
-            ResourceBody::McpServer(McpServerBody {
-                server_name: b.server_name,
-                description: b.description,
-                tools,
-                protocol_version: b.protocol_version,
-                server_info: b.server_info.map(|i| McpServerInfo {
-                    name: i.name,
-                    version: i.version,
-                    title: i.title,
-                    description: i.description,
-                }),
-                instructions: b.instructions,
-                timings: b.timings.map(|t| McpConnectTimings {
-                    start_ms: t.start_ms,
-                    handshake_ms: t.handshake_ms,
-                    tools_ms: t.tools_ms,
-                }),
-                always_load: b.always_load,
-            })
-        }
-    };
-    Ok(Resource {
-        source: wire.source,
-        source_path: wire.source_path,
-        content_hash: wire.content_hash,
-        size_bytes: wire.size_bytes,
-        status: status_from_wire(wire.status).expect("validated status"),
-        error: non_empty(wire.error),
-        body,
-    })
-}
-
-/// Converts an already length-checked tool; its JSON fields can still fail.
-fn tool_from_wire(tool: v1::McpTool, field: impl Fn(&str) -> String) -> Result<McpTool, WireError> {
-    let json = |name: &str, text: &str| {
-        parse_object(text).map_err(|problem| WireError::new(field(name), problem))
-    };
-    let input_schema = if tool.input_schema.is_empty() {
-        // An empty schema means "no parameters": the agent sends `""` when a server gave none.
-        serde_json::json!({ "type": "object" })
-    } else {
-        json("input_schema", &tool.input_schema)?
-    };
-    let optional = |name: &str, text: &str| {
-        if text.is_empty() {
-            Ok(None)
-        } else {
-            json(name, text).map(Some)
-        }
-    };
-    Ok(McpTool {
-        output_schema: optional("output_schema", &tool.output_schema)?,
-        meta: optional("meta", &tool.meta)?,
-        name: tool.name,
-        description: tool.description,
-        input_schema,
-        title: tool.title,
-        annotations: tool.annotations.map(|a| McpToolAnnotations {
-            title: a.title,
-            read_only_hint: a.read_only_hint,
-            destructive_hint: a.destructive_hint,
-            idempotent_hint: a.idempotent_hint,
-            open_world_hint: a.open_world_hint,
-        }),
-        icons: tool
-            .icons
-            .into_iter()
-            .map(|i| McpIcon {
-                src: i.src,
-                mime_type: i.mime_type,
-                sizes: i.sizes,
-                theme: i.theme,
-            })
-            .collect(),
-    })
-}
-
-fn parse_object(text: &str) -> Result<serde_json::Value, Problem> {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(value) if value.is_object() => Ok(value),
-        Ok(_) => Err(Problem::InvalidJson("must be a JSON object".into())),
-        Err(e) => Err(Problem::InvalidJson(e.to_string())),
-    }
-}
-
-fn non_empty(text: String) -> Option<String> {
+/// An optional text the wire carries as a proto3 string: empty is absent.
+pub(crate) fn non_empty(text: String) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
@@ -833,6 +614,37 @@ mod plugin_source_tests {
             ("AGENTS.md", None),
         ] {
             assert_eq!(plugin_of_source(source), plugin, "{source}");
+        }
+    }
+}
+
+/// Bodies with every field set, shared by the tests of the layers that measure and
+/// digest them.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use ctxsync_test_support::golden::tools;
+
+    use super::{McpConnectTimings, McpServerBody, McpServerInfo};
+
+    pub(crate) fn server() -> McpServerBody {
+        McpServerBody {
+            server_name: "fs".into(),
+            description: "files".into(),
+            tools: tools(),
+            protocol_version: "2025-11-25".into(),
+            server_info: Some(McpServerInfo {
+                name: "fs-server".into(),
+                version: "1.2.3".into(),
+                title: "Files".into(),
+                description: "Serves files.".into(),
+            }),
+            instructions: "Read before you write.".into(),
+            timings: Some(McpConnectTimings {
+                start_ms: Some(12),
+                handshake_ms: 34,
+                tools_ms: 56,
+            }),
+            always_load: true,
         }
     }
 }

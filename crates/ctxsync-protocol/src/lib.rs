@@ -1,14 +1,37 @@
 //! The ctxsync agent wire protocol (layer 2).
 //!
 //! Owns: the generated tonic/prost code for `proto/ctxsync/agent/v1/agent.proto`
-//! ([`v1`]), the wire limits of SPEC §4 ([`limits`]), their validation ([`WireError`]),
-//! conversions between wire messages and plain domain types ([`domain`]), so that
-//! higher layers never touch prost structs, and the body digest of delta pushes
-//! ([`BodyDigest`], [`DeltaBase`]), so agents and servers compute it one way; the
-//! tool-call channel's messages and the canonical form of a call's arguments ([`call`]).
+//! ([`v1`]) and its bounded codec ([`codec`]), the wire limits of SPEC §4 ([`limits`])
+//! and the encoded sizes they are measured in ([`encoded_size`]), the one error of wire
+//! parsing ([`WireError`]), plain domain types ([`domain`]) and the conversions between
+//! them and wire messages, so that higher layers never touch prost structs, the body
+//! digest of delta pushes ([`BodyDigest`], [`DeltaBase`]), so agents and servers compute
+//! it one way, and the requests the server routes to an agent: tool calls
+//! ([`tool_call`]: their messages, [`ToolCallId`](tool_call::ToolCallId) and the
+//! canonical [`CallArguments`](tool_call::CallArguments)). A further kind of routed
+//! request (an authorization exchange, a prompt, a resource read) gets its own module
+//! beside `tool_call`.
 //!
-//! Must never: touch a database, a file system or the MCP engine; hold state. Validation
-//! is pure and runs before any I/O in the layers above.
+//! Must never: touch a database, a file system or the MCP engine; hold state; check a
+//! message in one pass and convert it in another. A wire message is parsed once: the
+//! `TryFrom` that builds the domain value checks each limit as it takes the field, before
+//! any I/O in the layers above, and returns the first [`WireError`].
+//!
+//! # Layers
+//!
+//! Each module imports only modules listed before it (bottom → top):
+//!
+//! 1. `limits`: the numbers; imports nothing.
+//! 2. `error`: [`WireError`] and [`Problem`].
+//! 3. `run_id`: [`RunId`].
+//! 4. `codec`: the generic bounded codec the generated code names.
+//! 5. `v1`: the generated messages, client and server.
+//! 6. `domain`: the plain types; a startup from the wire, everything to the wire.
+//! 7. `encoded_size`: wire and domain bodies' encoded sizes, JSON text lengths.
+//! 8. `digest`: [`BodyDigest`] and [`DeltaBase`].
+//! 9. `push`: [`Push`] and a push's conversion from the wire.
+//! 10. `tool_call`: the tool-call channel.
+//! 11. `precheck`: each message's walk of its encoded bytes before decoding.
 //!
 //! # Example
 //!
@@ -44,22 +67,27 @@
 
 #![deny(missing_docs)]
 
-pub mod call;
 pub mod codec;
 mod digest;
 pub mod domain;
+pub mod encoded_size;
+mod error;
 pub mod limits;
+mod precheck;
+mod push;
 mod run_id;
-mod validate;
+pub mod tool_call;
 
 pub use digest::{BODY_DIGEST_BYTES, BodyDigest, DELTA_DIGEST_SCHEME, DeltaBase};
 pub use domain::{
-    BodyKind, DiscoveryPhase, InstructionFileBody, KeptResource, McpConnectTimings, McpIcon,
-    McpServerBody, McpServerInfo, McpTool, McpToolAnnotations, PendingServer, Push, Resource,
-    ResourceBody, ResourceStatus, SkillBody, Snapshot, Startup, plugin_of_source,
+    BodyKind, DiscoveryPhase, InstructionFileBody, McpConnectTimings, McpIcon, McpServerBody,
+    McpServerInfo, McpTool, McpToolAnnotations, PendingServer, Resource, ResourceBody,
+    ResourceStatus, SkillBody, Snapshot, Startup, plugin_of_source,
 };
+pub use encoded_size::body_len;
+pub use error::{Problem, WireError};
+pub use push::{KeptResource, Push};
 pub use run_id::RunId;
-pub use validate::{Problem, WireError, body_len};
 
 /// Generated code for package `ctxsync.agent.v1`: messages, the `Agent` client and server.
 #[allow(

@@ -75,7 +75,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use ctxsync_agent_api::test_support::with_bearer;
 use ctxsync_persistence::test_support::TestStore;
-use ctxsync_protocol::call::{AgentCall, CALL_HEARTBEAT, CALL_SILENCE_LIMIT, ServerCall};
+use ctxsync_protocol::tool_call::{AgentCall, CALL_HEARTBEAT, CALL_SILENCE_LIMIT, ServerCall};
 use ctxsync_protocol::{
     DELTA_DIGEST_SCHEME, DeltaBase, DiscoveryPhase, InstructionFileBody, Resource, ResourceBody,
     ResourceStatus, RunId, Snapshot, Startup, v1,

@@ -14,7 +14,7 @@ use ctxsync_agent_publication::{
     ToolCallConfig,
 };
 use ctxsync_mcp_model::{CallEnd, CallProgress, CallSpec};
-use ctxsync_protocol::call::MAX_CALL_RESULT_BYTES;
+use ctxsync_protocol::tool_call::MAX_CALL_RESULT_BYTES;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;

@@ -156,7 +156,7 @@ const MAX_FIND_TOOLS_CACHE_MIB: u64 = 64 << 10;
 /// `--tool-call-heartbeat-ms`'s default and ceiling (agent and server): the channel's
 /// heartbeat, a third of the other side's silence limit.
 pub const DEFAULT_CALL_HEARTBEAT_MS: u64 =
-    ctxsync_protocol::call::CALL_HEARTBEAT.as_millis() as u64;
+    ctxsync_protocol::tool_call::CALL_HEARTBEAT.as_millis() as u64;
 
 /// `--tool-call-max-ms`'s ceiling: the channel's longest deadline (a day).
 const MAX_TOOL_CALL_MAX_MS: u64 = 24 * 60 * 60 * 1000;

@@ -24,8 +24,7 @@ use std::time::Duration;
 
 use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallStatus};
 use ctxsync_protocol::RunId;
-use ctxsync_protocol::call::{AgentCall, CallRequest, ServerCall};
-use serde_json::Value;
+use ctxsync_protocol::tool_call::{AgentCall, CallArguments, CallRequest, ServerCall};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -72,10 +71,10 @@ pub struct CallHubConfig {
     /// How often a waiter re-reads the store for an end another replica recorded.
     pub recheck: Duration,
     /// How often an idle stream gets a heartbeat
-    /// ([`ctxsync_protocol::call::CALL_HEARTBEAT`]).
+    /// ([`ctxsync_protocol::tool_call::CALL_HEARTBEAT`]).
     pub heartbeat: Duration,
     /// Silence from the agent after which its stream counts as lost
-    /// ([`ctxsync_protocol::call::CALL_SILENCE_LIMIT`]); also bounds the wait for its hello.
+    /// ([`ctxsync_protocol::tool_call::CALL_SILENCE_LIMIT`]); also bounds the wait for its hello.
     pub silence_limit: Duration,
     /// See [`DEFAULT_DEADLINE_SLACK`].
     pub deadline_slack: Duration,
@@ -90,8 +89,8 @@ impl Default for CallHubConfig {
         Self {
             reconnect_grace: DEFAULT_RECONNECT_GRACE,
             recheck: Duration::from_secs(1),
-            heartbeat: ctxsync_protocol::call::CALL_HEARTBEAT,
-            silence_limit: ctxsync_protocol::call::CALL_SILENCE_LIMIT,
+            heartbeat: ctxsync_protocol::tool_call::CALL_HEARTBEAT,
+            silence_limit: ctxsync_protocol::tool_call::CALL_SILENCE_LIMIT,
             deadline_slack: DEFAULT_DEADLINE_SLACK,
             cancel_wait: DEFAULT_CANCEL_WAIT,
             lease: DEFAULT_CALL_LEASE,
@@ -413,13 +412,13 @@ impl CallHub {
         else {
             return Ok(());
         };
-        let Some(arguments) = call.arguments.as_deref().and_then(parse_arguments) else {
+        let Some(arguments) = call.arguments.map(CallArguments::from_canonical) else {
             let end = CallEnd::error(0, "the call's stored arguments are unreadable");
             self.finish(id, &end, None).await?;
             return Ok(());
         };
         let request = ServerCall::Call(CallRequest {
-            id: id.to_string(),
+            id: id.into(),
             agent_run_id: entry.run.clone(),
             server: call.server.clone(),
             tool: call.tool.clone(),
@@ -476,7 +475,7 @@ impl CallHub {
             };
             tracing::debug!(call = %id, "the call outlived its deadline");
             if let Some(link) = hub.link_of(id) {
-                link.try_send(ServerCall::Cancel { id: id.to_string() });
+                link.try_send(ServerCall::Cancel { id: id.into() });
             }
             let end = CallEnd::bare(CallStatus::TimedOut);
             if let Err(error) = hub.finish(id, &end, Some(millis(elapsed))).await {
@@ -566,7 +565,7 @@ impl CallHub {
             return Ok(Some(record));
         }
         let asked = match self.link_of(id) {
-            Some(link) => link.try_send(ServerCall::Cancel { id: id.to_string() }),
+            Some(link) => link.try_send(ServerCall::Cancel { id: id.into() }),
             None => self.store.request_tool_call_cancel(id).await?.is_some(),
         };
         if asked {
@@ -667,7 +666,7 @@ impl CallHub {
     /// fallback, a sweep, a pruned turn): the agent is told to stop it.
     fn ended_elsewhere(&self, id: ToolCallId) {
         let Some(link) = self.link_of(id) else { return };
-        link.try_send(ServerCall::Cancel { id: id.to_string() });
+        link.try_send(ServerCall::Cancel { id: id.into() });
         if let Some(sent) = self.lock().sent.remove(&id)
             && let Some(watcher) = sent.watcher
         {
@@ -889,9 +888,7 @@ impl CallHub {
                     sent.cancel_sent = true;
                 }
                 if let Some(link) = self.link_of(call_id) {
-                    link.try_send(ServerCall::Cancel {
-                        id: call_id.to_string(),
-                    });
+                    link.try_send(ServerCall::Cancel { id: call_id.into() });
                 }
             }
             CallChange::Ended => {
@@ -935,7 +932,7 @@ impl CallHub {
                 .get_mut(&id)
                 .is_some_and(|sent| !std::mem::replace(&mut sent.cancel_sent, true));
             if first && let Some(link) = self.link_of(id) {
-                link.try_send(ServerCall::Cancel { id: id.to_string() });
+                link.try_send(ServerCall::Cancel { id: id.into() });
             }
         }
         Ok(())
@@ -1062,14 +1059,14 @@ impl Session {
         let id = match &message {
             AgentCall::Accepted { id }
             | AgentCall::Progress { id, .. }
-            | AgentCall::Ended { id, .. } => id.clone(),
+            | AgentCall::Ended { id, .. } => ToolCallId::from(*id),
             AgentCall::Heartbeat => return,
             AgentCall::Hello { .. } => {
                 tracing::debug!(agent = %self.lease.agent, "a second hello ignored");
                 return;
             }
         };
-        let Some(id) = self.own(&id).await else {
+        let Some(id) = self.own(id).await else {
             return;
         };
         let result = match message {
@@ -1096,11 +1093,7 @@ impl Session {
 
     /// `id` as a call of this agent that is running; `None` (logged) otherwise: the
     /// agent is never trusted with another agent's call.
-    async fn own(&mut self, text: &str) -> Option<ToolCallId> {
-        let Ok(id) = text.parse::<ToolCallId>() else {
-            tracing::debug!(agent = %self.lease.agent, "a call message with a malformed id ignored");
-            return None;
-        };
+    async fn own(&mut self, id: ToolCallId) -> Option<ToolCallId> {
         if self.known.contains(&id) {
             return Some(id);
         }
@@ -1175,13 +1168,6 @@ impl Session {
                 tracing::warn!(agent = %self.lease.agent, %error, "releasing a call stream failed");
             }
         }
-    }
-}
-
-fn parse_arguments(text: &str) -> Option<serde_json::Map<String, Value>> {
-    match serde_json::from_str(text) {
-        Ok(Value::Object(map)) => Some(map),
-        _ => None,
     }
 }
 

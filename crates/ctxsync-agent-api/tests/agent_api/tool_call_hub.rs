@@ -15,7 +15,7 @@ use ctxsync_persistence::{
     AgentId, CallAdmission, ChatTurnMode, NewToolCall, NewTurn, ToolCallRecord, ToolOrigin,
     TurnOrigin,
 };
-use ctxsync_protocol::call::{AgentCall, MAX_CALL_RESULT_BYTES, ServerCall};
+use ctxsync_protocol::tool_call::{AgentCall, MAX_CALL_RESULT_BYTES, ServerCall};
 use ctxsync_protocol::v1::agent_client::AgentClient;
 use ctxsync_protocol::{RunId, Startup, v1};
 use ctxsync_test_support::TestBackend;
@@ -328,11 +328,11 @@ impl Stream {
     /// Receives `record`'s request and acknowledges it.
     async fn accept(&mut self, record: &ToolCallRecord) {
         match self.next().await {
-            ServerCall::Call(request) => assert_eq!(request.id, record.id.to_string()),
+            ServerCall::Call(request) => assert_eq!(request.id.as_uuid(), record.id.as_uuid()),
             other => panic!("expected the call, got {other:?}"),
         }
         self.send(AgentCall::Accepted {
-            id: record.id.to_string(),
+            id: record.id.into(),
         })
         .await;
     }
@@ -351,7 +351,7 @@ impl Stream {
 
 fn ended(id: &ToolCallRecord, end: CallEnd, ms: u64) -> AgentCall {
     AgentCall::Ended {
-        id: id.id.to_string(),
+        id: id.id.into(),
         end,
         duration: Duration::from_millis(ms),
     }
@@ -393,22 +393,20 @@ async fn a_dispatched_call_runs_to_the_agents_end(world: World) {
     let ServerCall::Call(request) = stream.next().await else {
         panic!("expected the call");
     };
-    assert_eq!(request.id, call.id.to_string());
+    assert_eq!(request.id.as_uuid(), call.id.as_uuid());
     assert_eq!(request.agent_run_id.as_str(), RUN);
     assert_eq!(
         (request.server.as_str(), request.tool.as_str()),
         ("fs", "read")
     );
     assert_eq!(
-        request.arguments,
+        request.arguments.parse().unwrap(),
         *json!({"path": "/etc/hostname"}).as_object().unwrap()
     );
     assert_eq!(request.timeout, Duration::from_secs(60));
 
     stream
-        .send(AgentCall::Accepted {
-            id: call.id.to_string(),
-        })
+        .send(AgentCall::Accepted { id: call.id.into() })
         .await;
     for step in 1..=5 {
         let progress = CallProgress {
@@ -418,7 +416,7 @@ async fn a_dispatched_call_runs_to_the_agents_end(world: World) {
         };
         stream
             .send(AgentCall::Progress {
-                id: call.id.to_string(),
+                id: call.id.into(),
                 progress,
             })
             .await;
@@ -448,13 +446,12 @@ async fn a_dispatched_call_runs_to_the_agents_end(world: World) {
     intruder
         .send(ended(&call, CallEnd::error(1, "not yours"), 1))
         .await;
-    intruder
-        .send(AgentCall::Ended {
-            id: "not-a-uuid".into(),
-            end: CallEnd::error(1, "malformed"),
-            duration: Duration::ZERO,
-        })
-        .await;
+    // A call id that is no UUID is refused by the message's conversion, and ignored.
+    let mut malformed = v1::AgentCallMessage::from(ended(&call, CallEnd::error(1, "malformed"), 0));
+    if let Some(v1::agent_call_message::Kind::Ended(ended)) = &mut malformed.kind {
+        ended.id = "not-a-uuid".into();
+    }
+    intruder.tx.send(malformed).await.unwrap();
 
     let hub = Arc::clone(&served.hub);
     let id = call.id;
@@ -599,9 +596,7 @@ async fn a_cancel_reaches_the_agent_and_records_its_end(world: World) {
     let cancel = tokio::spawn(async move { hub.cancel(id).await.unwrap() });
     assert_eq!(
         stream.next().await,
-        ServerCall::Cancel {
-            id: call.id.to_string()
-        }
+        ServerCall::Cancel { id: call.id.into() }
     );
     let canceled = CallEnd {
         status: CallStatus::Canceled,
@@ -669,9 +664,7 @@ async fn a_silent_call_times_out_at_its_deadline(world: World) {
     assert!(record.duration_ms.is_some_and(|ms| ms >= 300), "{record:?}");
     assert_eq!(
         stream.next().await,
-        ServerCall::Cancel {
-            id: call.id.to_string()
-        },
+        ServerCall::Cancel { id: call.id.into() },
         "the agent is told to stop"
     );
     assert_eq!(served.ended_reaches("timed_out", 1).await, 1);
@@ -762,9 +755,7 @@ async fn a_pruned_turns_call_is_canceled_on_its_stream(world: World) {
     served.hub.canceled_by_store(&canceled);
     assert_eq!(
         stream.next().await,
-        ServerCall::Cancel {
-            id: call.id.to_string()
-        }
+        ServerCall::Cancel { id: call.id.into() }
     );
     assert_eq!(served.ended("canceled"), 1);
     assert_eq!(served.hub.metrics().in_flight, 0);
@@ -791,7 +782,7 @@ async fn a_call_taken_on_another_replica_runs_on_the_holders_stream(world: World
     };
     stream
         .send(AgentCall::Progress {
-            id: call.id.to_string(),
+            id: call.id.into(),
             progress,
         })
         .await;
@@ -834,7 +825,7 @@ async fn a_call_taken_on_another_replica_runs_on_the_holders_stream(world: World
     let id = second.id;
     let cancel = tokio::spawn(async move { hub.cancel(id).await.unwrap() });
     match stream.next().await {
-        ServerCall::Cancel { id } => assert_eq!(id, second.id.to_string()),
+        ServerCall::Cancel { id } => assert_eq!(id.as_uuid(), second.id.as_uuid()),
         other => panic!("expected the cancel, got {other:?}"),
     }
     stream
@@ -926,7 +917,7 @@ async fn duplicate_calls_split_over_two_replicas_run_once(world: World) {
     let id = answers[0].1;
     assert!(answers.iter().all(|(_, call)| *call == id), "{answers:?}");
     match stream.next().await {
-        ServerCall::Call(call) => assert_eq!(call.id, id.to_string()),
+        ServerCall::Call(call) => assert_eq!(call.id.as_uuid(), id.as_uuid()),
         other => panic!("expected the call, got {other:?}"),
     }
     // Nothing else arrives: the one call was sent once.

@@ -21,9 +21,9 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use ctxsync_mcp_model::{PendingServer, Report, ReportPhase};
+use ctxsync_protocol::encoded_size::truncate_to_boundary;
 use ctxsync_protocol::limits::{
     MAX_PENDING_SERVERS, MAX_RESOURCES, MAX_SOURCE_BYTES, MAX_TOTAL_BODY_BYTES,
-    truncate_to_boundary,
 };
 use ctxsync_protocol::{DiscoveryPhase, Resource, RunId, Snapshot};
 

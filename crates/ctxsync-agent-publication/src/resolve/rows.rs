@@ -2,9 +2,8 @@
 //! carries content, how it is excluded or flagged for a source over the limit, and errors
 //! bounded to the wire's limit.
 
-use ctxsync_protocol::limits::{
-    MAX_ERROR_BYTES, MAX_SOURCE_BYTES, encoded_body_len, truncate_to_boundary,
-};
+use ctxsync_protocol::encoded_size::{encoded_body_len, truncate_to_boundary};
+use ctxsync_protocol::limits::{MAX_ERROR_BYTES, MAX_SOURCE_BYTES};
 use ctxsync_protocol::{
     InstructionFileBody, McpServerBody, Resource, ResourceBody, ResourceStatus, SkillBody,
 };

@@ -4,11 +4,13 @@
 //! tools are left out).
 
 use ctxsync_mcp_model::{Report, ServerReport};
+use ctxsync_protocol::encoded_size::{
+    encoded_server_len_without_tools, encoded_tool_entry_len, truncate_to_boundary,
+};
 use ctxsync_protocol::limits::{
     MAX_BODY_BYTES, MAX_ICON_FIELD_BYTES, MAX_ICON_SIZES, MAX_ICON_SRC_BYTES, MAX_ICONS_PER_TOOL,
     MAX_INSTRUCTIONS_BYTES, MAX_PROTOCOL_VERSION_BYTES, MAX_SERVER_DESCRIPTION_BYTES,
     MAX_SERVER_INFO_BYTES, MAX_SOURCE_BYTES, MAX_TOOL_META_BYTES, MAX_TOOL_TITLE_BYTES,
-    encoded_server_len_without_tools, encoded_tool_entry_len, truncate_to_boundary,
 };
 use ctxsync_protocol::{
     McpServerBody, McpServerInfo, McpTool, Resource, ResourceBody, ResourceStatus,
@@ -623,7 +625,7 @@ mod golden {
         assert_eq!(row.size_bytes, 608);
         assert_eq!(row.error.as_deref(), Some("kept"));
         assert_eq!(
-            row.body.to_json().to_string(),
+            row.body.to_json().unwrap().to_string(),
             r#"{"always_load":true,"description":"","instructions":"Read before you write.","protocol_version":"2025-11-25","server_info":{"description":"Serves files.","name":"fs-server","title":"Files","version":"1.2.3"},"server_name":"fs","timings":{"handshake_ms":34,"start_ms":12,"tools_ms":56},"tools":[{"annotations":{"destructive_hint":false,"open_world_hint":false,"read_only_hint":true,"title":"Read file"},"description":"Reads a file.","icons":[{"mime_type":"image/png","sizes":["48x48","any"],"src":"data:image/png;base64,AAAA","theme":"dark"},{"src":"https://example.com/i.svg"}],"input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"meta":{"ui":{"resourceUri":"ui://read"},"é":[1,null]},"name":"read","output_schema":{"required":["text"],"type":"object"},"title":"Read"},{"annotations":{},"description":"","input_schema":{"type":"object"},"name":"ping"}]}"#
         );
         assert_eq!(wire_body_len(&row.body), 406);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ctxsync_protocol::call::{CALL_HEARTBEAT, CALL_SILENCE_LIMIT, MAX_CALL_RESULT_BYTES};
+use ctxsync_protocol::tool_call::{CALL_HEARTBEAT, CALL_SILENCE_LIMIT, MAX_CALL_RESULT_BYTES};
 
 use crate::error::PublishError;
 
@@ -34,7 +34,7 @@ pub struct ToolCallConfig {
     /// offered and whether it may run are separate facts).
     pub policy: CallPolicy,
     /// `--tool-result-max-bytes`: the cap of a call's whole result, from
-    /// [`MIN_TOOL_RESULT_BYTES`] to `ctxsync_protocol::call::MAX_CALL_RESULT_BYTES`.
+    /// [`MIN_TOOL_RESULT_BYTES`] to `ctxsync_protocol::tool_call::MAX_CALL_RESULT_BYTES`.
     pub max_result_bytes: usize,
     /// How often a heartbeat goes out when nothing else did (`CALL_HEARTBEAT`).
     pub heartbeat: Duration,

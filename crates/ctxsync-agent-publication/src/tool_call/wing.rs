@@ -15,8 +15,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallSpec, CallStatus};
-use ctxsync_protocol::call::{AgentCall, CallRequest, ServerCall};
+use ctxsync_protocol::tool_call::{AgentCall, CallRequest, ServerCall, ToolCallId};
 use ctxsync_protocol::{RunId, v1};
+use serde_json::{Map, Value};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep, sleep_until};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
@@ -83,19 +84,19 @@ impl CallWing {
 /// Which call ids this run has seen, and the ones it holds (waiting or running).
 #[derive(Debug, Default)]
 struct Ledger {
-    recent: VecDeque<String>,
-    recent_set: HashSet<String>,
-    held: HashMap<String, CancellationToken>,
+    recent: VecDeque<ToolCallId>,
+    recent_set: HashSet<ToolCallId>,
+    held: HashMap<ToolCallId, CancellationToken>,
 }
 
 impl Ledger {
-    fn seen(&self, id: &str) -> bool {
+    fn seen(&self, id: &ToolCallId) -> bool {
         self.recent_set.contains(id) || self.held.contains_key(id)
     }
 
-    fn remember(&mut self, id: &str) {
-        if self.recent_set.insert(id.to_owned()) {
-            self.recent.push_back(id.to_owned());
+    fn remember(&mut self, id: &ToolCallId) {
+        if self.recent_set.insert(*id) {
+            self.recent.push_back(*id);
             if self.recent.len() > REMEMBERED_CALL_IDS
                 && let Some(oldest) = self.recent.pop_front()
             {
@@ -279,7 +280,12 @@ impl<R: CallRunner> Wing<R> {
                     token.cancel();
                 }
             }
-            Ok(ServerCall::Call(request)) => self.admit(request, out, stream).await,
+            // The one parse of the arguments: a call whose arguments are not an object is
+            // as malformed as any other bad field.
+            Ok(ServerCall::Call(request)) => match request.arguments.parse() {
+                Ok(arguments) => self.admit(request, arguments, out, stream).await,
+                Err(error) => warn!(%error, "ignoring a malformed message on the tool call stream"),
+            },
             // The error names the field and the problem, never a value.
             Err(error) => warn!(%error, "ignoring a malformed message on the tool call stream"),
         }
@@ -287,7 +293,13 @@ impl<R: CallRunner> Wing<R> {
 
     /// Answers a new call (`Accepted`, then a refusal or, later, its end) or ignores a
     /// call id this run has already seen.
-    async fn admit(&self, request: CallRequest, out: &Outgoing, stream: &CancellationToken) {
+    async fn admit(
+        &self,
+        request: CallRequest,
+        arguments: Map<String, Value>,
+        out: &Outgoing,
+        stream: &CancellationToken,
+    ) {
         let received = Instant::now();
         let refusal = if request.agent_run_id != self.run_id {
             Some(CallReason::StaleRun)
@@ -315,15 +327,15 @@ impl<R: CallRunner> Wing<R> {
                 Some(_) => ledger.remember(&request.id),
                 None => {
                     ledger.remember(&request.id);
-                    ledger.held.insert(request.id.clone(), token.clone());
+                    ledger.held.insert(request.id, token.clone());
                 }
             }
             refusal
         };
-        let id = request.id.clone();
+        let id = request.id;
         if let Some(reason) = refusal {
             info!(call = %id, server = %request.server, tool = %request.tool, reason = reason.as_str(), "refused a tool call");
-            out.send(AgentCall::Accepted { id: id.clone() }).await;
+            out.send(AgentCall::Accepted { id }).await;
             let end = CallEnd::with_reason(CallStatus::Refused, reason);
             out.end(id, end, Duration::ZERO).await;
             return;
@@ -331,7 +343,7 @@ impl<R: CallRunner> Wing<R> {
         info!(call = %id, server = %request.server, tool = %request.tool, timeout = ?request.timeout, "running a tool call");
         let held = Held {
             ledger: self.ledger.clone(),
-            id: id.clone(),
+            id,
         };
         out.send(AgentCall::Accepted { id }).await;
         let call = run_call(
@@ -339,6 +351,7 @@ impl<R: CallRunner> Wing<R> {
             self.permits.clone(),
             self.config.max_result_bytes,
             request,
+            arguments,
             received,
             token,
             out.clone(),
@@ -351,7 +364,7 @@ impl<R: CallRunner> Wing<R> {
 /// Removes a call from the ledger's held calls when its task ends (or never starts).
 struct Held {
     ledger: Arc<Mutex<Ledger>>,
-    id: String,
+    id: ToolCallId,
 }
 
 impl Drop for Held {
@@ -368,6 +381,7 @@ async fn run_call<R: CallRunner>(
     permits: Arc<Semaphore>,
     max_result_bytes: usize,
     request: CallRequest,
+    arguments: Map<String, Value>,
     received: Instant,
     cancel: CancellationToken,
     out: Outgoing,
@@ -377,7 +391,6 @@ async fn run_call<R: CallRunner>(
         id,
         server,
         tool,
-        arguments,
         timeout,
         ..
     } = request;
@@ -409,7 +422,7 @@ async fn run_call<R: CallRunner>(
     let mut end = loop {
         tokio::select! {
             end = &mut call => break end,
-            Some(progress) = progress_rx.recv() => out.progress(&id, progress),
+            Some(progress) = progress_rx.recv() => out.progress(id, progress),
         }
     };
     drop(permit);
@@ -437,16 +450,13 @@ impl Outgoing {
         let _ = self.tx.send(message.into()).await;
     }
 
-    async fn end(&self, id: String, end: CallEnd, duration: Duration) {
+    async fn end(&self, id: ToolCallId, end: CallEnd, duration: Duration) {
         self.send(AgentCall::Ended { id, end, duration }).await;
     }
 
     /// Dropped when the channel is full: a later report or the end supersedes it.
-    fn progress(&self, id: &str, progress: CallProgress) {
-        let message = AgentCall::Progress {
-            id: id.to_owned(),
-            progress,
-        };
+    fn progress(&self, id: ToolCallId, progress: CallProgress) {
+        let message = AgentCall::Progress { id, progress };
         if self.tx.try_send(message.into()).is_ok() {
             self.sent.store(true, Ordering::Relaxed);
         }
@@ -492,14 +502,16 @@ mod tests {
 
     #[test]
     fn the_ledger_forgets_only_the_oldest_ended_ids() {
+        let id = |n: usize| ToolCallId::from_uuid(uuid::Uuid::from_u128(n as u128));
         let mut ledger = Ledger::default();
-        ledger.held.insert("held".into(), CancellationToken::new());
+        let held = ToolCallId::new_random();
+        ledger.held.insert(held, CancellationToken::new());
         for n in 0..=REMEMBERED_CALL_IDS {
-            ledger.remember(&n.to_string());
+            ledger.remember(&id(n));
         }
-        assert!(!ledger.seen("0"), "the oldest id is forgotten");
-        assert!(ledger.seen("1") && ledger.seen(&REMEMBERED_CALL_IDS.to_string()));
-        assert!(ledger.seen("held"), "a held call is always known");
+        assert!(!ledger.seen(&id(0)), "the oldest id is forgotten");
+        assert!(ledger.seen(&id(1)) && ledger.seen(&id(REMEMBERED_CALL_IDS)));
+        assert!(ledger.seen(&held), "a held call is always known");
         assert_eq!(ledger.recent.len(), REMEMBERED_CALL_IDS);
     }
 }

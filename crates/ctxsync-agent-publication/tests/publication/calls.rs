@@ -15,7 +15,7 @@ use ctxsync_agent_publication::{
 };
 use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallSpec, CallStatus, Report};
 use ctxsync_protocol::RunId;
-use ctxsync_protocol::call::{AgentCall, CallRequest, ServerCall};
+use ctxsync_protocol::tool_call::{AgentCall, CallArguments, CallRequest, ServerCall, ToolCallId};
 use serde_json::json;
 use support::{FakeServer, Recorder, TOKEN, WAIT, Workspace, config};
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -185,11 +185,11 @@ async fn start(calls: ToolCallConfig) -> Agent {
 impl Agent {
     fn request(&self, id: &str, tool: &str, n: u64) -> CallRequest {
         CallRequest {
-            id: id.to_owned(),
+            id: call_id(id),
             agent_run_id: self.run_id.clone(),
             server: "fs".to_owned(),
             tool: tool.to_owned(),
-            arguments: json!({ "n": n }).as_object().unwrap().clone(),
+            arguments: CallArguments::new(&json!({ "n": n })).unwrap(),
             timeout: Duration::from_secs(60),
         }
     }
@@ -209,7 +209,7 @@ impl Agent {
         messages
             .into_iter()
             .find_map(|(_, m)| match m {
-                AgentCall::Ended { id: ended, end, .. } if ended == id => Some(end),
+                AgentCall::Ended { id: ended, end, .. } if ended == call_id(id) => Some(end),
                 _ => None,
             })
             .unwrap()
@@ -224,7 +224,7 @@ impl Agent {
             .filter(|m| match m {
                 AgentCall::Accepted { id: of }
                 | AgentCall::Progress { id: of, .. }
-                | AgentCall::Ended { id: of, .. } => of == id,
+                | AgentCall::Ended { id: of, .. } => *of == call_id(id),
                 AgentCall::Hello { .. } | AgentCall::Heartbeat => false,
             })
             .collect()
@@ -232,7 +232,14 @@ impl Agent {
 }
 
 fn is_end_of(message: &AgentCall, id: &str) -> bool {
-    matches!(message, AgentCall::Ended { id: ended, .. } if ended == id)
+    matches!(message, AgentCall::Ended { id: ended, .. } if *ended == call_id(id))
+}
+
+/// The call id a test names `name` (at most 16 bytes): its bytes, zero-padded, as a UUID.
+fn call_id(name: &str) -> ToolCallId {
+    let mut bytes = [0; 16];
+    bytes[..name.len()].copy_from_slice(name.as_bytes());
+    ToolCallId::from_uuid(uuid::Uuid::from_bytes(bytes))
 }
 
 fn refused(reason: CallReason) -> CallEnd {
@@ -420,7 +427,7 @@ async fn beyond_eight_running_and_thirty_two_waiting_calls_are_refused_busy() {
         .await
         .into_iter()
         .filter_map(|(_, m)| match m {
-            AgentCall::Ended { id, end, .. } if id == "over" => Some(end),
+            AgentCall::Ended { id, end, .. } if id == call_id("over") => Some(end),
             _ => None,
         })
         .collect();
@@ -451,7 +458,7 @@ async fn a_cancel_reaches_the_runner_and_the_call_ends_canceled() {
     agent.script.wait_started(1).await;
     agent
         .recorder
-        .send_to_agent(ServerCall::Cancel { id: "c1".into() })
+        .send_to_agent(ServerCall::Cancel { id: call_id("c1") })
         .await;
     agent.script.wait_cancelled(5).await;
     assert_eq!(agent.ended("c1").await.status, CallStatus::Canceled);
@@ -657,7 +664,7 @@ async fn calls_run_through_a_real_engine_capped_and_cancellable() {
 
     let mut sized = agent.request("big", "sized_result", 0);
     sized.server = "s".into();
-    sized.arguments = json!({"bytes": 100_000}).as_object().unwrap().clone();
+    sized.arguments = CallArguments::new(&json!({"bytes": 100_000})).unwrap();
     agent.send(sized).await;
     let end = agent.ended("big").await;
     assert_eq!(end.status, CallStatus::Complete, "{end:?}");
@@ -666,7 +673,7 @@ async fn calls_run_through_a_real_engine_capped_and_cancellable() {
 
     let mut sleep = agent.request("slow", "sleep", 0);
     sleep.server = "s".into();
-    sleep.arguments = json!({"ms": 600_000}).as_object().unwrap().clone();
+    sleep.arguments = CallArguments::new(&json!({"ms": 600_000})).unwrap();
     agent.send(sleep).await;
     tokio::time::timeout(WAIT, async {
         while !logged(&log, "sleep").contains(&"started".to_owned()) {
@@ -677,7 +684,9 @@ async fn calls_run_through_a_real_engine_capped_and_cancellable() {
     .expect("the sleep call reached the fixture");
     agent
         .recorder
-        .send_to_agent(ServerCall::Cancel { id: "slow".into() })
+        .send_to_agent(ServerCall::Cancel {
+            id: call_id("slow"),
+        })
         .await;
     assert_eq!(agent.ended("slow").await.status, CallStatus::Canceled);
     tokio::time::timeout(WAIT, async {

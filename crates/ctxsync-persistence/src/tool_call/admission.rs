@@ -34,7 +34,7 @@ use crate::store::Store;
 /// Longest caller's `call_id`.
 const MAX_CALLER_ID_BYTES: usize = 128;
 /// Longest model-facing name a call may name (the channel's limit on names).
-const MAX_CALL_NAME_BYTES: usize = ctxsync_protocol::call::MAX_CALL_NAME_BYTES;
+const MAX_CALL_NAME_BYTES: usize = ctxsync_protocol::tool_call::MAX_CALL_NAME_BYTES;
 
 /// Calls one turn may hold; one more is refused (`StoreError::LimitReached`).
 pub const MAX_CALLS_PER_TURN: u64 = 256;
@@ -76,7 +76,7 @@ pub struct NewToolCall {
     pub call_id: String,
     /// The model-facing name called.
     pub name: String,
-    /// The canonical arguments (`ctxsync_protocol::call::canonical_arguments`).
+    /// The canonical arguments (`ctxsync_protocol::tool_call::CallArguments`' text).
     pub arguments: String,
     /// The call's deadline in milliseconds.
     pub timeout_ms: u64,

@@ -81,7 +81,9 @@ fn request(w: &World, call_id: &str, name: &str, arguments: serde_json::Value) -
         turn: w.turn,
         call_id: call_id.into(),
         name: name.into(),
-        arguments: ctxsync_protocol::call::canonical_arguments(&arguments).unwrap(),
+        arguments: ctxsync_protocol::tool_call::CallArguments::new(&arguments)
+            .unwrap()
+            .into_string(),
         timeout_ms: 60_000,
     }
 }
@@ -552,7 +554,9 @@ async fn the_digest_is_keyed_with_one_secret_every_replica_shares(db: TestStore)
     let replica = db.open_another().await;
     let w = world(store).await;
     let arguments = json!({"q": "a"});
-    let canonical = ctxsync_protocol::call::canonical_arguments(&arguments).unwrap();
+    let canonical = ctxsync_protocol::tool_call::CallArguments::new(&arguments)
+        .unwrap()
+        .into_string();
     let here = start(store, &w, "c1").await;
     let on_replica = match admit(&replica, &request(&w, "c2", "fs__read", json!({"n": 1}))).await {
         CallAdmission::Started(record) => record,

@@ -44,7 +44,7 @@ fn resources(out: &mut String, resources: &[Resource]) {
             r.size_bytes,
             r.status,
             r.error,
-            r.body.to_json()
+            r.body.to_json().unwrap()
         )
         .unwrap();
     }

@@ -92,8 +92,10 @@ fn request(world: &World, call_id: &str, name: &str, arguments: serde_json::Valu
         turn: world.turn,
         call_id: call_id.into(),
         name: name.into(),
-        // What the caller does: `canonical_arguments`.
-        arguments: ctxsync_protocol::call::canonical_arguments(&arguments).unwrap(),
+        // What the caller does: `CallArguments::new`.
+        arguments: ctxsync_protocol::tool_call::CallArguments::new(&arguments)
+            .unwrap()
+            .into_string(),
         timeout_ms: 60_000,
     }
 }

@@ -188,7 +188,7 @@ fn unset_phase_and_empty_run_id_read_as_legacy() {
 #[test]
 fn body_json_uses_proto_field_names_and_round_trips() {
     for resource in sample(DiscoveryPhase::Complete, Some("r")).resources {
-        let json = resource.body.to_json();
+        let json = resource.body.to_json().unwrap();
         let kind = resource.body.kind();
         assert_eq!(BodyKind::parse(kind.as_str()), Some(kind));
         assert_eq!(
@@ -208,10 +208,10 @@ fn body_json_uses_proto_field_names_and_round_trips() {
         ..Default::default()
     });
     assert_eq!(
-        server.to_json(),
+        server.to_json().unwrap(),
         json!({"server_name": "fs", "description": "", "tools": [{"name": "read", "description": "d", "input_schema": {}}]})
     );
-    assert_eq!(ResourceBody::McpConfig.to_json(), json!({}));
+    assert_eq!(ResourceBody::McpConfig.to_json().unwrap(), json!({}));
     // A row stored before the tool and server details existed still reads.
     let old = json!({"server_name": "fs", "tools": [{"name": "read", "input_schema": {}}]});
     let ResourceBody::McpServer(body) = ResourceBody::from_json(BodyKind::McpServer, old).unwrap()
@@ -225,7 +225,7 @@ fn body_json_uses_proto_field_names_and_round_trips() {
     );
     // The new fields are stored under their proto names.
     let rich = &sample(DiscoveryPhase::Complete, None).resources[3].body;
-    let stored = rich.to_json();
+    let stored = rich.to_json().unwrap();
     assert_eq!(stored["protocol_version"], "2026-07-28");
     assert_eq!(stored["server_info"]["title"], "Files");
     assert_eq!(stored["timings"]["handshake_ms"], 40);

@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail, ensure};
 use ctxsync_agent_api::test_support::with_bearer;
 use ctxsync_mcp_model::CallEnd;
 use ctxsync_persistence::test_support::TestDatabase;
-use ctxsync_protocol::call::{AgentCall, ServerCall};
+use ctxsync_protocol::tool_call::{AgentCall, ServerCall};
 use ctxsync_protocol::{DiscoveryPhase, RunId, Snapshot, Startup, v1};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -457,7 +457,8 @@ async fn sim_agent(replica: &Replica, index: usize) -> Result<SimAgent> {
         while let Ok(Some(message)) = inbound.message().await {
             let answers = match ServerCall::try_from(message) {
                 Ok(ServerCall::Call(call)) => {
-                    let bytes = call.arguments.get("bytes").and_then(Value::as_u64);
+                    let arguments = call.arguments.parse().unwrap_or_default();
+                    let bytes = arguments.get("bytes").and_then(Value::as_u64);
                     let text = match bytes {
                         Some(n) => text[..(n as usize).min(text.len())].to_owned(),
                         None => "1".to_owned(),
@@ -465,9 +466,7 @@ async fn sim_agent(replica: &Replica, index: usize) -> Result<SimAgent> {
                     let result =
                         json!({"content": [{"type": "text", "text": text}], "isError": false});
                     vec![
-                        AgentCall::Accepted {
-                            id: call.id.clone(),
-                        },
+                        AgentCall::Accepted { id: call.id },
                         AgentCall::Ended {
                             id: call.id,
                             end: CallEnd::complete(result, false),

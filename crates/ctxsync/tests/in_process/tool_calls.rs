@@ -10,7 +10,7 @@ use std::time::Duration;
 use ctxsync_agent_api::test_support::with_bearer;
 use ctxsync_mcp_model::CallEnd;
 use ctxsync_persistence::AgentId;
-use ctxsync_protocol::call::{AgentCall, ServerCall};
+use ctxsync_protocol::tool_call::{AgentCall, ServerCall};
 use ctxsync_protocol::v1::agent_client::AgentClient;
 use ctxsync_protocol::{DiscoveryPhase, RunId, Startup, v1};
 use reqwest::Method;
@@ -659,16 +659,11 @@ async fn fake_agent(
         while let Ok(Ok(Some(message))) = tokio::time::timeout(DEADLINE, inbound.message()).await {
             match ServerCall::try_from(message).expect("a valid message") {
                 ServerCall::Call(request) => {
-                    tx.send(
-                        AgentCall::Accepted {
-                            id: request.id.clone(),
-                        }
-                        .into(),
-                    )
-                    .await
-                    .unwrap();
+                    tx.send(AgentCall::Accepted { id: request.id }.into())
+                        .await
+                        .unwrap();
                     seen.push((request.server.clone(), request.tool.clone()));
-                    let arguments = Value::Object(request.arguments);
+                    let arguments = Value::Object(request.arguments.parse().unwrap());
                     if arguments["hold"] == true {
                         continue;
                     }
@@ -935,10 +930,8 @@ async fn progress_agent(h: &Harness, token: &str) -> tokio::task::JoinHandle<()>
             else {
                 continue;
             };
-            let id = request.id.clone();
-            tx.send(AgentCall::Accepted { id: id.clone() }.into())
-                .await
-                .unwrap();
+            let id = request.id;
+            tx.send(AgentCall::Accepted { id }.into()).await.unwrap();
             for step in [1.0, 2.0] {
                 // Past the channel's progress flush, so each step is stored.
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -947,18 +940,12 @@ async fn progress_agent(h: &Harness, token: &str) -> tokio::task::JoinHandle<()>
                     total: Some(2.0),
                     message: Some(PROGRESS_SECRET.into()),
                 };
-                tx.send(
-                    AgentCall::Progress {
-                        id: id.clone(),
-                        progress,
-                    }
-                    .into(),
-                )
-                .await
-                .unwrap();
+                tx.send(AgentCall::Progress { id, progress }.into())
+                    .await
+                    .unwrap();
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let query = Value::Object(request.arguments)["query"].clone();
+            let query = Value::Object(request.arguments.parse().unwrap())["query"].clone();
             let result = json!({
                 "content": [{ "type": "text", "text": format!("found {query}") }],
                 "isError": false,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ctxsync_agent_publication::{BackoffPolicy, PublisherConfig, ScanConfig, Timing};
-use ctxsync_protocol::call::{AgentCall, ServerCall};
+use ctxsync_protocol::tool_call::{AgentCall, ServerCall};
 use ctxsync_protocol::v1::agent_server::{Agent, AgentServer};
 use ctxsync_protocol::{DELTA_DIGEST_SCHEME, Push, Startup, v1};
 use tokio::net::TcpListener;

@@ -21,7 +21,7 @@ use ctxsync_persistence::{
     ChatId, FIND_TOOLS_NAME, MAX_CALLS_PER_TURN, NewToolCall, StoreError, ToolCallRecord, TurnId,
 };
 use ctxsync_protocol::Problem;
-use ctxsync_protocol::call::{MAX_CALL_ARGUMENTS_BYTES, canonical_arguments};
+use ctxsync_protocol::tool_call::{CallArguments, MAX_CALL_ARGUMENTS_BYTES};
 use serde_json::{Value, json};
 
 use crate::http::api::{ErrorBody, ToolCallBody, ToolCallRequest, ToolCallWait};
@@ -114,7 +114,8 @@ fn check_wait(wait_ms: Option<u64>, default: Duration) -> ApiResult<Duration> {
 /// limit is (the bound is the same), anything else 400 naming the field.
 fn canonical(arguments: Option<Value>) -> ApiResult<String> {
     let arguments = arguments.unwrap_or_else(|| json!({}));
-    canonical_arguments(&arguments).map_err(|e| match e.problem {
+    let canonical = CallArguments::new(&arguments).map(CallArguments::into_string);
+    canonical.map_err(|e| match e.problem {
         Problem::TooLong { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
         _ => ApiError::bad_request(e.to_string()),
     })

@@ -1,17 +1,24 @@
-//! The tool-call channel's messages as domain types (`ToolCalls` in the proto), their
-//! bounds and the canonical form of a call's arguments.
+//! Tool calls, the first kind of request the server routes to an agent: the channel's
+//! messages as domain types (`ToolCalls` in the proto), their bounds, a call's id
+//! ([`ToolCallId`]) and its arguments in canonical form ([`CallArguments`]).
 //!
 //! The server sends [`ServerCall`]s, the agent [`AgentCall`]s; both sides convert here,
-//! so neither touches the prost structs, and every bound is checked on the way in.
+//! so neither touches the prost structs, and every bound is checked on the way in. The
+//! arguments travel as the one canonical text the HTTP route made: stored as it is, put
+//! on the wire as it is, and parsed once, by the agent ([`CallArguments::parse`]).
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use ctxsync_mcp_model::{CallEnd, CallError, CallProgress, CallReason, CallStatus};
 use serde_json::{Map, Value};
+use uuid::Uuid;
 
+use crate::error::{Problem, WireError};
 use crate::limits::{MAX_ERROR_BYTES, MAX_RUN_ID_BYTES};
-use crate::validate::{Problem, WireError};
-use crate::{RunId, v1};
+use crate::run_id::RunId;
+use crate::v1;
 
 /// Largest canonical arguments of one call.
 pub const MAX_CALL_ARGUMENTS_BYTES: usize = 1024 * 1024;
@@ -36,19 +43,141 @@ pub const CALL_HEARTBEAT: Duration = Duration::from_secs(15);
 /// gone.
 pub const CALL_SILENCE_LIMIT: Duration = Duration::from_secs(45);
 
+/// The id the server assigns a tool call (a UUID): the agent runs one id at most once
+/// per run. On the wire it is the UUID's hyphenated text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ToolCallId(Uuid);
+
+impl ToolCallId {
+    /// A fresh random (v4) id.
+    pub fn new_random() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    /// Wraps an existing UUID (any version).
+    pub fn from_uuid(uuid: Uuid) -> Self {
+        Self(uuid)
+    }
+
+    /// The underlying UUID.
+    pub fn as_uuid(&self) -> Uuid {
+        self.0
+    }
+
+    /// The id of wire field `field`: set, within [`MAX_CALL_ID_BYTES`] and a UUID.
+    fn from_wire(field: &str, text: &str) -> Result<Self, WireError> {
+        required(field, text, MAX_CALL_ID_BYTES)?;
+        text.parse()
+            .map_err(|_| WireError::new(field, Problem::Invalid("must be a UUID")))
+    }
+}
+
+impl fmt::Display for ToolCallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+impl FromStr for ToolCallId {
+    type Err = uuid::Error;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Uuid::parse_str(text).map(Self)
+    }
+}
+
+/// A call's arguments in canonical form: the text of a JSON object, keys sorted, no
+/// whitespace, nested at most [`MAX_CALL_ARGUMENTS_DEPTH`] deep and at most
+/// [`MAX_CALL_ARGUMENTS_BYTES`] long. The HTTP route makes it ([`Self::new`]), the store
+/// keeps its text, the server sends that text as it is, and the agent parses it once
+/// ([`Self::parse`]). `Debug` shows its size, never its text (arguments may carry a
+/// user's secrets).
+#[derive(Clone, PartialEq, Eq)]
+pub struct CallArguments(String);
+
+impl CallArguments {
+    /// The canonical form of `arguments`. `Err` names the problem: not an object, nested
+    /// deeper than [`MAX_CALL_ARGUMENTS_DEPTH`] or longer than [`MAX_CALL_ARGUMENTS_BYTES`].
+    pub fn new(arguments: &Value) -> Result<Self, WireError> {
+        if !arguments.is_object() {
+            return Err(WireError::new(
+                "arguments",
+                Problem::Invalid("must be a JSON object"),
+            ));
+        }
+        let depth = depth(arguments);
+        if depth > MAX_CALL_ARGUMENTS_DEPTH {
+            return Err(WireError::new(
+                "arguments",
+                Problem::OutOfRange {
+                    value: depth as u64,
+                    max: MAX_CALL_ARGUMENTS_DEPTH as u64,
+                },
+            ));
+        }
+        // serde_json's map is ordered by key (no `preserve_order` in this workspace), and
+        // `to_string` writes no whitespace: that is the canonical form.
+        let text = arguments.to_string();
+        if text.len() > MAX_CALL_ARGUMENTS_BYTES {
+            return Err(WireError::new(
+                "arguments",
+                Problem::TooLong {
+                    bytes: text.len(),
+                    max: MAX_CALL_ARGUMENTS_BYTES,
+                },
+            ));
+        }
+        Ok(Self(text))
+    }
+
+    /// Text [`Self::new`] made earlier, as the store kept it. Not read again here: the
+    /// server only forwards it, and the agent refuses anything else when it parses it.
+    pub fn from_canonical(text: String) -> Self {
+        Self(text)
+    }
+
+    /// The canonical text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The canonical text, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
+    /// The arguments as the JSON object an MCP call takes: the one parse of their text,
+    /// on the agent. `Err` when the text is not a JSON object.
+    pub fn parse(&self) -> Result<Map<String, Value>, WireError> {
+        match serde_json::from_str::<Value>(&self.0) {
+            Ok(Value::Object(map)) => Ok(map),
+            _ => Err(WireError::new(
+                "call.arguments_json",
+                Problem::Invalid("must be a JSON object"),
+            )),
+        }
+    }
+}
+
+impl fmt::Debug for CallArguments {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CallArguments(<{} bytes>)", self.0.len())
+    }
+}
+
 /// A call as the server sends it to the agent.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CallRequest {
-    /// The server-assigned id (a UUID): the agent runs one id at most once per run.
-    pub id: String,
+    /// The server-assigned id: the agent runs one id at most once per run.
+    pub id: ToolCallId,
     /// The run the turn's tools came from.
     pub agent_run_id: RunId,
     /// The MCP server's name as the agent reported it.
     pub server: String,
     /// The tool's name on that server.
     pub tool: String,
-    /// The call's arguments.
-    pub arguments: Map<String, Value>,
+    /// The call's arguments, as the route made them.
+    pub arguments: CallArguments,
     /// The call's deadline, counted from when the agent received it.
     pub timeout: Duration,
 }
@@ -61,7 +190,7 @@ pub enum ServerCall {
     /// Cancel the call with this id.
     Cancel {
         /// The call's id.
-        id: String,
+        id: ToolCallId,
     },
     /// Nothing moved; the stream is alive.
     Heartbeat,
@@ -78,19 +207,19 @@ pub enum AgentCall {
     /// The call was delivered; the server may drop its arguments.
     Accepted {
         /// The call's id.
-        id: String,
+        id: ToolCallId,
     },
     /// The latest progress of a call.
     Progress {
         /// The call's id.
-        id: String,
+        id: ToolCallId,
         /// What the MCP server reported, sanitized.
         progress: CallProgress,
     },
     /// A call ended (or never started).
     Ended {
         /// The call's id.
-        id: String,
+        id: ToolCallId,
         /// How; never `running`, and never `unknown` (only the server decides that).
         end: CallEnd,
         /// How long the MCP call took on the agent.
@@ -98,41 +227,6 @@ pub enum AgentCall {
     },
     /// Nothing moved; the stream is alive.
     Heartbeat,
-}
-
-/// The canonical text of a call's arguments: keys sorted, no whitespace. `Err` names the
-/// problem: not an object, nested deeper than [`MAX_CALL_ARGUMENTS_DEPTH`] or longer
-/// than [`MAX_CALL_ARGUMENTS_BYTES`].
-pub fn canonical_arguments(arguments: &Value) -> Result<String, WireError> {
-    if !arguments.is_object() {
-        return Err(WireError::new(
-            "arguments",
-            Problem::Invalid("must be a JSON object"),
-        ));
-    }
-    let depth = depth(arguments);
-    if depth > MAX_CALL_ARGUMENTS_DEPTH {
-        return Err(WireError::new(
-            "arguments",
-            Problem::OutOfRange {
-                value: depth as u64,
-                max: MAX_CALL_ARGUMENTS_DEPTH as u64,
-            },
-        ));
-    }
-    // serde_json's map is ordered by key (no `preserve_order` in this workspace), and
-    // `to_string` writes no whitespace: that is the canonical form.
-    let text = arguments.to_string();
-    if text.len() > MAX_CALL_ARGUMENTS_BYTES {
-        return Err(WireError::new(
-            "arguments",
-            Problem::TooLong {
-                bytes: text.len(),
-                max: MAX_CALL_ARGUMENTS_BYTES,
-            },
-        ));
-    }
-    Ok(text)
 }
 
 /// How deep `value` nests: 0 for a scalar, 1 for a flat object or array. Iterative, so
@@ -186,7 +280,7 @@ impl TryFrom<v1::ServerCallMessage> for ServerCall {
         use v1::server_call_message::Kind;
         match wire.kind {
             Some(Kind::Call(call)) => {
-                required("call.id", &call.id, MAX_CALL_ID_BYTES)?;
+                let id = ToolCallId::from_wire("call.id", &call.id)?;
                 required("call.server", &call.server, MAX_CALL_NAME_BYTES)?;
                 required("call.tool", &call.tool, MAX_CALL_NAME_BYTES)?;
                 bounded(
@@ -194,15 +288,6 @@ impl TryFrom<v1::ServerCallMessage> for ServerCall {
                     &call.arguments_json,
                     MAX_CALL_ARGUMENTS_BYTES,
                 )?;
-                let arguments = match serde_json::from_str::<Value>(&call.arguments_json) {
-                    Ok(Value::Object(map)) => map,
-                    _ => {
-                        return Err(WireError::new(
-                            "call.arguments_json",
-                            Problem::Invalid("must be a JSON object"),
-                        ));
-                    }
-                };
                 let timeout = Duration::from_millis(call.timeout_ms);
                 if timeout.is_zero() || timeout > MAX_CALL_TIMEOUT {
                     return Err(WireError::new(
@@ -215,17 +300,17 @@ impl TryFrom<v1::ServerCallMessage> for ServerCall {
                 }
                 Ok(Self::Call(CallRequest {
                     agent_run_id: run_id("call.agent_run_id", call.agent_run_id)?,
-                    id: call.id,
+                    id,
                     server: call.server,
                     tool: call.tool,
-                    arguments,
+                    // Bounded, not parsed: the agent parses it once, when it runs the call.
+                    arguments: CallArguments(call.arguments_json),
                     timeout,
                 }))
             }
-            Some(Kind::Cancel(cancel)) => {
-                required("cancel.id", &cancel.id, MAX_CALL_ID_BYTES)?;
-                Ok(Self::Cancel { id: cancel.id })
-            }
+            Some(Kind::Cancel(cancel)) => Ok(Self::Cancel {
+                id: ToolCallId::from_wire("cancel.id", &cancel.id)?,
+            }),
             Some(Kind::Heartbeat(_)) => Ok(Self::Heartbeat),
             None => Err(WireError::new("kind", Problem::Missing)),
         }
@@ -241,12 +326,11 @@ impl TryFrom<v1::AgentCallMessage> for AgentCall {
             Some(Kind::Hello(hello)) => Ok(Self::Hello {
                 agent_run_id: run_id("hello.agent_run_id", hello.agent_run_id)?,
             }),
-            Some(Kind::Accepted(accepted)) => {
-                required("accepted.id", &accepted.id, MAX_CALL_ID_BYTES)?;
-                Ok(Self::Accepted { id: accepted.id })
-            }
+            Some(Kind::Accepted(accepted)) => Ok(Self::Accepted {
+                id: ToolCallId::from_wire("accepted.id", &accepted.id)?,
+            }),
             Some(Kind::Progress(progress)) => {
-                required("progress.id", &progress.id, MAX_CALL_ID_BYTES)?;
+                let id = ToolCallId::from_wire("progress.id", &progress.id)?;
                 if let Some(message) = &progress.message {
                     bounded("progress.message", message, MAX_PROGRESS_MESSAGE_BYTES)?;
                 }
@@ -257,7 +341,7 @@ impl TryFrom<v1::AgentCallMessage> for AgentCall {
                     ));
                 }
                 Ok(Self::Progress {
-                    id: progress.id,
+                    id,
                     progress: CallProgress {
                         progress: progress.progress,
                         total: progress.total,
@@ -266,10 +350,10 @@ impl TryFrom<v1::AgentCallMessage> for AgentCall {
                 })
             }
             Some(Kind::Ended(ended)) => {
-                required("ended.id", &ended.id, MAX_CALL_ID_BYTES)?;
+                let id = ToolCallId::from_wire("ended.id", &ended.id)?;
                 let end = call_end(&ended)?;
                 Ok(Self::Ended {
-                    id: ended.id,
+                    id,
                     end,
                     duration: Duration::from_millis(ended.duration_ms),
                 })
@@ -334,14 +418,14 @@ impl From<ServerCall> for v1::ServerCallMessage {
         use v1::server_call_message::Kind;
         let kind = match call {
             ServerCall::Call(call) => Kind::Call(v1::CallRequest {
-                id: call.id,
+                id: call.id.to_string(),
                 agent_run_id: call.agent_run_id.into_string(),
                 server: call.server,
                 tool: call.tool,
-                arguments_json: Value::Object(call.arguments).to_string(),
+                arguments_json: call.arguments.into_string(),
                 timeout_ms: call.timeout.as_millis() as u64,
             }),
-            ServerCall::Cancel { id } => Kind::Cancel(v1::CallCancel { id }),
+            ServerCall::Cancel { id } => Kind::Cancel(v1::CallCancel { id: id.to_string() }),
             ServerCall::Heartbeat => Kind::Heartbeat(v1::Heartbeat {}),
         };
         Self { kind: Some(kind) }
@@ -355,9 +439,9 @@ impl From<AgentCall> for v1::AgentCallMessage {
             AgentCall::Hello { agent_run_id } => Kind::Hello(v1::CallHello {
                 agent_run_id: agent_run_id.into_string(),
             }),
-            AgentCall::Accepted { id } => Kind::Accepted(v1::CallAccepted { id }),
+            AgentCall::Accepted { id } => Kind::Accepted(v1::CallAccepted { id: id.to_string() }),
             AgentCall::Progress { id, progress } => Kind::Progress(v1::CallProgress {
-                id,
+                id: id.to_string(),
                 progress: progress.progress,
                 total: progress.total,
                 message: progress.message,
@@ -366,7 +450,7 @@ impl From<AgentCall> for v1::AgentCallMessage {
                 let (error_code, error_message) =
                     end.error.map(|e| (e.code, e.message)).unwrap_or_default();
                 Kind::Ended(v1::CallEnded {
-                    id,
+                    id: id.to_string(),
                     status: end.status.as_str().to_owned(),
                     reason: end
                         .reason
@@ -392,6 +476,15 @@ mod tests {
 
     fn run() -> RunId {
         RunId::new("4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01").unwrap()
+    }
+
+    /// A call id whose text reads `…000n`.
+    fn id(n: u128) -> ToolCallId {
+        ToolCallId::from_uuid(Uuid::from_u128(n))
+    }
+
+    fn canonical_arguments(value: &Value) -> Result<String, WireError> {
+        CallArguments::new(value).map(CallArguments::into_string)
     }
 
     #[test]
@@ -429,11 +522,11 @@ mod tests {
     #[test]
     fn server_calls_round_trip_and_are_bounded() {
         let call = ServerCall::Call(CallRequest {
-            id: "c1".into(),
+            id: id(1),
             agent_run_id: run(),
             server: "fs".into(),
             tool: "read".into(),
-            arguments: json!({"path": "a"}).as_object().unwrap().clone(),
+            arguments: CallArguments::new(&json!({"path": "a"})).unwrap(),
             timeout: Duration::from_secs(60),
         });
         let wire = v1::ServerCallMessage::from(call.clone());
@@ -460,22 +553,22 @@ mod tests {
                 agent_run_id: run(),
             },
             AgentCall::Ended {
-                id: "c1".into(),
+                id: id(1),
                 end: CallEnd::complete(json!({"content": [], "isError": false}), true),
                 duration: Duration::from_millis(12),
             },
             AgentCall::Ended {
-                id: "c2".into(),
+                id: id(2),
                 end: CallEnd::with_reason(CallStatus::Refused, CallReason::ToolGone),
                 duration: Duration::ZERO,
             },
             AgentCall::Ended {
-                id: "c3".into(),
+                id: id(3),
                 end: CallEnd::error(-32601, "no such tool"),
                 duration: Duration::from_millis(3),
             },
             AgentCall::Progress {
-                id: "c4".into(),
+                id: id(4),
                 progress: CallProgress {
                     progress: 1.0,
                     total: Some(3.0),
@@ -489,7 +582,7 @@ mod tests {
         }
         let unknown = v1::AgentCallMessage {
             kind: Some(v1::agent_call_message::Kind::Ended(v1::CallEnded {
-                id: "c".into(),
+                id: id(5).to_string(),
                 status: "unknown".into(),
                 ..Default::default()
             })),
@@ -498,5 +591,77 @@ mod tests {
             AgentCall::try_from(unknown).unwrap_err().field,
             "ended.status"
         );
+    }
+
+    #[test]
+    fn a_call_id_is_a_uuid_on_the_wire() {
+        let text = "4f1c1a52-6a43-4c39-9b59-0b8b1d0e0a01";
+        let parsed: ToolCallId = text.parse().unwrap();
+        assert_eq!(parsed.to_string(), text);
+        assert_eq!(ToolCallId::from_uuid(parsed.as_uuid()), parsed);
+        assert_ne!(ToolCallId::new_random(), ToolCallId::new_random());
+        let accepted = |id: &str| v1::AgentCallMessage {
+            kind: Some(v1::agent_call_message::Kind::Accepted(v1::CallAccepted {
+                id: id.into(),
+            })),
+        };
+        assert_eq!(
+            AgentCall::try_from(accepted(text)).unwrap(),
+            AgentCall::Accepted { id: parsed }
+        );
+        let error = AgentCall::try_from(accepted("c1")).unwrap_err();
+        assert_eq!(error.to_string(), "invalid accepted.id: must be a UUID");
+        let error = AgentCall::try_from(accepted("")).unwrap_err();
+        assert_eq!(
+            (error.field.as_str(), error.problem),
+            ("accepted.id", Problem::Empty)
+        );
+        let cancel = v1::ServerCallMessage {
+            kind: Some(v1::server_call_message::Kind::Cancel(v1::CallCancel {
+                id: "not-a-uuid".into(),
+            })),
+        };
+        let error = ServerCall::try_from(cancel).unwrap_err();
+        assert_eq!(error.to_string(), "invalid cancel.id: must be a UUID");
+    }
+
+    #[test]
+    fn arguments_travel_as_the_text_the_route_made() {
+        let value: Value =
+            serde_json::from_str(r#"{ "b": [1, {"y": 2, "x": "é"}], "a": null }"#).unwrap();
+        let arguments = CallArguments::new(&value).unwrap();
+        let text = arguments.as_str().to_owned();
+        assert_eq!(text, r#"{"a":null,"b":[1,{"x":"é","y":2}]}"#);
+        // Stored, read back and sent: the wire carries the very text, not a re-encoding.
+        let call = CallRequest {
+            id: id(7),
+            agent_run_id: run(),
+            server: "fs".into(),
+            tool: "read".into(),
+            arguments: CallArguments::from_canonical(text.clone()),
+            timeout: Duration::from_secs(1),
+        };
+        let wire = v1::ServerCallMessage::from(ServerCall::Call(call.clone()));
+        let Some(v1::server_call_message::Kind::Call(sent)) = &wire.kind else {
+            panic!("a call");
+        };
+        assert_eq!(sent.arguments_json, text);
+        assert_eq!(sent.id, "00000000-0000-0000-0000-000000000007");
+        // The agent takes the same text and parses it once into the object it calls with.
+        let ServerCall::Call(received) = ServerCall::try_from(wire).unwrap() else {
+            panic!("a call");
+        };
+        assert_eq!(received, call);
+        assert_eq!(received.arguments.into_string(), text);
+        assert_eq!(Value::Object(call.arguments.parse().unwrap()), value);
+        // Arguments that are not an object are refused where they are parsed.
+        let error = CallArguments::from_canonical("[1]".into())
+            .parse()
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "invalid call.arguments_json: must be a JSON object"
+        );
+        assert_eq!(format!("{:?}", call.arguments), "CallArguments(<35 bytes>)");
     }
 }
