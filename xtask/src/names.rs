@@ -61,14 +61,16 @@ fn declarations(file: &Path, text: &str) -> Vec<Declaration> {
         if name.is_empty() {
             continue;
         }
+        // The item's doc lines: every `///` line between it and the previous item (a
+        // blank line or a line closing something), attributes of any length skipped.
         let mut doc = Vec::new();
         let mut above = index;
         while above > 0 {
             above -= 1;
-            let previous = lines[above].trim_start();
+            let previous = lines[above].trim();
             if let Some(text) = previous.strip_prefix("///") {
                 doc.push(text.trim());
-            } else if !(previous.starts_with("#[") || previous.starts_with("//")) {
+            } else if previous.is_empty() || previous.ends_with(['}', ';', '{']) {
                 break;
             }
         }

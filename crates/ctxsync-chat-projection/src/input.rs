@@ -15,7 +15,7 @@
 
 use std::time::SystemTime;
 
-use ctxsync_protocol::{DiscoveryPhase, PendingServer, Resource, RunId};
+use ctxsync_protocol::{DiscoveryPhase, Resource, RunId, SnapshotPendingServer};
 
 /// What a chat (or an agent-scoped read) is bound to, as read in one transaction.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,5 +59,5 @@ pub struct SnapshotState {
     /// While pending: the servers of the agent's initial discovery still connecting, with
     /// how long each had been connecting when the agent built the snapshot. Empty
     /// otherwise, and for snapshots stored before agents reported it.
-    pub pending_servers: Vec<PendingServer>,
+    pub pending_servers: Vec<SnapshotPendingServer>,
 }

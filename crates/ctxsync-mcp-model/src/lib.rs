@@ -64,7 +64,13 @@ pub use tool_call::{
 use serde::{Deserialize, Serialize};
 
 /// A server's implementation info; empty strings where it gave none.
+///
+/// Its wire form is protocol's generated `v1::McpServerInfo`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(description = "A server's implementation info; empty strings where it gave none.")
+)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct McpServerInfo {
@@ -79,7 +85,13 @@ pub struct McpServerInfo {
 }
 
 /// Milliseconds spent in each step of a server's connect.
+///
+/// Its wire form is protocol's generated `v1::McpConnectTimings`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(description = "Milliseconds spent in each step of a server's connect.")
+)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpConnectTimings {
     /// Starting the process (stdio); `None` for HTTP.

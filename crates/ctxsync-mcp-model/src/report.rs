@@ -73,7 +73,10 @@ pub struct ConfigFileOutcome {
     pub warning: Option<String>,
 }
 
-/// A server of the initial discovery that has no result yet.
+/// A server of the initial discovery that has no result yet, with when its connect
+/// started. A snapshot carries protocol's `ctxsync_protocol::SnapshotPendingServer`
+/// instead (how long it had been connecting), on the wire the generated
+/// `v1::push_context_state_request::PendingServer`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingServer {
     /// The server's name, as declared in its config file.

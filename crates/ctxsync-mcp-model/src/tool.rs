@@ -5,10 +5,18 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// One tool of a server. Everything but the name and input schema is optional, and all of
 /// it is the server's word: annotations in particular are hints, not guarantees.
+///
+/// Its wire form is protocol's generated `v1::McpTool`, whose schemas and meta are JSON text.
 //
 // `Serialize` is written by hand (below) only to choose the `_meta` key's spelling; the
 // attributes here still say what it does, for `Deserialize` and the OpenAPI schema.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(
+        description = "One tool of a server. Everything but the name and input schema is optional, and all of\nit is the server's word: annotations in particular are hints, not guarantees."
+    )
+)]
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct McpTool {
     /// The tool's name, unique within its server.
@@ -39,8 +47,14 @@ pub struct McpTool {
 }
 
 /// A tool's behaviour hints, untrusted unless its server is.
+///
+/// Its wire form is protocol's generated `v1::McpToolAnnotations`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(description = "A tool's behaviour hints, untrusted unless its server is.")
+)]
 #[serde(default)]
 pub struct McpToolAnnotations {
     /// A display name; empty when none.
@@ -61,7 +75,13 @@ pub struct McpToolAnnotations {
 }
 
 /// One icon of a tool: a URL or a bounded `data:` URI.
+///
+/// Its wire form is protocol's generated `v1::McpIcon`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(description = "One icon of a tool: a URL or a bounded `data:` URI.")
+)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct McpIcon {

@@ -168,7 +168,16 @@ pub struct CallError {
 }
 
 /// The latest progress a call's MCP server reported (`notifications/progress`).
+///
+/// The tool-call stream carries it as protocol's generated `v1::CallProgress`, which adds
+/// the call's id; both sides convert at the edge.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(
+        description = "The latest progress a call's MCP server reported (`notifications/progress`)."
+    )
+)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallProgress {
     /// How far along; grows with each report.

@@ -3,7 +3,8 @@
 
 use chrono::{DateTime, Utc};
 use ctxsync_protocol::{
-    BodyKind, DiscoveryPhase, McpConnectTimings, PendingServer, Resource, ResourceBody, RunId,
+    BodyKind, DiscoveryPhase, McpConnectTimings, Resource, ResourceBody, RunId,
+    SnapshotPendingServer,
 };
 use diesel::prelude::*;
 
@@ -79,7 +80,7 @@ pub struct SnapshotRecord {
     pub received_at: DateTime<Utc>,
     /// While pending: the servers still connecting, with how long each had been at it when
     /// the agent built the snapshot (add the time since `received_at` for "now").
-    pub pending_servers: Vec<PendingServer>,
+    pub pending_servers: Vec<SnapshotPendingServer>,
 }
 
 /// An agent's row, snapshot and resources, read in one consistent transaction.

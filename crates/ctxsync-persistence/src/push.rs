@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use chrono::Utc;
 use ctxsync_protocol::{
-    KeptResource, McpConnectTimings, McpServerBody, PendingServer, Push, Resource, ResourceBody,
-    RunId,
+    KeptResource, McpConnectTimings, McpServerBody, Push, Resource, ResourceBody, RunId,
+    SnapshotPendingServer,
 };
 use diesel::prelude::*;
 #[cfg(feature = "sqlite")]
@@ -435,8 +435,8 @@ fn upsert_header(
 }
 
 /// Whether the stored pending list (JSON) names the same servers as `pending`, in order.
-fn same_names(stored: &JsonText, pending: &[PendingServer]) -> bool {
-    let stored: Vec<PendingServer> = serde_json::from_str(&stored.0).unwrap_or_default();
+fn same_names(stored: &JsonText, pending: &[SnapshotPendingServer]) -> bool {
+    let stored: Vec<SnapshotPendingServer> = serde_json::from_str(&stored.0).unwrap_or_default();
     stored.len() == pending.len()
         && stored
             .iter()

@@ -50,7 +50,8 @@ impl DiscoveryPhase {
     }
 }
 
-/// The agent process that is running now.
+/// The agent process that is running now: the generated `v1::Startup`, checked (its run
+/// id typed, its strings bounded).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Startup {
     /// The agent's own version string.
@@ -83,7 +84,7 @@ pub struct Snapshot {
     /// How far MCP discovery had got when the snapshot was built.
     pub phase: DiscoveryPhase,
     /// While pending: the servers still connecting, by name (empty otherwise).
-    pub pending_servers: Vec<PendingServer>,
+    pub pending_servers: Vec<SnapshotPendingServer>,
 }
 
 impl Snapshot {
@@ -268,9 +269,12 @@ pub struct McpServerBody {
     pub always_load: bool,
 }
 
-/// A server of the initial reload still connecting when the snapshot was built.
+/// A server of the initial reload still connecting when the snapshot was built, with how
+/// long it had been connecting: what a snapshot carries (and the wire's
+/// `v1::push_context_state_request::PendingServer` holds), measured from the engine's
+/// `ctxsync_mcp_model::PendingServer`, which keeps when the connect started instead.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PendingServer {
+pub struct SnapshotPendingServer {
     /// The server's name as declared in its config file.
     pub server_name: String,
     /// How long it had been connecting then.

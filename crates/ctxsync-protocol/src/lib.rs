@@ -81,8 +81,8 @@ pub mod tool_call;
 pub use digest::{BODY_DIGEST_BYTES, BodyDigest, DELTA_DIGEST_SCHEME, DeltaBase};
 pub use domain::{
     BodyKind, DiscoveryPhase, InstructionFileBody, McpConnectTimings, McpIcon, McpServerBody,
-    McpServerInfo, McpTool, McpToolAnnotations, PendingServer, Resource, ResourceBody,
-    ResourceStatus, SkillBody, Snapshot, Startup, plugin_of_source,
+    McpServerInfo, McpTool, McpToolAnnotations, Resource, ResourceBody, ResourceStatus, SkillBody,
+    Snapshot, SnapshotPendingServer, Startup, plugin_of_source,
 };
 pub use encoded_size::body_len;
 pub use error::{Problem, WireError};

@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use crate::digest::BodyDigest;
 use crate::domain::{
     DiscoveryPhase, InstructionFileBody, McpConnectTimings, McpIcon, McpServerBody, McpServerInfo,
-    McpTool, McpToolAnnotations, PendingServer, Resource, ResourceBody, ResourceStatus, SkillBody,
-    Snapshot, non_empty, phase_from_wire, status_from_wire,
+    McpTool, McpToolAnnotations, Resource, ResourceBody, ResourceStatus, SkillBody, Snapshot,
+    SnapshotPendingServer, non_empty, phase_from_wire, status_from_wire,
 };
 use crate::encoded_size::body_len;
 use crate::error::{Problem, WireError, max_counter, max_entries, max_len};
@@ -146,7 +146,7 @@ impl TryFrom<v1::PushContextStateRequest> for Push {
 /// once each, and only while the phase is pending).
 fn discovery_from_wire(
     discovery: McpDiscovery,
-) -> Result<(DiscoveryPhase, Vec<PendingServer>), WireError> {
+) -> Result<(DiscoveryPhase, Vec<SnapshotPendingServer>), WireError> {
     let phase = phase_from_wire(discovery.phase).ok_or_else(|| {
         let problem = Problem::UnknownEnum {
             value: discovery.phase,
@@ -187,7 +187,7 @@ fn discovery_from_wire(
             ));
         }
         max_counter(|| field("elapsed_ms"), server.elapsed_ms)?;
-        servers.push(PendingServer {
+        servers.push(SnapshotPendingServer {
             server_name: server.server_name,
             elapsed_ms: server.elapsed_ms,
         });

@@ -165,7 +165,8 @@ impl fmt::Debug for CallArguments {
     }
 }
 
-/// A call as the server sends it to the agent.
+/// A call as the server sends it to the agent: the generated `v1::CallRequest`, checked
+/// (a typed id and run, canonical arguments, a bounded deadline).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CallRequest {
     /// The server-assigned id: the agent runs one id at most once per run.

@@ -2,8 +2,8 @@
 //! parts every crate's fixtures share, each fixture keeping its own names and hashes.
 
 use ctxsync_protocol::{
-    DiscoveryPhase, McpConnectTimings, McpServerBody, McpServerInfo, McpTool, PendingServer,
-    Resource, ResourceBody, ResourceStatus, RunId, Snapshot,
+    DiscoveryPhase, McpConnectTimings, McpServerBody, McpServerInfo, McpTool, Resource,
+    ResourceBody, ResourceStatus, RunId, Snapshot, SnapshotPendingServer,
 };
 use serde_json::Value;
 
@@ -92,10 +92,10 @@ pub fn snapshot(
 }
 
 /// Servers still connecting: (name, milliseconds so far).
-pub fn pending_servers(pending: &[(&str, u64)]) -> Vec<PendingServer> {
+pub fn pending_servers(pending: &[(&str, u64)]) -> Vec<SnapshotPendingServer> {
     pending
         .iter()
-        .map(|(name, ms)| PendingServer {
+        .map(|(name, ms)| SnapshotPendingServer {
             server_name: (*name).to_owned(),
             elapsed_ms: *ms,
         })

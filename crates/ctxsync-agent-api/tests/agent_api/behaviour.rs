@@ -1257,13 +1257,13 @@ async fn always_load_round_trips_and_a_change_of_it_alone_is_stored(h: Harness) 
 }
 
 async fn pending_servers_are_stored_and_a_new_set_notifies(h: Harness) {
-    use ctxsync_protocol::PendingServer;
+    use ctxsync_protocol::SnapshotPendingServer;
     let (agent, token) = h.agent("pending").await;
     h.startup(&token, RUN_A).await.unwrap();
     let pending = |version, names: &[(&str, u64)]| ctxsync_protocol::Snapshot {
         pending_servers: names
             .iter()
-            .map(|(name, ms)| PendingServer {
+            .map(|(name, ms)| SnapshotPendingServer {
                 server_name: (*name).into(),
                 elapsed_ms: *ms,
             })

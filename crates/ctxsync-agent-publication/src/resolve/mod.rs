@@ -71,7 +71,7 @@ impl Resolution {
         let pending_servers = self
             .pending
             .iter()
-            .map(|pending| ctxsync_protocol::PendingServer {
+            .map(|pending| ctxsync_protocol::SnapshotPendingServer {
                 server_name: pending.name.clone(),
                 elapsed_ms: now
                     .duration_since(pending.since)

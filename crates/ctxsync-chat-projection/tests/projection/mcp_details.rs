@@ -16,7 +16,8 @@ use ctxsync_chat_projection::{
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_protocol::DiscoveryPhase::{self, Complete, Pending};
 use ctxsync_protocol::{
-    McpConnectTimings, McpTool, McpToolAnnotations, PendingServer, Resource, ResourceBody, Snapshot,
+    McpConnectTimings, McpTool, McpToolAnnotations, Resource, ResourceBody, Snapshot,
+    SnapshotPendingServer,
 };
 use serde_json::json;
 
@@ -73,7 +74,7 @@ fn pending_snapshot(run: &str, pending: &[(&str, u64)], resources: Vec<Resource>
         received_at: Some(stored_at()),
         pending_servers: pending
             .iter()
-            .map(|(name, ms)| PendingServer {
+            .map(|(name, ms)| SnapshotPendingServer {
                 server_name: (*name).to_owned(),
                 elapsed_ms: *ms,
             })

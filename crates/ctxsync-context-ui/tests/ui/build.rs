@@ -380,7 +380,7 @@ fn pending_with(servers: &[(&str, u64)]) -> Binding {
             received_at: None,
             pending_servers: servers
                 .iter()
-                .map(|(name, ms)| PendingServer {
+                .map(|(name, ms)| SnapshotPendingServer {
                     server_name: (*name).into(),
                     elapsed_ms: *ms,
                 })

@@ -23,7 +23,7 @@ fn sample(phase: DiscoveryPhase, run: Option<&str>) -> Snapshot {
         agent_run_id: run.and_then(RunId::new),
         phase,
         pending_servers: match phase {
-            DiscoveryPhase::Pending => vec![PendingServer {
+            DiscoveryPhase::Pending => vec![SnapshotPendingServer {
                 server_name: "github".into(),
                 elapsed_ms: 4200,
             }],

@@ -403,7 +403,7 @@ async fn publish(
         phase,
         pending_servers: connecting
             .iter()
-            .map(|(name, ms)| ctxsync_protocol::PendingServer {
+            .map(|(name, ms)| ctxsync_protocol::SnapshotPendingServer {
                 server_name: (*name).into(),
                 elapsed_ms: *ms,
             })
