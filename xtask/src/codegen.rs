@@ -52,6 +52,7 @@ pub(crate) fn generate(root: &Path) -> io::Result<Vec<GeneratedFile>> {
         let entry = entry?;
         let name = entry.file_name();
         let body = fs::read_to_string(entry.path())?;
+        let body = behind_grpc_feature(&body);
         files.push(GeneratedFile {
             path: Path::new(GENERATED_DIR).join(name),
             contents: format!("{HEADER}{body}").into_bytes(),
@@ -63,6 +64,25 @@ pub(crate) fn generate(root: &Path) -> io::Result<Vec<GeneratedFile>> {
     });
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(files)
+}
+
+/// The generated tonic client and server modules behind the protocol's `grpc` feature, so
+/// a crate that needs only the messages (persistence) builds without tonic.
+fn behind_grpc_feature(body: &str) -> String {
+    let mut out = String::with_capacity(body.len() + 64);
+    for line in body.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("pub mod agent_client {")
+            || trimmed.starts_with("pub mod agent_server {")
+        {
+            let indent = &line[..line.len() - trimmed.len()];
+            out.push_str(indent);
+            out.push_str("#[cfg(feature = \"grpc\")]\n");
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Lists how the committed files under `root` differ from `expected` (empty when fresh).

@@ -21,6 +21,12 @@ struct Promise {
 }
 
 const PROMISES: &[Promise] = &[
+    // The store knows no gRPC: the protocol's messages come without tonic.
+    Promise {
+        package: "ctxsync-persistence",
+        features: &[],
+        absent: &["tonic", "tonic-prost"],
+    },
     Promise {
         package: "ctxsync-first-turn-gate",
         features: &["--no-default-features"],

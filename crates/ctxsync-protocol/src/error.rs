@@ -83,6 +83,7 @@ impl WireError {
     }
 }
 
+#[cfg(feature = "grpc")]
 impl From<WireError> for tonic::Status {
     fn from(error: WireError) -> Self {
         tonic::Status::invalid_argument(error.to_string())

@@ -1,7 +1,8 @@
 //! The ctxsync agent wire protocol (layer 2).
 //!
-//! Owns: the generated tonic/prost code for `proto/ctxsync/agent/v1/agent.proto`
-//! ([`v1`]) and its bounded codec ([`codec`]), the wire limits of SPEC §4 ([`limits`])
+//! Owns: the generated prost messages for `proto/ctxsync/agent/v1/agent.proto` ([`v1`])
+//! and, with the `grpc` feature, the generated tonic client and server and their bounded
+//! codec (`codec`), the wire limits of SPEC §4 ([`limits`])
 //! and the encoded sizes they are measured in ([`encoded_size`]), the one error of wire
 //! parsing ([`WireError`]), plain domain types ([`domain`]) and the conversions between
 //! them and wire messages, so that higher layers never touch prost structs, the body
@@ -67,12 +68,14 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "grpc")]
 pub mod codec;
 mod digest;
 pub mod domain;
 pub mod encoded_size;
 mod error;
 pub mod limits;
+#[cfg(feature = "grpc")]
 mod precheck;
 mod push;
 mod run_id;

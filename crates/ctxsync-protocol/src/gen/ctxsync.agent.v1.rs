@@ -492,6 +492,7 @@ pub struct CallEnded {
     pub duration_ms: u64,
 }
 /// Generated client implementations.
+#[cfg(feature = "grpc")]
 pub mod agent_client {
     #![allow(
         unused_variables,
@@ -665,6 +666,7 @@ pub mod agent_client {
     }
 }
 /// Generated server implementations.
+#[cfg(feature = "grpc")]
 pub mod agent_server {
     #![allow(
         unused_variables,
