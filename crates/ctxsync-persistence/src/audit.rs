@@ -18,7 +18,9 @@ use diesel::prelude::*;
 
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
-use crate::ids::{AgentId, ChatId, ToolCallId, TurnId};
+use ctxsync_protocol::tool_call::ToolCallId;
+
+use crate::ids::{AgentId, ChatId, ToolCallKey, TurnId};
 use crate::model::stored_u64;
 use crate::schema::tool_call_audit;
 use crate::sql_types::DbTime;
@@ -64,11 +66,11 @@ pub(crate) fn record_end(tx: &mut Tx<'_>, call: ToolCallId) -> Result<(), StoreE
     match tx {
         #[cfg(feature = "postgres")]
         Tx::Postgres(c) => diesel::sql_query(RECORD_END_POSTGRES)
-            .bind::<UuidSql, _>(call)
+            .bind::<UuidSql, _>(ToolCallKey::from(call))
             .execute(*c)?,
         #[cfg(feature = "sqlite")]
         Tx::Sqlite(c) => diesel::sql_query(RECORD_END_SQLITE)
-            .bind::<UuidSql, _>(call)
+            .bind::<UuidSql, _>(ToolCallKey::from(call))
             .execute(*c)?,
     };
     Ok(())
@@ -185,7 +187,7 @@ pub struct AuditRecord {
     diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
 )]
 struct AuditRow {
-    tool_call_id: ToolCallId,
+    tool_call_id: ToolCallKey,
     agent_id: Option<AgentId>,
     chat_id: ChatId,
     turn_id: TurnId,
@@ -210,7 +212,7 @@ fn truncated() -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
 
 impl AuditRow {
     fn into_record(self, truncated: bool) -> Result<AuditRecord, StoreError> {
-        let id = self.tool_call_id;
+        let id = ToolCallId::from(self.tool_call_id);
         let corrupt = |what: &str, value: &str| {
             StoreError::Corrupt(format!("audit of tool call {id}: unknown {what} {value:?}"))
         };
@@ -304,7 +306,7 @@ fn list(tx: &mut Tx<'_>, query: &AuditQuery, limit: u32) -> Result<AuditPage, St
             select = select.filter(
                 a::ended_at.lt(at).or(a::ended_at
                     .eq(at)
-                    .and(a::tool_call_id.lt(cursor.tool_call_id))),
+                    .and(a::tool_call_id.lt(ToolCallKey::from(cursor.tool_call_id)))),
             );
         }
         select.load(c)

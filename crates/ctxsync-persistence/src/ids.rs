@@ -12,28 +12,30 @@ use diesel::serialize::{self, Output, ToSql};
 use diesel::sqlite::{Sqlite, SqliteValue};
 use uuid::Uuid;
 
+use ctxsync_protocol::tool_call::ToolCallId;
+
 use crate::sql_types::UuidSql;
 
 macro_rules! uuid_id {
-    ($(#[$doc:meta])* $name:ident) => {
+    ($(#[$doc:meta])* $vis:vis $name:ident) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, AsExpression, FromSqlRow)]
         #[diesel(sql_type = UuidSql)]
-        pub struct $name(Uuid);
+        $vis struct $name(Uuid);
 
         impl $name {
             /// A fresh random (v4) id.
-            pub fn new_random() -> Self {
+            $vis fn new_random() -> Self {
                 Self(Uuid::new_v4())
             }
 
             /// Wraps an existing UUID (any version).
-            pub fn from_uuid(uuid: Uuid) -> Self {
+            $vis fn from_uuid(uuid: Uuid) -> Self {
                 Self(uuid)
             }
 
             /// The underlying UUID.
-            pub fn as_uuid(&self) -> Uuid {
+            $vis fn as_uuid(&self) -> Uuid {
                 self.0
             }
         }
@@ -85,32 +87,31 @@ macro_rules! uuid_id {
 
 uuid_id!(
     /// A workspace agent (a row of `workspace_agents`).
-    AgentId
+    pub AgentId
 );
 uuid_id!(
     /// A chat (a row of `chats`).
-    ChatId
+    pub ChatId
 );
 uuid_id!(
     /// A turn of a chat (a row of `chat_turns`).
-    TurnId
+    pub TurnId
 );
 uuid_id!(
-    /// A tool call, as the server assigns it (a row of `tool_calls`): the id the agent
-    /// sees and dedupes by, never the caller's `call_id`.
-    ToolCallId
+    /// A tool call's id as its rows hold it (`tool_calls.id`): protocol's
+    /// [`ToolCallId`] in the column's SQL type. Diesel's traits cannot be implemented for
+    /// protocol's type here, so queries bind this and everything public carries that.
+    pub(crate) ToolCallKey
 );
 
-/// The same id as the call channel carries it (one UUID; the two types are to become one).
-impl From<ToolCallId> for ctxsync_protocol::tool_call::ToolCallId {
-    fn from(id: ToolCallId) -> Self {
-        Self::from_uuid(id.as_uuid())
+impl From<ToolCallKey> for ToolCallId {
+    fn from(key: ToolCallKey) -> Self {
+        Self::from_uuid(key.as_uuid())
     }
 }
 
-/// The same id as the store keeps it.
-impl From<ctxsync_protocol::tool_call::ToolCallId> for ToolCallId {
-    fn from(id: ctxsync_protocol::tool_call::ToolCallId) -> Self {
+impl From<ToolCallId> for ToolCallKey {
+    fn from(id: ToolCallId) -> Self {
         Self::from_uuid(id.as_uuid())
     }
 }

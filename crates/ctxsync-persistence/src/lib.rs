@@ -146,7 +146,7 @@ pub use db::{
 };
 pub use error::StoreError;
 pub use gate_attempts::GateAttemptRecord;
-pub use ids::{AgentId, ChatId, ToolCallId, TurnId};
+pub use ids::{AgentId, ChatId, TurnId};
 pub use model::{
     AgentContext, AgentPhaseGroup, AgentRecord, ChatRecord, MAX_RETIRED_RUN_IDS, NewAgent,
     PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome, StoredChat,

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::broadcast;
 
-use crate::ids::{AgentId, ChatId, ToolCallId};
+use ctxsync_protocol::tool_call::ToolCallId;
+
+use crate::ids::{AgentId, ChatId};
 
 /// Events buffered per topic before a slow subscriber sees [`ChangeEvent::Resync`].
 const TOPIC_CAPACITY: usize = 64;

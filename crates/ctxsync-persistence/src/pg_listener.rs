@@ -339,7 +339,7 @@ mod tests {
     fn payloads_round_trip_and_garbage_is_ignored() {
         let agent_id = AgentId::new_random();
         let chat_id = ChatId::new_random();
-        let call_id = crate::ids::ToolCallId::new_random();
+        let call_id = ctxsync_protocol::tool_call::ToolCallId::new_random();
         let mut events = vec![
             ChangeEvent::AgentContextChanged {
                 agent_id,

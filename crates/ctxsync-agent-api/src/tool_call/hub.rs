@@ -33,8 +33,9 @@ use tokio_stream::{Stream, StreamExt};
 
 use ctxsync_persistence::{
     AgentId, CTXSYNC_SERVER, CallAdmission, CallChange, ChangeEvent, ChatCallSubscription,
-    NewToolCall, Store, StoreError, StreamLease, ToolCallId, ToolCallRecord,
+    NewToolCall, Store, StoreError, StreamLease, ToolCallRecord,
 };
+use ctxsync_protocol::tool_call::ToolCallId;
 
 use crate::metrics::Histogram;
 
@@ -418,7 +419,7 @@ impl CallHub {
             return Ok(());
         };
         let request = ServerCall::Call(CallRequest {
-            id: id.into(),
+            id,
             agent_run_id: entry.run.clone(),
             server: call.server.clone(),
             tool: call.tool.clone(),
@@ -475,7 +476,7 @@ impl CallHub {
             };
             tracing::debug!(call = %id, "the call outlived its deadline");
             if let Some(link) = hub.link_of(id) {
-                link.try_send(ServerCall::Cancel { id: id.into() });
+                link.try_send(ServerCall::Cancel { id });
             }
             let end = CallEnd::bare(CallStatus::TimedOut);
             if let Err(error) = hub.finish(id, &end, Some(millis(elapsed))).await {
@@ -565,7 +566,7 @@ impl CallHub {
             return Ok(Some(record));
         }
         let asked = match self.link_of(id) {
-            Some(link) => link.try_send(ServerCall::Cancel { id: id.into() }),
+            Some(link) => link.try_send(ServerCall::Cancel { id }),
             None => self.store.request_tool_call_cancel(id).await?.is_some(),
         };
         if asked {
@@ -666,7 +667,7 @@ impl CallHub {
     /// fallback, a sweep, a pruned turn): the agent is told to stop it.
     fn ended_elsewhere(&self, id: ToolCallId) {
         let Some(link) = self.link_of(id) else { return };
-        link.try_send(ServerCall::Cancel { id: id.into() });
+        link.try_send(ServerCall::Cancel { id });
         if let Some(sent) = self.lock().sent.remove(&id)
             && let Some(watcher) = sent.watcher
         {
@@ -888,7 +889,7 @@ impl CallHub {
                     sent.cancel_sent = true;
                 }
                 if let Some(link) = self.link_of(call_id) {
-                    link.try_send(ServerCall::Cancel { id: call_id.into() });
+                    link.try_send(ServerCall::Cancel { id: call_id });
                 }
             }
             CallChange::Ended => {
@@ -932,7 +933,7 @@ impl CallHub {
                 .get_mut(&id)
                 .is_some_and(|sent| !std::mem::replace(&mut sent.cancel_sent, true));
             if first && let Some(link) = self.link_of(id) {
-                link.try_send(ServerCall::Cancel { id: id.into() });
+                link.try_send(ServerCall::Cancel { id });
             }
         }
         Ok(())
@@ -1059,7 +1060,7 @@ impl Session {
         let id = match &message {
             AgentCall::Accepted { id }
             | AgentCall::Progress { id, .. }
-            | AgentCall::Ended { id, .. } => ToolCallId::from(*id),
+            | AgentCall::Ended { id, .. } => *id,
             AgentCall::Heartbeat => return,
             AgentCall::Hello { .. } => {
                 tracing::debug!(agent = %self.lease.agent, "a second hello ignored");

@@ -332,7 +332,7 @@ impl Stream {
             other => panic!("expected the call, got {other:?}"),
         }
         self.send(AgentCall::Accepted {
-            id: record.id.into(),
+            id: record.id,
         })
         .await;
     }
@@ -351,7 +351,7 @@ impl Stream {
 
 fn ended(id: &ToolCallRecord, end: CallEnd, ms: u64) -> AgentCall {
     AgentCall::Ended {
-        id: id.id.into(),
+        id: id.id,
         end,
         duration: Duration::from_millis(ms),
     }
@@ -406,7 +406,7 @@ async fn a_dispatched_call_runs_to_the_agents_end(world: World) {
     assert_eq!(request.timeout, Duration::from_secs(60));
 
     stream
-        .send(AgentCall::Accepted { id: call.id.into() })
+        .send(AgentCall::Accepted { id: call.id })
         .await;
     for step in 1..=5 {
         let progress = CallProgress {
@@ -416,7 +416,7 @@ async fn a_dispatched_call_runs_to_the_agents_end(world: World) {
         };
         stream
             .send(AgentCall::Progress {
-                id: call.id.into(),
+                id: call.id,
                 progress,
             })
             .await;
@@ -596,7 +596,7 @@ async fn a_cancel_reaches_the_agent_and_records_its_end(world: World) {
     let cancel = tokio::spawn(async move { hub.cancel(id).await.unwrap() });
     assert_eq!(
         stream.next().await,
-        ServerCall::Cancel { id: call.id.into() }
+        ServerCall::Cancel { id: call.id }
     );
     let canceled = CallEnd {
         status: CallStatus::Canceled,
@@ -664,7 +664,7 @@ async fn a_silent_call_times_out_at_its_deadline(world: World) {
     assert!(record.duration_ms.is_some_and(|ms| ms >= 300), "{record:?}");
     assert_eq!(
         stream.next().await,
-        ServerCall::Cancel { id: call.id.into() },
+        ServerCall::Cancel { id: call.id },
         "the agent is told to stop"
     );
     assert_eq!(served.ended_reaches("timed_out", 1).await, 1);
@@ -755,7 +755,7 @@ async fn a_pruned_turns_call_is_canceled_on_its_stream(world: World) {
     served.hub.canceled_by_store(&canceled);
     assert_eq!(
         stream.next().await,
-        ServerCall::Cancel { id: call.id.into() }
+        ServerCall::Cancel { id: call.id }
     );
     assert_eq!(served.ended("canceled"), 1);
     assert_eq!(served.hub.metrics().in_flight, 0);
@@ -782,7 +782,7 @@ async fn a_call_taken_on_another_replica_runs_on_the_holders_stream(world: World
     };
     stream
         .send(AgentCall::Progress {
-            id: call.id.into(),
+            id: call.id,
             progress,
         })
         .await;

@@ -23,7 +23,9 @@ use crate::agents::{RowLock, lock_agent};
 use crate::db::{Tx, on_backend};
 use crate::deployment_secrets::DigestKey;
 use crate::error::StoreError;
-use crate::ids::{AgentId, ChatId, ToolCallId, TurnId};
+use ctxsync_protocol::tool_call::ToolCallId;
+
+use crate::ids::{AgentId, ChatId, ToolCallKey, TurnId};
 use crate::model::{stored_u64, to_i64};
 use crate::notify::{CallChange, ChangeEvent};
 use crate::schema::{chat_turn_activations, chat_turns, tool_call_ends, tool_calls};
@@ -327,7 +329,7 @@ impl Store {
                 conn.write(|tx| {
                     let update = diesel::update(
                         tool_call_ends::table
-                            .find(id)
+                            .find(ToolCallKey::from(id))
                             .filter(tool_call_ends::status.eq(CallStatus::Running.as_str())),
                     )
                     .set(tool_call_ends::progress.eq(Some(&progress)))
@@ -567,7 +569,7 @@ pub(crate) fn parse_origins(
     diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))
 )]
 pub(crate) struct HeadRow {
-    id: ToolCallId,
+    id: ToolCallKey,
     turn_id: TurnId,
     chat_id: ChatId,
     call_id: String,
@@ -620,7 +622,7 @@ pub(crate) fn tail() -> diesel::expression::SqlLiteral<TailSql> {
 
 /// A whole `tool_calls` row.
 pub(crate) struct ToolCallRow {
-    pub(crate) id: ToolCallId,
+    pub(crate) id: ToolCallKey,
     pub(crate) turn_id: TurnId,
     pub(crate) chat_id: ChatId,
     pub(crate) call_id: String,
@@ -711,7 +713,7 @@ impl ToolCallRow {
     /// The change event of this call.
     pub(crate) fn event(&self, change: CallChange) -> ChangeEvent {
         ChangeEvent::ToolCallChanged {
-            call_id: self.id,
+            call_id: self.id.into(),
             chat_id: self.chat_id,
             agent_id: self.agent_id,
             change,
@@ -744,7 +746,7 @@ impl ToolCallRow {
             .map(|p| serde_json::from_str(&p).map_err(|e| corrupt("progress", e.to_string())))
             .transpose()?;
         Ok(ToolCallRecord {
-            id,
+            id: id.into(),
             chat_id: self.chat_id,
             turn_id: self.turn_id,
             call_id: self.call_id,
@@ -810,7 +812,7 @@ pub(crate) fn find_call_by_id(
     tx: &mut Tx<'_>,
     id: ToolCallId,
 ) -> Result<Option<ToolCallRow>, StoreError> {
-    let query = tool_calls::table.find(id);
+    let query = tool_calls::table.find(ToolCallKey::from(id));
     Ok(load_calls!(tx, query, first)
         .optional()?
         .map(ToolCallRow::from))
@@ -893,7 +895,7 @@ fn admit(
     }
 
     let mut row = ToolCallRow {
-        id: ToolCallId::new_random(),
+        id: ToolCallKey::new_random(),
         turn_id: call.turn,
         chat_id: call.chat,
         call_id: call.call_id.clone(),
@@ -1051,10 +1053,10 @@ pub(crate) fn apply_end(
     if changed == 0 {
         // Ended since it was read (SQLite cannot get here; PostgreSQL would have
         // failed the write on serialization): answer what is stored.
-        return find_call_by_id(tx, row.id)?
+        return find_call_by_id(tx, row.id.into())?
             .ok_or_else(|| StoreError::Conflict(format!("tool call {} vanished", row.id)));
     }
-    crate::audit::record_end(tx, row.id)?;
+    crate::audit::record_end(tx, row.id.into())?;
     Ok(row)
 }
 

@@ -23,7 +23,9 @@ use diesel::prelude::*;
 use crate::agents::{RowLock, lock_agent};
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
-use crate::ids::{AgentId, ToolCallId};
+use ctxsync_protocol::tool_call::ToolCallId;
+
+use crate::ids::{AgentId, ToolCallKey};
 use crate::notify::{CallChange, ChangeEvent};
 use crate::schema::{call_streams, tool_call_ends, tool_calls};
 use crate::shared::notify_in_tx;
@@ -212,7 +214,7 @@ impl Store {
                     }
                     let update = diesel::update(
                         tool_call_ends::table
-                            .find(id)
+                            .find(ToolCallKey::from(id))
                             .filter(tool_call_ends::status.eq(CallStatus::Running.as_str()))
                             .filter(tool_call_ends::delivered.eq(false)),
                     )
@@ -263,11 +265,11 @@ impl Store {
                         tool_calls::agent_id,
                         diesel::dsl::sql::<diesel::sql_types::Bool>("tool_calls.delivered"),
                     ));
-                let rows: Vec<(ToolCallId, Option<AgentId>, bool)> =
+                let rows: Vec<(ToolCallKey, Option<AgentId>, bool)> =
                     on_backend!(tx, |c| query.load(c))?;
                 Ok(rows
                     .into_iter()
-                    .filter_map(|(id, agent, delivered)| Some((id, agent?, delivered)))
+                    .filter_map(|(id, agent, delivered)| Some((id.into(), agent?, delivered)))
                     .collect())
             })
         })
@@ -289,7 +291,8 @@ impl Store {
                     ))
                     .order((tool_calls::started_at, tool_calls::id))
                     .select(tool_calls::id);
-                Ok(on_backend!(tx, |c| query.load(c))?)
+                let ids: Vec<ToolCallKey> = on_backend!(tx, |c| query.load(c))?;
+                Ok(ids.into_iter().map(ToolCallId::from).collect())
             })
         })
         .await
@@ -340,8 +343,9 @@ impl Store {
                     };
                     let mut event = None;
                     if row.status == CallStatus::Running.as_str() && !row.cancel_requested {
-                        let update = diesel::update(tool_call_ends::table.find(id))
-                            .set(tool_call_ends::cancel_requested.eq(true));
+                        let update =
+                            diesel::update(tool_call_ends::table.find(ToolCallKey::from(id)))
+                                .set(tool_call_ends::cancel_requested.eq(true));
                         on_backend!(tx, |c| update.execute(c))?;
                         row.cancel_requested = true;
                         let changed = row.event(CallChange::CancelRequested);
@@ -434,7 +438,7 @@ fn sweep_candidates(
             .sql(")"),
         )
         .select(tool_calls::id);
-    let lost: Vec<ToolCallId> = on_backend!(tx, |c| lost.load(c))?;
+    let lost: Vec<ToolCallKey> = on_backend!(tx, |c| lost.load(c))?;
     let stale = tool_calls::table
         .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
         .filter(tool_calls::agent_id.is_not_null())
@@ -443,11 +447,11 @@ fn sweep_candidates(
             "NOT tool_calls.delivered",
         ))
         .select(tool_calls::id);
-    let stale: Vec<ToolCallId> = on_backend!(tx, |c| stale.load(c))?;
+    let stale: Vec<ToolCallKey> = on_backend!(tx, |c| stale.load(c))?;
     Ok(lost
         .into_iter()
-        .map(|id| (id, true))
-        .chain(stale.into_iter().map(|id| (id, false)))
+        .map(|id| (id.into(), true))
+        .chain(stale.into_iter().map(|id| (id.into(), false)))
         .collect())
 }
 

@@ -10,9 +10,10 @@ use ctxsync_mcp_model::{CallEnd, CallReason, CallStatus};
 use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{
     AgentId, AuditQuery, AuditRecord, CallAdmission, ChatId, ChatTurnMode, DatabaseConfig,
-    MAX_AUDIT_PAGE, MAX_TURNS_PER_CHAT, NewToolCall, NewTurn, Store, StoreError, ToolCallId,
-    ToolCallRecord, ToolOrigin, TurnId, TurnOrigin,
+    MAX_AUDIT_PAGE, MAX_TURNS_PER_CHAT, NewToolCall, NewTurn, Store, StoreError, ToolCallRecord,
+    ToolOrigin, TurnId, TurnOrigin,
 };
+use ctxsync_protocol::tool_call::ToolCallId;
 use ctxsync_protocol::{RunId, Startup};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;

@@ -460,7 +460,7 @@ async fn the_first_end_wins_and_progress_is_kept_while_running(db: TestStore) {
     assert_eq!(
         store
             .end_tool_call(
-                ctxsync_persistence::ToolCallId::new_random(),
+                ctxsync_protocol::tool_call::ToolCallId::new_random(),
                 &canceled(),
                 None
             )

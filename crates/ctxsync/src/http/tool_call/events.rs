@@ -15,9 +15,9 @@ use std::time::Duration;
 use axum::response::sse::Event;
 use ctxsync_context_ui::{CallPhase, CallProgressItem, MAX_LISTED_CALLS, ToolCallItem};
 use ctxsync_persistence::{
-    CallChange, ChangeEvent, ChatCallSubscription, ChatId, Store, StoreError, ToolCallId,
-    ToolCallRecord,
+    CallChange, ChangeEvent, ChatCallSubscription, ChatId, Store, StoreError, ToolCallRecord,
 };
+use ctxsync_protocol::tool_call::ToolCallId;
 use futures::Stream;
 use tokio::time::{Instant, Interval};
 
