@@ -51,7 +51,7 @@ pub struct ServerEntry {
     pub always_load: bool,
     /// Set for a server an Agent Plugins package declares: how it is launched (its own
     /// environment and working directory); `None` for `.mcp.json` servers.
-    pub plugin: Option<crate::plugin::PluginLaunch>,
+    pub plugin: Option<crate::plugin_launch::PluginLaunch>,
 }
 
 impl ServerEntry {

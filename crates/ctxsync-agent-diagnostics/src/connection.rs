@@ -648,7 +648,7 @@ impl ConnectionTask {
 
 /// Creates a plugin server's data directory (owner-only) and, when its working directory
 /// lies inside it, that too, before the server starts (Agent Plugins §9.1).
-fn prepare_plugin_dirs(launch: &crate::plugin::PluginLaunch) -> Result<(), String> {
+fn prepare_plugin_dirs(launch: &crate::plugin_launch::PluginLaunch) -> Result<(), String> {
     use std::os::unix::fs::DirBuilderExt;
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true).mode(0o700);

@@ -230,6 +230,12 @@ pub(crate) enum Command {
     Close(oneshot::Sender<()>),
 }
 
+impl From<crate::watch::FilesChanged> for Command {
+    fn from(_: crate::watch::FilesChanged) -> Command {
+        Command::FilesChanged
+    }
+}
+
 /// The running MCP engine. Dropping it kills every server process group at once; prefer
 /// [`Engine::close`] for an orderly shutdown.
 #[derive(Debug)]

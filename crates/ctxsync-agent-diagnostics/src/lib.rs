@@ -56,6 +56,7 @@ mod engine;
 mod lifecycle;
 mod line_limit;
 mod plugin;
+mod plugin_launch;
 mod process;
 mod progress;
 mod safe_file;
@@ -78,10 +79,11 @@ pub use engine::{
 };
 pub use lifecycle::{DEFAULT_DISCOVER_PROBE_TIMEOUT, McpLifecycle};
 pub use plugin::{
-    MAX_PLUGINS, PLUGIN_ENV_ALLOW_LIST, PLUGIN_MANIFEST, PLUGIN_MCP_CONFIG, PLUGIN_SKILLS_DIR,
-    PLUGINS_DIR, Plugin, PluginLaunch, PluginScan, default_plugin_dirs, discover_plugins,
-    load_plugin_servers, load_plugins, parse_plugin_servers, plugin_watch_paths,
+    MAX_PLUGINS, PLUGIN_MANIFEST, PLUGIN_MCP_CONFIG, PLUGIN_SKILLS_DIR, PLUGINS_DIR, Plugin,
+    PluginScan, default_plugin_dirs, discover_plugins, load_plugin_servers, load_plugins,
+    parse_plugin_servers, plugin_watch_paths,
 };
+pub use plugin_launch::{PLUGIN_ENV_ALLOW_LIST, PluginLaunch};
 pub use progress::Progress;
 pub use safe_file::{
     MAX_CONFIG_FILE_BYTES, RegularFile, SafeFileError, open_regular_file, read_regular_file,

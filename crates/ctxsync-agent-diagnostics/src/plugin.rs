@@ -7,7 +7,8 @@
 //! disables only the plugin's MCP servers; an invalid server entry fails alone. Servers are
 //! named `<plugin>/<server>`, a namespace `.mcp.json` names cannot enter (they may not
 //! contain `/`). Stdio servers never inherit the agent's environment: they get
-//! [`PLUGIN_ENV_ALLOW_LIST`], the entry's own `env`, and `PLUGIN_ROOT` / `PLUGIN_DATA`.
+//! [`PLUGIN_ENV_ALLOW_LIST`](crate::PLUGIN_ENV_ALLOW_LIST), the entry's own `env`, and
+//! `PLUGIN_ROOT` / `PLUGIN_DATA`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
@@ -18,6 +19,7 @@ use sha2::{Digest, Sha256};
 use ctxsync_mcp_model::ConfigFileOutcome;
 
 use crate::config::{ServerEntry, TransportConfig, name_problems, quote_name};
+use crate::plugin_launch::{PLUGIN_DATA, PLUGIN_ROOT, PluginLaunch};
 use crate::safe_file::{MAX_CONFIG_FILE_BYTES, SafeFileError, read_regular_file};
 
 /// A plugin's manifest, at its root.
@@ -32,32 +34,6 @@ pub const PLUGINS_DIR: &str = ".agents/plugins";
 /// directory of thousands of entries cannot make every reload expensive.
 pub const MAX_PLUGINS: usize = 128;
 
-/// Variables of the agent's environment a plugin's stdio server receives (besides the
-/// entry's own `env` and the two plugin variables): the executable search path, the home
-/// directory, locale, proxy and CA-bundle settings. Names starting `LC_` are locale too.
-/// Nothing else, so the agent's token and the workspace's secrets stay with the agent.
-pub const PLUGIN_ENV_ALLOW_LIST: &[&str] = &[
-    "PATH",
-    "HOME",
-    "LANG",
-    "LANGUAGE",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-    "all_proxy",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "NODE_EXTRA_CA_CERTS",
-];
-
-const PLUGIN_ROOT: &str = "PLUGIN_ROOT";
-const PLUGIN_DATA: &str = "PLUGIN_DATA";
 const ROOT_PLACEHOLDER: &str = "${PLUGIN_ROOT}";
 const DATA_PLACEHOLDER: &str = "${PLUGIN_DATA}";
 
@@ -500,44 +476,6 @@ pub fn parse_plugin_servers(
         warning: None,
     });
     (entries, outcome)
-}
-
-/// How a plugin's server is launched, beyond its transport.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginLaunch {
-    /// The plugin's name.
-    pub plugin: String,
-    /// The resolved plugin root (`PLUGIN_ROOT`).
-    pub root: PathBuf,
-    /// The plugin's data directory (`PLUGIN_DATA`), created before the server starts.
-    pub data_dir: PathBuf,
-    /// The stdio server's working directory: the plugin root unless `cwd` says otherwise.
-    pub cwd: PathBuf,
-}
-
-impl PluginLaunch {
-    /// The stdio server's whole environment: the allow-listed part of `agent_env`, the
-    /// entry's `env` over it, then the two plugin variables.
-    pub(crate) fn environment(
-        &self,
-        agent_env: &BTreeMap<String, String>,
-        entry_env: &BTreeMap<String, String>,
-    ) -> BTreeMap<String, String> {
-        let mut env: BTreeMap<String, String> = agent_env
-            .iter()
-            .filter(|(name, _)| {
-                PLUGIN_ENV_ALLOW_LIST.contains(&name.as_str()) || name.starts_with("LC_")
-            })
-            .map(|(name, value)| (name.clone(), value.clone()))
-            .collect();
-        env.extend(entry_env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        env.insert(PLUGIN_ROOT.into(), self.root.to_string_lossy().into_owned());
-        env.insert(
-            PLUGIN_DATA.into(),
-            self.data_dir.to_string_lossy().into_owned(),
-        );
-        env
-    }
 }
 
 struct Context<'a> {

@@ -12,14 +12,17 @@ use std::{
 use notify::{EventKind, RecursiveMode, Watcher, event::AccessKind, event::AccessMode};
 use tokio::{sync::mpsc, task::JoinHandle};
 
-use crate::engine::Command;
+/// What the watch and the poll send when a file changed: the receiver's own message type
+/// converts from it, so this module needs none of the engine's types.
+#[derive(Debug)]
+pub(crate) struct FilesChanged;
 
 /// Starts watching the directories of `files`; events about those files become
-/// [`Command::FilesChanged`]. The sender is weak so that the watcher (owned by the engine's
+/// [`FilesChanged`] messages. The sender is weak so that the watcher (owned by the engine's
 /// actor) never keeps the actor alive after the last `Engine` handle is dropped. Returns `None` (watching off) when no watcher can be created.
-pub(crate) fn watch_files(
+pub(crate) fn watch_files<M: From<FilesChanged> + Send + 'static>(
     files: &[PathBuf],
-    commands: mpsc::WeakUnboundedSender<Command>,
+    commands: mpsc::WeakUnboundedSender<M>,
 ) -> Option<notify::RecommendedWatcher> {
     let wanted: BTreeSet<PathBuf> = files.iter().cloned().collect();
     let handler = move |event: notify::Result<notify::Event>| {
@@ -35,7 +38,7 @@ pub(crate) fn watch_files(
             && let Some(commands) = commands.upgrade()
         {
             // The engine is gone only while shutting down.
-            let _ = commands.send(Command::FilesChanged);
+            let _ = commands.send(M::from(FilesChanged));
         }
     };
     let mut watcher = match notify::recommended_watcher(handler) {
@@ -100,14 +103,14 @@ impl Drop for Poller {
     }
 }
 
-/// Checks the paths `files` lists every `interval` (listed anew each time) and sends [`Command::FilesChanged`] when what `stat`
+/// Checks the paths `files` lists every `interval` (listed anew each time) and sends [`FilesChanged`] when what `stat`
 /// says of one differs. A watch misses changes in a directory that did not exist when it
 /// was set, or beyond the system's watch limit; this catches them late but surely. The
 /// first stamps are taken now, before the engine's first read.
-pub(crate) fn poll_files(
+pub(crate) fn poll_files<M: From<FilesChanged> + Send + 'static>(
     files: impl Fn() -> Vec<PathBuf> + Send + Sync + 'static,
     interval: Duration,
-    commands: mpsc::WeakUnboundedSender<Command>,
+    commands: mpsc::WeakUnboundedSender<M>,
 ) -> Poller {
     let files = Arc::new(files);
     let mut last = stamps(&files());
@@ -128,7 +131,7 @@ pub(crate) fn poll_files(
             };
             if now != last {
                 last = now;
-                let _ = commands.send(Command::FilesChanged);
+                let _ = commands.send(M::from(FilesChanged));
             }
         }
     }))

@@ -5,6 +5,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{Parser, ValueEnum};
 use serde_json::Value;
 
+use crate::tool_spec::ToolSpec;
+
 /// How the fixture talks MCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FixtureTransport {
@@ -45,44 +47,6 @@ pub enum MalformedStdout {
 
 /// Default size of the `huge-line` message: far beyond any sane JSON-RPC message.
 const DEFAULT_HUGE_LINE_BYTES: usize = 256 * 1024 * 1024;
-
-/// One tool the fixture offers, as given with `--tool-json`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolSpec {
-    /// Tool name.
-    pub name: String,
-    /// Tool description.
-    pub description: String,
-    /// JSON schema of the input (an object).
-    pub input_schema: serde_json::Map<String, Value>,
-}
-
-impl ToolSpec {
-    /// A tool with an object schema taking one optional string `value`.
-    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
-        let schema = serde_json::json!({
-            "type": "object",
-            "properties": {"value": {"type": "string"}}
-        });
-        let Value::Object(input_schema) = schema else {
-            unreachable!("literal is an object")
-        };
-        Self {
-            name: name.into(),
-            description: description.into(),
-            input_schema,
-        }
-    }
-
-    fn to_json(&self) -> String {
-        serde_json::json!({
-            "name": self.name,
-            "description": self.description,
-            "inputSchema": self.input_schema,
-        })
-        .to_string()
-    }
-}
 
 fn parse_tool_json(text: &str) -> Result<ToolSpec, String> {
     let value: Value = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;

@@ -27,15 +27,18 @@ mod config;
 mod http;
 mod malformed;
 mod process;
+mod scripted_exit;
 mod server;
 mod silent;
 mod tool_call;
+mod tool_spec;
 
 pub use binary::{FIXTURE_BIN_ENV, binary_path};
-pub use config::{FixtureConfig, FixtureLifecycle, FixtureTransport, MalformedStdout, ToolSpec};
+pub use config::{FixtureConfig, FixtureLifecycle, FixtureTransport, MalformedStdout};
 pub use http::{HttpFixture, serve_http};
 pub use process::run_process;
 pub use server::FixtureServer;
+pub use tool_spec::ToolSpec;
 
 /// Errors at this crate's boundary.
 #[derive(Debug, Clone, thiserror::Error)]

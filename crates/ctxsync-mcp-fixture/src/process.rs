@@ -6,22 +6,10 @@ use rmcp::ServiceExt;
 
 use crate::{
     config::{FixtureConfig, FixtureLifecycle, FixtureTransport},
+    scripted_exit::should_exit,
     server::FixtureServer,
     silent::{DropRequests, Dropped},
 };
-
-/// Whether a scripted exit should happen: always without a marker; with one, only for the
-/// first process, which creates the marker.
-pub(crate) fn should_exit(config: &FixtureConfig) -> bool {
-    match config.exit_once_marker_path() {
-        None => true,
-        Some(marker) => std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(marker)
-            .is_ok(),
-    }
-}
 
 /// Runs the fixture as a process until its client disconnects (stdio) or it is killed (HTTP).
 pub async fn run_process(config: FixtureConfig) -> ExitCode {

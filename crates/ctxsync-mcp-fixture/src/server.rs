@@ -20,8 +20,9 @@ use rmcp::{
 };
 
 use crate::{
-    config::{FixtureConfig, FixtureLifecycle, ToolSpec},
+    config::{FixtureConfig, FixtureLifecycle},
     tool_call::{Answer, CallEvent, CallRecorder, CallTool, Ending},
+    tool_spec::ToolSpec,
 };
 
 /// The cursor a `--repeat-cursor` server returns on every page.
@@ -387,7 +388,7 @@ impl ServerHandler for FixtureServer {
         }
         if let Some(delay) = config.exit_after_value()
             && self.shared.process_mode
-            && crate::process::should_exit(config)
+            && crate::scripted_exit::should_exit(config)
         {
             let code = config.exit_code_value();
             tokio::spawn(async move {

@@ -16,7 +16,7 @@ use rmcp::{
 };
 use serde_json::{Value, json};
 
-use crate::config::ToolSpec;
+use crate::tool_spec::ToolSpec;
 
 use super::log::{CallEvent, CallRecorder};
 
