@@ -331,10 +331,7 @@ impl Stream {
             ServerCall::Call(request) => assert_eq!(request.id.as_uuid(), record.id.as_uuid()),
             other => panic!("expected the call, got {other:?}"),
         }
-        self.send(AgentCall::Accepted {
-            id: record.id,
-        })
-        .await;
+        self.send(AgentCall::Accepted { id: record.id }).await;
     }
 
     /// Whether the server ended the stream (within the deadline).
@@ -405,9 +402,7 @@ async fn a_dispatched_call_runs_to_the_agents_end(world: World) {
     );
     assert_eq!(request.timeout, Duration::from_secs(60));
 
-    stream
-        .send(AgentCall::Accepted { id: call.id })
-        .await;
+    stream.send(AgentCall::Accepted { id: call.id }).await;
     for step in 1..=5 {
         let progress = CallProgress {
             progress: f64::from(step),
@@ -594,10 +589,7 @@ async fn a_cancel_reaches_the_agent_and_records_its_end(world: World) {
     let hub = Arc::clone(&served.hub);
     let id = call.id;
     let cancel = tokio::spawn(async move { hub.cancel(id).await.unwrap() });
-    assert_eq!(
-        stream.next().await,
-        ServerCall::Cancel { id: call.id }
-    );
+    assert_eq!(stream.next().await, ServerCall::Cancel { id: call.id });
     let canceled = CallEnd {
         status: CallStatus::Canceled,
         reason: None,
@@ -753,10 +745,7 @@ async fn a_pruned_turns_call_is_canceled_on_its_stream(world: World) {
     }
     assert_eq!(canceled.len(), 1, "the first turn was pruned with its call");
     served.hub.canceled_by_store(&canceled);
-    assert_eq!(
-        stream.next().await,
-        ServerCall::Cancel { id: call.id }
-    );
+    assert_eq!(stream.next().await, ServerCall::Cancel { id: call.id });
     assert_eq!(served.ended("canceled"), 1);
     assert_eq!(served.hub.metrics().in_flight, 0);
 }
