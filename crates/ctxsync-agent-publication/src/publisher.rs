@@ -85,7 +85,7 @@ pub enum ConnectionState {
     /// A transient failure; waiting before the next attempt.
     WaitingToRetry,
     /// The server refused the agent token (rotated, or the agent deleted): nothing is
-    /// published. Registering is retried every [`BackoffPolicy::max`], never sooner, and
+    /// published. Registering is retried every [`BackoffPolicy::max`](crate::BackoffPolicy::max), never sooner, and
     /// the state stays until the server accepts the token again.
     TokenRefused,
 }
@@ -239,7 +239,7 @@ impl Publisher {
 
     /// Publishes until a newer process of the same agent supersedes this one, the only
     /// error. Everything else is retried forever: transient failures with backoff, a
-    /// refused token every [`BackoffPolicy::max`] (see [`ConnectionState::TokenRefused`]).
+    /// refused token every [`BackoffPolicy::max`](crate::BackoffPolicy::max) (see [`ConnectionState::TokenRefused`]).
     /// Cancel by dropping the future.
     pub async fn run(self) -> Result<Infallible, PublishError> {
         let Self {

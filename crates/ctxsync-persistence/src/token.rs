@@ -78,7 +78,7 @@ impl fmt::Debug for TokenDigest {
 
 /// A bearer token as a caller presented it: the agent it claims and its digest. The claim
 /// means nothing until the digest matches the agent's stored one
-/// ([`Store::authenticate_digest`](crate::Store::authenticate_digest)).
+/// ([`Store::authenticate_presented`](crate::Store::authenticate_presented)).
 #[derive(Clone, Copy, Debug)]
 pub struct PresentedToken {
     agent: AgentId,
