@@ -32,6 +32,12 @@ const PROMISES: &[Promise] = &[
         features: &["--no-default-features"],
         absent: &["diesel", "pq-sys", "libsqlite3-sys", "ctxsync-persistence"],
     },
+    // The panel only renders a view: no store, no database, no C library.
+    Promise {
+        package: "ctxsync-context-ui",
+        features: &[],
+        absent: &["diesel", "pq-sys", "libsqlite3-sys", "ctxsync-persistence"],
+    },
     Promise {
         package: "ctxsync-chat-projection",
         features: &["--no-default-features"],
@@ -103,14 +109,14 @@ pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
             bail!(
                 "`{}` with {} depends on {}, which that build promises to leave out",
                 promise.package,
-                promise.features.join(" "),
+                features_text(promise),
                 present.join(", ")
             );
         }
         println!(
             "embedding: {} with {}: {} crates, none of {}",
             promise.package,
-            promise.features.join(" "),
+            features_text(promise),
             tree.len(),
             promise.absent.join(", ")
         );
@@ -120,6 +126,15 @@ pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
         started.elapsed()
     );
     Ok(())
+}
+
+/// How a promise's build is named in messages.
+fn features_text(promise: &Promise) -> String {
+    if promise.features.is_empty() {
+        "its default features".to_owned()
+    } else {
+        promise.features.join(" ")
+    }
 }
 
 /// The distinct crate names of the build's normal (not dev, not build) dependency tree.

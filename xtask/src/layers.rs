@@ -187,7 +187,7 @@ mod tests {
         assert_eq!(layer_of("ctxsync-mcp-fixture"), Some(0));
         assert_eq!(layer_of("ctxsync-mcp-model"), Some(0));
         assert_eq!(layer_of("ctxsync-agent-diagnostics"), Some(1));
-        assert_eq!(layer_of("ctxsync"), Some(8));
+        assert_eq!(layer_of("ctxsync"), Some(9));
         check_edges(
             &[
                 ("ctxsync-mcp-fixture", &[]),
