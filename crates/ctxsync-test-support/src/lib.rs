@@ -28,6 +28,8 @@ mod poll;
 #[cfg(feature = "process")]
 mod process;
 #[cfg(feature = "protocol")]
+pub mod pushed;
+#[cfg(feature = "protocol")]
 mod resources;
 #[cfg(feature = "tls")]
 mod tls;
