@@ -21,14 +21,14 @@
 //! siblings and any directory the store creates for them are private to the owner
 //! (0600/0700, whatever the umask); an existing directory is left as it is.
 //!
-//! Must never: know gRPC or any transport (tonic is not a dependency); print a database password (`Debug`
-//! and messages mask it); let the LISTEN connection accept a server the pool would
-//! refuse, or the reverse; trust event or push content (events
-//! carry ids and versions only, readers re-read committed state; pushes are validated
-//! before any database access); store an agent token (only its sha256); let one agent
-//! touch another's rows or calls; store a call's arguments past its delivery, or its
-//! arguments or result in the audit log; print the digest key; depend on a
-//! workspace crate other than `ctxsync-protocol` and `ctxsync-mcp-model`.
+//! Must never: know gRPC or any transport (tonic is not in its dependency tree); print a
+//! database password (`Debug` and messages mask it); let the LISTEN connection accept a
+//! server the pool would refuse, or the reverse; trust event or push content (events carry
+//! ids and versions only, readers re-read committed state; pushes are parsed before any
+//! database access); store an agent token (only its sha256); let one agent touch
+//! another's rows or calls; store a call's arguments past its delivery, or its arguments or
+//! result in the audit log; print the digest key; depend on a workspace crate other than
+//! `ctxsync-protocol` and `ctxsync-mcp-model`.
 //!
 //! ## Blocking database work
 //!
