@@ -40,7 +40,7 @@ pub enum TransportConfig {
 /// One valid server declaration, variables expanded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerEntry {
-    /// The server's name (the key in `mcpServers`).
+    /// The server's name (its key in `mcpServers`, or VS Code's `servers`).
     pub name: String,
     /// How to reach it.
     pub transport: TransportConfig,
@@ -146,10 +146,25 @@ pub fn parse_config_bytes(
     let Value::Object(document) = document else {
         return reject("the top level is not a JSON object".into());
     };
-    let servers = match document.get("mcpServers") {
-        None => return (Vec::new(), None),
-        Some(Value::Object(servers)) => servers,
-        Some(_) => return reject("\"mcpServers\" is not an object".into()),
+    let warning = ignored_keys_warning(&document);
+    // A file-level error still reports the ignored keys: both are worth fixing.
+    let reject = |message: String| {
+        let mut outcome = outcome_error(path, message);
+        outcome.warning = warning.clone();
+        (Vec::new(), Some(outcome))
+    };
+    let (key, servers) = match (document.get(MCP_SERVERS), document.get(VS_CODE_SERVERS)) {
+        (Some(_), Some(_)) => {
+            return reject(format!(
+                "has both \"{MCP_SERVERS}\" and \"{VS_CODE_SERVERS}\"; keep one"
+            ));
+        }
+        (Some(servers), None) => (MCP_SERVERS, servers),
+        (None, Some(servers)) => (VS_CODE_SERVERS, servers),
+        (None, None) => return reject(NO_SERVER_MAP.into()),
+    };
+    let Value::Object(servers) = servers else {
+        return reject(format!("\"{key}\" is not an object"));
     };
     if let Some((name, _)) = servers.iter().find(|(_, entry)| !entry.is_object()) {
         return reject(format!(
@@ -175,22 +190,66 @@ pub fn parse_config_bytes(
             Err(reasons) => rejected.push(format!("{}: {}", quote_name(name), reasons.join(", "))),
         }
     }
-    let outcome = (!rejected.is_empty()).then(|| {
+    let error = (!rejected.is_empty()).then(|| {
         let noun = if rejected.len() == 1 {
             "entry"
         } else {
             "entries"
         };
-        outcome_error(
-            path,
-            format!(
-                "{} invalid server {noun}: {}",
-                rejected.len(),
-                rejected.join("; ")
-            ),
+        format!(
+            "{} invalid server {noun}: {}",
+            rejected.len(),
+            rejected.join("; ")
         )
     });
+    let outcome = (error.is_some() || warning.is_some()).then(|| ConfigFileOutcome {
+        path: path.to_owned(),
+        error,
+        warning,
+    });
     (entries, outcome)
+}
+
+/// The top-level key Claude Code and Cursor write the server map under.
+const MCP_SERVERS: &str = "mcpServers";
+/// The top-level key VS Code writes the server map under.
+const VS_CODE_SERVERS: &str = "servers";
+/// The error for a file with neither key, `{}` included: it names what was expected.
+const NO_SERVER_MAP: &str = "no \"mcpServers\" or \"servers\" object: an MCP config file maps \
+     server names to entries under \"mcpServers\" (as Claude Code and Cursor write it) or \
+     \"servers\" (as VS Code writes it)";
+/// How many ignored keys a warning names; a file can hold many, the message stays short.
+const IGNORED_KEYS_NAMED: usize = 8;
+
+/// The warning for top-level keys other than the server map's (`$schema`, VS Code's
+/// `inputs`): named and sorted. Ignored rather than rejected, since editors keep their own
+/// settings beside the server map.
+fn ignored_keys_warning(document: &Map<String, Value>) -> Option<String> {
+    let mut ignored: Vec<&str> = document
+        .keys()
+        .map(String::as_str)
+        .filter(|key| !matches!(*key, MCP_SERVERS | VS_CODE_SERVERS))
+        .collect();
+    if ignored.is_empty() {
+        return None;
+    }
+    ignored.sort_unstable();
+    let mut named: Vec<String> = ignored
+        .iter()
+        .take(IGNORED_KEYS_NAMED)
+        .map(|key| quote_name(key))
+        .collect();
+    if ignored.len() > IGNORED_KEYS_NAMED {
+        named.push(format!("{} more", ignored.len() - IGNORED_KEYS_NAMED));
+    }
+    let keys = match named.split_last() {
+        Some((last, [])) => format!("key {last}"),
+        Some((last, rest)) => format!("keys {} and {last}", rest.join(", ")),
+        None => unreachable!("not empty"),
+    };
+    Some(format!(
+        "ignored the top-level {keys} (only \"{MCP_SERVERS}\" or \"{VS_CODE_SERVERS}\" is read)"
+    ))
 }
 
 /// Reads the files in order (each path once), drops later duplicates of a server name with a
@@ -227,7 +286,11 @@ pub fn load_config_files(
         let warning = (!duplicates.is_empty()).then(|| duplicates.join("; "));
         match (outcome, warning) {
             (Some(mut outcome), warning) => {
-                outcome.warning = warning;
+                // The file's own warning (ignored keys) comes first, then the duplicates.
+                outcome.warning = match (outcome.warning.take(), warning) {
+                    (Some(own), Some(duplicates)) => Some(format!("{own}; {duplicates}")),
+                    (own, duplicates) => own.or(duplicates),
+                };
                 outcomes.push(outcome);
             }
             (None, Some(warning)) => outcomes.push(ConfigFileOutcome {
@@ -385,7 +448,7 @@ fn parse_entry(
     let mut problems = name_problems(name);
     if name.contains('/') {
         problems
-            .push("name contains \"/\", which only plugin servers (<plugin>/<server>) have".into());
+            .push("name contains \"/\", which only plugin servers (\"plugin/server\") have".into());
     }
     let mut expander = Expander {
         env,
@@ -406,7 +469,12 @@ fn parse_entry(
             None
         }
         (Some("sse"), _, _) => {
-            problems.push("unsupported transport \"sse\"".into());
+            problems.push(
+                "\"type\": \"sse\" is the legacy HTTP+SSE transport, which ctxsync does not \
+                 speak (it speaks Streamable HTTP): use the server's Streamable HTTP endpoint \
+                 with \"type\": \"http\""
+                    .into(),
+            );
             None
         }
         (Some("stdio"), None, _) => {
@@ -526,9 +594,151 @@ mod tests {
             })
             .collect();
         if let Some(outcome) = outcome {
-            lines.push(format!("error: {}", outcome.error.unwrap_or_default()));
+            lines.extend(outcome.error.map(|error| format!("error: {error}")));
+            lines.extend(outcome.warning.map(|warning| format!("warning: {warning}")));
+        }
+        for line in &lines {
+            assert!(reads_as_words(line), "{line}");
         }
         assert_eq!(lines, expect, "input: {json}");
+    }
+
+    /// Messages are for people: no Rust paths (`::` before a type name) and no `<...>`.
+    fn reads_as_words(message: &str) -> bool {
+        !message.contains('<')
+            && !message
+                .match_indices("::")
+                .any(|(at, _)| message[at + 2..].starts_with(|c: char| c.is_ascii_uppercase()))
+    }
+
+    /// The error a file without a server map gets.
+    const NO_MAP: &str = "error: no \"mcpServers\" or \"servers\" object: an MCP config file maps server names to entries under \"mcpServers\" (as Claude Code and Cursor write it) or \"servers\" (as VS Code writes it)";
+
+    #[test]
+    fn vs_code_servers_load_like_mcp_servers() {
+        check(
+            r#"{"servers": {"s": {"type": "stdio", "command": "srv", "args": ["${TOKEN}"], "env": {"K": "v"}}, "h": {"type": "http", "url": "https://${HOST}/mcp", "headers": {"A": "b"}}}}"#,
+            &[
+                r#"h http https://example.com/mcp {"A": "b"}"#,
+                r#"s stdio srv ["tok-1234"] {"K": "v"}"#,
+            ],
+        );
+        check(r#"{"servers": {}}"#, &[]);
+        check(
+            r#"{"servers": {"bad": {}}}"#,
+            &["error: 1 invalid server entry: \"bad\": neither \"command\" nor \"url\" is set"],
+        );
+    }
+
+    #[test]
+    fn the_server_map_is_required_and_single() {
+        let cases: &[(&str, &[&str])] = &[
+            ("{}", &[NO_MAP]),
+            (
+                r#"{"inputs": []}"#,
+                &[
+                    NO_MAP,
+                    "warning: ignored the top-level key \"inputs\" (only \"mcpServers\" or \"servers\" is read)",
+                ],
+            ),
+            (
+                r#"{"mcpservers": {"a": {"command": "x"}}}"#,
+                &[
+                    NO_MAP,
+                    "warning: ignored the top-level key \"mcpservers\" (only \"mcpServers\" or \"servers\" is read)",
+                ],
+            ),
+            (
+                r#"{"mcpServers": {"a": {"command": "x"}}, "servers": {"b": {"command": "y"}}}"#,
+                &["error: has both \"mcpServers\" and \"servers\"; keep one"],
+            ),
+            (
+                r#"{"servers": []}"#,
+                &["error: \"servers\" is not an object"],
+            ),
+            (
+                r#"{"servers": null}"#,
+                &["error: \"servers\" is not an object"],
+            ),
+            (
+                r#"{"mcpServers": "x"}"#,
+                &["error: \"mcpServers\" is not an object"],
+            ),
+            (
+                r#"{"servers": {"ok": {"command": "a"}, "bad": 3}}"#,
+                &["error: server entry \"bad\" is not an object"],
+            ),
+        ];
+        for (json, expect) in cases {
+            check(json, expect);
+        }
+    }
+
+    #[test]
+    fn other_top_level_keys_warn_and_the_servers_still_load() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                r#"{"$schema": "https://example.com/s.json", "mcpServers": {"a": {"command": "x"}}}"#,
+                &[
+                    "a stdio x [] {}",
+                    "warning: ignored the top-level key \"$schema\" (only \"mcpServers\" or \"servers\" is read)",
+                ],
+            ),
+            (
+                r#"{"servers": {"a": {"command": "x"}}, "inputs": [{"id": "k", "type": "promptString"}], "$schema": "s"}"#,
+                &[
+                    "a stdio x [] {}",
+                    "warning: ignored the top-level keys \"$schema\" and \"inputs\" (only \"mcpServers\" or \"servers\" is read)",
+                ],
+            ),
+            (
+                r#"{"z": 1, "y": 2, "x": 3, "mcpServers": {}}"#,
+                &[
+                    "warning: ignored the top-level keys \"x\", \"y\" and \"z\" (only \"mcpServers\" or \"servers\" is read)",
+                ],
+            ),
+            (
+                r#"{"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 1, "g": 1, "h": 1, "i": 1, "j": 1, "mcpServers": {}}"#,
+                &[
+                    "warning: ignored the top-level keys \"a\", \"b\", \"c\", \"d\", \"e\", \"f\", \"g\", \"h\" and 2 more (only \"mcpServers\" or \"servers\" is read)",
+                ],
+            ),
+            // An entry error and the warning, both on the file.
+            (
+                r#"{"inputs": [], "servers": {"ok": {"command": "a"}, "bad": {}}}"#,
+                &[
+                    "ok stdio a [] {}",
+                    "error: 1 invalid server entry: \"bad\": neither \"command\" nor \"url\" is set",
+                    "warning: ignored the top-level key \"inputs\" (only \"mcpServers\" or \"servers\" is read)",
+                ],
+            ),
+            // A file-level error and the warning.
+            (
+                r#"{"inputs": [], "servers": {}, "mcpServers": {}}"#,
+                &[
+                    "error: has both \"mcpServers\" and \"servers\"; keep one",
+                    "warning: ignored the top-level key \"inputs\" (only \"mcpServers\" or \"servers\" is read)",
+                ],
+            ),
+        ];
+        for (json, expect) in cases {
+            check(json, expect);
+        }
+    }
+
+    #[test]
+    fn the_legacy_sse_transport_is_explained() {
+        for json in [
+            r#"{"mcpServers": {"a": {"type": "sse", "url": "http://h/sse"}}}"#,
+            r#"{"servers": {"a": {"type": "sse", "url": "http://h/sse"}}}"#,
+        ] {
+            check(
+                json,
+                &[
+                    "error: 1 invalid server entry: \"a\": \"type\": \"sse\" is the legacy HTTP+SSE transport, which ctxsync does not speak (it speaks Streamable HTTP): use the server's Streamable HTTP endpoint with \"type\": \"http\"",
+                ],
+            );
+        }
     }
 
     #[test]
@@ -546,7 +756,7 @@ mod tests {
             r#"{"mcpServers": {"ok": {"command": "a"}, "bad": 3}}"#,
             &["error: server entry \"bad\" is not an object"],
         );
-        check("{}", &[]);
+        check("{}", &[NO_MAP]);
         check(r#"{"mcpServers": {}}"#, &[]);
     }
 
@@ -582,7 +792,7 @@ mod tests {
         check(
             r#"{"mcpServers": {"a": {"type": "sse", "url": "http://h"}, "b": {"type": "ws", "url": "http://h"}, "c": {"type": "http", "command": "x"}}}"#,
             &[
-                "error: 3 invalid server entries: \"a\": unsupported transport \"sse\"; \"b\": unknown type \"ws\"; \"c\": type \"http\" requires \"url\"",
+                "error: 3 invalid server entries: \"a\": \"type\": \"sse\" is the legacy HTTP+SSE transport, which ctxsync does not speak (it speaks Streamable HTTP): use the server's Streamable HTTP endpoint with \"type\": \"http\"; \"b\": unknown type \"ws\"; \"c\": type \"http\" requires \"url\"",
             ],
         );
         check(
@@ -594,7 +804,7 @@ mod tests {
         check(
             r#"{"mcpServers": {"kit/db": {"command": "a"}}}"#,
             &[
-                "error: 1 invalid server entry: \"kit/db\": name contains \"/\", which only plugin servers (<plugin>/<server>) have",
+                "error: 1 invalid server entry: \"kit/db\": name contains \"/\", which only plugin servers (\"plugin/server\") have",
             ],
         );
         check(
@@ -751,6 +961,37 @@ mod tests {
             Some(
                 format!(
                     "server \"x\" is already declared in {}; this declaration is ignored",
+                    first.display()
+                )
+                .as_str()
+            )
+        );
+    }
+
+    #[test]
+    fn a_files_ignored_keys_warning_comes_before_its_duplicates() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = dir.path().join("a.json");
+        let second = dir.path().join("b.json");
+        std::fs::write(&first, r#"{"mcpServers": {"x": {"command": "one"}}}"#).expect("write");
+        std::fs::write(
+            &second,
+            r#"{"inputs": [], "servers": {"x": {"command": "two"}, "y": {"command": "three"}}}"#,
+        )
+        .expect("write");
+        let files = [first.clone(), second.clone()].map(ConfigFile::named);
+        let (entries, outcomes) = load_config_files(&files, &env());
+        let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["x", "y"]);
+        assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+        assert_eq!(outcomes[0].path, second);
+        assert_eq!(outcomes[0].error, None);
+        assert_eq!(
+            outcomes[0].warning.as_deref(),
+            Some(
+                format!(
+                    "ignored the top-level key \"inputs\" (only \"mcpServers\" or \"servers\" is read); \
+                     server \"x\" is already declared in {}; this declaration is ignored",
                     first.display()
                 )
                 .as_str()

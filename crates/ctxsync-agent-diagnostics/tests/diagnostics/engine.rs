@@ -15,7 +15,11 @@ const RETAINED: &str =
 
 #[tokio::test]
 async fn zero_servers_complete_with_no_outcomes() {
-    for config_text in [None, Some("{}"), Some(r#"{"mcpServers": {}}"#)] {
+    for config_text in [
+        None,
+        Some(r#"{"mcpServers": {}}"#),
+        Some(r#"{"servers": {}}"#),
+    ] {
         let ws = Workspace::new();
         if let Some(text) = config_text {
             ws.write(".mcp.json", text);
@@ -28,6 +32,27 @@ async fn zero_servers_complete_with_no_outcomes() {
         assert!(report.config_outcomes.is_empty(), "{report:?}");
         engine.close().await;
     }
+}
+
+#[tokio::test]
+async fn a_file_without_a_server_map_is_a_config_error_and_others_still_connect() {
+    let ws = Workspace::new();
+    ws.write_servers(json!({"ok": fixture_entry(&FixtureConfig::new().tools(1))}));
+    ws.write("empty.json", "{}");
+    let mut config = ws.engine_config();
+    config.config_paths.push("empty.json".into());
+    let engine = Engine::start(config);
+    let report = complete(&engine).await;
+    assert_eq!(report.config_outcomes.len(), 1, "{report:#?}");
+    let outcome = &report.config_outcomes[0];
+    assert_eq!(outcome.path, ws.file("empty.json"));
+    let error = outcome.error.as_deref().unwrap_or_default();
+    assert!(
+        error.starts_with("no \"mcpServers\" or \"servers\" object: "),
+        "{error}"
+    );
+    assert!(server(&report, "ok").connected);
+    engine.close().await;
 }
 
 #[tokio::test]

@@ -135,6 +135,8 @@ fn document() -> impl Strategy<Value = Value> {
     prop_oneof![
         3 => prop::collection::btree_map("[a-z]{1,4}|\\PC{0,8}|[a-z]{1030}", prop_oneof![4 => entry(), 1 => any_json()], 0..5)
             .prop_map(|servers| json!({ "mcpServers": servers })),
+        1 => prop::collection::btree_map("[a-z]{1,4}", entry(), 0..3)
+            .prop_map(|servers| json!({ "servers": servers, "inputs": [] })),
         1 => any_json().prop_map(|v| json!({ "mcpServers": v })),
         1 => any_json(),
     ]
