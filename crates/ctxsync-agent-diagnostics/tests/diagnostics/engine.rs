@@ -361,20 +361,6 @@ async fn reconnect_failure_keeps_the_old_connection_until_the_config_is_restored
     engine.close().await;
 }
 
-/// Every diagnostic of `report` reads as words (no Rust notation).
-fn assert_report_in_words(report: &Report) {
-    for server in &report.servers {
-        for text in server.error.iter().chain(&server.warning) {
-            ctxsync_test_support::assert_in_words(text);
-        }
-    }
-    for outcome in &report.config_outcomes {
-        for text in outcome.error.iter().chain(&outcome.warning) {
-            ctxsync_test_support::assert_in_words(text);
-        }
-    }
-}
-
 /// Issue 49: a typo while editing `.mcp.json` (here a missing comma, saved and picked up by
 /// the watch) keeps what the file declared before — the working server stays connected
 /// with its tools, retained with a warning naming the parse error, a failed one stays
