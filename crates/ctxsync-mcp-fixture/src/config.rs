@@ -29,6 +29,9 @@ pub enum FixtureLifecycle {
     /// Like `legacy`, but a stdio process ignores `server/discover` without an answer, as
     /// servers that drop unknown methods do.
     Silent,
+    /// Like `legacy`, but `server/discover` gets an empty result (`{}`), as servers that
+    /// answer every method they do not know that way do.
+    Lenient,
 }
 
 /// What a `--malformed-stdout` server writes instead of its answer to `initialize`.
@@ -200,6 +203,18 @@ pub struct FixtureConfig {
     /// Write the process id to this file at start (process mode only).
     #[arg(long, value_name = "PATH")]
     pid_file: Option<PathBuf>,
+    /// Append one line (the process id) to this file at every start (process mode only), so
+    /// a test can count how often a server was started.
+    #[arg(long, value_name = "PATH")]
+    start_log: Option<PathBuf>,
+    /// Wait this long after starting before reading any request (process mode only), as a
+    /// server that loads a lot first does.
+    #[arg(long, default_value_t = 0)]
+    start_delay_ms: u64,
+    /// HTTP mode: answer the first request that names a session with 404, once per
+    /// server, as a server that restarted and lost its sessions does; later requests pass.
+    #[arg(long)]
+    forget_session_once: bool,
     /// stdio process mode: drop every `subscriptions/listen` request unanswered, so the
     /// client's listen is never acknowledged.
     #[arg(long)]
@@ -353,6 +368,15 @@ impl FixtureConfig {
         }
         if let Some(path) = &self.pid_file {
             flag("pid-file", Some(path.display().to_string()));
+        }
+        if let Some(path) = &self.start_log {
+            flag("start-log", Some(path.display().to_string()));
+        }
+        if self.start_delay_ms > 0 {
+            flag("start-delay-ms", Some(self.start_delay_ms.to_string()));
+        }
+        if self.forget_session_once {
+            flag("forget-session-once", None);
         }
         if self.call_tools {
             flag("call-tools", None);
@@ -522,6 +546,21 @@ impl FixtureConfig {
         self.pid_file = Some(path.into());
         self
     }
+    /// Append this process's id to `path` at every start.
+    pub fn start_log(mut self, path: impl Into<PathBuf>) -> Self {
+        self.start_log = Some(path.into());
+        self
+    }
+    /// Wait `delay` after starting before reading any request.
+    pub fn start_delay(mut self, delay: Duration) -> Self {
+        self.start_delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+    /// HTTP mode: lose the sessions once (see `--forget-session-once`).
+    pub fn forget_session_once(mut self) -> Self {
+        self.forget_session_once = true;
+        self
+    }
     /// stdio process mode: never acknowledge `subscriptions/listen` (the request is
     /// dropped unanswered).
     pub fn ignore_listen(mut self) -> Self {
@@ -630,6 +669,15 @@ impl FixtureConfig {
     pub(crate) fn pid_file_path(&self) -> Option<&PathBuf> {
         self.pid_file.as_ref()
     }
+    pub(crate) fn start_log_path(&self) -> Option<&PathBuf> {
+        self.start_log.as_ref()
+    }
+    pub(crate) fn start_delay_value(&self) -> Duration {
+        Duration::from_millis(self.start_delay_ms)
+    }
+    pub(crate) fn forgets_session_once(&self) -> bool {
+        self.forget_session_once
+    }
     pub(crate) fn ignores_listen(&self) -> bool {
         self.ignore_listen
     }
@@ -718,6 +766,9 @@ mod tests {
                 .change_tools_after(Duration::from_millis(5), 4)
                 .fail_relist()
                 .pid_file("/tmp/pid")
+                .start_log("/tmp/starts")
+                .start_delay(Duration::from_millis(40))
+                .forget_session_once()
                 .call_tools()
                 .call_log("/tmp/calls.jsonl"),
         );

@@ -1,6 +1,13 @@
 //! Streamable HTTP serving on a loopback port, optionally guarded by a required header.
 
-use std::{io, net::SocketAddr, sync::Arc};
+use std::{
+    io,
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use axum::{
     extract::{Request, State},
@@ -13,7 +20,10 @@ use rmcp::transport::streamable_http_server::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{config::FixtureConfig, server::FixtureServer};
+use crate::{
+    config::{FixtureConfig, FixtureLifecycle},
+    server::FixtureServer,
+};
 
 /// The path the MCP endpoint is served on.
 const MCP_PATH: &str = "/mcp";
@@ -23,6 +33,8 @@ const MCP_PATH: &str = "/mcp";
 pub struct HttpFixture {
     addr: SocketAddr,
     nonce: String,
+    /// Whether `--forget-session-once` has answered a request with 404.
+    forgot: Arc<AtomicBool>,
     cancel: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -41,6 +53,11 @@ impl HttpFixture {
     /// The nonce every session of this instance reports.
     pub fn nonce(&self) -> &str {
         &self.nonce
+    }
+
+    /// Whether the server has lost a session (`--forget-session-once`) yet.
+    pub fn forgot_a_session(&self) -> bool {
+        self.forgot.load(Ordering::SeqCst)
     }
 
     /// Stops serving and waits for the server task.
@@ -80,11 +97,24 @@ pub(crate) async fn serve(server: FixtureServer) -> io::Result<HttpFixture> {
                 .with_cancellation_token(cancel.child_token()),
         );
     let required = Arc::new(config.required_header().cloned());
+    let discover = DiscoverScript {
+        status: config
+            .discover_http_status_value()
+            .and_then(|code| StatusCode::from_u16(code).ok()),
+        empty: config.lifecycle_value() == FixtureLifecycle::Lenient,
+    };
+    let forgot = Arc::new(AtomicBool::new(false));
+    // Already "forgotten" when not scripted, so the layer passes everything.
+    let forget = Arc::new(AtomicBool::new(!config.forgets_session_once()));
     let router = axum::Router::new()
         .nest_service(MCP_PATH, service)
         .layer(axum::middleware::from_fn_with_state(
-            config.discover_http_status_value(),
-            refuse_discover,
+            (forget, forgot.clone()),
+            forget_session_once,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            discover,
+            script_discover,
         ))
         .layer(axum::middleware::from_fn_with_state(
             required,
@@ -104,6 +134,7 @@ pub(crate) async fn serve(server: FixtureServer) -> io::Result<HttpFixture> {
     Ok(HttpFixture {
         addr,
         nonce,
+        forgot,
         cancel,
         task: Some(task),
     })
@@ -126,26 +157,46 @@ async fn require_header(
     next.run(request).await
 }
 
-/// Largest request body `--discover-http-status` reads to find the method.
+/// Largest request body the scripted layers read to find the method.
 const MAX_PROBED_BODY_BYTES: usize = 1 << 20;
 
-/// With `--discover-http-status`: a `server/discover` POST gets that status and a
-/// plain-text body, never reaching the MCP service; everything else passes through.
-async fn refuse_discover(
-    State(status): State<Option<u16>>,
+/// What the HTTP front does with a `server/discover` POST instead of passing it on.
+#[derive(Debug, Clone, Copy)]
+struct DiscoverScript {
+    /// `--discover-http-status`: this status and a plain-text body.
+    status: Option<StatusCode>,
+    /// The lenient lifecycle: an empty result, `{}`.
+    empty: bool,
+}
+
+/// Reads a request's body to parse it, and the request rebuilt for passing on.
+async fn read_json(request: Request) -> Result<(serde_json::Value, Request), Response> {
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_PROBED_BODY_BYTES).await else {
+        return Err((StatusCode::PAYLOAD_TOO_LARGE, "request too large").into_response());
+    };
+    let message = serde_json::from_slice(&bytes).unwrap_or_default();
+    Ok((message, Request::from_parts(parts, axum::body::Body::from(bytes))))
+}
+
+/// A `server/discover` POST gets what the script says, never reaching the MCP service;
+/// everything else passes through.
+async fn script_discover(
+    State(script): State<DiscoverScript>,
     request: Request,
     next: Next,
 ) -> Response {
-    let Some(status) = status.and_then(|code| StatusCode::from_u16(code).ok()) else {
+    if script.status.is_none() && !script.empty {
         return next.run(request).await;
+    }
+    let (message, request) = match read_json(request).await {
+        Ok(read) => read,
+        Err(response) => return response,
     };
-    let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_PROBED_BODY_BYTES).await else {
-        return (StatusCode::PAYLOAD_TOO_LARGE, "request too large").into_response();
-    };
-    let is_discover = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .is_ok_and(|message| message["method"] == "server/discover");
-    if is_discover {
+    if message["method"] != "server/discover" {
+        return next.run(request).await;
+    }
+    if let Some(status) = script.status {
         let reason = status.canonical_reason().unwrap_or("refused");
         return (
             status,
@@ -154,6 +205,33 @@ async fn refuse_discover(
         )
             .into_response();
     }
-    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
-        .await
+    let answer = serde_json::json!({"jsonrpc": "2.0", "id": message["id"], "result": {}});
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        answer.to_string(),
+    )
+        .into_response()
+}
+
+/// With `--forget-session-once`: the first JSON-RPC request POSTed with a session id gets
+/// 404, as from a server that no longer knows the session; every later one passes.
+async fn forget_session_once(
+    State((forgotten, forgot)): State<(Arc<AtomicBool>, Arc<AtomicBool>)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let names_session = request.headers().contains_key("mcp-session-id");
+    if forgotten.load(Ordering::SeqCst) || request.method() != "POST" || !names_session {
+        return next.run(request).await;
+    }
+    let (message, request) = match read_json(request).await {
+        Ok(read) => read,
+        Err(response) => return response,
+    };
+    let is_request = message.get("id").is_some() && message.get("method").is_some();
+    if is_request && !forgotten.swap(true, Ordering::SeqCst) {
+        forgot.store(true, Ordering::SeqCst);
+        return (StatusCode::NOT_FOUND, "session not found").into_response();
+    }
+    next.run(request).await
 }
