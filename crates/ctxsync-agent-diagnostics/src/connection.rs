@@ -561,11 +561,14 @@ impl ConnectionTask {
                 *process = Some(child);
                 // A second process (see `connect`) keeps the first one's start time.
                 start_ms.get_or_insert_with(|| millis(started.elapsed()));
+                // Our own copy of the pipe's end, to see when the server reads the probe.
+                let reading = rustix::io::fcntl_dupfd_cloexec(&stdin, 0).ok();
                 let transport = ProbeDeadline::new(
                     AsyncRwTransport::new_client(stdout, stdin),
                     probe_timeout,
                     watch.clone(),
-                );
+                )
+                .reading(reading);
                 client.serve_with_lifecycle(transport, mode).await
             }
             TransportConfig::Http { url, headers } => {
@@ -590,7 +593,8 @@ impl ConnectionTask {
                     ),
                     None => StreamableHttpClientTransport::from_config(config),
                 };
-                let transport = ProbeDeadline::new(transport, probe_timeout, watch.clone());
+                let transport =
+                    ProbeDeadline::new(transport, probe_timeout, watch.clone()).holding_fallback();
                 client.serve_with_lifecycle(transport, mode).await
             }
         };
