@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{ServerEntry, TransportConfig},
+    failure::{self, AccessRefused, Place},
     lifecycle::{McpLifecycle, ProbeDeadline, ProbeWatch},
     line_limit::MAX_MESSAGE_BYTES,
     process::{ProcessGroups, ServerProcess, SpawnSpec},
@@ -91,8 +92,12 @@ pub(crate) enum EventKind {
         warning: Option<String>,
         details: ServerDetails,
     },
-    /// Spawn, initialize or the first listing failed (sanitized, bounded).
-    ConnectFailed { error: String },
+    /// Spawn, initialize or the first listing failed (sanitized, bounded); an HTTP server
+    /// that refused the agent's credentials says so in `refused` too.
+    ConnectFailed {
+        error: String,
+        refused: Option<AccessRefused>,
+    },
     /// A re-list after `tools/list_changed` succeeded.
     ToolsChanged {
         tools: Arc<[McpTool]>,
@@ -166,8 +171,8 @@ enum ConnectError {
     Initialize {
         detail: String,
         closed: bool,
+        refused: Option<AccessRefused>,
     },
-    Unauthorized(String),
     List(ListFailure),
 }
 
@@ -239,7 +244,7 @@ impl ConnectionTask {
     /// a warning and is tried again after [`MIN_TOOLS_TTL`]; a closed transport is left to
     /// the loop's other arms, which say why it closed.
     async fn relist(&self, peer: &Peer<RoleClient>, why: &str) -> Option<tokio::time::Instant> {
-        let delay = match tokio::time::timeout(self.timeout, list_tools(peer)).await {
+        let delay = match tokio::time::timeout(self.timeout, list_tools(peer, self.place())).await {
             Ok(Ok(listing)) => {
                 let refresh_in = listing.refresh_in;
                 let (tools, warning) = self.clean(listing);
@@ -268,7 +273,8 @@ impl ConnectionTask {
         match tokio::time::timeout(LISTEN_TIMEOUT, peer.listen(filter)).await {
             Ok(Ok(subscription)) => Some(subscription),
             Ok(Err(error)) => {
-                let error = self.sanitize(&error.to_string());
+                let error = self
+                    .sanitize(&failure::request(&error, "subscriptions/listen", self.place()).0);
                 tracing::warn!(server = %self.entry.name, %error, "subscriptions/listen refused; tool-list changes will not be heard");
                 None
             }
@@ -336,12 +342,16 @@ impl ConnectionTask {
         let (session, listing, details) = match attempt {
             Ok(connected) => connected,
             Err(error) => {
+                let refused = match &error {
+                    ConnectError::Initialize { refused, .. } => refused.clone(),
+                    _ => None,
+                };
                 let message = self.failure(error, &mut process).await;
                 if let Some(process) = process.take() {
                     process.shutdown().await;
                 }
-                if let Some(message) = message {
-                    self.send(EventKind::ConnectFailed { error: message });
+                if let Some(error) = message {
+                    self.send(EventKind::ConnectFailed { error, refused });
                 }
                 return;
             }
@@ -480,9 +490,9 @@ impl ConnectionTask {
                     &mut start_ms,
                 )
                 .await?
-                .map_err(|error| handshake_error(&self.entry.transport, error))?
+                .map_err(|error| self.handshake_error(&error, &retry))?
             }
-            Err(error) => return Err(handshake_error(&self.entry.transport, error)),
+            Err(error) => return Err(self.handshake_error(&error, &watch)),
         };
         let handshake_done = started.elapsed();
         // No client-side cache: every listing must describe the server as it is now.
@@ -495,7 +505,7 @@ impl ConnectionTask {
             .peer_info()
             .is_none_or(|info| info.capabilities.tools.is_some());
         let listing = if offers_tools {
-            list_tools(session.peer())
+            list_tools(session.peer(), self.place())
                 .await
                 .map_err(ConnectError::List)?
         } else {
@@ -601,6 +611,28 @@ impl ConnectionTask {
         Ok(session)
     }
 
+    /// Where this server is, as a failure's sentence names it.
+    fn place(&self) -> Place<'_> {
+        match &self.entry.transport {
+            TransportConfig::Stdio { .. } => Place::Stdio,
+            TransportConfig::Http { url, .. } => Place::Http(url),
+        }
+    }
+
+    /// A failed handshake as the connect error that explains it.
+    fn handshake_error(&self, error: &ClientInitializeError, watch: &ProbeWatch) -> ConnectError {
+        let failed_send = watch.take_failed_send();
+        let failed_send = failed_send
+            .as_deref()
+            .map(|error| error as &(dyn std::error::Error + 'static));
+        let failure = failure::handshake(error, self.place(), failed_send);
+        ConnectError::Initialize {
+            detail: failure.sentence,
+            closed: failure.closed,
+            refused: failure.refused,
+        }
+    }
+
     /// The sanitized message for a failed attempt (`None` when cancelled).
     async fn failure(
         &self,
@@ -610,7 +642,10 @@ impl ConnectionTask {
         let message = match error {
             ConnectError::Cancelled => return None,
             ConnectError::Timeout => {
-                let mut message = format!("no response within {}", human_duration(self.timeout));
+                let mut message = format!(
+                    "no response within {} (a server that needs longer to start needs a longer connect timeout)",
+                    human_duration(self.timeout)
+                );
                 // The usual cause of a silent stdio server: it logs to stdout.
                 match process.as_ref().map_or(0, ServerProcess::not_json_lines) {
                     0 => {}
@@ -625,10 +660,7 @@ impl ConnectionTask {
                 format!("command not found: {command} (is it installed and on the agent's PATH?)")
             }
             ConnectError::Spawn(message) => message,
-            ConnectError::Unauthorized(detail) => {
-                format!("unauthorized; check the headers ({detail})")
-            }
-            ConnectError::Initialize { detail, closed }
+            ConnectError::Initialize { detail, closed, .. }
             | ConnectError::List(ListFailure {
                 message: detail,
                 closed,
@@ -687,63 +719,6 @@ fn same_origin_client(url: &str) -> Result<reqwest::Client, String> {
         .redirect(policy)
         .build()
         .map_err(|error| format!("cannot set up the HTTP client: {error}"))
-}
-
-/// After a refused `server/discover`, the `initialize` fallback's failure is the one that
-/// explains: the probe's "method not found" is what a legacy server is expected to say.
-fn fallback_error(error: ClientInitializeError) -> ClientInitializeError {
-    match error {
-        ClientInitializeError::LegacyFallbackFailed { fallback, .. } => *fallback,
-        other => other,
-    }
-}
-
-/// A failed handshake as the connect error that explains it.
-fn handshake_error(transport: &TransportConfig, error: ClientInitializeError) -> ConnectError {
-    match transport {
-        TransportConfig::Stdio { .. } => classify_stdio_error(error),
-        TransportConfig::Http { .. } => classify_http_error(error),
-    }
-}
-
-fn classify_stdio_error(error: ClientInitializeError) -> ConnectError {
-    let error = fallback_error(error);
-    let closed = matches!(
-        error,
-        ClientInitializeError::ConnectionClosed(_) | ClientInitializeError::TransportError { .. }
-    );
-    let detail = match &error {
-        // rmcp's wording ("conflict initialized response id") hides the point.
-        ClientInitializeError::ConflictInitResponseId(expected, got) => format!(
-            "initialize failed: the server answered with id {got}, not the request's id {expected}"
-        ),
-        _ => format!("initialize failed: {error}"),
-    };
-    ConnectError::Initialize { detail, closed }
-}
-
-fn classify_http_error(error: ClientInitializeError) -> ConnectError {
-    let error = fallback_error(error);
-    let text = error.to_string();
-    let mut chain = text.clone();
-    let mut source = std::error::Error::source(&error);
-    while let Some(inner) = source {
-        chain.push_str(&format!(": {inner}"));
-        source = inner.source();
-    }
-    let lower = chain.to_ascii_lowercase();
-    let unauthorized = error.is_authorization_required()
-        || ["401", "403", "unauthorized", "forbidden", "auth required"]
-            .iter()
-            .any(|needle| lower.contains(needle));
-    if unauthorized {
-        ConnectError::Unauthorized(chain)
-    } else {
-        ConnectError::Initialize {
-            detail: format!("initialize failed: {chain}"),
-            closed: false,
-        }
-    }
 }
 
 async fn exit_of(process: &mut Option<ServerProcess>) -> std::io::Result<std::process::ExitStatus> {
@@ -969,7 +944,7 @@ fn tool_info(tool: rmcp::model::Tool) -> McpTool {
 /// Lists all tools, following cursors with a guard against servers that page forever. Tools
 /// that cannot be offered (see [`tool_problem`]) are left out with a warning; the rest are
 /// ordered by name.
-async fn list_tools(peer: &Peer<RoleClient>) -> Result<Listing, ListFailure> {
+async fn list_tools(peer: &Peer<RoleClient>, place: Place<'_>) -> Result<Listing, ListFailure> {
     let guard = |message: String| ListFailure {
         message,
         closed: false,
@@ -990,7 +965,7 @@ async fn list_tools(peer: &Peer<RoleClient>) -> Result<Listing, ListFailure> {
                 error,
                 rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
             ),
-            message: format!("tools/list failed: {error}"),
+            message: failure::request(&error, "tools/list", place).0,
         })?;
         for tool in page.tools {
             if let Some(problem) = tool_problem(&tool, &names) {

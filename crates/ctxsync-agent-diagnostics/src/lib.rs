@@ -53,6 +53,7 @@
 mod config;
 mod connection;
 mod engine;
+mod failure;
 mod lifecycle;
 mod line_limit;
 mod plugin;
@@ -77,6 +78,7 @@ pub use engine::{
     DEFAULT_RETRY_MAX, DEFAULT_WATCH_DEBOUNCE, Engine, EngineConfig, EngineError, RetryPolicy,
     default_plugin_data_dir,
 };
+pub use failure::AccessRefused;
 pub use lifecycle::{DEFAULT_DISCOVER_PROBE_TIMEOUT, McpLifecycle};
 pub use plugin::{
     MAX_PLUGINS, PLUGIN_MANIFEST, PLUGIN_MCP_CONFIG, PLUGIN_SKILLS_DIR, PLUGINS_DIR, Plugin,

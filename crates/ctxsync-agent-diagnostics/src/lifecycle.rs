@@ -123,7 +123,12 @@ fn refusal_names_modern(error: &ErrorData) -> bool {
 /// The versions a -32022 error lists as supported.
 fn supported_in(error: &ErrorData) -> Option<Vec<&str>> {
     let supported = error.data.as_ref()?.get("supported")?.as_array()?;
-    Some(supported.iter().filter_map(serde_json::Value::as_str).collect())
+    Some(
+        supported
+            .iter()
+            .filter_map(serde_json::Value::as_str)
+            .collect(),
+    )
 }
 
 /// The answer's discover result, when it offers 2026-07-28.
@@ -176,7 +181,8 @@ fn initialize_answer(result: &DiscoverResult, id: RequestId) -> ServerJsonRpcMes
     let server_info = result
         .server_info()
         .unwrap_or_else(|| Implementation::new("", ""));
-    let mut answer = InitializeResult::new(result.capabilities.clone()).with_server_info(server_info);
+    let mut answer =
+        InitializeResult::new(result.capabilities.clone()).with_server_info(server_info);
     answer.protocol_version = ProtocolVersion::V_2026_07_28;
     answer.instructions = result.instructions.clone();
     answer.meta = result.meta.clone();
@@ -329,7 +335,10 @@ impl<T: Transport<RoleClient>> ProbeDeadline<T> {
             return None;
         };
         let serves_initialize = result.supported_versions.iter().any(|v| v.has_initialize());
-        let fallback = self.fallback.as_mut().filter(|f| !f.answered || self.refusal.is_some());
+        let fallback = self
+            .fallback
+            .as_mut()
+            .filter(|f| !f.answered || self.refusal.is_some());
         let Some(fallback) = fallback else {
             // The `initialize` handshake already finished; that session stands.
             return None;
@@ -459,7 +468,11 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for ProbeDeadline<T> {
                     None => continue,
                 }
             }
-            if self.replaced.as_ref().is_some_and(|id| same_id(&answered, id)) {
+            if self
+                .replaced
+                .as_ref()
+                .is_some_and(|id| same_id(&answered, id))
+            {
                 // The probe's answer already stood in for this one.
                 self.replaced = None;
                 continue;

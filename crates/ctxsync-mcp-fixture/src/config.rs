@@ -108,6 +108,10 @@ pub struct FixtureConfig {
     /// HTTP mode: answer 401 unless the request carries this header (NAME:VALUE).
     #[arg(long, value_name = "NAME:VALUE", value_parser = parse_header)]
     require_header: Option<(String, String)>,
+    /// HTTP mode: answer every request with this status (401 or 403) and a
+    /// `WWW-Authenticate: Bearer` challenge, as a server that wants a sign-in does.
+    #[arg(long, value_name = "STATUS", value_parser = clap::value_parser!(u16).range(401..=403))]
+    deny_status: Option<u16>,
     /// Number of generated tools (`tool_0`, `tool_1`, ...), after any `--tool-json` tools.
     #[arg(long, default_value_t = 2)]
     tools: usize,
@@ -277,6 +281,9 @@ impl FixtureConfig {
         if let Some((name, value)) = &self.require_header {
             flag("require-header", Some(format!("{name}:{value}")));
         }
+        if let Some(status) = self.deny_status {
+            flag("deny-status", Some(status.to_string()));
+        }
         flag("tools", Some(self.tools.to_string()));
         for spec in &self.tool_specs {
             flag("tool-json", Some(spec.to_json()));
@@ -415,6 +422,11 @@ impl FixtureConfig {
     /// HTTP mode: answer 401 without this header.
     pub fn require_header(mut self, name: &str, value: &str) -> Self {
         self.require_header = Some((name.to_ascii_lowercase(), value.to_owned()));
+        self
+    }
+    /// HTTP mode: answer every request with `status` and a challenge.
+    pub fn deny_status(mut self, status: u16) -> Self {
+        self.deny_status = Some(status);
         self
     }
     /// Number of generated tools (0 allowed).
@@ -601,6 +613,9 @@ impl FixtureConfig {
     pub(crate) fn required_header(&self) -> Option<&(String, String)> {
         self.require_header.as_ref()
     }
+    pub(crate) fn deny_status_value(&self) -> Option<u16> {
+        self.deny_status
+    }
     pub(crate) fn nonce_value(&self) -> Option<&str> {
         self.nonce.as_deref()
     }
@@ -784,6 +799,7 @@ mod tests {
                 .ignore_listen(),
         );
         check(FixtureConfig::new().http().discover_http_status(405));
+        check(FixtureConfig::new().http().deny_status(403));
         for lifecycle in FixtureLifecycle::value_variants() {
             check(FixtureConfig::new().lifecycle(*lifecycle));
         }

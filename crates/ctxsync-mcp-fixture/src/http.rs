@@ -119,6 +119,12 @@ pub(crate) async fn serve(server: FixtureServer) -> io::Result<HttpFixture> {
         .layer(axum::middleware::from_fn_with_state(
             required,
             require_header,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            config
+                .deny_status_value()
+                .and_then(|code| StatusCode::from_u16(code).ok()),
+            deny,
         ));
 
     let task = tokio::spawn({
@@ -157,6 +163,23 @@ async fn require_header(
     next.run(request).await
 }
 
+/// With `--deny-status`: every request gets that status and a bearer challenge.
+async fn deny(State(status): State<Option<StatusCode>>, request: Request, next: Next) -> Response {
+    let Some(status) = status else {
+        return next.run(request).await;
+    };
+    let challenge = match status {
+        StatusCode::FORBIDDEN => r#"Bearer error="insufficient_scope", scope="tools""#,
+        _ => r#"Bearer realm="ctxsync-mcp-fixture""#,
+    };
+    (
+        status,
+        [(header::WWW_AUTHENTICATE, challenge)],
+        status.canonical_reason().unwrap_or("denied"),
+    )
+        .into_response()
+}
+
 /// Largest request body the scripted layers read to find the method.
 const MAX_PROBED_BODY_BYTES: usize = 1 << 20;
 
@@ -176,7 +199,10 @@ async fn read_json(request: Request) -> Result<(serde_json::Value, Request), Res
         return Err((StatusCode::PAYLOAD_TOO_LARGE, "request too large").into_response());
     };
     let message = serde_json::from_slice(&bytes).unwrap_or_default();
-    Ok((message, Request::from_parts(parts, axum::body::Body::from(bytes))))
+    Ok((
+        message,
+        Request::from_parts(parts, axum::body::Body::from(bytes)),
+    ))
 }
 
 /// A `server/discover` POST gets what the script says, never reaching the MCP service;

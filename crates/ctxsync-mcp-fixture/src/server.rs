@@ -274,7 +274,6 @@ impl ServerHandler for FixtureServer {
             )),
             // Reached only where the transport could not drop the request unanswered.
             FixtureLifecycle::Silent => std::future::pending().await,
-
         }
     }
 

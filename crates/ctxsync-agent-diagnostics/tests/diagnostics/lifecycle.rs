@@ -420,7 +420,10 @@ async fn closing_is_prompt_while_listen_is_unacknowledged() {
 
 /// How many times the fixture behind `log` was started (its `--start-log` lines).
 fn starts(log: &std::path::Path) -> usize {
-    std::fs::read_to_string(log).unwrap_or_default().lines().count()
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .count()
 }
 
 /// A 2026-07-28-only server that takes far longer to start than the probe timeout (it
@@ -487,11 +490,9 @@ async fn a_slow_modern_server_with_initialize_too_keeps_its_process() {
     let slow = fixture(FixtureLifecycle::Modern)
         .init_delay(Duration::from_millis(600))
         .start_log(&log);
-    let report = discover(
-        &ws,
-        json!({"slow": fixture_entry(&slow)}),
-        |config| config.discover_probe_timeout = HASTY_PROBE,
-    )
+    let report = discover(&ws, json!({"slow": fixture_entry(&slow)}), |config| {
+        config.discover_probe_timeout = HASTY_PROBE
+    })
     .await;
     assert_eq!(details(&report, "slow").protocol_version, MODERN);
     assert_eq!(starts(&log), 1);
