@@ -17,6 +17,7 @@ use rmcp::{
     service::{ClientInitializeError, ClientServiceExt, NotificationContext, Peer, Subscription},
     transport::{
         StreamableHttpClientTransport, async_rw::AsyncRwTransport,
+        common::client_side_sse::ExponentialBackoff,
         streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
@@ -54,6 +55,8 @@ const MAX_SERVER_DESCRIPTION_BYTES: usize = 1024;
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// After a transport closes, how long to wait for the process's exit status.
 const EXIT_STATUS_GRACE: Duration = Duration::from_millis(500);
+/// The longest wait between two tries to resume an HTTP server's event stream.
+const MAX_STREAM_RETRY_DELAY: Duration = Duration::from_secs(30);
 /// How long a graceful MCP close may take before the connection is just dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// The shortest wait before re-listing a tool list whose `ttlMs` expired: a server that
@@ -494,6 +497,15 @@ impl ConnectionTask {
             }
             Err(error) => return Err(self.handshake_error(&error, &watch)),
         };
+        if let Some(info) = session.peer().peer_info()
+            && !failure::speaks(&info.protocol_version)
+        {
+            return Err(ConnectError::Initialize {
+                detail: failure::unknown_revision(&info.protocol_version, self.place()),
+                closed: false,
+                refused: None,
+            });
+        }
         let handshake_done = started.elapsed();
         // No client-side cache: every listing must describe the server as it is now.
         session
@@ -592,8 +604,15 @@ impl ConnectionTask {
                         ))
                     })
                     .collect();
-                let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone())
                     .custom_headers(headers);
+                // A stream the server closes is resumed (GET with Last-Event-ID after the
+                // server's `retry`, SEP-1699); when resuming fails, the next try waits
+                // longer, but never more than this, so a server back after an outage is
+                // heard again soon.
+                let mut backoff = ExponentialBackoff::default();
+                backoff.max_delay = Some(MAX_STREAM_RETRY_DELAY);
+                config.retry_config = Arc::new(backoff);
                 let transport = match &self.entry.plugin {
                     // A plugin's headers go to its configured origin only (Agent Plugins
                     // §7.2.1): a redirect elsewhere is refused, not followed.
@@ -621,6 +640,13 @@ impl ConnectionTask {
 
     /// A failed handshake as the connect error that explains it.
     fn handshake_error(&self, error: &ClientInitializeError, watch: &ProbeWatch) -> ConnectError {
+        if let Some(version) = watch.unknown_revision() {
+            return ConnectError::Initialize {
+                detail: failure::unknown_revision(&version, self.place()),
+                closed: false,
+                refused: None,
+            };
+        }
         let failed_send = watch.take_failed_send();
         let failed_send = failed_send
             .as_deref()

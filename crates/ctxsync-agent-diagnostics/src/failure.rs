@@ -57,9 +57,27 @@ pub(crate) struct HandshakeFailure {
     pub refused: Option<AccessRefused>,
 }
 
-/// The newest protocol revision ctxsync speaks, for sentences that name the range.
-fn newest() -> &'static str {
-    ProtocolVersion::LATEST.as_str()
+/// The protocol revisions ctxsync speaks, for sentences that name them.
+fn known() -> String {
+    let known: Vec<&str> = ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .map(ProtocolVersion::as_str)
+        .collect();
+    known.join(", ")
+}
+
+/// Whether ctxsync speaks the revision a server chose.
+pub(crate) fn speaks(version: &ProtocolVersion) -> bool {
+    ProtocolVersion::KNOWN_VERSIONS.contains(version)
+}
+
+/// A server that chose a revision ctxsync does not know.
+pub(crate) fn unknown_revision(version: &ProtocolVersion, place: Place<'_>) -> String {
+    format!(
+        "initialize failed: {} chose MCP revision {version}, which ctxsync does not speak (it speaks {}); update ctxsync or pin the server to one of those",
+        place.server(),
+        known()
+    )
 }
 
 /// A failed MCP handshake. `failed_send` is the transport's error when it could only close
@@ -129,9 +147,9 @@ pub(crate) fn handshake(
                 .map(ProtocolVersion::as_str)
                 .collect();
             plain(format!(
-                "initialize failed: {server} speaks only MCP revisions {}, none of which ctxsync speaks (2025-03-26 to {}); update the server or ctxsync",
+                "initialize failed: {server} speaks only MCP revisions {}, none of which ctxsync speaks ({}); update the server or ctxsync",
                 offered.join(", "),
-                newest()
+                known()
             ))
         }
         ClientInitializeError::Cancelled => {

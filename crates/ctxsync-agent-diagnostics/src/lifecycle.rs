@@ -75,6 +75,9 @@ struct ProbeSeen {
     answered_late: AtomicBool,
     /// Sending the held-back `initialize` failed; rmcp only sees the connection close.
     failed_send: Mutex<Option<Box<dyn std::error::Error + Send + Sync>>>,
+    /// The server answered `initialize` with a revision ctxsync does not speak; what fails
+    /// next (over HTTP, often the server refusing its own revision's header) says less.
+    unknown_revision: Mutex<Option<ProtocolVersion>>,
 }
 
 impl ProbeWatch {
@@ -87,6 +90,15 @@ impl ProbeWatch {
     pub(crate) fn modern_after_all(&self, error: &ClientInitializeError) -> bool {
         self.0.abandoned.load(Ordering::SeqCst)
             && (self.0.answered_late.load(Ordering::SeqCst) || refuses_initialize_for_modern(error))
+    }
+
+    /// The revision ctxsync does not speak that the server answered `initialize` with.
+    pub(crate) fn unknown_revision(&self) -> Option<ProtocolVersion> {
+        self.0
+            .unknown_revision
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The error of a held-back `initialize` whose sending failed, if any.
@@ -294,6 +306,10 @@ fn is_initialized(item: &ClientJsonRpcMessage) -> bool {
 }
 
 /// What woke a waiting receive.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "lives only until the next line matches it; boxing would cost every message"
+)]
 enum Wake {
     Message(Option<ServerJsonRpcMessage>),
     Deadline,
@@ -451,6 +467,17 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for ProbeDeadline<T> {
                     ));
                 }
             };
+            if let JsonRpcMessage::Response(response) = &message
+                && let ServerResult::InitializeResult(result) = &response.result
+                && !crate::failure::speaks(&result.protocol_version)
+            {
+                *self
+                    .watch
+                    .0
+                    .unknown_revision
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(result.protocol_version.clone());
+            }
             let Some(answered) = answered_id(&message).cloned() else {
                 return Some(message);
             };

@@ -144,6 +144,10 @@ pub struct FixtureConfig {
     /// Answer `initialize` with a JSON-RPC error carrying this message.
     #[arg(long, value_name = "MESSAGE")]
     fail_initialize: Option<String>,
+    /// Serve this protocol revision only (any `YYYY-MM-DD`, known or not): `initialize` is
+    /// answered with it whatever the client asked for.
+    #[arg(long, value_name = "VERSION")]
+    protocol_version: Option<String>,
     /// Modern lifecycle: serve 2026-07-28 only, and refuse `initialize` at once with
     /// "unsupported protocol version" (-32022), as servers on the Python SDK 2.x do.
     #[arg(long)]
@@ -281,9 +285,6 @@ impl FixtureConfig {
         if let Some((name, value)) = &self.require_header {
             flag("require-header", Some(format!("{name}:{value}")));
         }
-        if let Some(status) = self.deny_status {
-            flag("deny-status", Some(status.to_string()));
-        }
         flag("tools", Some(self.tools.to_string()));
         for spec in &self.tool_specs {
             flag("tool-json", Some(spec.to_json()));
@@ -376,6 +377,26 @@ impl FixtureConfig {
         if let Some(path) = &self.pid_file {
             flag("pid-file", Some(path.display().to_string()));
         }
+        if self.call_tools {
+            flag("call-tools", None);
+        }
+        if let Some(path) = &self.call_log {
+            flag("call-log", Some(path.display().to_string()));
+        }
+        self.start_and_protocol_args(&mut flag);
+        args
+    }
+
+    /// The flags of how the server starts and which protocol it speaks (see [`to_args`]).
+    ///
+    /// [`to_args`]: FixtureConfig::to_args
+    fn start_and_protocol_args(&self, flag: &mut impl FnMut(&str, Option<String>)) {
+        if let Some(status) = self.deny_status {
+            flag("deny-status", Some(status.to_string()));
+        }
+        if let Some(version) = &self.protocol_version {
+            flag("protocol-version", Some(version.clone()));
+        }
         if let Some(path) = &self.start_log {
             flag("start-log", Some(path.display().to_string()));
         }
@@ -385,13 +406,6 @@ impl FixtureConfig {
         if self.forget_session_once {
             flag("forget-session-once", None);
         }
-        if self.call_tools {
-            flag("call-tools", None);
-        }
-        if let Some(path) = &self.call_log {
-            flag("call-log", Some(path.display().to_string()));
-        }
-        args
     }
 
     /// Serve streamable HTTP instead of stdio.
@@ -467,6 +481,11 @@ impl FixtureConfig {
     /// Answer `initialize` with an error carrying `message`.
     pub fn fail_initialize(mut self, message: impl Into<String>) -> Self {
         self.fail_initialize = Some(message.into());
+        self
+    }
+    /// Serve only this protocol revision, known or not.
+    pub fn protocol_version(mut self, version: impl Into<String>) -> Self {
+        self.protocol_version = Some(version.into());
         self
     }
     /// Serve 2026-07-28 only and refuse `initialize` (with [`FixtureLifecycle::Modern`]).
@@ -634,6 +653,9 @@ impl FixtureConfig {
     pub(crate) fn initialize_failure(&self) -> Option<&str> {
         self.fail_initialize.as_deref()
     }
+    pub(crate) fn protocol_version_value(&self) -> Option<&str> {
+        self.protocol_version.as_deref()
+    }
     pub(crate) fn is_modern_only(&self) -> bool {
         self.modern_only
     }
@@ -800,6 +822,7 @@ mod tests {
         );
         check(FixtureConfig::new().http().discover_http_status(405));
         check(FixtureConfig::new().http().deny_status(403));
+        check(FixtureConfig::new().protocol_version("2099-01-01"));
         for lifecycle in FixtureLifecycle::value_variants() {
             check(FixtureConfig::new().lifecycle(*lifecycle));
         }

@@ -129,3 +129,46 @@ async fn a_lost_session_is_started_again_once() {
     engine.close().await;
     forgetful.shutdown().await;
 }
+
+/// A server that answers `initialize` with a revision ctxsync does not know is refused in
+/// words naming it; the known ones from 2025-03-26 on are accepted, over HTTP and stdio.
+#[tokio::test]
+async fn protocol_revisions_are_accepted_or_refused_in_words() {
+    let known = ["2025-03-26", "2025-06-18", "2025-11-25"];
+    let mut servers = serde_json::Map::new();
+    let mut fixtures = Vec::new();
+    for version in known.iter().chain(&["2025-01-01"]) {
+        let config = FixtureConfig::new().protocol_version(*version);
+        let http = serve_http(config.clone().http()).await.expect("serve");
+        servers.insert(
+            format!("http-{version}"),
+            json!({"type": "http", "url": http.url()}),
+        );
+        servers.insert(format!("stdio-{version}"), fixture_entry(&config));
+        fixtures.push(http);
+    }
+    let ws = Workspace::new();
+    ws.write_servers(serde_json::Value::Object(servers));
+    let engine = Engine::start(ws.engine_config());
+    let report = complete(&engine).await;
+    for transport in ["http", "stdio"] {
+        for version in known {
+            let server = server(&report, &format!("{transport}-{version}"));
+            assert!(server.connected, "{server:#?}");
+            let details = server.details.as_ref().expect("details");
+            assert_eq!(details.protocol_version, version);
+        }
+        let unknown = server(&report, &format!("{transport}-2025-01-01"));
+        assert!(!unknown.connected, "{unknown:#?}");
+        let error = unknown.error.clone().unwrap_or_default();
+        assert!(
+            error.contains("chose MCP revision 2025-01-01, which ctxsync does not speak"),
+            "{error}"
+        );
+        assert_words(&error);
+    }
+    engine.close().await;
+    for fixture in fixtures {
+        fixture.shutdown().await;
+    }
+}
