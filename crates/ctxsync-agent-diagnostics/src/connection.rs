@@ -578,7 +578,9 @@ impl ConnectionTask {
                         std::io::ErrorKind::NotFound => {
                             ConnectError::CommandNotFound(command.clone())
                         }
-                        _ => ConnectError::Spawn(format!("cannot start {command}: {error}")),
+                        _ => ConnectError::Spawn(format!(
+                            "cannot start {command}: {error}; check the command in .mcp.json"
+                        )),
                     })?;
                 *process = Some(child);
                 // A second process (see `connect`) keeps the first one's start time.
