@@ -219,6 +219,11 @@ pub struct FixtureConfig {
     /// server that loads a lot first does.
     #[arg(long, default_value_t = 0)]
     start_delay_ms: u64,
+    /// HTTP mode: answer the first `tools/list` with an event stream that only primes (an
+    /// event id and `retry: 300`) and closes, and its answer to the `GET` that resumes it
+    /// with that `Last-Event-ID` (SEP-1699), as a server behind a proxy that cuts streams.
+    #[arg(long)]
+    close_stream_once: bool,
     /// HTTP mode: answer the first request that names a session with 404, once per
     /// server, as a server that restarted and lost its sessions does; later requests pass.
     #[arg(long)]
@@ -406,6 +411,9 @@ impl FixtureConfig {
         if self.forget_session_once {
             flag("forget-session-once", None);
         }
+        if self.close_stream_once {
+            flag("close-stream-once", None);
+        }
     }
 
     /// Serve streamable HTTP instead of stdio.
@@ -587,6 +595,11 @@ impl FixtureConfig {
         self.start_delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self
     }
+    /// HTTP mode: close the first `tools/list` stream once (see `--close-stream-once`).
+    pub fn close_stream_once(mut self) -> Self {
+        self.close_stream_once = true;
+        self
+    }
     /// HTTP mode: lose the sessions once (see `--forget-session-once`).
     pub fn forget_session_once(mut self) -> Self {
         self.forget_session_once = true;
@@ -712,6 +725,9 @@ impl FixtureConfig {
     pub(crate) fn start_delay_value(&self) -> Duration {
         Duration::from_millis(self.start_delay_ms)
     }
+    pub(crate) fn closes_stream_once(&self) -> bool {
+        self.close_stream_once
+    }
     pub(crate) fn forgets_session_once(&self) -> bool {
         self.forget_session_once
     }
@@ -806,6 +822,7 @@ mod tests {
                 .start_log("/tmp/starts")
                 .start_delay(Duration::from_millis(40))
                 .forget_session_once()
+                .close_stream_once()
                 .call_tools()
                 .call_log("/tmp/calls.jsonl"),
         );

@@ -4,9 +4,10 @@ use std::{
     io,
     net::SocketAddr,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
+    time::{Duration, Instant},
 };
 
 use axum::{
@@ -35,6 +36,8 @@ pub struct HttpFixture {
     nonce: String,
     /// Whether `--forget-session-once` has answered a request with 404.
     forgot: Arc<AtomicBool>,
+    /// What `--close-stream-once` has seen.
+    cut: Arc<CutStream>,
     cancel: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -58,6 +61,16 @@ impl HttpFixture {
     /// Whether the server has lost a session (`--forget-session-once`) yet.
     pub fn forgot_a_session(&self) -> bool {
         self.forgot.load(Ordering::SeqCst)
+    }
+
+    /// How long after `--close-stream-once` closed its stream the client resumed it with
+    /// the stream's last event id (`None` until it has).
+    pub fn resumed_after(&self) -> Option<Duration> {
+        *self
+            .cut
+            .resumed_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stops serving and waits for the server task.
@@ -106,8 +119,16 @@ pub(crate) async fn serve(server: FixtureServer) -> io::Result<HttpFixture> {
     let forgot = Arc::new(AtomicBool::new(false));
     // Already "forgotten" when not scripted, so the layer passes everything.
     let forget = Arc::new(AtomicBool::new(!config.forgets_session_once()));
+    let cut = Arc::new(CutStream {
+        armed: AtomicBool::new(config.closes_stream_once()),
+        ..CutStream::default()
+    });
     let router = axum::Router::new()
         .nest_service(MCP_PATH, service)
+        .layer(axum::middleware::from_fn_with_state(
+            cut.clone(),
+            close_stream_once,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             (forget, forgot.clone()),
             forget_session_once,
@@ -141,6 +162,7 @@ pub(crate) async fn serve(server: FixtureServer) -> io::Result<HttpFixture> {
         addr,
         nonce,
         forgot,
+        cut,
         cancel,
         task: Some(task),
     })
@@ -260,4 +282,73 @@ async fn forget_session_once(
         return (StatusCode::NOT_FOUND, "session not found").into_response();
     }
     next.run(request).await
+}
+
+/// The last event id of the stream `--close-stream-once` cuts.
+const CUT_EVENT_ID: &str = "fixture-cut-1";
+/// The `retry` (milliseconds) the cut stream asks the client to wait.
+const CUT_RETRY_MS: u64 = 300;
+
+/// `--close-stream-once`: the answer kept back when the stream was cut, and what the
+/// client did about it.
+#[derive(Debug, Default)]
+struct CutStream {
+    /// Still to cut the first `tools/list` stream.
+    armed: AtomicBool,
+    /// The `data` of the kept-back answer, and when the stream was closed.
+    kept: Mutex<Option<(String, Instant)>>,
+    resumed_after: Mutex<Option<Duration>>,
+}
+
+/// The JSON-RPC answer in an event-stream body (the `data` of an event with a result or an
+/// error).
+fn answer_in(body: &str) -> Option<String> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .find(|data| data.contains("\"result\"") || data.contains("\"error\""))
+        .map(str::to_owned)
+}
+
+/// With `--close-stream-once`: the first `tools/list` is answered by the MCP service as
+/// usual, but the client gets only a priming event (an id and a `retry`) before a graceful
+/// close; the `GET` that resumes with that id gets the answer.
+async fn close_stream_once(
+    State(cut): State<Arc<CutStream>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let resumes = request
+        .headers()
+        .get("last-event-id")
+        .is_some_and(|id| id.as_bytes() == CUT_EVENT_ID.as_bytes());
+    if request.method() == "GET" && resumes {
+        let kept = cut.kept.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((answer, closed_at)) = kept {
+            *cut.resumed_after.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(closed_at.elapsed());
+            let body = format!("id: fixture-cut-2\ndata: {answer}\n\n");
+            return ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response();
+        }
+    }
+    if !cut.armed.load(Ordering::SeqCst) || request.method() != "POST" {
+        return next.run(request).await;
+    }
+    let (message, request) = match read_json(request).await {
+        Ok(read) => read,
+        Err(response) => return response,
+    };
+    if message["method"] != "tools/list" || !cut.armed.swap(false, Ordering::SeqCst) {
+        return next.run(request).await;
+    }
+    let response = next.run(request).await;
+    let Ok(body) = axum::body::to_bytes(response.into_body(), MAX_PROBED_BODY_BYTES).await else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "answer too large").into_response();
+    };
+    let Some(answer) = answer_in(&String::from_utf8_lossy(&body)) else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "no answer to cut").into_response();
+    };
+    *cut.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some((answer, Instant::now()));
+    let priming = format!("id: {CUT_EVENT_ID}\nretry: {CUT_RETRY_MS}\ndata:\n\n");
+    ([(header::CONTENT_TYPE, "text/event-stream")], priming).into_response()
 }

@@ -172,3 +172,30 @@ async fn protocol_revisions_are_accepted_or_refused_in_words() {
         fixture.shutdown().await;
     }
 }
+
+/// A server whose event stream closes before the answer (SEP-1699: a priming event with an
+/// id and `retry`, then a graceful close) is resumed with `GET` and `Last-Event-ID` after
+/// the `retry` interval, and the answer arrives on the resumed stream.
+#[tokio::test]
+async fn a_closed_event_stream_is_resumed_after_the_servers_retry() {
+    let cutting = serve_http(FixtureConfig::new().http().tools(2).close_stream_once())
+        .await
+        .expect("serve");
+    let ws = Workspace::new();
+    ws.write_servers(json!({"cutting": {"type": "http", "url": cutting.url()}}));
+    let engine = Engine::start(ws.engine_config());
+    let report = complete(&engine).await;
+    let cutting_report = server(&report, "cutting");
+    assert!(cutting_report.connected, "{cutting_report:#?}");
+    assert_eq!(tool_names(cutting_report), ["tool_0", "tool_1"]);
+    let waited = cutting
+        .resumed_after()
+        .expect("the stream was resumed with its last event id");
+    // The server asked for 300 ms; sooner would not honour it.
+    assert!(
+        waited >= std::time::Duration::from_millis(300),
+        "resumed after {waited:?}"
+    );
+    engine.close().await;
+    cutting.shutdown().await;
+}
