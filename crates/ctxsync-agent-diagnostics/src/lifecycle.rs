@@ -264,9 +264,10 @@ impl<T> ProbeDeadline<T> {
     }
 
     /// Starts the probe's clock only once the server has read the probe from `stdin` (a
-    /// duplicate of our end of its stdin pipe).
+    /// duplicate of our end of its stdin pipe). Without a probe to time, the copy is not
+    /// kept: it would hold the pipe open after the transport closes it.
     pub(crate) fn reading(mut self, stdin: Option<OwnedFd>) -> Self {
-        self.stdin = stdin;
+        self.stdin = stdin.filter(|_| self.timeout.is_some());
         self
     }
 
@@ -520,6 +521,8 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for ProbeDeadline<T> {
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
+        // The server must see its stdin end when the transport closes it.
+        self.stdin = None;
         self.inner.close().await
     }
 }
