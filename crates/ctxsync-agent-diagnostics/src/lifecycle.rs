@@ -336,7 +336,8 @@ impl<T: Transport<RoleClient>> ProbeDeadline<T> {
         Ok(())
     }
 
-    /// The probe's answer after rmcp went on to `initialize`: `Some` to hand to rmcp.
+    /// The probe's answer after rmcp went on to `initialize`: `None` to wait for more,
+    /// `Some` with what to hand to rmcp (`Some(None)`: the connection is over).
     async fn late_probe_answer(
         &mut self,
         message: ServerJsonRpcMessage,
@@ -449,8 +450,9 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for ProbeDeadline<T> {
                 Wake::Deadline => {
                     self.deadline = None;
                     if self.gave_up {
-                        // rmcp gave up on its own while the server had not read the probe.
-                        if self.release_fallback().await.is_err() {
+                        // rmcp gave up on its own while a stdio server had not read the
+                        // probe; over HTTP the fallback still waits for the probe's answer.
+                        if !self.hold_fallback && self.release_fallback().await.is_err() {
                             return None;
                         }
                         continue;
