@@ -2,7 +2,9 @@
 //! to `initialize` on the same connection, and the bounded probe that keeps a server which
 //! ignores unknown methods from spending the first-turn budget, without starting a server
 //! again only because it was slow: the probe's clock starts when a stdio server has read
-//! the probe, and a late answer that shows 2026-07-28 still connects the session.
+//! the probe, a stdio server silent past it is asked for a `ping` (one that answers it
+//! ignored the probe; one that does not is still busy with it), and a late answer that
+//! shows 2026-07-28 still connects the session.
 
 use std::{
     os::fd::OwnedFd,
@@ -17,8 +19,8 @@ use rmcp::{
     RoleClient,
     model::{
         ClientJsonRpcMessage, ClientNotification, ClientRequest, DiscoverResult, ErrorCode,
-        ErrorData, Implementation, InitializeResult, JsonRpcMessage, ProtocolVersion, RequestId,
-        ServerJsonRpcMessage, ServerResult,
+        ErrorData, Implementation, InitializeResult, JsonRpcMessage, PingRequest, ProtocolVersion,
+        RequestId, ServerJsonRpcMessage, ServerResult,
     },
     service::{ClientInitializeError, ClientLifecycleMode},
     transport::Transport,
@@ -31,6 +33,9 @@ pub const DEFAULT_DISCOVER_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How often a stdio server's stdin is looked at while it has not read the probe yet.
 const READ_POLL: Duration = Duration::from_millis(20);
+/// The id of the `ping` a stdio server silent past the probe timeout is asked for (rmcp's
+/// own ids are numbers, so it names no request of rmcp's).
+const BUSY_PING_ID: &str = "ctxsync-discover-probe-ping";
 
 /// Which MCP lifecycle the engine uses with every server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -225,6 +230,10 @@ pub(crate) struct ProbeDeadline<T> {
     /// stdio: a duplicate of our end of the server's stdin, to see whether the server has
     /// read the probe yet; dropped once it has.
     stdin: Option<OwnedFd>,
+    /// stdio: at the probe timeout, ask for a `ping` before falling back.
+    ping_first: bool,
+    /// The `ping` sent, until its answer comes (which is never handed to rmcp).
+    ping: Option<RequestId>,
     /// Hold the fallback back until the probe is answered (HTTP, whose transport sends
     /// nothing before that answer anyway).
     hold_fallback: bool,
@@ -251,6 +260,8 @@ impl<T> ProbeDeadline<T> {
             inner,
             timeout,
             stdin: None,
+            ping_first: false,
+            ping: None,
             hold_fallback: false,
             probe: None,
             deadline: None,
@@ -268,6 +279,7 @@ impl<T> ProbeDeadline<T> {
     /// kept: it would hold the pipe open after the transport closes it.
     pub(crate) fn reading(mut self, stdin: Option<OwnedFd>) -> Self {
         self.stdin = stdin.filter(|_| self.timeout.is_some());
+        self.ping_first = true;
         self
     }
 
@@ -334,6 +346,21 @@ impl<T: Transport<RoleClient>> ProbeDeadline<T> {
             return Err(());
         }
         Ok(())
+    }
+
+    /// Gives up on the probe: "method not found" in its name, so rmcp falls back.
+    fn give_up(&mut self) -> Option<ServerJsonRpcMessage> {
+        self.gave_up = true;
+        self.watch.0.abandoned.store(true, Ordering::SeqCst);
+        let probe = self.probe.clone()?;
+        let message = format!(
+            "no answer to server/discover within {} ms; using initialize",
+            self.timeout.unwrap_or_default().as_millis()
+        );
+        Some(ServerJsonRpcMessage::error(
+            ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None),
+            Some(probe),
+        ))
     }
 
     /// The probe's answer after rmcp went on to `initialize`: `None` to wait for more,
@@ -403,8 +430,12 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for ProbeDeadline<T> {
                     self.gave_up = true;
                     self.watch.0.abandoned.store(true, Ordering::SeqCst);
                     let id = request.id.clone();
-                    // Nothing is sent to a server still reading its way to the probe.
-                    let hold = self.hold_fallback || self.stdin.is_some();
+                    // Nothing is sent to a server still reading its way to the probe, or
+                    // still busy with it (rmcp's own timeout is shorter than a slow start).
+                    let hold = self.hold_fallback
+                        || self.stdin.is_some()
+                        || self.deadline.is_some()
+                        || self.ping.is_some();
                     let held = if hold { item.take() } else { None };
                     self.fallback = Some(Fallback {
                         id,
@@ -449,25 +480,27 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for ProbeDeadline<T> {
                 }
                 Wake::Deadline => {
                     self.deadline = None;
+                    if self.ping_first {
+                        // Silent so far: is it ignoring the probe, or busy with it? Its
+                        // answer to a ping decides (see the ping's arm below).
+                        let id = RequestId::String(BUSY_PING_ID.into());
+                        let ping = ClientRequest::PingRequest(PingRequest::default());
+                        let ping = ClientJsonRpcMessage::request(ping, id.clone());
+                        if self.inner.send(ping).await.is_err() {
+                            return None;
+                        }
+                        self.ping = Some(id);
+                        continue;
+                    }
                     if self.gave_up {
-                        // rmcp gave up on its own while a stdio server had not read the
-                        // probe; over HTTP the fallback still waits for the probe's answer.
+                        // rmcp gave up on its own first; over HTTP the fallback still
+                        // waits for the probe's answer.
                         if !self.hold_fallback && self.release_fallback().await.is_err() {
                             return None;
                         }
                         continue;
                     }
-                    self.gave_up = true;
-                    self.watch.0.abandoned.store(true, Ordering::SeqCst);
-                    let probe = self.probe.clone()?;
-                    let message = format!(
-                        "no answer to server/discover within {} ms; using initialize",
-                        self.timeout.unwrap_or_default().as_millis()
-                    );
-                    return Some(ServerJsonRpcMessage::error(
-                        ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None),
-                        Some(probe),
-                    ));
+                    return self.give_up();
                 }
             };
             if let JsonRpcMessage::Response(response) = &message
@@ -484,6 +517,21 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for ProbeDeadline<T> {
             let Some(answered) = answered_id(&message).cloned() else {
                 return Some(message);
             };
+            if self
+                .ping
+                .as_ref()
+                .is_some_and(|ping| same_id(&answered, ping))
+            {
+                self.ping = None;
+                if self.probe.is_some() && !self.gave_up {
+                    // It answers, but not the probe: it ignores methods it does not know.
+                    return self.give_up();
+                }
+                if self.probe.is_some() && self.release_fallback().await.is_err() {
+                    return None;
+                }
+                continue;
+            }
             if let Some(probe) = self.probe.clone()
                 && same_id(&answered, &probe)
             {

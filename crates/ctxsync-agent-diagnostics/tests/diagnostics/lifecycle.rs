@@ -497,3 +497,21 @@ async fn a_slow_modern_server_with_initialize_too_keeps_its_process() {
     assert_eq!(details(&report, "slow").protocol_version, MODERN);
     assert_eq!(starts(&log), 1);
 }
+
+/// A 2026-07-28-only server that reads the probe at once but answers it after the probe
+/// timeout is not sent `initialize` (which it would refuse, ending its session): the
+/// `ping` it leaves unanswered while busy shows it is not ignoring the probe, so it is
+/// started once.
+#[tokio::test]
+async fn a_modern_server_slow_to_answer_the_probe_is_started_once() {
+    let ws = Workspace::new();
+    let log = ws.file("starts.log");
+    let report = discover(
+        &ws,
+        json!({"slow": fixture_entry(&slow_modern_only().start_log(&log))}),
+        |config| config.discover_probe_timeout = HASTY_PROBE,
+    )
+    .await;
+    assert_eq!(details(&report, "slow").protocol_version, MODERN);
+    assert_eq!(starts(&log), 1);
+}
