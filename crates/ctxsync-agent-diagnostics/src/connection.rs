@@ -449,9 +449,10 @@ impl ConnectionTask {
         }
     }
 
-    /// Connects and lists the tools. A handshake that fails because a modern server was
-    /// only too slow for the discover probe (see [`ProbeWatch::modern_after_all`]) is tried
-    /// once more with `server/discover` alone (a new process, or a new HTTP session), within
+    /// Connects and lists the tools. A slow server is connected on its first connection
+    /// (see `ProbeDeadline`); only a 2026-07-28-only server that was sent the fallback
+    /// `initialize` and refused it (see [`ProbeWatch::modern_after_all`]) is tried once
+    /// more with `server/discover` alone (a new process, or a new HTTP session), within
     /// what is left of the connect timeout that bounds this whole call.
     async fn connect(
         &self,
