@@ -584,3 +584,89 @@ async fn sleep_until_some(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{EmptyResult, ServerCapabilities, ServerConfig};
+
+    use super::*;
+
+    fn id() -> RequestId {
+        RequestId::Number(0)
+    }
+
+    fn code(message: &ServerJsonRpcMessage) -> Option<ErrorCode> {
+        match message {
+            JsonRpcMessage::Error(error) => Some(error.error.code),
+            _ => None,
+        }
+    }
+
+    fn refusal(supported: &[&str]) -> ServerJsonRpcMessage {
+        let data = serde_json::json!({"supported": supported});
+        let error = ErrorData::new(ErrorCode::UNSUPPORTED_PROTOCOL_VERSION, "no", Some(data));
+        ServerJsonRpcMessage::error(error, Some(id()))
+    }
+
+    fn discover_result(versions: Vec<ProtocolVersion>) -> DiscoverResult {
+        let config = ServerConfig::new(ServerCapabilities::default())
+            .with_server_info(Implementation::new("srv", "1.0"))
+            .with_instructions("use it");
+        DiscoverResult::from_server_info(versions, config)
+    }
+
+    #[test]
+    fn answers_that_offer_no_2026_07_28_lifecycle_fall_back() {
+        let empty = ServerJsonRpcMessage::response(ServerResult::EmptyResult(EmptyResult {}), id());
+        assert_eq!(
+            code(&as_probe_answer(empty, id())),
+            Some(ErrorCode::METHOD_NOT_FOUND)
+        );
+        let old_only = refusal(&["2025-06-18", "2025-11-25"]);
+        assert_eq!(
+            code(&as_probe_answer(old_only, id())),
+            Some(ErrorCode::METHOD_NOT_FOUND)
+        );
+        let old_discover =
+            ServerResult::DiscoverResult(discover_result(vec![ProtocolVersion::V_2025_11_25]));
+        let old_discover = ServerJsonRpcMessage::response(old_discover, id());
+        assert_eq!(
+            code(&as_probe_answer(old_discover, id())),
+            Some(ErrorCode::METHOD_NOT_FOUND)
+        );
+    }
+
+    #[test]
+    fn answers_rmcp_can_use_pass_unchanged() {
+        let modern = refusal(&["2026-07-28"]);
+        assert_eq!(
+            code(&as_probe_answer(modern, id())),
+            Some(ErrorCode::UNSUPPORTED_PROTOCOL_VERSION)
+        );
+        let legacy = ServerJsonRpcMessage::error(ErrorData::internal_error("x", None), Some(id()));
+        assert_eq!(
+            code(&as_probe_answer(legacy, id())),
+            Some(ErrorCode::INTERNAL_ERROR)
+        );
+        let result = discover_result(vec![ProtocolVersion::V_2026_07_28]);
+        let answer = ServerJsonRpcMessage::response(ServerResult::DiscoverResult(result), id());
+        assert!(modern_discover_result(&as_probe_answer(answer, id())).is_some());
+    }
+
+    #[test]
+    fn a_discover_result_stands_in_for_an_initialize_answer() {
+        let result = discover_result(ProtocolVersion::KNOWN_VERSIONS.to_vec());
+        let answer = initialize_answer(&result, RequestId::Number(7));
+        let JsonRpcMessage::Response(response) = answer else {
+            panic!("a response");
+        };
+        assert_eq!(response.id, RequestId::Number(7));
+        let ServerResult::InitializeResult(init) = response.result else {
+            panic!("an initialize result");
+        };
+        assert_eq!(init.protocol_version, ProtocolVersion::V_2026_07_28);
+        assert!(!init.protocol_version.has_initialize());
+        assert_eq!(init.server_info.name, "srv");
+        assert_eq!(init.instructions.as_deref(), Some("use it"));
+    }
+}
