@@ -1,6 +1,7 @@
 //! What HTTP MCP servers do to a client, and what the engine makes of it: a refusal of the
 //! agent's credentials said in words and kept typed, an unreachable server, a session the
-//! server lost.
+//! server lost, an event stream it closed before the answer, and the protocol revisions it
+//! may choose.
 
 use crate::support;
 
