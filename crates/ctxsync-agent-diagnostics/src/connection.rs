@@ -17,6 +17,7 @@ use rmcp::{
     service::{ClientInitializeError, ClientServiceExt, NotificationContext, Peer, Subscription},
     transport::{
         StreamableHttpClientTransport, async_rw::AsyncRwTransport,
+        common::client_side_sse::ExponentialBackoff,
         streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{ServerEntry, TransportConfig},
+    failure::{self, AccessRefused, Place},
     lifecycle::{McpLifecycle, ProbeDeadline, ProbeWatch},
     line_limit::MAX_MESSAGE_BYTES,
     process::{ProcessGroups, ServerProcess, SpawnSpec},
@@ -53,6 +55,8 @@ const MAX_SERVER_DESCRIPTION_BYTES: usize = 1024;
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// After a transport closes, how long to wait for the process's exit status.
 const EXIT_STATUS_GRACE: Duration = Duration::from_millis(500);
+/// The longest wait between two tries to resume an HTTP server's event stream.
+const MAX_STREAM_RETRY_DELAY: Duration = Duration::from_secs(30);
 /// How long a graceful MCP close may take before the connection is just dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// The shortest wait before re-listing a tool list whose `ttlMs` expired: a server that
@@ -91,8 +95,12 @@ pub(crate) enum EventKind {
         warning: Option<String>,
         details: ServerDetails,
     },
-    /// Spawn, initialize or the first listing failed (sanitized, bounded).
-    ConnectFailed { error: String },
+    /// Spawn, initialize or the first listing failed (sanitized, bounded); an HTTP server
+    /// that refused the agent's credentials says so in `refused` too.
+    ConnectFailed {
+        error: String,
+        refused: Option<AccessRefused>,
+    },
     /// A re-list after `tools/list_changed` succeeded.
     ToolsChanged {
         tools: Arc<[McpTool]>,
@@ -166,8 +174,8 @@ enum ConnectError {
     Initialize {
         detail: String,
         closed: bool,
+        refused: Option<AccessRefused>,
     },
-    Unauthorized(String),
     List(ListFailure),
 }
 
@@ -239,7 +247,7 @@ impl ConnectionTask {
     /// a warning and is tried again after [`MIN_TOOLS_TTL`]; a closed transport is left to
     /// the loop's other arms, which say why it closed.
     async fn relist(&self, peer: &Peer<RoleClient>, why: &str) -> Option<tokio::time::Instant> {
-        let delay = match tokio::time::timeout(self.timeout, list_tools(peer)).await {
+        let delay = match tokio::time::timeout(self.timeout, list_tools(peer, self.place())).await {
             Ok(Ok(listing)) => {
                 let refresh_in = listing.refresh_in;
                 let (tools, warning) = self.clean(listing);
@@ -268,7 +276,8 @@ impl ConnectionTask {
         match tokio::time::timeout(LISTEN_TIMEOUT, peer.listen(filter)).await {
             Ok(Ok(subscription)) => Some(subscription),
             Ok(Err(error)) => {
-                let error = self.sanitize(&error.to_string());
+                let error = self
+                    .sanitize(&failure::request(&error, "subscriptions/listen", self.place()).0);
                 tracing::warn!(server = %self.entry.name, %error, "subscriptions/listen refused; tool-list changes will not be heard");
                 None
             }
@@ -336,12 +345,16 @@ impl ConnectionTask {
         let (session, listing, details) = match attempt {
             Ok(connected) => connected,
             Err(error) => {
+                let refused = match &error {
+                    ConnectError::Initialize { refused, .. } => refused.clone(),
+                    _ => None,
+                };
                 let message = self.failure(error, &mut process).await;
                 if let Some(process) = process.take() {
                     process.shutdown().await;
                 }
-                if let Some(message) = message {
-                    self.send(EventKind::ConnectFailed { error: message });
+                if let Some(error) = message {
+                    self.send(EventKind::ConnectFailed { error, refused });
                 }
                 return;
             }
@@ -436,9 +449,10 @@ impl ConnectionTask {
         }
     }
 
-    /// Connects and lists the tools. A handshake that fails because a modern server was
-    /// only too slow for the discover probe (see [`ProbeWatch::modern_after_all`]) is tried
-    /// once more with `server/discover` alone (a new process, or a new HTTP session), within
+    /// Connects and lists the tools. A slow server is connected on its first connection
+    /// (see `ProbeDeadline`); only a 2026-07-28-only server that was sent the fallback
+    /// `initialize` and refused it (see [`ProbeWatch::modern_after_all`]) is tried once
+    /// more with `server/discover` alone (a new process, or a new HTTP session), within
     /// what is left of the connect timeout that bounds this whole call.
     async fn connect(
         &self,
@@ -480,10 +494,19 @@ impl ConnectionTask {
                     &mut start_ms,
                 )
                 .await?
-                .map_err(|error| handshake_error(&self.entry.transport, error))?
+                .map_err(|error| self.handshake_error(&error, &retry))?
             }
-            Err(error) => return Err(handshake_error(&self.entry.transport, error)),
+            Err(error) => return Err(self.handshake_error(&error, &watch)),
         };
+        if let Some(info) = session.peer().peer_info()
+            && !failure::speaks(&info.protocol_version)
+        {
+            return Err(ConnectError::Initialize {
+                detail: failure::unknown_revision(&info.protocol_version, self.place()),
+                closed: false,
+                refused: None,
+            });
+        }
         let handshake_done = started.elapsed();
         // No client-side cache: every listing must describe the server as it is now.
         session
@@ -495,7 +518,7 @@ impl ConnectionTask {
             .peer_info()
             .is_none_or(|info| info.capabilities.tools.is_some());
         let listing = if offers_tools {
-            list_tools(session.peer())
+            list_tools(session.peer(), self.place())
                 .await
                 .map_err(ConnectError::List)?
         } else {
@@ -556,16 +579,21 @@ impl ConnectionTask {
                         std::io::ErrorKind::NotFound => {
                             ConnectError::CommandNotFound(command.clone())
                         }
-                        _ => ConnectError::Spawn(format!("cannot start {command}: {error}")),
+                        _ => ConnectError::Spawn(format!(
+                            "cannot start {command}: {error}; check the command in .mcp.json"
+                        )),
                     })?;
                 *process = Some(child);
                 // A second process (see `connect`) keeps the first one's start time.
                 start_ms.get_or_insert_with(|| millis(started.elapsed()));
+                // Our own copy of the pipe's end, to see when the server reads the probe.
+                let reading = rustix::io::fcntl_dupfd_cloexec(&stdin, 0).ok();
                 let transport = ProbeDeadline::new(
                     AsyncRwTransport::new_client(stdout, stdin),
                     probe_timeout,
                     watch.clone(),
-                );
+                )
+                .reading(reading);
                 client.serve_with_lifecycle(transport, mode).await
             }
             TransportConfig::Http { url, headers } => {
@@ -579,8 +607,15 @@ impl ConnectionTask {
                         ))
                     })
                     .collect();
-                let config = StreamableHttpClientTransportConfig::with_uri(url.clone())
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone())
                     .custom_headers(headers);
+                // A stream the server closes is resumed (GET with Last-Event-ID after the
+                // server's `retry`, SEP-1699); when resuming fails, the next try waits
+                // longer, but never more than this, so a server back after an outage is
+                // heard again soon.
+                let mut backoff = ExponentialBackoff::default();
+                backoff.max_delay = Some(MAX_STREAM_RETRY_DELAY);
+                config.retry_config = Arc::new(backoff);
                 let transport = match &self.entry.plugin {
                     // A plugin's headers go to its configured origin only (Agent Plugins
                     // §7.2.1): a redirect elsewhere is refused, not followed.
@@ -590,11 +625,41 @@ impl ConnectionTask {
                     ),
                     None => StreamableHttpClientTransport::from_config(config),
                 };
-                let transport = ProbeDeadline::new(transport, probe_timeout, watch.clone());
+                let transport =
+                    ProbeDeadline::new(transport, probe_timeout, watch.clone()).holding_fallback();
                 client.serve_with_lifecycle(transport, mode).await
             }
         };
         Ok(session)
+    }
+
+    /// Where this server is, as a failure's sentence names it.
+    fn place(&self) -> Place<'_> {
+        match &self.entry.transport {
+            TransportConfig::Stdio { .. } => Place::Stdio,
+            TransportConfig::Http { url, .. } => Place::Http(url),
+        }
+    }
+
+    /// A failed handshake as the connect error that explains it.
+    fn handshake_error(&self, error: &ClientInitializeError, watch: &ProbeWatch) -> ConnectError {
+        if let Some(version) = watch.unknown_revision() {
+            return ConnectError::Initialize {
+                detail: failure::unknown_revision(&version, self.place()),
+                closed: false,
+                refused: None,
+            };
+        }
+        let failed_send = watch.take_failed_send();
+        let failed_send = failed_send
+            .as_deref()
+            .map(|error| error as &(dyn std::error::Error + 'static));
+        let failure = failure::handshake(error, self.place(), failed_send);
+        ConnectError::Initialize {
+            detail: failure.sentence,
+            closed: failure.closed,
+            refused: failure.refused,
+        }
     }
 
     /// The sanitized message for a failed attempt (`None` when cancelled).
@@ -606,7 +671,10 @@ impl ConnectionTask {
         let message = match error {
             ConnectError::Cancelled => return None,
             ConnectError::Timeout => {
-                let mut message = format!("no response within {}", human_duration(self.timeout));
+                let mut message = format!(
+                    "no response within {} (a server that needs longer to start needs a longer connect timeout)",
+                    human_duration(self.timeout)
+                );
                 // The usual cause of a silent stdio server: it logs to stdout.
                 match process.as_ref().map_or(0, ServerProcess::not_json_lines) {
                     0 => {}
@@ -621,10 +689,7 @@ impl ConnectionTask {
                 format!("command not found: {command} (is it installed and on the agent's PATH?)")
             }
             ConnectError::Spawn(message) => message,
-            ConnectError::Unauthorized(detail) => {
-                format!("unauthorized; check the headers ({detail})")
-            }
-            ConnectError::Initialize { detail, closed }
+            ConnectError::Initialize { detail, closed, .. }
             | ConnectError::List(ListFailure {
                 message: detail,
                 closed,
@@ -683,63 +748,6 @@ fn same_origin_client(url: &str) -> Result<reqwest::Client, String> {
         .redirect(policy)
         .build()
         .map_err(|error| format!("cannot set up the HTTP client: {error}"))
-}
-
-/// After a refused `server/discover`, the `initialize` fallback's failure is the one that
-/// explains: the probe's "method not found" is what a legacy server is expected to say.
-fn fallback_error(error: ClientInitializeError) -> ClientInitializeError {
-    match error {
-        ClientInitializeError::LegacyFallbackFailed { fallback, .. } => *fallback,
-        other => other,
-    }
-}
-
-/// A failed handshake as the connect error that explains it.
-fn handshake_error(transport: &TransportConfig, error: ClientInitializeError) -> ConnectError {
-    match transport {
-        TransportConfig::Stdio { .. } => classify_stdio_error(error),
-        TransportConfig::Http { .. } => classify_http_error(error),
-    }
-}
-
-fn classify_stdio_error(error: ClientInitializeError) -> ConnectError {
-    let error = fallback_error(error);
-    let closed = matches!(
-        error,
-        ClientInitializeError::ConnectionClosed(_) | ClientInitializeError::TransportError { .. }
-    );
-    let detail = match &error {
-        // rmcp's wording ("conflict initialized response id") hides the point.
-        ClientInitializeError::ConflictInitResponseId(expected, got) => format!(
-            "initialize failed: the server answered with id {got}, not the request's id {expected}"
-        ),
-        _ => format!("initialize failed: {error}"),
-    };
-    ConnectError::Initialize { detail, closed }
-}
-
-fn classify_http_error(error: ClientInitializeError) -> ConnectError {
-    let error = fallback_error(error);
-    let text = error.to_string();
-    let mut chain = text.clone();
-    let mut source = std::error::Error::source(&error);
-    while let Some(inner) = source {
-        chain.push_str(&format!(": {inner}"));
-        source = inner.source();
-    }
-    let lower = chain.to_ascii_lowercase();
-    let unauthorized = error.is_authorization_required()
-        || ["401", "403", "unauthorized", "forbidden", "auth required"]
-            .iter()
-            .any(|needle| lower.contains(needle));
-    if unauthorized {
-        ConnectError::Unauthorized(chain)
-    } else {
-        ConnectError::Initialize {
-            detail: format!("initialize failed: {chain}"),
-            closed: false,
-        }
-    }
 }
 
 async fn exit_of(process: &mut Option<ServerProcess>) -> std::io::Result<std::process::ExitStatus> {
@@ -965,7 +973,7 @@ fn tool_info(tool: rmcp::model::Tool) -> McpTool {
 /// Lists all tools, following cursors with a guard against servers that page forever. Tools
 /// that cannot be offered (see [`tool_problem`]) are left out with a warning; the rest are
 /// ordered by name.
-async fn list_tools(peer: &Peer<RoleClient>) -> Result<Listing, ListFailure> {
+async fn list_tools(peer: &Peer<RoleClient>, place: Place<'_>) -> Result<Listing, ListFailure> {
     let guard = |message: String| ListFailure {
         message,
         closed: false,
@@ -986,7 +994,7 @@ async fn list_tools(peer: &Peer<RoleClient>) -> Result<Listing, ListFailure> {
                 error,
                 rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
             ),
-            message: format!("tools/list failed: {error}"),
+            message: failure::request(&error, "tools/list", place).0,
         })?;
         for tool in page.tools {
             if let Some(problem) = tool_problem(&tool, &names) {

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     config::{ConfigFile, LoadedConfig, ServerEntry, load_config, quote_name},
     connection::{ConnectionTask, EventKind, ServerEvent},
+    failure::AccessRefused,
     lifecycle::{DEFAULT_DISCOVER_PROBE_TIMEOUT, McpLifecycle},
     process::ProcessGroups,
     progress::Progress,
@@ -248,6 +249,7 @@ impl From<crate::watch::FilesChanged> for Command {
 pub struct Engine {
     commands: mpsc::UnboundedSender<Command>,
     report: watch::Receiver<Arc<Report>>,
+    refused: watch::Receiver<Arc<BTreeMap<String, AccessRefused>>>,
     progress: watch::Receiver<Progress>,
     groups: Arc<ProcessGroups>,
     calls: Arc<CallTargets>,
@@ -265,6 +267,7 @@ impl Engine {
         }
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (report_tx, report) = watch::channel(Arc::new(Report::default()));
+        let (refused_tx, refused) = watch::channel(Arc::default());
         let (progress_tx, progress) = watch::channel(Progress::default());
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let groups = Arc::new(ProcessGroups::default());
@@ -314,6 +317,7 @@ impl Engine {
             events_rx,
             commands_rx,
             report_tx,
+            refused_tx,
             progress_tx,
             groups: groups.clone(),
             calls: calls.clone(),
@@ -326,6 +330,7 @@ impl Engine {
         Engine {
             commands,
             report,
+            refused,
             progress,
             groups,
             calls,
@@ -343,6 +348,12 @@ impl Engine {
     /// The current report. Never blocks on I/O.
     pub fn report(&self) -> Arc<Report> {
         self.report.borrow().clone()
+    }
+
+    /// The HTTP servers whose last connect was refused for want of credentials (HTTP 401 or
+    /// 403), by name: what a sign-in has to answer. Their errors say the same in words.
+    pub fn refused_access(&self) -> Arc<BTreeMap<String, AccessRefused>> {
+        self.refused.borrow().clone()
     }
 
     /// A receiver that is notified on every change of the report (and never without one).
@@ -438,6 +449,8 @@ struct Slot {
     live: Option<Live>,
     attempt: Option<(ServerEntry, TaskHandle)>,
     failed: Option<(ServerEntry, String)>,
+    /// The last connect failed because the server refused the agent's credentials.
+    refused: Option<AccessRefused>,
     failures: u32,
     retry_due: Option<Instant>,
 }
@@ -544,6 +557,7 @@ struct Actor {
     events_rx: mpsc::UnboundedReceiver<ServerEvent>,
     commands_rx: mpsc::UnboundedReceiver<Command>,
     report_tx: watch::Sender<Arc<Report>>,
+    refused_tx: watch::Sender<Arc<BTreeMap<String, AccessRefused>>>,
     progress_tx: watch::Sender<Progress>,
     groups: Arc<ProcessGroups>,
     /// Which connection of each server tool calls go to.
@@ -861,6 +875,7 @@ impl Actor {
                     connected_at: Instant::now(),
                 });
                 slot.failed = None;
+                slot.refused = None;
                 slot.retry_due = None;
                 if let Some(old) = replaced {
                     let join = self.cancel(old.task);
@@ -868,8 +883,9 @@ impl Actor {
                 }
                 self.attempt_finished(event.id);
             }
-            EventKind::ConnectFailed { error } if is_attempt => {
+            EventKind::ConnectFailed { error, refused } if is_attempt => {
                 let (entry, task) = slot.attempt.take().expect("is_attempt");
+                slot.refused = refused;
                 self.task_names.remove(&task.id);
                 if let Some(live) = &mut slot.live {
                     // Keep what works; the live entry keeps its old config, so the next
@@ -1007,6 +1023,19 @@ impl Actor {
                 return false;
             }
             *current = Arc::new(report);
+            true
+        });
+        let refused: BTreeMap<String, AccessRefused> = self
+            .slots
+            .iter()
+            .filter(|(_, slot)| slot.live.is_none())
+            .filter_map(|(name, slot)| Some((name.clone(), slot.refused.clone()?)))
+            .collect();
+        self.refused_tx.send_if_modified(|current| {
+            if **current == refused {
+                return false;
+            }
+            *current = Arc::new(refused);
             true
         });
         if let Some(run) = &self.reload {

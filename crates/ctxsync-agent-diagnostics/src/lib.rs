@@ -8,7 +8,10 @@
 //! servers it declared before), retries failed servers, and produces one
 //! immutable `ctxsync_mcp_model::Report` (phase, per-server and per-file outcomes, servers
 //! still connecting) that readers get without blocking, plus live reload [`Progress`].
-//! Every diagnostic leaving it is sanitized and bounded ([`sanitize_diagnostic`]). Files a
+//! Every diagnostic leaving it is sanitized and bounded ([`sanitize_diagnostic`]), and says
+//! in words what failed, where and what to try (rmcp's errors are never shown as they are;
+//! an HTTP server's 401 or 403 is also kept as [`AccessRefused`], see
+//! [`Engine::refused_access`]). Files a
 //! workspace names are opened with [`open_regular_file`] (regular files only, symlinks kept
 //! inside the workspace, reads bounded), which the agent's context resolver shares. Agent
 //! Plugins packages ([`discover_plugins`]) add their `mcp.json` servers as
@@ -54,6 +57,7 @@
 mod config;
 mod connection;
 mod engine;
+mod failure;
 mod lifecycle;
 mod line_limit;
 mod plugin;
@@ -78,6 +82,7 @@ pub use engine::{
     DEFAULT_RETRY_MAX, DEFAULT_WATCH_DEBOUNCE, Engine, EngineConfig, EngineError, RetryPolicy,
     default_plugin_data_dir,
 };
+pub use failure::AccessRefused;
 pub use lifecycle::{DEFAULT_DISCOVER_PROBE_TIMEOUT, McpLifecycle};
 pub use plugin::{
     MAX_PLUGINS, PLUGIN_MANIFEST, PLUGIN_MCP_CONFIG, PLUGIN_SKILLS_DIR, PLUGINS_DIR, Plugin,

@@ -166,10 +166,11 @@ fn service_error(error: &ServiceError, secrets: &SecretSet) -> CallEnd {
             0,
             "the MCP server's answer to tools/call is not a tool result",
         ),
-        other => CallEnd::error(
-            0,
-            sanitize_diagnostic(&format!("the call failed: {other}"), secrets),
-        ),
+        other => {
+            let (words, _) =
+                crate::failure::request(other, "tools/call", crate::failure::Place::Stdio);
+            CallEnd::error(0, sanitize_diagnostic(&words, secrets))
+        }
     }
 }
 

@@ -29,6 +29,9 @@ pub enum FixtureLifecycle {
     /// Like `legacy`, but a stdio process ignores `server/discover` without an answer, as
     /// servers that drop unknown methods do.
     Silent,
+    /// Like `legacy`, but `server/discover` gets an empty result (`{}`), as servers that
+    /// answer every method they do not know that way do.
+    Lenient,
 }
 
 /// What a `--malformed-stdout` server writes instead of its answer to `initialize`.
@@ -105,6 +108,10 @@ pub struct FixtureConfig {
     /// HTTP mode: answer 401 unless the request carries this header (NAME:VALUE).
     #[arg(long, value_name = "NAME:VALUE", value_parser = parse_header)]
     require_header: Option<(String, String)>,
+    /// HTTP mode: answer every request with this status (401 or 403) and a
+    /// `WWW-Authenticate: Bearer` challenge, as a server that wants a sign-in does.
+    #[arg(long, value_name = "STATUS", value_parser = clap::value_parser!(u16).range(401..=403))]
+    deny_status: Option<u16>,
     /// Number of generated tools (`tool_0`, `tool_1`, ...), after any `--tool-json` tools.
     #[arg(long, default_value_t = 2)]
     tools: usize,
@@ -137,6 +144,10 @@ pub struct FixtureConfig {
     /// Answer `initialize` with a JSON-RPC error carrying this message.
     #[arg(long, value_name = "MESSAGE")]
     fail_initialize: Option<String>,
+    /// Serve this protocol revision only (any `YYYY-MM-DD`, known or not): `initialize` is
+    /// answered with it whatever the client asked for.
+    #[arg(long, value_name = "VERSION")]
+    protocol_version: Option<String>,
     /// Modern lifecycle: serve 2026-07-28 only, and refuse `initialize` at once with
     /// "unsupported protocol version" (-32022), as servers on the Python SDK 2.x do.
     #[arg(long)]
@@ -200,6 +211,23 @@ pub struct FixtureConfig {
     /// Write the process id to this file at start (process mode only).
     #[arg(long, value_name = "PATH")]
     pid_file: Option<PathBuf>,
+    /// Append one line (the process id) to this file at every start (process mode only), so
+    /// a test can count how often a server was started.
+    #[arg(long, value_name = "PATH")]
+    start_log: Option<PathBuf>,
+    /// Wait this long after starting before reading any request (process mode only), as a
+    /// server that loads a lot first does.
+    #[arg(long, default_value_t = 0)]
+    start_delay_ms: u64,
+    /// HTTP mode: answer the first `tools/list` with an event stream that only primes (an
+    /// event id and `retry: 300`) and closes, and its answer to the `GET` that resumes it
+    /// with that `Last-Event-ID` (SEP-1699), as a server behind a proxy that cuts streams.
+    #[arg(long)]
+    close_stream_once: bool,
+    /// HTTP mode: answer the first request that names a session with 404, once per
+    /// server, as a server that restarted and lost its sessions does; later requests pass.
+    #[arg(long)]
+    forget_session_once: bool,
     /// stdio process mode: drop every `subscriptions/listen` request unanswered, so the
     /// client's listen is never acknowledged.
     #[arg(long)]
@@ -360,7 +388,32 @@ impl FixtureConfig {
         if let Some(path) = &self.call_log {
             flag("call-log", Some(path.display().to_string()));
         }
+        self.start_and_protocol_args(&mut flag);
         args
+    }
+
+    /// The flags of how the server starts and which protocol it speaks (see [`to_args`]).
+    ///
+    /// [`to_args`]: FixtureConfig::to_args
+    fn start_and_protocol_args(&self, flag: &mut impl FnMut(&str, Option<String>)) {
+        if let Some(status) = self.deny_status {
+            flag("deny-status", Some(status.to_string()));
+        }
+        if let Some(version) = &self.protocol_version {
+            flag("protocol-version", Some(version.clone()));
+        }
+        if let Some(path) = &self.start_log {
+            flag("start-log", Some(path.display().to_string()));
+        }
+        if self.start_delay_ms > 0 {
+            flag("start-delay-ms", Some(self.start_delay_ms.to_string()));
+        }
+        if self.forget_session_once {
+            flag("forget-session-once", None);
+        }
+        if self.close_stream_once {
+            flag("close-stream-once", None);
+        }
     }
 
     /// Serve streamable HTTP instead of stdio.
@@ -391,6 +444,11 @@ impl FixtureConfig {
     /// HTTP mode: answer 401 without this header.
     pub fn require_header(mut self, name: &str, value: &str) -> Self {
         self.require_header = Some((name.to_ascii_lowercase(), value.to_owned()));
+        self
+    }
+    /// HTTP mode: answer every request with `status` and a challenge.
+    pub fn deny_status(mut self, status: u16) -> Self {
+        self.deny_status = Some(status);
         self
     }
     /// Number of generated tools (0 allowed).
@@ -431,6 +489,11 @@ impl FixtureConfig {
     /// Answer `initialize` with an error carrying `message`.
     pub fn fail_initialize(mut self, message: impl Into<String>) -> Self {
         self.fail_initialize = Some(message.into());
+        self
+    }
+    /// Serve only this protocol revision, known or not.
+    pub fn protocol_version(mut self, version: impl Into<String>) -> Self {
+        self.protocol_version = Some(version.into());
         self
     }
     /// Serve 2026-07-28 only and refuse `initialize` (with [`FixtureLifecycle::Modern`]).
@@ -522,6 +585,26 @@ impl FixtureConfig {
         self.pid_file = Some(path.into());
         self
     }
+    /// Append this process's id to `path` at every start.
+    pub fn start_log(mut self, path: impl Into<PathBuf>) -> Self {
+        self.start_log = Some(path.into());
+        self
+    }
+    /// Wait `delay` after starting before reading any request.
+    pub fn start_delay(mut self, delay: Duration) -> Self {
+        self.start_delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+    /// HTTP mode: close the first `tools/list` stream once (see `--close-stream-once`).
+    pub fn close_stream_once(mut self) -> Self {
+        self.close_stream_once = true;
+        self
+    }
+    /// HTTP mode: lose the sessions once (see `--forget-session-once`).
+    pub fn forget_session_once(mut self) -> Self {
+        self.forget_session_once = true;
+        self
+    }
     /// stdio process mode: never acknowledge `subscriptions/listen` (the request is
     /// dropped unanswered).
     pub fn ignore_listen(mut self) -> Self {
@@ -562,6 +645,9 @@ impl FixtureConfig {
     pub(crate) fn required_header(&self) -> Option<&(String, String)> {
         self.require_header.as_ref()
     }
+    pub(crate) fn deny_status_value(&self) -> Option<u16> {
+        self.deny_status
+    }
     pub(crate) fn nonce_value(&self) -> Option<&str> {
         self.nonce.as_deref()
     }
@@ -579,6 +665,9 @@ impl FixtureConfig {
     }
     pub(crate) fn initialize_failure(&self) -> Option<&str> {
         self.fail_initialize.as_deref()
+    }
+    pub(crate) fn protocol_version_value(&self) -> Option<&str> {
+        self.protocol_version.as_deref()
     }
     pub(crate) fn is_modern_only(&self) -> bool {
         self.modern_only
@@ -629,6 +718,18 @@ impl FixtureConfig {
     }
     pub(crate) fn pid_file_path(&self) -> Option<&PathBuf> {
         self.pid_file.as_ref()
+    }
+    pub(crate) fn start_log_path(&self) -> Option<&PathBuf> {
+        self.start_log.as_ref()
+    }
+    pub(crate) fn start_delay_value(&self) -> Duration {
+        Duration::from_millis(self.start_delay_ms)
+    }
+    pub(crate) fn closes_stream_once(&self) -> bool {
+        self.close_stream_once
+    }
+    pub(crate) fn forgets_session_once(&self) -> bool {
+        self.forget_session_once
     }
     pub(crate) fn ignores_listen(&self) -> bool {
         self.ignore_listen
@@ -718,6 +819,10 @@ mod tests {
                 .change_tools_after(Duration::from_millis(5), 4)
                 .fail_relist()
                 .pid_file("/tmp/pid")
+                .start_log("/tmp/starts")
+                .start_delay(Duration::from_millis(40))
+                .forget_session_once()
+                .close_stream_once()
                 .call_tools()
                 .call_log("/tmp/calls.jsonl"),
         );
@@ -733,6 +838,8 @@ mod tests {
                 .ignore_listen(),
         );
         check(FixtureConfig::new().http().discover_http_status(405));
+        check(FixtureConfig::new().http().deny_status(403));
+        check(FixtureConfig::new().protocol_version("2099-01-01"));
         for lifecycle in FixtureLifecycle::value_variants() {
             check(FixtureConfig::new().lifecycle(*lifecycle));
         }

@@ -8,8 +8,11 @@
 //! exits with a chosen code, paged or never-ending `tools/list`, oversized tool
 //! lists, secrets and floods on stderr, malformed or endless stdout instead of an answer,
 //! floods of unsolicited notifications, `tools/list_changed`, a `subscriptions/listen`
-//! never acknowledged, a `server/discover` refused with a bare HTTP 4xx, a per-instance
-//! nonce and an optional required HTTP header. With `--call-tools` it also offers tools for
+//! never acknowledged, a `server/discover` refused with a bare HTTP 4xx or answered with
+//! `{}` (the `lenient` lifecycle), a per-instance nonce, an optional required HTTP header,
+//! every HTTP request denied with a 401 or 403 challenge, a session lost once (404), an
+//! event stream cut once before its answer and resumed by `Last-Event-ID`, one
+//! protocol revision of its choice, and a slow start with a line per start in a log. With `--call-tools` it also offers tools for
 //! tool-call routing (`sleep` that honours or ignores cancellation, `sized_result`, `image`,
 //! `fail`, `progress`, `sample`, `env`, `count`), and `--call-log PATH` appends one JSON line
 //! per call event (`started`, `cancelled`, `finished`) so tests see what reached the server.

@@ -19,6 +19,12 @@ pub async fn run_process(config: FixtureConfig) -> ExitCode {
         std::process::id(),
         server.nonce()
     );
+    if let Some(path) = config.start_log_path()
+        && let Err(error) = append_start(path)
+    {
+        eprintln!("ctxsync-mcp-fixture: cannot write the start log: {error}");
+        return ExitCode::FAILURE;
+    }
     if let Some(path) = config.pid_file_path()
         && let Err(error) = std::fs::write(path, std::process::id().to_string())
     {
@@ -46,6 +52,8 @@ pub async fn run_process(config: FixtureConfig) -> ExitCode {
             .unwrap_or(ExitCode::FAILURE);
     }
 
+    // Nothing is read meanwhile: requests wait in the pipe, as with a server that loads.
+    tokio::time::sleep(config.start_delay_value()).await;
     match config.transport() {
         FixtureTransport::Stdio => match serve_stdio(server, &config).await {
             Ok(running) => {
@@ -91,6 +99,7 @@ async fn serve_stdio(
     let dropped = Dropped {
         discover: config.lifecycle_value() == FixtureLifecycle::Silent,
         listen: config.ignores_listen(),
+        empty_discover: config.lifecycle_value() == FixtureLifecycle::Lenient,
     };
     if dropped == Dropped::default() {
         server.serve(transport).await
@@ -98,6 +107,14 @@ async fn serve_stdio(
         let inner = transport;
         server.serve(DropRequests { inner, dropped }).await
     }
+}
+
+fn append_start(path: &std::path::Path) -> std::io::Result<()> {
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    writeln!(log, "{}", std::process::id())
 }
 
 fn flood_stderr(bytes: usize) {

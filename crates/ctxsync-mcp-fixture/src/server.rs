@@ -246,6 +246,11 @@ impl ServerHandler for FixtureServer {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        if let Some(version) = self.shared.config.protocol_version_value() {
+            // The SDK answers `initialize` with the newest supported version it can.
+            let version = serde_json::Value::String(version.to_owned());
+            return Cow::Owned(serde_json::from_value(version).into_iter().collect());
+        }
         if self.shared.config.is_modern_only() {
             Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
         } else {
@@ -265,8 +270,9 @@ impl ServerHandler for FixtureServer {
                     self.get_info(),
                 ))
             }
-            // What a server from before 2026-07-28 answers to a method it does not know.
-            FixtureLifecycle::Legacy => Err(ErrorData::new(
+            // What a server from before 2026-07-28 answers to a method it does not know (a
+            // lenient server's transport answers `{}` before this is reached).
+            FixtureLifecycle::Legacy | FixtureLifecycle::Lenient => Err(ErrorData::new(
                 ErrorCode::METHOD_NOT_FOUND,
                 "Method not found: server/discover",
                 None,

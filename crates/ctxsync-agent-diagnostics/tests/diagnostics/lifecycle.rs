@@ -417,3 +417,101 @@ async fn closing_is_prompt_while_listen_is_unacknowledged() {
     let close = started.elapsed();
     assert!(close < PROMPT_CLOSE, "closing took {close:?}");
 }
+
+/// How many times the fixture behind `log` was started (its `--start-log` lines).
+fn starts(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// A 2026-07-28-only server that takes far longer to start than the probe timeout (it
+/// reads nothing meanwhile) is connected with `server/discover` in one start: the probe's
+/// clock runs from when the server reads it, so no `initialize` is sent to it.
+#[tokio::test]
+async fn a_modern_server_slow_to_start_is_started_once() {
+    let ws = Workspace::new();
+    let log = ws.file("starts.log");
+    let slow = fixture(FixtureLifecycle::Modern)
+        .modern_only()
+        .start_delay(Duration::from_secs(5))
+        .start_log(&log);
+    ws.write_servers(json!({"slow": fixture_entry(&slow)}));
+    let mut config = ws.engine_config();
+    config.discover_probe_timeout = ctxsync_agent_diagnostics::DEFAULT_DISCOVER_PROBE_TIMEOUT;
+    // Room for the 5 s start on a loaded machine, not for a second one after a fallback.
+    config.connect_timeout = Duration::from_secs(9);
+    let started = std::time::Instant::now();
+    let engine = Engine::start(config);
+    let report = complete(&engine).await;
+    let connect = started.elapsed();
+    engine.close().await;
+    let slow = details(&report, "slow");
+    assert_eq!(slow.protocol_version, MODERN, "{slow:#?}");
+    assert_eq!(starts(&log), 1, "started more than once");
+    eprintln!("a server that takes 5 s to start connected in {connect:?}");
+}
+
+/// A server that answers `server/discover` (a method it does not know) with an empty
+/// result is connected through `initialize` on the same connection, over stdio and HTTP.
+#[tokio::test]
+async fn a_lenient_server_is_connected_through_initialize() {
+    let lenient = serve_http(fixture(FixtureLifecycle::Lenient).http())
+        .await
+        .expect("serve");
+    let ws = Workspace::new();
+    let log = ws.file("starts.log");
+    let stdio = fixture(FixtureLifecycle::Lenient).start_log(&log);
+    let report = discover(
+        &ws,
+        json!({
+            "stdio": fixture_entry(&stdio),
+            "http": {"type": "http", "url": lenient.url()},
+        }),
+        |_| {},
+    )
+    .await;
+    for name in ["stdio", "http"] {
+        let details = details(&report, name);
+        assert_eq!(details.protocol_version, LEGACY, "{name}: {details:#?}");
+        assert_eq!(details.description.as_deref(), Some("nonce n-42"));
+    }
+    assert_eq!(starts(&log), 1);
+    lenient.shutdown().await;
+}
+
+/// A modern server that also serves `initialize`, slower to answer the probe than its
+/// timeout, keeps the one process: the late discover result starts the session.
+#[tokio::test]
+async fn a_slow_modern_server_with_initialize_too_keeps_its_process() {
+    let ws = Workspace::new();
+    let log = ws.file("starts.log");
+    let slow = fixture(FixtureLifecycle::Modern)
+        .init_delay(Duration::from_millis(600))
+        .start_log(&log);
+    let report = discover(&ws, json!({"slow": fixture_entry(&slow)}), |config| {
+        config.discover_probe_timeout = HASTY_PROBE
+    })
+    .await;
+    assert_eq!(details(&report, "slow").protocol_version, MODERN);
+    assert_eq!(starts(&log), 1);
+}
+
+/// A 2026-07-28-only server that reads the probe at once but answers it after the probe
+/// timeout is not sent `initialize` (which it would refuse, ending its session): the
+/// `ping` it leaves unanswered while busy shows it is not ignoring the probe, so it is
+/// started once.
+#[tokio::test]
+async fn a_modern_server_slow_to_answer_the_probe_is_started_once() {
+    let ws = Workspace::new();
+    let log = ws.file("starts.log");
+    let report = discover(
+        &ws,
+        json!({"slow": fixture_entry(&slow_modern_only().start_log(&log))}),
+        |config| config.discover_probe_timeout = HASTY_PROBE,
+    )
+    .await;
+    assert_eq!(details(&report, "slow").protocol_version, MODERN);
+    assert_eq!(starts(&log), 1);
+}

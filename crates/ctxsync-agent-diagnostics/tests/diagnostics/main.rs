@@ -10,3 +10,4 @@ mod loose_ends;
 mod plugins;
 mod third_party;
 mod tool_calls;
+mod transport;
