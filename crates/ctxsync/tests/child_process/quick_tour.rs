@@ -9,6 +9,8 @@
 //!   appended, the agent API address the README names (`127.0.0.1:4770`) becomes the one
 //!   the server printed, and each chat command (`chats`, `turn`, `call`, `context`, `link`,
 //!   `calls`) gets `--server` with the chat API's printed address appended;
+//! - after starting the agent it waits until `ctxsync agents list` shows it started, as
+//!   a person reading the next block would have;
 //! - the capitalised words the README says come from earlier output: `TOKEN` and
 //!   `AGENT_ID` from `ctxsync agents create`, `CHAT_ID` from `ctxsync chats create`.
 //!
@@ -98,6 +100,13 @@ fn subcommand(line: &str) -> Option<(&str, Option<&str>)> {
     (words.next() == Some("ctxsync")).then(|| (words.next().unwrap_or(""), words.next()))
 }
 
+/// `line` with `exec` before its command (after any `NAME=value` words), so the shell
+/// becomes the process and stopping it stops the command.
+fn exec(line: &str) -> String {
+    let at = line.find("ctxsync ").expect("a ctxsync command");
+    format!("{}exec {}", &line[..at], &line[at..])
+}
+
 /// A shell for one line: the built binary first on `PATH`, `HOME` the test's own, and
 /// none of the variables that would point it elsewhere.
 fn shell(home: &Path, line: &str) -> Command {
@@ -161,7 +170,7 @@ struct Server {
 
 async fn start_server(home: &Path, line: &str, logs: &Logs) -> Server {
     // `exec`: the server is the shell's process, so stopping it stops the server.
-    let mut child = shell(home, &format!("exec {line}"))
+    let mut child = shell(home, &exec(line))
         .stdout(Stdio::piped())
         .stderr(logs.file("server"))
         .spawn()
@@ -246,12 +255,30 @@ async fn the_readme_quick_tour_runs_command_by_command() {
                 let agent_url = &server.as_ref().expect("the server runs first").agent_url;
                 let line = line.replace("http://127.0.0.1:4770", agent_url);
                 assert_ne!(line, *raw, "the agent line names the agent API's address");
-                let child = shell(&home, &format!("exec {line}"))
+                let child = shell(&home, &exec(&line))
                     .stdout(Stdio::null())
                     .stderr(logs.file("agent"))
                     .spawn()
                     .expect("starting the agent");
                 agent = Some(child);
+                // A person reads the next block before typing it; the test instead waits
+                // until the agent has started (a first turn waits for an agent that is
+                // running, not for one still starting: the server's --snapshot-grace-ms).
+                poll("the agent's first start, as `ctxsync agents list` shows it")
+                    .within(WAIT)
+                    .until_true(|| {
+                        let list = shell(&home, "ctxsync agents list --json").output();
+                        async move {
+                            let out = list.await.expect("running agents list");
+                            serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                                .ok()
+                                .and_then(|agents| agents.as_array().cloned())
+                                .is_some_and(|agents| {
+                                    agents.iter().any(|agent| !agent["started_at"].is_null())
+                                })
+                        }
+                    })
+                    .await;
                 ran.push(line);
                 continue;
             }
@@ -423,11 +450,11 @@ async fn wrong_ports_tokens_and_data_dirs_are_named() {
     let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut agent = shell(
         &home,
-        &format!(
-            "exec ctxsync agent --no-mcp --server {} --workspace {}",
+        &exec(&format!(
+            "ctxsync agent --no-mcp --server {} --workspace {}",
             server.http_url,
             workspace.display()
-        ),
+        )),
     )
     .env("CTXSYNC_AGENT_TOKEN", created["token"].as_str().unwrap())
     .stdout(Stdio::null())
@@ -467,8 +494,8 @@ async fn wrong_ports_tokens_and_data_dirs_are_named() {
 #[test]
 fn comments_and_placeholders_are_handled_as_documented() {
     assert_eq!(
-        without_comment(r#"echo '{"a": "#x"}' > f   # writes f"#),
-        r#"echo '{"a": "#x"}' > f"#
+        without_comment(r##"echo '{"a": "#x"}' > f   # writes f"##),
+        r##"echo '{"a": "#x"}' > f"##
     );
     assert_eq!(
         substitute("CTXSYNC_AGENT_TOKEN=TOKEN ctxsync agent", "TOKEN", "t1"),
@@ -479,4 +506,8 @@ fn comments_and_placeholders_are_handled_as_documented() {
         Some(("agent", Some("--server")))
     );
     assert_eq!(subcommand("mkdir -p ~/project"), None);
+    assert_eq!(
+        exec("CTXSYNC_AGENT_TOKEN=t ctxsync agent"),
+        "CTXSYNC_AGENT_TOKEN=t exec ctxsync agent"
+    );
 }
