@@ -143,8 +143,9 @@ async fn send_from(
                      `ctxsync server`'s output (127.0.0.1:4780 by default)"
                 );
             }
-            return Err(anyhow::Error::new(e)
-                .context(format!("cannot reach the ctxsync server at {base}")));
+            return Err(
+                anyhow::Error::new(e).context(format!("cannot reach the ctxsync server at {base}"))
+            );
         }
     };
     let status = response.status();

@@ -29,11 +29,13 @@ pub struct CreateChatArgs {
 
 /// `ctxsync turn`'s flags.
 #[derive(Debug, Args)]
-#[command(after_long_help = "A default turn waits, briefly and event-driven, until the \
+#[command(
+    after_long_help = "A default turn waits, briefly and event-driven, until the \
     bound agent's process has finished discovering its MCP servers (the server's \
     --discovery-budget-ms at most), then prints the tools the model would be given, each \
     with the name `ctxsync call` takes. The turn is stored: `ctxsync call --turn ID` calls \
-    its tools.")]
+    its tools."
+)]
 pub struct TurnArgs {
     /// The chat to prepare a turn of.
     #[arg(long, value_name = "CHAT_ID")]
@@ -60,10 +62,12 @@ pub enum TurnMode {
 
 /// `ctxsync link`'s flags.
 #[derive(Debug, Args)]
-#[command(after_long_help = "The link opens the chat's context page in a browser once \
+#[command(
+    after_long_help = "The link opens the chat's context page in a browser once \
     (it shows a button that starts a browser session for this chat alone) and expires \
     after 15 minutes. It is a full URL under the server's --public-url, or its own address \
-    when it listens on loopback; otherwise under this command's --server.")]
+    when it listens on loopback; otherwise under this command's --server."
+)]
 pub struct LinkArgs {
     /// The chat whose page to open.
     #[arg(long, value_name = "CHAT_ID")]
@@ -89,7 +93,9 @@ pub async fn create(args: CreateChatArgs) -> Result<()> {
     if args.json {
         return print_json(&chat);
     }
-    let id = chat["id"].as_str().context("the server answered no chat id")?;
+    let id = chat["id"]
+        .as_str()
+        .context("the server answered no chat id")?;
     println!("chat id: {}", for_terminal(id));
     println!(
         "Next: `ctxsync turn --chat {}` prepares its first turn.",
@@ -131,7 +137,9 @@ pub async fn link(args: LinkArgs) -> Result<()> {
     // A server that does not know where browsers reach it answers the path only: the
     // address this command reached it at is the best guess left.
     if answer["link"].as_str().is_none() {
-        let path = answer["url"].as_str().context("the server answered no link")?;
+        let path = answer["url"]
+            .as_str()
+            .context("the server answered no link")?;
         answer["link"] = json!(format!("{}{path}", args.api.base()));
     }
     if args.json {
@@ -187,7 +195,10 @@ fn turn_text(turn: &Value) -> String {
     if let Some(error) = turn["inventory_error"].as_str() {
         out.push_str(&format!("tools unavailable: {error}\n"));
     }
-    let tools = turn["tools"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let tools = turn["tools"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     out.push_str(&format!("tools ({}):\n", tools.len()));
     for tool in tools {
         let name = tool["name"].as_str().unwrap_or("?");
@@ -226,8 +237,14 @@ mod tests {
             "mcp_discovery": {"phase": "pending", "stale": true}, "tools": [],
             "note": "Discovery is still running."
         }));
-        assert!(text.starts_with("turn not stored: database unavailable\n"), "{text}");
+        assert!(
+            text.starts_with("turn not stored: database unavailable\n"),
+            "{text}"
+        );
         assert!(text.contains("discovery: pending, stale\n"), "{text}");
-        assert!(text.ends_with("note for the model: Discovery is still running.\n"), "{text}");
+        assert!(
+            text.ends_with("note for the model: Discovery is still running.\n"),
+            "{text}"
+        );
     }
 }

@@ -87,7 +87,10 @@ mod tests {
             ("ftp://ctxsync.example", "is not an http or https URL"),
             ("https://ctxsync.example/?a=1", "has a query or fragment"),
             ("https://ctxsync.example/#top", "has a query or fragment"),
-            ("https://me:pw@ctxsync.example", "must not carry a user name"),
+            (
+                "https://me:pw@ctxsync.example",
+                "must not carry a user name",
+            ),
         ] {
             let error = raw.parse::<PublicUrl>().unwrap_err();
             assert!(error.contains(words), "{raw}: {error}");

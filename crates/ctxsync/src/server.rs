@@ -696,7 +696,9 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     say(&format!("agent API (gRPC): {}", server.agent_url()));
     say(&format!("chat API (HTTP):  {}", server.http_url()));
     if let Some(public) = &server.public_url {
-        say(&format!("web page links:   {public}/chats/… (`ctxsync link --chat ID`)"));
+        say(&format!(
+            "web page links:   {public}/chats/… (`ctxsync link --chat ID`)"
+        ));
     }
     say(&match &server.api_token_source {
         TokenSource::Given => "API token: as given (--api-token / CTXSYNC_API_TOKEN)".to_string(),

@@ -33,7 +33,10 @@ pub async fn answers_grpc(base: &str) -> bool {
             .await
             .ok()
     };
-    matches!(tokio::time::timeout(PROBE_TIMEOUT, probe).await, Ok(Some(_)))
+    matches!(
+        tokio::time::timeout(PROBE_TIMEOUT, probe).await,
+        Ok(Some(_))
+    )
 }
 
 /// Whether `base` answers `GET /healthz` over HTTP/1.1 as the chat API does (its health

@@ -31,11 +31,16 @@ const CHAT_COMMANDS: [&str; 6] = ["chats", "turn", "call", "context", "link", "c
 
 /// The README's quick tour: every line of its `sh` blocks, comments removed.
 fn tour_lines() -> Vec<String> {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-        .expect("reading the README");
-    let start = readme.find("\n## Quick tour\n").expect("a Quick tour section");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("reading the README");
+    let start = readme
+        .find("\n## Quick tour\n")
+        .expect("a Quick tour section");
     let section = &readme[start + 1..];
-    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |end| end + 3)];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
     let mut lines = Vec::new();
     let mut in_sh = false;
     for line in section.lines() {
@@ -311,7 +316,10 @@ async fn the_readme_quick_tour_runs_command_by_command() {
             (Some("discover"), _) => assert!(stdout.contains("docs"), "{stdout}"),
             (Some("turn"), _) => {
                 assert!(stdout.contains("discovery: complete"), "{stdout}");
-                assert!(stdout.contains("  docs__tool_0 — Fixture tool 0"), "{stdout}");
+                assert!(
+                    stdout.contains("  docs__tool_0 — Fixture tool 0"),
+                    "{stdout}"
+                );
             }
             (Some("call"), _) => assert!(
                 stdout.contains(r#"tool_0 called with {"query":"tls"}"#),
@@ -329,7 +337,12 @@ async fn the_readme_quick_tour_runs_command_by_command() {
                 // What a browser sees first: the link's page with its one button.
                 let page = reqwest::get(link).await.unwrap();
                 assert_eq!(page.status(), 200);
-                assert!(page.text().await.unwrap().contains("Open the chat's context"));
+                assert!(
+                    page.text()
+                        .await
+                        .unwrap()
+                        .contains("Open the chat's context")
+                );
             }
             (Some("calls"), _) => assert!(stdout.contains("docs__tool_0"), "{stdout}"),
             (Some("agents"), Some("list")) => assert!(stdout.contains("laptop"), "{stdout}"),
@@ -348,7 +361,10 @@ async fn the_readme_quick_tour_runs_command_by_command() {
     );
     let mut agent = agent.expect("the tour starts an agent");
     let agent_log = logs.read("agent");
-    assert!(!agent_log.contains("looks like the HTTP port"), "{agent_log}");
+    assert!(
+        !agent_log.contains("looks like the HTTP port"),
+        "{agent_log}"
+    );
     stop(&mut agent).await;
     stop(&mut server.child).await;
     // Every step of the tour ran, in order (the README's `sh` lines, as substituted).
@@ -428,7 +444,10 @@ async fn wrong_ports_tokens_and_data_dirs_are_named() {
 
     // `agents create` on a data dir with no database says it makes one.
     let out = finish(
-        &mut shell(&home, &format!("ctxsync agents create stray --data-dir {}", empty.display())),
+        &mut shell(
+            &home,
+            &format!("ctxsync agents create stray --data-dir {}", empty.display()),
+        ),
         "agents create",
     )
     .await;
@@ -443,7 +462,10 @@ async fn wrong_ports_tokens_and_data_dirs_are_named() {
     let workspace = home.join("ws");
     std::fs::create_dir_all(&workspace).unwrap();
     let out = finish(
-        &mut shell(&home, &format!("ctxsync agents create laptop {data_flag} --json")),
+        &mut shell(
+            &home,
+            &format!("ctxsync agents create laptop {data_flag} --json"),
+        ),
         "agents create",
     )
     .await;
@@ -478,7 +500,10 @@ async fn wrong_ports_tokens_and_data_dirs_are_named() {
 
     // A public URL that is not one.
     let out = finish(
-        &mut shell(&home, "ctxsync server --public-url 'https://ctxsync.example/?a=1'"),
+        &mut shell(
+            &home,
+            "ctxsync server --public-url 'https://ctxsync.example/?a=1'",
+        ),
         "server --public-url",
     )
     .await;
