@@ -222,6 +222,63 @@ async fn stop(child: &mut Child) {
     }
 }
 
+/// What each tour command must have printed; records the values later lines use.
+async fn check_output(
+    command: (Option<&str>, Option<&str>),
+    out: &Output,
+    values: &mut Vec<(&'static str, String)>,
+    server: &Server,
+) {
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    match command {
+        (Some("agents"), Some("create")) => {
+            values.push(("AGENT_ID", printed(&stdout, "agent id:").to_owned()));
+            values.push(("TOKEN", printed(&stdout, "token:").to_owned()));
+            // The tour's data dir is the one the server made: no second database.
+            assert!(!stderr.contains("a new one is made"), "{stderr}");
+        }
+        (Some("chats"), Some("create")) => {
+            values.push(("CHAT_ID", printed(&stdout, "chat id:").to_owned()));
+        }
+        (Some("discover"), _) => assert!(stdout.contains("docs"), "{stdout}"),
+        (Some("turn"), _) => {
+            assert!(stdout.contains("discovery: complete"), "{stdout}");
+            assert!(
+                stdout.contains("  docs__tool_0 — Fixture tool 0"),
+                "{stdout}"
+            );
+        }
+        (Some("call"), _) => assert!(
+            stdout.contains(r#"tool_0 called with {"query":"tls"}"#),
+            "{stdout}"
+        ),
+        (Some("context"), _) => assert!(stdout.contains("docs"), "{stdout}"),
+        (Some("link"), _) => {
+            let link = stdout.trim();
+            let chat = &values.iter().find(|(w, _)| *w == "CHAT_ID").unwrap().1;
+            assert!(
+                link.starts_with(&format!("{}/chats/{chat}?token=", server.http_url)),
+                "a full URL under the chat API's address: {link}"
+            );
+            // What a browser sees first: the link's page with its one button.
+            let page = reqwest::get(link).await.unwrap();
+            assert_eq!(page.status(), 200);
+            assert!(
+                page.text()
+                    .await
+                    .unwrap()
+                    .contains("Open the chat's context")
+            );
+        }
+        (Some("calls"), _) => assert!(stdout.contains("docs__tool_0"), "{stdout}"),
+        (Some("agents"), Some("list")) => assert!(stdout.contains("laptop"), "{stdout}"),
+        (Some("agents"), Some("delete")) => {
+            assert!(stdout.contains("deleted agent"), "{stdout}")
+        }
+        _ => {}
+    }
+}
+
 #[tokio::test]
 async fn the_readme_quick_tour_runs_command_by_command() {
     let lines = tour_lines();
@@ -240,7 +297,7 @@ async fn the_readme_quick_tour_runs_command_by_command() {
 
     let mut server: Option<Server> = None;
     let mut agent: Option<Child> = None;
-    let mut values: Vec<(&str, String)> = Vec::new();
+    let mut values: Vec<(&'static str, String)> = Vec::new();
     let mut ran = Vec::new();
     for raw in &lines {
         let mut line = raw.clone();
@@ -302,55 +359,13 @@ async fn the_readme_quick_tour_runs_command_by_command() {
             logs.read("server"),
             logs.read("agent")
         );
-        // What each command must have shown, and the values later lines use.
-        match (command.as_deref(), action.as_deref()) {
-            (Some("agents"), Some("create")) => {
-                values.push(("AGENT_ID", printed(&stdout, "agent id:").to_owned()));
-                values.push(("TOKEN", printed(&stdout, "token:").to_owned()));
-                // The tour's data dir is the one the server made: no second database.
-                assert!(!stderr.contains("a new one is made"), "{stderr}");
-            }
-            (Some("chats"), Some("create")) => {
-                values.push(("CHAT_ID", printed(&stdout, "chat id:").to_owned()));
-            }
-            (Some("discover"), _) => assert!(stdout.contains("docs"), "{stdout}"),
-            (Some("turn"), _) => {
-                assert!(stdout.contains("discovery: complete"), "{stdout}");
-                assert!(
-                    stdout.contains("  docs__tool_0 — Fixture tool 0"),
-                    "{stdout}"
-                );
-            }
-            (Some("call"), _) => assert!(
-                stdout.contains(r#"tool_0 called with {"query":"tls"}"#),
-                "{stdout}"
-            ),
-            (Some("context"), _) => assert!(stdout.contains("docs"), "{stdout}"),
-            (Some("link"), _) => {
-                let link = stdout.trim();
-                let server = server.as_ref().unwrap();
-                let chat = &values.iter().find(|(w, _)| *w == "CHAT_ID").unwrap().1;
-                assert!(
-                    link.starts_with(&format!("{}/chats/{chat}?token=", server.http_url)),
-                    "a full URL under the chat API's address: {link}"
-                );
-                // What a browser sees first: the link's page with its one button.
-                let page = reqwest::get(link).await.unwrap();
-                assert_eq!(page.status(), 200);
-                assert!(
-                    page.text()
-                        .await
-                        .unwrap()
-                        .contains("Open the chat's context")
-                );
-            }
-            (Some("calls"), _) => assert!(stdout.contains("docs__tool_0"), "{stdout}"),
-            (Some("agents"), Some("list")) => assert!(stdout.contains("laptop"), "{stdout}"),
-            (Some("agents"), Some("delete")) => {
-                assert!(stdout.contains("deleted agent"), "{stdout}")
-            }
-            _ => {}
-        }
+        check_output(
+            (command.as_deref(), action.as_deref()),
+            &out,
+            &mut values,
+            server.as_ref().expect("the server runs first"),
+        )
+        .await;
         ran.push(line);
     }
     let mut server = server.expect("the tour starts a server");
@@ -371,11 +386,9 @@ async fn the_readme_quick_tour_runs_command_by_command() {
     assert_eq!(ran.len(), lines.len(), "{ran:#?}");
 }
 
-/// Each listener pointed at by the other's commands says which one it is; a refused or
-/// unreadable token names where it came from; `agents create` on a new data dir says it
-/// made a database; a bad `--public-url` is refused in words.
+/// Each listener pointed at by the other's commands says which one it is.
 #[tokio::test]
-async fn wrong_ports_tokens_and_data_dirs_are_named() {
+async fn a_command_at_the_wrong_listener_names_the_one_it_needs() {
     let scratch = tempfile::tempdir().unwrap();
     let home = scratch.path().to_path_buf();
     let data = home.join("data");
@@ -406,6 +419,71 @@ async fn wrong_ports_tokens_and_data_dirs_are_named() {
             && error.lines().count() == 1,
         "{error}"
     );
+
+    // The agent at the chat API's port: its log says which port it needs.
+    let workspace = home.join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let out = finish(
+        &mut shell(
+            &home,
+            &format!("ctxsync agents create laptop {data_flag} --json"),
+        ),
+        "agents create",
+    )
+    .await;
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut agent = shell(
+        &home,
+        &exec(&format!(
+            "ctxsync agent --no-mcp --server {} --workspace {}",
+            server.http_url,
+            workspace.display()
+        )),
+    )
+    .env("CTXSYNC_AGENT_TOKEN", created["token"].as_str().unwrap())
+    .stdout(Stdio::null())
+    .stderr(logs.file("agent"))
+    .spawn()
+    .unwrap();
+    poll("the agent's wrong-port hint")
+        .within(WAIT)
+        .until_true(|| {
+            let hinted = logs.read("agent").contains("this looks like the HTTP port");
+            async move { hinted }
+        })
+        .await;
+    let log = logs.read("agent");
+    assert!(
+        log.contains(&format!("the agent API at {}", server.http_url))
+            && log.contains("the agent needs the gRPC one"),
+        "{log}"
+    );
+    stop(&mut agent).await;
+    stop(&mut server.child).await;
+}
+
+/// A refused or unreadable token names where it came from; `agents create` on a new
+/// data dir says it made a database; a bad `--public-url` is refused in words.
+#[tokio::test]
+async fn refused_tokens_new_data_dirs_and_bad_public_urls_are_named() {
+    let scratch = tempfile::tempdir().unwrap();
+    let home = scratch.path().to_path_buf();
+    let logs = Logs::new();
+    let mut server = start_server(
+        &home,
+        &format!(
+            "ctxsync server --data-dir {} --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0",
+            home.join("data").display()
+        ),
+        &logs,
+    )
+    .await;
+    let chat = "00000000-0000-4000-8000-000000000000";
+    let run = async |line: String| {
+        let out = finish(&mut shell(&home, &line), &line).await;
+        assert!(!out.status.success(), "`{line}` should fail");
+        text(&out.stderr)
+    };
 
     // A token file of another data dir: refused, naming the file and the address.
     let other = home.join("other");
@@ -457,46 +535,6 @@ async fn wrong_ports_tokens_and_data_dirs_are_named() {
         "{}",
         text(&out.stderr)
     );
-
-    // The agent at the chat API's port: its log says which port it needs.
-    let workspace = home.join("ws");
-    std::fs::create_dir_all(&workspace).unwrap();
-    let out = finish(
-        &mut shell(
-            &home,
-            &format!("ctxsync agents create laptop {data_flag} --json"),
-        ),
-        "agents create",
-    )
-    .await;
-    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut agent = shell(
-        &home,
-        &exec(&format!(
-            "ctxsync agent --no-mcp --server {} --workspace {}",
-            server.http_url,
-            workspace.display()
-        )),
-    )
-    .env("CTXSYNC_AGENT_TOKEN", created["token"].as_str().unwrap())
-    .stdout(Stdio::null())
-    .stderr(logs.file("agent"))
-    .spawn()
-    .unwrap();
-    poll("the agent's wrong-port hint")
-        .within(WAIT)
-        .until_true(|| {
-            let hinted = logs.read("agent").contains("this looks like the HTTP port");
-            async move { hinted }
-        })
-        .await;
-    let log = logs.read("agent");
-    assert!(
-        log.contains(&format!("the agent API at {}", server.http_url))
-            && log.contains("the agent needs the gRPC one"),
-        "{log}"
-    );
-    stop(&mut agent).await;
 
     // A public URL that is not one.
     let out = finish(
