@@ -34,7 +34,8 @@ const DEMO_SLOW_START: Duration = Duration::from_millis(1500);
 /// `ctxsync demo`'s flags.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Finish after the first turn (exit code 0) instead of serving until Ctrl-C.
+    /// Finish after the first turn and its tool call (exit code 0) instead of serving
+    /// until Ctrl-C; no page link is printed then, as nothing would serve it.
     #[arg(long)]
     pub exit: bool,
     /// Address of the web page and chat API (default: a free loopback port).

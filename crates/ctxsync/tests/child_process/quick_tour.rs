@@ -183,13 +183,12 @@ async fn start_server(home: &Path, line: &str, logs: &Logs) -> Server {
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     let (mut agent_url, mut http_url, mut links) = (None, None, None);
     tokio::time::timeout(WAIT, async {
-        while agent_url.is_none() || http_url.is_none() || links.is_none() {
-            let Some(line) = stdout.next_line().await.unwrap() else {
-                break;
-            };
+        // The token's line is the last of the start-up lines.
+        while let Some(line) = stdout.next_line().await.unwrap() {
             match server_address(&line) {
                 Some(ServerAddress::Agent(url)) => agent_url = Some(url),
                 Some(ServerAddress::Http(url)) => http_url = Some(url),
+                None if line.starts_with("API token:") => break,
                 None => {
                     if let Some(rest) = line.strip_prefix("web page links:") {
                         links = Some(rest.trim().to_owned());
@@ -573,4 +572,92 @@ fn comments_and_placeholders_are_handled_as_documented() {
         exec("CTXSYNC_AGENT_TOKEN=t ctxsync agent"),
         "CTXSYNC_AGENT_TOKEN=t exec ctxsync agent"
     );
+}
+
+/// `--public-url` makes page links full URLs under it (the API's `link`, `ctxsync link`);
+/// a server that listens on a wildcard address without one answers the path, and
+/// `ctxsync link` puts it under the address it reached the server at. The page's 401
+/// names the command that prints a link.
+#[tokio::test]
+async fn page_links_are_full_urls_under_the_public_url() {
+    let scratch = tempfile::tempdir().unwrap();
+    let home = scratch.path().to_path_buf();
+    let logs = Logs::new();
+    let run = async |line: String| {
+        let out = finish(&mut shell(&home, &line), &line).await;
+        assert!(out.status.success(), "`{line}`: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    for (addr, public, expected) in [
+        (
+            "127.0.0.1:0",
+            " --public-url https://ctxsync.example/team/",
+            Some("https://ctxsync.example/team"),
+        ),
+        ("0.0.0.0:0", "", None),
+    ] {
+        let data = home.join(format!("data-{}", addr.replace([':', '.'], "-")));
+        let data_flag = format!("--data-dir {}", data.display());
+        let mut server = start_server(
+            &home,
+            &format!(
+                "ctxsync server {data_flag} --grpc-addr 127.0.0.1:0 --http-addr {addr}{public}"
+            ),
+            &logs,
+        )
+        .await;
+        assert_eq!(
+            server.links,
+            expected.map(|base| format!("{base}/chats/… (`ctxsync link --chat ID`)")),
+            "{}",
+            logs.read("server")
+        );
+        // The client reaches a wildcard listener on loopback.
+        let port = server.http_url.rsplit(':').next().unwrap().to_owned();
+        let client_url = format!("http://127.0.0.1:{port}");
+        let agent: serde_json::Value =
+            serde_json::from_str(&run(format!("ctxsync agents create a {data_flag} --json")).await)
+                .unwrap();
+        let chat: serde_json::Value = serde_json::from_str(
+            &run(format!(
+                "ctxsync chats create --agent {} {data_flag} --server {client_url} --json",
+                agent["id"].as_str().unwrap()
+            ))
+            .await,
+        )
+        .unwrap();
+        let chat = chat["id"].as_str().unwrap();
+        let link: serde_json::Value = serde_json::from_str(
+            &run(format!(
+                "ctxsync link --chat {chat} {data_flag} --server {client_url} --json"
+            ))
+            .await,
+        )
+        .unwrap();
+        let path = link["url"].as_str().unwrap();
+        assert!(path.starts_with(&format!("/chats/{chat}?token=")), "{link}");
+        let base = expected.map_or(client_url.clone(), str::to_owned);
+        assert_eq!(link["link"], format!("{base}{path}"), "{link}");
+        let printed = run(format!(
+            "ctxsync link --chat {chat} {data_flag} --server {client_url}"
+        ))
+        .await;
+        assert!(
+            printed
+                .trim()
+                .starts_with(&format!("{base}/chats/{chat}?token=")),
+            "{printed}"
+        );
+
+        let page = reqwest::get(format!("{client_url}/chats/{chat}"))
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 401);
+        let page = page.text().await.unwrap();
+        assert!(
+            page.contains(&format!("`ctxsync link --chat {chat}` prints one")),
+            "{page}"
+        );
+        stop(&mut server.child).await;
+    }
 }
