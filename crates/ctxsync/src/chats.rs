@@ -7,10 +7,11 @@
 //! a tool's or server's text reach the terminal as a control sequence.
 
 use anyhow::{Context, Result};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use serde_json::{Value, json};
 
 use crate::api_client::ApiClientArgs;
+use crate::http::api::TurnModeName;
 use crate::terminal::{for_terminal, json_for_terminal};
 
 /// `ctxsync chats create`'s flags.
@@ -41,23 +42,14 @@ pub struct TurnArgs {
     #[arg(long, value_name = "CHAT_ID")]
     pub chat: String,
     /// `default` waits for the agent's discovery; `plan` never waits.
-    #[arg(long, value_enum, default_value_t = TurnMode::Default)]
-    pub mode: TurnMode,
+    #[arg(long, value_enum, default_value = "default")]
+    pub mode: TurnModeName,
     /// The server and how to authenticate to it.
     #[command(flatten)]
     pub api: ApiClientArgs,
     /// Print the turn as `POST /api/chats/{id}/turns` answers it.
     #[arg(long)]
     pub json: bool,
-}
-
-/// What kind of turn (the chat API's `mode`).
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum TurnMode {
-    /// Waits (bounded) for the bound agent's discovery.
-    Default,
-    /// Never waits for discovery.
-    Plan,
 }
 
 /// `ctxsync link`'s flags.
@@ -107,15 +99,11 @@ pub async fn create(args: CreateChatArgs) -> Result<()> {
 /// Prepares and stores a turn of the chat, then prints its tools and what the model is
 /// told.
 pub async fn turn(args: TurnArgs) -> Result<()> {
-    let mode = match args.mode {
-        TurnMode::Default => "default",
-        TurnMode::Plan => "plan",
-    };
     let turn = call(
         &args.api,
         reqwest::Method::POST,
         &format!("/api/chats/{}/turns", args.chat.trim()),
-        Some(json!({ "mode": mode })),
+        Some(json!({ "mode": args.mode })),
     )
     .await?;
     if args.json {

@@ -289,8 +289,8 @@ pub struct TurnRequest {
     pub mode: Option<TurnModeName>,
 }
 
-/// What kind of turn it is.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, ToSchema)]
+/// What kind of turn it is (also `ctxsync turn --mode`).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, ToSchema, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnModeName {
     /// A normal turn: the first-turn gate may wait (bounded) for the bound agent's

@@ -627,6 +627,16 @@ async fn page_links_are_full_urls_under_the_public_url() {
         )
         .unwrap();
         let chat = chat["id"].as_str().unwrap();
+        // A plan turn never waits (the agent never starts here) and is stored as one.
+        let turn: serde_json::Value = serde_json::from_str(
+            &run(format!(
+                "ctxsync turn --chat {chat} --mode plan {data_flag} --server {client_url} --json"
+            ))
+            .await,
+        )
+        .unwrap();
+        assert_eq!(turn["mode"], "plan", "{turn}");
+        assert!(turn["turn_id"].is_string(), "{turn}");
         let link: serde_json::Value = serde_json::from_str(
             &run(format!(
                 "ctxsync link --chat {chat} {data_flag} --server {client_url} --json"
