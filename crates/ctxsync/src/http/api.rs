@@ -289,7 +289,8 @@ pub struct TurnRequest {
     pub mode: Option<TurnModeName>,
 }
 
-/// What kind of turn it is (also `ctxsync turn --mode`).
+/// What kind of turn it is.
+// `ValueEnum`: `ctxsync turn --mode` takes the same two names.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, ToSchema, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnModeName {
