@@ -93,80 +93,173 @@ const HELPERS: &[(&str, &str, &str)] = &[
 ];
 
 /// Builds every benchmark program and helper binary in one release build, and returns
-/// their executables by target name. One invocation means one feature resolution: built
-/// one by one, each package's examples (and a binary built alone) unify their
-/// dependencies' features differently, and each rebuild took minutes on CI. The build
-/// hides the system's libpq and OpenSSL, so `self-contained` checks this very `ctxsync`
-/// (a second release build with another `PATH` and target set rebuilt everything).
+/// their executables by target name (see [`Build`]).
 pub(crate) fn build(
     root: &Path,
     cargo: &Path,
 ) -> Result<std::collections::HashMap<String, PathBuf>> {
-    let mut args: Vec<&str> = vec![
-        "build",
-        "--release",
-        "--message-format=json-render-diagnostics",
-    ];
-    let mut packages: Vec<&str> = PROGRAMS.iter().map(|(package, _)| *package).collect();
-    packages.extend(HELPERS.iter().map(|(package, _, _)| *package));
-    packages.sort_unstable();
-    packages.dedup();
-    for package in packages {
-        args.extend(["-p", package]);
-    }
-    for (_, example) in PROGRAMS {
-        args.extend(["--example", example]);
-    }
-    for (_, binary, _) in HELPERS {
-        args.extend(["--bin", binary]);
-    }
-    eprintln!(
-        "bench: $ cargo {} (pg_config hidden, no PQ_LIB_DIR)",
-        args.join(" ")
-    );
-    let mut command = Command::new(cargo);
-    crate::portable::hide_system_libraries(root, &mut command)?;
-    let output = command
-        .args(&args)
-        .current_dir(root)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running cargo build")?;
-    if !output.status.success() {
-        bail!("building the benchmarks failed with {}", output.status);
-    }
-    let mut executables = std::collections::HashMap::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
+    Build::start(root, cargo, false)?.finish()
+}
+
+/// The one release build of every benchmark program and helper binary. One invocation
+/// means one feature resolution: built one by one, each package's examples (and a binary
+/// built alone) unify their dependencies' features differently, and each rebuild took
+/// minutes on CI. The build hides the system's libpq and OpenSSL, so `self-contained`
+/// checks this very `ctxsync` (a second release build with another `PATH` and target set
+/// rebuilt everything).
+pub(crate) struct Build {
+    child: Option<std::process::Child>,
+    /// Cargo's JSON messages (in a file: a pipe nobody reads while the build runs in the
+    /// background would fill and stall it).
+    messages: PathBuf,
+    /// Cargo's progress and diagnostics when the build runs in the background.
+    log: Option<PathBuf>,
+    started: std::time::Instant,
+}
+
+impl Build {
+    /// Starts the build. In the `background` it runs at the lowest CPU priority with its
+    /// progress in a file: CI starts it before the checks, and it takes the cores only
+    /// while they would idle (tests waiting on processes, sockets and the database), so
+    /// most of it is done by the time the benchmarks run. Release and debug builds lock
+    /// separate profile directories, so it never blocks the checks' own builds.
+    pub(crate) fn start(root: &Path, cargo: &Path, background: bool) -> Result<Self> {
+        let mut args: Vec<&str> = vec![
+            "build",
+            "--release",
+            "--message-format=json-render-diagnostics",
+        ];
+        let mut packages: Vec<&str> = PROGRAMS.iter().map(|(package, _)| *package).collect();
+        packages.extend(HELPERS.iter().map(|(package, _, _)| *package));
+        packages.sort_unstable();
+        packages.dedup();
+        for package in packages {
+            args.extend(["-p", package]);
+        }
+        for (_, example) in PROGRAMS {
+            args.extend(["--example", example]);
+        }
+        for (_, binary, _) in HELPERS {
+            args.extend(["--bin", binary]);
+        }
+        let dir = root.join("target").join("bench-build");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let messages = dir.join("messages.json");
+        let log = background.then(|| dir.join("cargo.log"));
+        eprintln!(
+            "bench: $ cargo {} (pg_config hidden, no PQ_LIB_DIR){}",
+            args.join(" "),
+            if background {
+                " in the background, at the lowest CPU priority; progress in target/bench-build/cargo.log"
+            } else {
+                ""
+            }
+        );
+        let mut command = if background {
+            let mut nice = Command::new("nice");
+            nice.args(["-n", "19"]).arg(cargo);
+            nice
+        } else {
+            Command::new(cargo)
         };
-        if message["reason"] != "compiler-artifact" {
-            continue;
+        crate::portable::hide_system_libraries(root, &mut command)?;
+        let stdout = std::fs::File::create(&messages)
+            .with_context(|| format!("creating {}", messages.display()))?;
+        let stderr = match &log {
+            Some(log) => Stdio::from(
+                std::fs::File::create(log)
+                    .with_context(|| format!("creating {}", log.display()))?,
+            ),
+            None => Stdio::inherit(),
+        };
+        let child = command
+            .args(&args)
+            .current_dir(root)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .context("starting cargo build --release")?;
+        Ok(Self {
+            child: Some(child),
+            messages,
+            log,
+            started: std::time::Instant::now(),
+        })
+    }
+
+    /// Waits for the build and returns the executables it produced, by target name.
+    pub(crate) fn finish(mut self) -> Result<std::collections::HashMap<String, PathBuf>> {
+        let mut child = self
+            .child
+            .take()
+            .context("the release build was already waited for")?;
+        let status = child.wait().context("waiting for cargo build --release")?;
+        let took = self.started.elapsed();
+        if !status.success() {
+            if let Some(log) = &self.log {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(60).collect();
+                for line in tail.into_iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+            bail!("building the benchmarks failed with {status}");
         }
-        if let (Some(name), Some(path)) = (
-            message["target"]["name"].as_str(),
-            message["executable"].as_str(),
-        ) {
-            executables.insert(name.to_owned(), PathBuf::from(path));
+        eprintln!("bench: the release build finished {took:.0?} after it started");
+        let messages = std::fs::read_to_string(&self.messages)
+            .with_context(|| format!("reading {}", self.messages.display()))?;
+        let mut executables = std::collections::HashMap::new();
+        for line in messages.lines() {
+            let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if message["reason"] != "compiler-artifact" {
+                continue;
+            }
+            if let (Some(name), Some(path)) = (
+                message["target"]["name"].as_str(),
+                message["executable"].as_str(),
+            ) {
+                executables.insert(name.to_owned(), PathBuf::from(path));
+            }
+        }
+        Ok(executables)
+    }
+}
+
+impl Drop for Build {
+    /// A CI step that fails before the benchmarks leaves no build running behind it.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
-    Ok(executables)
 }
 
 /// Builds and runs every benchmark; returns the executables built (by target name), so a
 /// caller can check the very binary that ran.
+/// `started_build` is a build [`Build::start`]ed earlier (CI's, in the background); without
+/// one the build runs here.
 pub(crate) fn run(
     root: &Path,
     cargo: &Path,
     quick: bool,
     json: Option<&Path>,
+    started_build: Option<Build>,
 ) -> Result<std::collections::HashMap<String, PathBuf>> {
     let started = std::time::Instant::now();
     crate::install_tools(root, crate::Tools::for_command("bench"))?;
     let build_started = std::time::Instant::now();
-    let executables = build(root, cargo)?;
-    eprintln!("bench: release build took {:.0?}", build_started.elapsed());
+    let executables = match started_build {
+        Some(build) => build.finish()?,
+        None => build(root, cargo)?,
+    };
+    eprintln!(
+        "bench: waited {:.0?} for the release build",
+        build_started.elapsed()
+    );
     let path_of = |name: &str| {
         executables
             .get(name)

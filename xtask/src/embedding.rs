@@ -74,14 +74,27 @@ pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
         ],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
+    let openssl = prebuilt_openssl(root);
+    let openssl_env: Vec<(&str, &str)> = match openssl.as_deref().and_then(Path::to_str) {
+        Some(dir) => {
+            println!("embedding: the checks use the OpenSSL already built in {dir}");
+            vec![
+                ("OPENSSL_NO_VENDOR", "1"),
+                ("OPENSSL_DIR", dir),
+                ("OPENSSL_STATIC", "1"),
+            ]
+        }
+        None => Vec::new(),
+    };
     let libraries = LAYERS
         .iter()
         .filter(|name| !NOT_WITHOUT_DEFAULTS.contains(name));
     for package in libraries {
-        crate::run(
+        crate::run_with_env(
             root,
             cargo.to_owned(),
             &["check", "-p", package, "--no-default-features"],
+            &openssl_env,
         )?;
     }
     for backend in ["sqlite", "postgres"] {
@@ -91,10 +104,11 @@ pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
             "ctxsync-persistence",
             "--no-default-features",
         ];
-        crate::run(
+        crate::run_with_env(
             root,
             cargo.to_owned(),
             &[&args[..], &["--features", backend]].concat(),
+            &openssl_env,
         )?;
     }
     for promise in PROMISES {
@@ -126,6 +140,35 @@ pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
         started.elapsed()
     );
     Ok(())
+}
+
+/// The OpenSSL that clippy's build (the workspace-hack's features) compiled from source,
+/// if there is one. A crate checked alone resolves its own host build dependencies (`cc`
+/// and `libc` with fewer features than the unified set), so its `openssl-sys` build
+/// script differs and would compile OpenSSL again: about 2.5 minutes on two cores, for a
+/// type check that links nothing. Pointing `openssl-sys` at the built copy checks the same
+/// Rust code against the same headers.
+fn prebuilt_openssl(root: &Path) -> Option<std::path::PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), std::path::PathBuf::from);
+    let builds = std::fs::read_dir(target.join("debug").join("build")).ok()?;
+    builds
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("openssl-sys-")
+        })
+        .map(|entry| entry.path().join("out/openssl-build/install"))
+        .filter(|install| {
+            install.join("include/openssl/ssl.h").exists() && install.join("lib/libssl.a").exists()
+        })
+        .max_by_key(|install| {
+            std::fs::metadata(install.join("lib/libssl.a"))
+                .and_then(|meta| meta.modified())
+                .ok()
+        })
 }
 
 /// How a promise's build is named in messages.

@@ -192,7 +192,14 @@ pub(crate) fn assemble(root: &Path, ctxsync: &Path) -> Result<PathBuf> {
         servers.len()
     );
     let output = Command::new(ctxsync)
-        .args(["discover", "--json", "--mcp-timeout-ms", "60000"])
+        // Failed servers are reported below, by name, rather than as discover's exit code.
+        .args([
+            "discover",
+            "--json",
+            "--allow-failures",
+            "--mcp-timeout-ms",
+            "60000",
+        ])
         .arg("--workspace")
         .arg(&workspace)
         .current_dir(&workspace)

@@ -115,19 +115,42 @@ pub fn parse_config_file(
     file: &ConfigFile,
     env: &BTreeMap<String, String>,
 ) -> (Vec<ServerEntry>, Option<ConfigFileOutcome>) {
+    read_config_file(file, env).into_parts()
+}
+
+/// What reading one config file gave.
+#[derive(Debug)]
+pub(crate) enum FileRead {
+    /// The file does not exist: it declares nothing.
+    Missing,
+    /// The file exists but could not be read as a server map at all (unreadable, invalid
+    /// JSON, no server map): it says nothing about which servers it declares now.
+    Rejected(ConfigFileOutcome),
+    /// The file's servers (its invalid entries left out) and what it has to say.
+    Read(Vec<ServerEntry>, Option<ConfigFileOutcome>),
+}
+
+impl FileRead {
+    fn into_parts(self) -> (Vec<ServerEntry>, Option<ConfigFileOutcome>) {
+        match self {
+            FileRead::Missing => (Vec::new(), None),
+            FileRead::Rejected(outcome) => (Vec::new(), Some(outcome)),
+            FileRead::Read(entries, outcome) => (entries, outcome),
+        }
+    }
+}
+
+fn read_config_file(file: &ConfigFile, env: &BTreeMap<String, String>) -> FileRead {
     let path = &file.path;
     let read = read_regular_file(path, file.confined_to.as_deref(), MAX_CONFIG_FILE_BYTES);
     match read {
-        Ok(bytes) => parse_config_bytes(path, &bytes, env),
-        Err(SafeFileError::Missing) => (Vec::new(), None),
-        Err(SafeFileError::Outside { target, .. }) => (
-            Vec::new(),
-            Some(outcome_error(
-                path,
-                format!("resolves outside the workspace, to {}", target.display()),
-            )),
-        ),
-        Err(error) => (Vec::new(), Some(outcome_error(path, error.to_string()))),
+        Ok(bytes) => parse_bytes(path, &bytes, env),
+        Err(SafeFileError::Missing) => FileRead::Missing,
+        Err(SafeFileError::Outside { target, .. }) => FileRead::Rejected(outcome_error(
+            path,
+            format!("resolves outside the workspace, to {}", target.display()),
+        )),
+        Err(error) => FileRead::Rejected(outcome_error(path, error.to_string())),
     }
 }
 
@@ -137,11 +160,29 @@ pub fn parse_config_bytes(
     bytes: &[u8],
     env: &BTreeMap<String, String>,
 ) -> (Vec<ServerEntry>, Option<ConfigFileOutcome>) {
-    let reject = |message: String| (Vec::new(), Some(outcome_error(path, message)));
+    parse_bytes(path, bytes, env).into_parts()
+}
+
+/// A JSON syntax error as people read it: where, then what (`invalid JSON at line 3,
+/// column 5: expected `,` or `}``). serde_json's messages name a position, never content.
+fn json_error(bytes: &[u8], error: &serde_json::Error) -> String {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        // What an editor leaves for a moment while it rewrites the file.
+        return "the file is empty (an MCP config file is a JSON object)".into();
+    }
+    let (line, column) = (error.line(), error.column());
+    let message = error.to_string();
+    let what = message
+        .strip_suffix(&format!(" at line {line} column {column}"))
+        .unwrap_or(&message);
+    format!("invalid JSON at line {line}, column {column}: {what}")
+}
+
+fn parse_bytes(path: &Path, bytes: &[u8], env: &BTreeMap<String, String>) -> FileRead {
+    let reject = |message: String| FileRead::Rejected(outcome_error(path, message));
     let document: Value = match serde_json::from_slice(bytes) {
         Ok(document) => document,
-        // serde_json errors name a line and column, never the content.
-        Err(error) => return reject(format!("invalid JSON: {error}")),
+        Err(error) => return reject(json_error(bytes, &error)),
     };
     let Value::Object(document) = document else {
         return reject("the top level is not a JSON object".into());
@@ -151,7 +192,7 @@ pub fn parse_config_bytes(
     let reject = |message: String| {
         let mut outcome = outcome_error(path, message);
         outcome.warning = warning.clone();
-        (Vec::new(), Some(outcome))
+        FileRead::Rejected(outcome)
     };
     let (key, servers) = match (document.get(MCP_SERVERS), document.get(VS_CODE_SERVERS)) {
         (Some(_), Some(_)) => {
@@ -207,7 +248,7 @@ pub fn parse_config_bytes(
         error,
         warning,
     });
-    (entries, outcome)
+    FileRead::Read(entries, outcome)
 }
 
 /// The top-level key Claude Code and Cursor write the server map under.
@@ -259,17 +300,38 @@ pub fn load_config_files(
     files: &[ConfigFile],
     env: &BTreeMap<String, String>,
 ) -> (Vec<ServerEntry>, Vec<ConfigFileOutcome>) {
+    let loaded = load_config(files, env);
+    (loaded.entries, loaded.outcomes)
+}
+
+/// What [`load_config`] read: the valid entries, one outcome per file that has something to
+/// say, and the files that exist but were rejected whole (as given in `files`).
+#[derive(Debug, Default)]
+pub(crate) struct LoadedConfig {
+    pub(crate) entries: Vec<ServerEntry>,
+    pub(crate) outcomes: Vec<ConfigFileOutcome>,
+    pub(crate) rejected: Vec<PathBuf>,
+}
+
+/// [`load_config_files`], also saying which files were rejected whole: the engine keeps
+/// what such a file declared before, since a half-saved edit says nothing about removals.
+pub(crate) fn load_config(files: &[ConfigFile], env: &BTreeMap<String, String>) -> LoadedConfig {
     let mut seen_paths = HashSet::new();
     let mut declared: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut entries = Vec::new();
     let mut outcomes = Vec::new();
+    let mut rejected = Vec::new();
     for file in files {
         let path = &file.path;
         let identity = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
         if !seen_paths.insert(identity) {
             continue;
         }
-        let (file_entries, outcome) = parse_config_file(file, env);
+        let read = read_config_file(file, env);
+        if matches!(read, FileRead::Rejected(_)) {
+            rejected.push(path.clone());
+        }
+        let (file_entries, outcome) = read.into_parts();
         let mut duplicates = Vec::new();
         for entry in file_entries {
             if let Some(first) = declared.get(&entry.name) {
@@ -301,7 +363,11 @@ pub fn load_config_files(
             (None, None) => {}
         }
     }
-    (entries, outcomes)
+    LoadedConfig {
+        entries,
+        outcomes,
+        rejected,
+    }
 }
 
 fn outcome_error(path: &Path, error: String) -> ConfigFileOutcome {
@@ -597,18 +663,11 @@ mod tests {
             lines.extend(outcome.error.map(|error| format!("error: {error}")));
             lines.extend(outcome.warning.map(|warning| format!("warning: {warning}")));
         }
+        // Messages are for people: no Rust paths and no `<...>`.
         for line in &lines {
-            assert!(reads_as_words(line), "{line}");
+            ctxsync_test_support::assert_in_words(line);
         }
         assert_eq!(lines, expect, "input: {json}");
-    }
-
-    /// Messages are for people: no Rust paths (`::` before a type name) and no `<...>`.
-    fn reads_as_words(message: &str) -> bool {
-        !message.contains('<')
-            && !message
-                .match_indices("::")
-                .any(|(at, _)| message[at + 2..].starts_with(|c: char| c.is_ascii_uppercase()))
     }
 
     /// The error a file without a server map gets.
@@ -745,7 +804,7 @@ mod tests {
     fn structural_errors_reject_the_file() {
         check(
             "{",
-            &["error: invalid JSON: EOF while parsing an object at line 1 column 1"],
+            &["error: invalid JSON at line 1, column 1: EOF while parsing an object"],
         );
         check("[]", &["error: the top level is not a JSON object"]);
         check(

@@ -19,7 +19,7 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::{ConfigFile, ServerEntry, load_config_files},
+    config::{ConfigFile, LoadedConfig, ServerEntry, load_config, quote_name},
     connection::{ConnectionTask, EventKind, ServerEvent},
     lifecycle::{DEFAULT_DISCOVER_PROBE_TIMEOUT, McpLifecycle},
     process::ProcessGroups,
@@ -52,6 +52,12 @@ const DEFAULT_CONFIG_FILE: &str = ".mcp.json";
 /// Prefix of the warning on a server whose reconnect failed (SPEC §3.2, verbatim).
 const RETAINED_WARNING: &str =
     "reconnect with the updated configuration failed; tools are from the previous connection: ";
+/// Prefix of the warning on a connected server whose config file could not be read at the
+/// last reload (followed by the file and its error), in the words of [`RETAINED_WARNING`].
+const HELD_WARNING: &str = "its config file could not be read; tools are from the previous \
+    connection until the file is fixed: ";
+/// How many kept servers a config file's warning names.
+const HELD_NAMED: usize = 8;
 
 /// Retry of failed servers: `initial` doubling to `max`, each delay jittered by ±20%.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -296,6 +302,7 @@ impl Engine {
             injected_secrets,
             config,
             slots: BTreeMap::new(),
+            held: BTreeMap::new(),
             task_names: HashMap::new(),
             config_outcomes: Vec::new(),
             phase: ReportPhase::Pending,
@@ -436,10 +443,34 @@ struct Slot {
 }
 
 impl Slot {
-    fn report(&self, name: &str) -> Option<ServerReport> {
+    /// Every entry the slot holds: live, retained, connecting, failed.
+    fn entries(&self) -> impl Iterator<Item = &ServerEntry> {
+        let live = self.live.as_ref();
+        live.map(|live| &live.entry)
+            .into_iter()
+            .chain(live.and_then(|live| live.retained.as_ref().map(|(entry, _)| entry)))
+            .chain(self.attempt.as_ref().map(|(entry, _)| entry))
+            .chain(self.failed.as_ref().map(|(entry, _)| entry))
+    }
+
+    /// The file the server's current declaration came from.
+    fn source(&self) -> Option<&std::path::Path> {
+        let entry = self
+            .attempt
+            .as_ref()
+            .map(|(entry, _)| entry)
+            .or(self.live.as_ref().map(|live| &live.entry))
+            .or(self.failed.as_ref().map(|(entry, _)| entry))?;
+        Some(&entry.source)
+    }
+
+    /// The server's outcome; `held` is the warning when its config file could not be read
+    /// at the last reload.
+    fn report(&self, name: &str, held: Option<&String>) -> Option<ServerReport> {
         if let Some(live) = &self.live {
             let retained = live.retained.as_ref().map(|(_, warning)| warning);
             let warnings: Vec<&str> = [
+                held,
                 retained,
                 live.relist_warning.as_ref(),
                 live.list_warning.as_ref(),
@@ -499,6 +530,9 @@ struct Actor {
     /// Every entry's secrets and the base ones: redacted from every diagnostic.
     secrets: Arc<SecretSet>,
     slots: BTreeMap<String, Slot>,
+    /// Servers kept as they were because their config file could not be read at the last
+    /// reload, with the warning their report carries while connected.
+    held: BTreeMap<String, String>,
     task_names: HashMap<u64, String>,
     config_outcomes: Vec<ConfigFileOutcome>,
     phase: ReportPhase,
@@ -568,22 +602,37 @@ impl Actor {
         let plugin_dirs = self.config.plugin_dirs.clone();
         let data_root = self.config.plugin_data_dir.clone();
         // File I/O off the runtime threads; the actor just waits for the parse.
-        let (entries, outcomes) = tokio::task::spawn_blocking(move || {
-            let (mut entries, mut outcomes) = load_config_files(&files, &env);
+        let LoadedConfig {
+            entries,
+            mut outcomes,
+            rejected,
+        } = tokio::task::spawn_blocking(move || {
+            let mut loaded = load_config(&files, &env);
             let (plugin_entries, plugin_outcomes) =
                 crate::plugin::load_plugins(&plugin_dirs, &data_root);
-            entries.extend(plugin_entries);
-            outcomes.extend(plugin_outcomes);
-            (entries, outcomes)
+            loaded.entries.extend(plugin_entries);
+            loaded.outcomes.extend(plugin_outcomes);
+            loaded
         })
         .await
         .unwrap_or_default();
+        let held = self.hold_rejected(&entries, &rejected, &mut outcomes);
 
         let mut secrets = self.base_secrets.clone();
         for entry in &entries {
             secrets.extend(&entry.secrets());
         }
+        // A held server still runs with what its file said before: its secrets stay secret.
+        for slot in held.keys().filter_map(|name| self.slots.get(name)) {
+            for entry in slot.entries() {
+                secrets.extend(&entry.secrets());
+            }
+        }
         self.secrets = Arc::new(secrets);
+        self.held = held
+            .iter()
+            .map(|(name, warning)| (name.clone(), sanitize_diagnostic(warning, &self.secrets)))
+            .collect();
         self.config_outcomes = outcomes
             .into_iter()
             .map(|outcome| ConfigFileOutcome {
@@ -611,7 +660,7 @@ impl Actor {
         let removed: Vec<String> = self
             .slots
             .keys()
-            .filter(|name| !desired.contains_key(*name))
+            .filter(|name| !desired.contains_key(*name) && !held.contains_key(*name))
             .cloned()
             .collect();
         let mut closing = Vec::new();
@@ -630,6 +679,60 @@ impl Actor {
         }
         self.publish();
         self.finish_reload_if_done();
+    }
+
+    /// The servers that files rejected whole declared at their last good read, each with
+    /// the warning its report carries: they stay as they are (connected, connecting or
+    /// failing) until the file can be read again, since a half-saved edit says nothing
+    /// about which servers to remove. A name a readable file declares now is not held.
+    /// The rejected file's outcome says which servers it kept.
+    fn hold_rejected(
+        &self,
+        entries: &[ServerEntry],
+        rejected: &[PathBuf],
+        outcomes: &mut [ConfigFileOutcome],
+    ) -> BTreeMap<String, String> {
+        let mut held = BTreeMap::new();
+        for path in rejected {
+            let kept: Vec<&String> = self
+                .slots
+                .iter()
+                .filter(|(name, slot)| {
+                    slot.source() == Some(path.as_path())
+                        && !entries.iter().any(|entry| &entry.name == *name)
+                })
+                .map(|(name, _)| name)
+                .collect();
+            if kept.is_empty() {
+                continue;
+            }
+            let outcome = outcomes.iter_mut().find(|o| &o.path == path);
+            let error = outcome
+                .as_ref()
+                .and_then(|o| o.error.as_deref())
+                .unwrap_or("it could not be read");
+            let warning = format!("{HELD_WARNING}{}: {error}", path.display());
+            let mut named: Vec<String> = kept
+                .iter()
+                .take(HELD_NAMED)
+                .map(|name| quote_name(name))
+                .collect();
+            if kept.len() > HELD_NAMED {
+                named.push(format!("and {} more", kept.len() - HELD_NAMED));
+            }
+            let note = format!(
+                "kept the servers it declared before, as they were, until it is fixed: {}",
+                named.join(", ")
+            );
+            if let Some(outcome) = outcome {
+                outcome.warning = Some(match outcome.warning.take() {
+                    Some(own) => format!("{own}; {note}"),
+                    None => note,
+                });
+            }
+            held.extend(kept.into_iter().map(|name| (name.clone(), warning.clone())));
+        }
+        held
     }
 
     /// Brings one declared server in line with `entry`.
@@ -894,7 +997,7 @@ impl Actor {
             servers: self
                 .slots
                 .iter()
-                .filter_map(|(name, slot)| slot.report(name))
+                .filter_map(|(name, slot)| slot.report(name, self.held.get(name)))
                 .collect(),
             config_outcomes: self.config_outcomes.clone(),
             pending,

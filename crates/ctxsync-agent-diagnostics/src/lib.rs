@@ -4,7 +4,8 @@
 //! ([`load_config_files`], with structural and semantic errors as data), the [`Engine`] that
 //! connects to every declared server with rmcp (stdio child processes in their own process
 //! groups, or streamable HTTP), lists their tools with a cursor guard and a tool cap, reloads
-//! differentially when config files change, retries failed servers, and produces one
+//! differentially when config files change (a file that cannot be read as a whole keeps the
+//! servers it declared before), retries failed servers, and produces one
 //! immutable `ctxsync_mcp_model::Report` (phase, per-server and per-file outcomes, servers
 //! still connecting) that readers get without blocking, plus live reload [`Progress`].
 //! Every diagnostic leaving it is sanitized and bounded ([`sanitize_diagnostic`]). Files a

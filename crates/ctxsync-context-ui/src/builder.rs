@@ -52,6 +52,7 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
         DiscoveryState::Pending | DiscoveryState::Unknown => Some(servers),
     };
     let mut summary = servers.as_deref().map(McpSummary::of);
+    let broken_configs = configs.iter().filter(|config| !config.ok).count();
     if let Some(summary) = summary.as_mut()
         && state == DiscoveryState::Pending
     {
@@ -59,7 +60,7 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
         summary.text.push_str(" so far");
     }
     let header = header(view.agent(), view.current_run(), live, now);
-    let banner = banner(state, view, summary.as_ref(), &header);
+    let banner = banner(state, view, summary.as_ref(), &header).config_broken(broken_configs);
     let dirty = context.is_dirty().then(|| DirtyNotice {
         text: "The workspace context changed since this chat pinned it.".into(),
         refresh: Action {
@@ -86,6 +87,12 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
         issues,
         header,
     };
+    let no_servers = panel.mcp.no_servers_text();
+    if let Some(summary) = panel.mcp.summary.as_mut()
+        && summary.servers == 0
+    {
+        no_servers.clone_into(&mut summary.text);
+    }
     panel.tone = panel.compute_tone();
     panel
 }

@@ -345,7 +345,11 @@ fn mcp_section(h: &mut String, panel: &Panel) {
             );
         }
         Some(servers) if servers.is_empty() => {
-            h.push_str(r#"<p class="empty">No MCP servers are declared.</p>"#);
+            h.push_str(if panel.mcp.configs.iter().any(|config| !config.ok) {
+                r#"<p class="empty">No MCP servers could be read: an MCP config file has errors.</p>"#
+            } else {
+                r#"<p class="empty">No MCP servers are declared.</p>"#
+            });
         }
         Some(servers) => {
             h.push_str(

@@ -167,7 +167,8 @@ pub enum DiscoveryState {
     Pending,
     /// Discovery finished and at least one MCP server is declared.
     Complete,
-    /// Discovery finished and the workspace declares no MCP server.
+    /// Discovery finished and found no MCP server: the workspace declares none, or its
+    /// config files could not be read (the banner then says so).
     CompleteNoServers,
     /// The stored tools come from a previous agent process and are withheld.
     Stale,
@@ -289,6 +290,32 @@ impl Banner {
         }
     }
 
+    /// A complete discovery's banner when `broken` config files have errors: the headline
+    /// says the config is broken, never that nothing is declared. Other states keep theirs.
+    pub fn config_broken(mut self, broken: usize) -> Self {
+        let files = match broken {
+            0 => return self,
+            1 => "an MCP config file is broken; its error is shown below".to_owned(),
+            n => format!("{n} MCP config files are broken; their errors are shown below"),
+        };
+        let (text, tone) = match self.state {
+            DiscoveryState::CompleteNoServers => (
+                format!("MCP discovery found no servers: {files}."),
+                Tone::Error,
+            ),
+            DiscoveryState::Complete => (
+                format!("MCP discovery is complete, but {files}."),
+                Tone::Warning,
+            ),
+            DiscoveryState::Pending | DiscoveryState::Stale | DiscoveryState::Unknown => {
+                return self;
+            }
+        };
+        self.text = text;
+        self.tone = tone;
+        self
+    }
+
     /// The banner with its [`Self::reason`] and [`Self::advice`] replaced.
     pub fn explained(mut self, reason: Option<String>, advice: Option<String>) -> Self {
         self.reason = reason;
@@ -406,6 +433,18 @@ pub struct McpSection {
     pub summary: Option<McpSummary>,
 }
 
+impl McpSection {
+    /// How the text panel and the summary say that no server is listed: none declared,
+    /// or none readable.
+    pub fn no_servers_text(&self) -> &'static str {
+        if self.configs.iter().any(|config| !config.ok) {
+            "none found: an MCP config file has errors"
+        } else {
+            "none declared"
+        }
+    }
+}
+
 /// How many tools and servers the panel lists, by outcome.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -421,7 +460,8 @@ pub struct McpSummary {
     /// Servers whose discovery failed.
     pub servers_failed: usize,
     /// The counts as people read them: `3 tools from 2 servers (1 failed)`, or `none
-    /// declared` when the workspace declares no MCP server.
+    /// declared` when the workspace declares no MCP server (`none found: …` when a config
+    /// file has errors, see [`McpSection::no_servers_text`]).
     pub text: String,
 }
 

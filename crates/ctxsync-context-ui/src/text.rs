@@ -80,13 +80,13 @@ fn write_discovery(t: &mut String, panel: &Panel) {
 }
 
 /// The MCP servers, grouped by plugin, each with its tools.
-fn write_servers(t: &mut String, servers: Option<&[ServerItem]>) {
-    match servers {
+fn write_servers(t: &mut String, mcp: &McpSection) {
+    match mcp.servers.as_deref() {
         None => {
             let _ = writeln!(t, "\nMCP servers: not available yet");
         }
         Some([]) => {
-            let _ = writeln!(t, "\nMCP servers: none declared");
+            let _ = writeln!(t, "\nMCP servers: {}", mcp.no_servers_text());
         }
         Some(servers) => {
             let _ = writeln!(t, "\nMCP servers ({})", servers.len());
@@ -194,7 +194,7 @@ pub fn render_text(panel: &Panel) -> String {
         wrapped(&mut t, 2, &line);
     }
 
-    write_servers(&mut t, panel.mcp.servers.as_deref());
+    write_servers(&mut t, &panel.mcp);
     let _ = writeln!(t, "\nIssues ({})", panel.issues.len());
     for issue in &panel.issues {
         wrapped(

@@ -3,8 +3,9 @@
 //!
 //! Owns: the helpers more than one crate's tests need, so each is written once. Always
 //! built: [`TestBackend`] and [`on_both_backends!`], the bounded [`poll`]er, the temp
-//! [`Workspace`], the [`heavy`] and [`timing_bound`] guards, and [`golden`]'s tool list
-//! (the one literal the digest and the published rows' golden vectors share). Behind
+//! [`Workspace`], the [`heavy`] and [`timing_bound`] guards, [`golden`]'s tool list
+//! (the one literal the digest and the published rows' golden vectors share) and
+//! [`assert_in_words`], the check that a user-facing error has no Rust notation. Behind
 //! features: `db` (`store`, a fresh test database per backend, `push_accepted` and
 //! `start_run`), `process` (log files, pid liveness and the server's announced addresses
 //! for child processes), `protocol` (builders of resources and snapshots), `bench` (the
@@ -33,6 +34,7 @@ pub mod pushed;
 mod resources;
 #[cfg(feature = "tls")]
 mod tls;
+mod words;
 mod workspace;
 
 pub use backend::TestBackend;
@@ -48,6 +50,7 @@ pub use process::{Logs, ServerAddress, process_alive, server_address};
 pub use resources::{bench_servers, jira_details, mcp_server, mcp_tool, pending_servers, snapshot};
 #[cfg(feature = "tls")]
 pub use tls::TestCa;
+pub use words::{assert_in_words, is_in_words};
 pub use workspace::Workspace;
 
 /// Runs each `async fn $name(x: T)` once per backend, as the tests `$name::sqlite` and

@@ -23,14 +23,14 @@
 //! Three passes, each on its own server process:
 //!
 //! - `scale.1000_agents.*`: 1000 agents (`--quick`: 100) pushing every 2 s for 60 s
-//!   (`--quick`: 10 s), plain text;
+//!   (`--quick`: 4 s), plain text;
 //! - `scale.tls.1000_agents.*`: the same with TLS on the server's listeners (a CA and
 //!   certificate made at start; every agent its own TLS 1.3 connection), and TLS's
 //!   accepted rate over plain text's;
 //! - `scale.agents_10000.*` (issue 19): 10,000 agents pushing every 20 s for 60 s on a
 //!   fresh database, 500 pushes/s offered, with targets: accepted ≥ 0.95 × offered,
 //!   0 errors, push p99 ≤ 50 ms, server resident memory under load ≤ 512 MiB. `--quick`
-//!   runs it scaled down (1000 agents, every 20 s, for 10 s: `scale.agents_1000.*`) so CI
+//!   runs it scaled down (1000 agents, every 20 s, for 4 s: `scale.agents_1000.*`) so CI
 //!   sees the code path, not the figure.
 //!
 //! Each pass prints accepted pushes per second (answers in the window, the median of 10 s
@@ -646,13 +646,13 @@ async fn main() -> Result<()> {
             Load {
                 agents: 100,
                 interval: Duration::from_secs(2),
-                duration: Duration::from_secs(10),
+                duration: Duration::from_secs(4),
                 slice: Duration::from_secs(2),
             },
             Load {
                 agents: 1000,
                 interval: Duration::from_secs(20),
-                duration: Duration::from_secs(10),
+                duration: Duration::from_secs(4),
                 slice: Duration::from_secs(2),
             },
         )

@@ -20,13 +20,16 @@ const MAX_PROGRESS_LINE_CHARS: usize = 100;
 /// [`crate::agent::LONG_ABOUT`] is).
 pub const LONG_ABOUT: &str = "Discover the workspace's MCP servers locally, exactly as the \
     agent would, and print what each one offers or why it failed, plus any problem in the \
-    config files. No server is needed. Exits 0 once discovery completed, whatever the outcomes.";
+    config files. No server is needed, so it can gate a CI job or a pre-commit hook: it \
+    exits 1 when a config file has an error or a declared server failed (after printing the \
+    report), and 0 when every server connected, warnings included. --allow-failures exits 0 \
+    whatever the outcomes.";
 
 /// `ctxsync discover`'s flags.
 #[derive(Debug, Args)]
 pub struct DiscoverArgs {
     /// The workspace directory: `.mcp.json` is read from it and MCP servers run in it.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", default_value = ".")]
     pub workspace: PathBuf,
     /// More MCP config files, read after `<workspace>/.mcp.json` (repeatable; relative to
     /// the current directory).
@@ -38,13 +41,22 @@ pub struct DiscoverArgs {
     /// Bound on one MCP server's start, `initialize` and first tool list.
     #[arg(long, value_name = "MS", default_value_t = crate::agent::default_mcp_timeout_ms())]
     pub mcp_timeout_ms: u64,
+    /// Exit 0 even when a config file has an error or a server failed (the report still
+    /// says so).
+    #[arg(long)]
+    pub allow_failures: bool,
+    /// Also print the MCP SDK's own log lines (e.g. about messages a server should not
+    /// have sent) on stderr.
+    #[arg(long)]
+    pub verbose: bool,
     /// Where Agent Plugins packages come from.
     #[command(flatten)]
     pub plugins: crate::agent::PluginArgs,
 }
 
 /// Runs one discovery (no reloads, no retries) until its phase is complete, then prints
-/// the report; Ctrl-C or SIGTERM ends it early with an error.
+/// the report; Ctrl-C or SIGTERM ends it early with an error, and so does a config error
+/// or a failed server unless `--allow-failures`, after the report is printed.
 pub async fn run(args: DiscoverArgs) -> Result<()> {
     let workspace = crate::agent::workspace_dir(&args.workspace)?;
     let mcp_configs = crate::agent::absolute_paths(args.mcp_configs)?;
@@ -76,7 +88,35 @@ pub async fn run(args: DiscoverArgs) -> Result<()> {
     } else {
         print!("{}", render_table(&report));
     }
-    Ok(())
+    match failures(&report) {
+        Some(failures) if !args.allow_failures => {
+            anyhow::bail!("{failures} (the report above says why; --allow-failures exits 0)")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What makes the discovery fail a CI job, in words: config files with an error and
+/// servers that did not connect. Warnings never do.
+fn failures(report: &Report) -> Option<String> {
+    let configs = report
+        .config_outcomes
+        .iter()
+        .filter(|outcome| outcome.error.is_some())
+        .count();
+    let servers = report.servers.iter().filter(|s| !s.connected).count();
+    let mut parts = Vec::new();
+    match configs {
+        0 => {}
+        1 => parts.push("1 MCP config file has an error".to_owned()),
+        n => parts.push(format!("{n} MCP config files have errors")),
+    }
+    match servers {
+        0 => {}
+        1 => parts.push("1 MCP server failed".to_owned()),
+        n => parts.push(format!("{n} MCP servers failed")),
+    }
+    (!parts.is_empty()).then(|| parts.join(" and "))
 }
 
 /// Waits until the phase is Complete, showing progress; Ctrl-C or SIGTERM ends the wait.
@@ -402,6 +442,55 @@ mod tests {
             progress_line(&progress).as_deref(),
             Some("Starting MCP servers (0/1): ab c")
         );
+    }
+
+    #[test]
+    fn config_errors_and_failed_servers_fail_the_run_warnings_do_not() {
+        let report = |servers, config_outcomes| Report {
+            phase: ReportPhase::Complete,
+            servers,
+            config_outcomes,
+            pending: Vec::new(),
+        };
+        let config = |error: Option<&str>, warning: Option<&str>| ConfigFileOutcome {
+            path: "/w/.mcp.json".into(),
+            error: error.map(Into::into),
+            warning: warning.map(Into::into),
+        };
+        let cases = [
+            (report(vec![], vec![]), None),
+            (
+                report(
+                    vec![server("ok", 1, None, Some("kept the previous connection"))],
+                    vec![config(None, Some("ignored the top-level key \"x\""))],
+                ),
+                None,
+            ),
+            (
+                report(
+                    vec![server("gone", 0, Some("command not found"), None)],
+                    vec![],
+                ),
+                Some("1 MCP server failed"),
+            ),
+            (
+                report(
+                    vec![
+                        server("a", 0, Some("x"), None),
+                        server("b", 0, Some("y"), None),
+                    ],
+                    vec![config(Some("invalid JSON at line 1, column 1: x"), None)],
+                ),
+                Some("1 MCP config file has an error and 2 MCP servers failed"),
+            ),
+        ];
+        for (report, expect) in cases {
+            let failures = failures(&report);
+            if let Some(text) = &failures {
+                ctxsync_test_support::assert_in_words(text);
+            }
+            assert_eq!(failures.as_deref(), expect);
+        }
     }
 
     #[test]

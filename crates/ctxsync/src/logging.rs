@@ -41,11 +41,22 @@ pub enum LogFormat {
 /// Installs the global subscriber writing to stderr in `format`; a second call is a no-op.
 /// With JSON, a panic is logged as an `ERROR` object instead of the default text.
 pub fn init(format: LogFormat) {
+    init_for(format, true);
+}
+
+/// [`init`], with the MCP SDK's own lines (target `rmcp`) off, whatever `RUST_LOG` says,
+/// unless `sdk_logs`: `discover` prints a report, and the SDK's lines (which quote
+/// protocol messages in its own debug notation) belong only to its `--verbose`.
+pub fn init_for(format: LogFormat, sdk_logs: bool) {
     if FORMAT.set(format).is_err() {
         return; // a second init (tests calling commands in-process) is harmless
     }
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER))
+    let mut filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    if !sdk_logs {
+        filter = filter.add_directive("rmcp=off".parse().expect("a valid directive"));
+    }
+    let filter = filter
         .add_directive(FORCED_OFF.parse().expect("a valid directive"))
         .add_directive(
             format!("{OPERATOR_TARGET}=info")

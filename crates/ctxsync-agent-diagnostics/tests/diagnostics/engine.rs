@@ -68,7 +68,10 @@ async fn invalid_json_is_attributed_to_its_file_and_others_still_connect() {
     let outcome = &report.config_outcomes[0];
     assert_eq!(outcome.path, ws.file("broken.json"));
     let error = outcome.error.as_deref().unwrap_or_default();
-    assert!(error.starts_with("invalid JSON: "), "{error}");
+    assert!(
+        error.starts_with("invalid JSON at line 1, column 3: "),
+        "{error}"
+    );
     assert!(server(&report, "ok").connected);
     engine.close().await;
 }
@@ -355,6 +358,100 @@ async fn reconnect_failure_keeps_the_old_connection_until_the_config_is_restored
         restored.tools, original.tools,
         "the original connection was kept"
     );
+    engine.close().await;
+}
+
+/// Issue 49: a typo while editing `.mcp.json` (here a missing comma, saved and picked up by
+/// the watch) keeps what the file declared before — the working server stays connected
+/// with its tools, retained with a warning naming the parse error, a failed one stays
+/// failed — and fixing the file reloads as usual.
+#[tokio::test]
+async fn a_json_typo_keeps_the_working_servers_until_the_file_is_fixed() {
+    let ws = Workspace::new();
+    let good = FixtureConfig::new().tools(2).nonce_in_descriptions();
+    let entry = fixture_entry(&good);
+    let gone = json!({"command": "ctxsync-test-no-such-command"});
+    ws.write_servers(json!({"s": entry, "gone": gone}));
+    let mut config = ws.engine_config();
+    config.watch = true;
+    config.watch_debounce = Duration::from_millis(100);
+    let engine = Engine::start(config);
+    let before = complete(&engine).await;
+    let original = server(&before, "s").clone();
+    assert!(
+        original.connected && original.warning.is_none(),
+        "{before:#?}"
+    );
+    assert!(!server(&before, "gone").connected);
+
+    // Line 4 lacks the comma after line 3's entry.
+    ws.write(
+        ".mcp.json",
+        format!("{{\n  \"mcpServers\": {{\n    \"s\": {entry}\n    \"gone\": {gone}\n  }}\n}}\n"),
+    );
+    let mut rx = engine.subscribe();
+    let broken = wait_for(&mut rx, "the typo's config error", |r| {
+        !r.config_outcomes.is_empty()
+    })
+    .await;
+    let outcome = &broken.config_outcomes[0];
+    assert_eq!(outcome.path, ws.file(".mcp.json"));
+    assert_eq!(
+        outcome.error.as_deref(),
+        Some("invalid JSON at line 4, column 5: expected `,` or `}`"),
+        "{broken:#?}"
+    );
+    let note = outcome.warning.as_deref().unwrap_or_default();
+    assert!(
+        note.starts_with("kept the servers it declared before, as they were, until it is fixed: ")
+            && note.contains("\"s\"")
+            && note.contains("\"gone\""),
+        "{note}"
+    );
+    let kept = server(&broken, "s");
+    assert!(kept.connected && kept.error.is_none(), "{kept:#?}");
+    assert_eq!(kept.tools, original.tools, "the same connection's tools");
+    let warning = kept.warning.as_deref().unwrap_or_default();
+    assert!(
+        warning.starts_with(
+            "its config file could not be read; tools are from the previous connection until the file is fixed: "
+        ) && warning.contains("line 4, column 5"),
+        "{warning}"
+    );
+    assert!(!server(&broken, "gone").connected, "{broken:#?}");
+    assert_report_in_words(&broken);
+    // An explicit reload of the same broken file changes nothing.
+    let again = engine.reload().await.expect("reload");
+    assert_eq!(*again, *broken);
+
+    // Fixed (and "gone" removed): the kept connection is the file's again, no warning.
+    ws.write_servers(json!({"s": entry}));
+    let fixed = wait_for(&mut rx, "the fixed file's report", |r| {
+        r.config_outcomes.is_empty() && r.server("gone").is_none()
+    })
+    .await;
+    let s = server(&fixed, "s");
+    assert!(s.connected && s.warning.is_none(), "{fixed:#?}");
+    assert_eq!(s.tools, original.tools, "the connection was never replaced");
+    assert_eq!(fixed.servers.len(), 1, "{fixed:#?}");
+    engine.close().await;
+}
+
+/// A file that is rejected before the engine ever read it well keeps nothing: the first
+/// run reports the error and no server, and an emptied file (an editor mid-save) says so.
+#[tokio::test]
+async fn a_file_broken_from_the_start_declares_nothing() {
+    let ws = Workspace::new();
+    ws.write(".mcp.json", "  \n");
+    let engine = Engine::start(ws.engine_config());
+    let report = complete(&engine).await;
+    assert!(report.servers.is_empty(), "{report:#?}");
+    assert_eq!(
+        report.config_outcomes[0].error.as_deref(),
+        Some("the file is empty (an MCP config file is a JSON object)")
+    );
+    assert_eq!(report.config_outcomes[0].warning, None);
+    assert_report_in_words(&report);
     engine.close().await;
 }
 

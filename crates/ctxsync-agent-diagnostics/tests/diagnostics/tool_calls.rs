@@ -109,6 +109,10 @@ async fn run_with(
     let end = tokio::time::timeout(LONG + PATIENCE, caller.call(spec, tx, cancel))
         .await
         .expect("the call ends");
+    // A failed call's message reaches the model and the audit log: words only.
+    if let Some(error) = &end.error {
+        ctxsync_test_support::assert_in_words(&error.message);
+    }
     let mut progress = Vec::new();
     while let Ok(report) = rx.try_recv() {
         progress.push(report);

@@ -199,6 +199,10 @@ fn outcomes_counts_and_note_for_the_mix() {
         Failed servers: broken (error: command not found: brokend). \
         Invalid config files: /ws/.mcp.json (error: mcpServers.bad: neither command nor url).";
     assert_eq!(view.summary(), note);
+    ctxsync_test_support::assert_in_words(note);
+    for server in json["servers"].as_array().into_iter().flatten() {
+        ctxsync_test_support::assert_in_words(server["diagnostic"].as_str().unwrap_or_default());
+    }
     assert_eq!(view.model_note().as_deref(), Some(note));
     assert_eq!(
         view.with_model_note(
@@ -218,6 +222,7 @@ fn outcomes_counts_and_note_for_the_mix() {
 fn state_sentences() {
     let check_summary = |binding: Binding, expect: &str| {
         assert_eq!(project(&binding).summary(), expect);
+        ctxsync_test_support::assert_in_words(expect);
     };
     check_summary(
         Binding::NoAgent,

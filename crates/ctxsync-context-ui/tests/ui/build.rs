@@ -146,6 +146,110 @@ fn banner_follows_phase_and_freshness() {
     check(Binding::MissingAgent, DiscoveryState::Stale, None);
 }
 
+/// Issue 49: a config file that cannot be read is the headline, never "nothing is
+/// declared": alone (no server found) or beside the servers kept from before its error.
+#[test]
+fn a_broken_config_file_is_the_headline_not_an_empty_workspace() {
+    let error = "invalid JSON at line 4, column 5: expected `,` or `}`; kept the servers it \
+                 declared before, as they were, until it is fixed: \"docs\"";
+    let broken = row(
+        ".mcp.json",
+        ResourceStatus::Invalid,
+        Some(error),
+        ResourceBody::McpConfig,
+    );
+    let complete = |resources| binding("r1", Some(("r1", DiscoveryPhase::Complete, resources)));
+
+    let alone = panel(&complete(vec![broken.clone()]));
+    assert_eq!(alone.discovery.state, DiscoveryState::CompleteNoServers);
+    assert_eq!(
+        alone.discovery.text,
+        "MCP discovery found no servers: an MCP config file is broken; its error is shown below."
+    );
+    assert_eq!(alone.discovery.tone, Tone::Error);
+    assert_eq!(alone.tone, Tone::Error);
+    assert_eq!(
+        alone.mcp.summary.as_ref().map(|s| s.text.as_str()),
+        Some("none found: an MCP config file has errors")
+    );
+    assert_eq!(alone.mcp.configs[0].diagnostic.as_deref(), Some(error));
+    let text = render_text(&alone);
+    assert!(
+        text.contains("MCP servers: none found: an MCP config file has errors"),
+        "{text}"
+    );
+    assert!(!text.contains("none declared"), "{text}");
+    let html = render_fragment(&alone);
+    assert!(html.contains("No MCP servers could be read"), "{html}");
+    assert!(!html.contains("No MCP servers are declared"), "{html}");
+
+    let mut kept = row(
+        "mcp:docs",
+        ResourceStatus::Ok,
+        None,
+        server("docs", &["search"]),
+    );
+    kept.error = Some(
+        "its config file could not be read; tools are from the previous connection until the \
+         file is fixed: /w/.mcp.json: invalid JSON at line 4, column 5: expected `,` or `}`"
+            .into(),
+    );
+    let beside = panel(&complete(vec![broken, kept]));
+    assert_eq!(beside.discovery.state, DiscoveryState::Complete);
+    assert_eq!(
+        beside.discovery.text,
+        "MCP discovery is complete, but an MCP config file is broken; its error is shown below."
+    );
+    let servers = beside.mcp.servers.as_deref().unwrap_or_default();
+    assert_eq!(
+        servers[0].tool_count, 1,
+        "the kept server's tools are listed"
+    );
+    assert!(
+        beside
+            .issues
+            .iter()
+            .any(|i| i.kind == IssueKind::McpServer && i.text.contains("line 4, column 5")),
+        "{:?}",
+        beside.issues
+    );
+    for panel in [&alone, &beside] {
+        ctxsync_test_support::assert_in_words(&panel.discovery.text);
+        for issue in &panel.issues {
+            ctxsync_test_support::assert_in_words(&issue.text);
+        }
+    }
+
+    // Two broken files, and a complete discovery without any keeps its own words.
+    let two = panel(&complete(vec![
+        row(
+            ".mcp.json",
+            ResourceStatus::Invalid,
+            Some("x"),
+            ResourceBody::McpConfig,
+        ),
+        row(
+            "extra.json",
+            ResourceStatus::Invalid,
+            Some("y"),
+            ResourceBody::McpConfig,
+        ),
+    ]));
+    assert_eq!(
+        two.discovery.text,
+        "MCP discovery found no servers: 2 MCP config files are broken; their errors are shown below."
+    );
+    let fine = panel(&complete(vec![]));
+    assert_eq!(
+        fine.discovery.text,
+        "MCP discovery is complete: no MCP servers are declared in this workspace."
+    );
+    assert_eq!(
+        fine.mcp.summary.as_ref().map(|s| s.text.as_str()),
+        Some("none declared")
+    );
+}
+
 #[test]
 fn servers_tools_and_issues() {
     let panel = panel(&binding(

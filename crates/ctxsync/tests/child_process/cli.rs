@@ -1,4 +1,5 @@
-//! The command line end to end: `ctxsync discover` (JSON and table), `ctxsync agent
+//! The command line end to end: `ctxsync discover` (JSON and table, exit codes for CI,
+//! the current directory by default, no MCP SDK log lines without `--verbose`), `ctxsync agent
 //! --no-mcp`, and the one clear line for a wrong flag, a missing or wrong token; an
 //! unreachable server is retried, not fatal; JSON logs, `context --json`, `calls` and
 //! shell completions; the demo's tool call, printed and listed on its page.
@@ -48,7 +49,15 @@ fn discover(workspace: &Workspace, json: bool, timeout_ms: &str) -> tokio::proce
 async fn discover_json_prints_a_complete_report() {
     let workspace = Workspace::with_servers(&[("tools", &["--tools", "2"]), ("hung", &["--hang"])]);
     let out = output(&mut discover(&workspace, true, "1500")).await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A config error and failed servers fail the run, after the whole report is printed.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let last = lines(&out.stderr).pop().unwrap_or_default();
+    assert_eq!(
+        last,
+        "error: 1 MCP config file has an error and 2 MCP servers failed (the report above says \
+         why; --allow-failures exits 0)"
+    );
+    ctxsync_test_support::assert_in_words(&last);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(report["phase"], "complete");
     let servers = report["servers"].as_array().unwrap();
@@ -60,6 +69,9 @@ async fn discover_json_prints_a_complete_report() {
     assert_eq!(servers[0]["connected"], false);
     let hung_error = servers[0]["error"].as_str().unwrap();
     assert!(hung_error.contains("no response within"), "{hung_error}");
+    for server in servers {
+        ctxsync_test_support::assert_in_words(server["error"].as_str().unwrap_or_default());
+    }
     assert!(
         servers[1]["error"]
             .as_str()
@@ -70,6 +82,7 @@ async fn discover_json_prints_a_complete_report() {
     let outcomes = report["config_outcomes"].as_array().unwrap();
     assert_eq!(outcomes.len(), 1);
     assert!(outcomes[0]["error"].as_str().unwrap().contains("\"bad\""));
+    ctxsync_test_support::assert_in_words(outcomes[0]["error"].as_str().unwrap());
     processes::wait_until_gone(&workspace.fixture_pids()).await;
 }
 
@@ -77,7 +90,8 @@ async fn discover_json_prints_a_complete_report() {
 async fn discover_prints_progress_and_a_table() {
     let workspace =
         Workspace::with_servers(&[("tools", &["--tools", "2"]), ("empty", &["--tools", "0"])]);
-    let out = output(&mut discover(&workspace, false, MCP_TIMEOUT_MS)).await;
+    // The failed "missing" server and the "bad" entry would fail the run; the flag relaxes it.
+    let out = output(discover(&workspace, false, MCP_TIMEOUT_MS).arg("--allow-failures")).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = lines(&out.stdout);
     assert!(
@@ -122,6 +136,143 @@ async fn discover_prints_progress_and_a_table() {
     assert!(
         !stderr.contains('\r'),
         "no redraws without a terminal: {stderr:?}"
+    );
+}
+
+/// A stdio MCP server that sends a request before answering `initialize`, which the MCP
+/// SDK logs as a warning quoting the message in its own debug notation.
+const EARLY_REQUEST_SERVER: &str = r#"
+import json, sys
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    message = json.loads(line)
+    method, id = message.get("method"), message.get("id")
+    if id is None:
+        continue
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": "early", "method": "roots/list"})
+        send({"jsonrpc": "2.0", "id": id, "result": {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "early", "version": "1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": id, "result": {"tools": [
+            {"name": "ping", "inputSchema": {"type": "object"}}]}})
+    else:
+        send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no such method"}})
+"#;
+
+/// `ctxsync discover` in `dir` without `--workspace`, with `flags`.
+async fn discover_here(dir: &std::path::Path, flags: &[&str]) -> Output {
+    output(
+        ctxsync()
+            .current_dir(dir)
+            .args(["discover", "--mcp-timeout-ms", MCP_TIMEOUT_MS])
+            .args(flags),
+    )
+    .await
+}
+
+/// Issue 49: `discover` gates a CI job. The workspace is the current directory unless
+/// `--workspace` says otherwise; it exits 0 when every server connected (warnings too), 1
+/// when a config file has an error or a server failed (0 again with `--allow-failures`),
+/// and the MCP SDK's own log lines reach stderr only with `--verbose`.
+#[tokio::test]
+async fn discover_exit_codes_suit_ci_and_the_workspace_defaults_to_here() {
+    let workspace = Workspace::new();
+    workspace.write("early.py", EARLY_REQUEST_SERVER);
+    let fixture = serde_json::json!({
+        "command": env!("CARGO_BIN_EXE_ctxsync"),
+        "args": ["mcp-fixture", "--tools", "1"],
+    });
+    // A working server, a server that logs an SDK warning, and an ignored key (a warning).
+    workspace.write(
+        ".mcp.json",
+        serde_json::json!({
+            "$schema": "https://example.com/schema.json",
+            "mcpServers": {
+                "tools": fixture,
+                "early": {"command": "python3", "args": ["early.py"]},
+            },
+        })
+        .to_string(),
+    );
+    let out = discover_here(&workspace.path(), &["--json"]).await;
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    for name in ["early", "tools"] {
+        let server = report["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {report}"));
+        assert_eq!(server["connected"], true, "{report}");
+    }
+    let warning = report["config_outcomes"][0]["warning"].as_str().unwrap();
+    assert!(warning.contains("\"$schema\""), "{warning}");
+    assert!(
+        !stderr.contains("rmcp") && !stderr.contains("JsonRpcRequest") && !stderr.contains("WARN"),
+        "the SDK's lines stay out without --verbose: {stderr}"
+    );
+    // With --verbose they are there: the server above really makes the SDK warn.
+    let out = discover_here(&workspace.path(), &["--verbose"]).await;
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("Received unexpected message"), "{stderr}");
+
+    // A server that fails: exit 1 after the table; relaxed to 0 by the flag.
+    workspace.write(
+        ".mcp.json",
+        serde_json::json!({"mcpServers": {"tools": fixture, "gone": {"command": processes::MISSING_COMMAND}}})
+            .to_string(),
+    );
+    let out = discover_here(&workspace.path(), &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("SERVER"),
+        "{}",
+        text(&out.stdout)
+    );
+    let last = lines(&out.stderr).pop().unwrap_or_default();
+    assert!(last.starts_with("error: 1 MCP server failed ("), "{last}");
+    let out = discover_here(&workspace.path(), &["--allow-failures"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // A JSON typo: exit 1, and the table says where the file broke.
+    workspace.write(".mcp.json", "{\"mcpServers\": {\"tools\": {}\n\"x\": 1}}");
+    let out = discover_here(&workspace.path(), &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("error: invalid JSON at line 2, column 1: expected `,` or `}`"),
+        "{stdout}"
+    );
+    let last = lines(&out.stderr).pop().unwrap_or_default();
+    assert!(
+        last.starts_with("error: 1 MCP config file has an error ("),
+        "{last}"
+    );
+    let out = discover_here(&workspace.path(), &["--allow-failures", "--json"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // --workspace still names another directory.
+    let elsewhere = Workspace::new();
+    let out = output(
+        ctxsync()
+            .current_dir(elsewhere.path())
+            .args(["discover", "--workspace"])
+            .arg(workspace.path()),
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the broken workspace is read: {}",
+        text(&out.stdout)
     );
 }
 

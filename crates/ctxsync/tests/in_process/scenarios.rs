@@ -210,6 +210,7 @@ ctxsync_test_support::on_both_backends! {
     plan_mode_never_waits,
     a_restarted_agent_never_offers_the_old_process_tools,
     a_broken_edit_keeps_the_previous_tools_with_a_warning,
+    a_json_typo_keeps_the_tools_and_the_panel_says_where,
     full_tool_definitions_and_pending_servers_reach_the_chat_api,
 }
 
@@ -430,6 +431,90 @@ async fn a_broken_edit_keeps_the_previous_tools_with_a_warning(s: Scenario) {
             .any(|i| i["kind"] == "mcp_server" && i["severity"] == "warning"),
         "{issues:?}"
     );
+}
+
+/// Issue 49 end to end: a JSON typo saved into `.mcp.json` while the agent runs keeps the
+/// working server's tools for turns, the chat's panel names the config file's error by line
+/// and column and its headline says the config is broken (not that nothing is declared),
+/// and fixing the file clears both.
+async fn a_json_typo_keeps_the_tools_and_the_panel_says_where(s: Scenario) {
+    let docs = fixture(FixtureConfig::new().tool(ToolSpec::new("search", "Search docs")));
+    write_mcp_json(s.workspace.path(), json!({ "docs": docs }));
+    let _agent = s.start_agent(Duration::from_secs(5));
+    let turn = s.turn("default").await;
+    assert_eq!(tool_names(&turn), ["docs__search"]);
+
+    // The closing brace of the server map is missing: line 3, column 1 ends the file.
+    std::fs::write(
+        s.workspace.path().join(".mcp.json"),
+        format!("{{\"mcpServers\": {{\n\"docs\": {docs}\n"),
+    )
+    .unwrap();
+    let config_error = |c: &Value| {
+        c["context"]["mcp"]["configs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|config| {
+                config["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with(".mcp.json"))
+            })
+            .and_then(|config| config["diagnostic"].as_str())
+            .map(str::to_owned)
+    };
+    let chat = s
+        .wait_for_chat("the config file's parse error", |c| {
+            config_error(c).is_some_and(|d| d.contains("invalid JSON"))
+        })
+        .await;
+    let diagnostic = config_error(&chat).unwrap();
+    assert!(
+        diagnostic.starts_with("invalid JSON at line 3, column 0: EOF while parsing an object"),
+        "{diagnostic}"
+    );
+    assert!(
+        diagnostic.contains("kept the servers it declared before"),
+        "{diagnostic}"
+    );
+    let banner = &chat["context"]["discovery"];
+    assert_eq!(
+        banner["text"],
+        "MCP discovery is complete, but an MCP config file is broken; its error is shown below.",
+        "{banner}"
+    );
+    let issues = chat["context"]["issues"].as_array().unwrap();
+    let kept = issues
+        .iter()
+        .find(|i| i["kind"] == "mcp_server" && i["source"] == "docs")
+        .unwrap_or_else(|| panic!("the kept server's warning: {issues:?}"));
+    assert_eq!(kept["severity"], "warning");
+    assert!(
+        kept["text"].as_str().unwrap().contains("line 3, column 0"),
+        "{kept}"
+    );
+    for issue in issues {
+        ctxsync_test_support::assert_in_words(issue["text"].as_str().unwrap_or_default());
+    }
+    let turn = s.turn("default").await;
+    assert_eq!(
+        tool_names(&turn),
+        ["docs__search"],
+        "the tools stay usable: {chat}"
+    );
+
+    write_mcp_json(s.workspace.path(), json!({ "docs": docs }));
+    let chat = s
+        .wait_for_chat("the fixed file", |c| {
+            config_error(c).is_none() && !c["context"]["issues"].to_string().contains("docs")
+        })
+        .await;
+    assert_eq!(
+        chat["context"]["discovery"]["text"],
+        "MCP discovery is complete."
+    );
+    let turn = s.turn("default").await;
+    assert_eq!(tool_names(&turn), ["docs__search"]);
 }
 
 /// Issue 18's path end to end: a real agent negotiates the current revision with a server

@@ -100,7 +100,16 @@ async fn listed_name(h: &Harness, chat: &str, turn: &str, tool: &str) -> String 
 }
 
 async fn post(h: &Harness, path: &str, body: Value) -> (u16, Value) {
-    h.call(Method::POST, path, Some(body)).await
+    let (status, answer) = h.call(Method::POST, path, Some(body)).await;
+    // A refusal's text, or a failed call's message: both are read by people and models.
+    let error = &answer["error"];
+    for text in [error.as_str(), error["message"].as_str()]
+        .into_iter()
+        .flatten()
+    {
+        ctxsync_test_support::assert_in_words(text);
+    }
+    (status, answer)
 }
 
 async fn requests_are_bounded(h: Harness) {

@@ -79,11 +79,29 @@ pub(crate) async fn wait_for(
         .and_then(Result::ok)
         .map(|report| report.clone());
     match waited {
-        Some(report) => report,
+        Some(report) => {
+            assert_report_in_words(&report);
+            report
+        }
         None => panic!(
             "timed out waiting for {what}; last report: {:#?}",
             rx.borrow()
         ),
+    }
+}
+
+/// Every diagnostic of `report` reads as words (no Rust notation): every report a test
+/// waits for is checked.
+pub(crate) fn assert_report_in_words(report: &Report) {
+    for server in &report.servers {
+        for text in server.error.iter().chain(&server.warning) {
+            ctxsync_test_support::assert_in_words(text);
+        }
+    }
+    for outcome in &report.config_outcomes {
+        for text in outcome.error.iter().chain(&outcome.warning) {
+            ctxsync_test_support::assert_in_words(text);
+        }
     }
 }
 
