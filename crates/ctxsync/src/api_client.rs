@@ -68,8 +68,8 @@ impl ApiClientArgs {
         self.server.trim_end_matches('/')
     }
 
-    /// Sends `request` (to this server) as [`send`] does; a refused token also names where
-    /// it was read from.
+    /// Sends `request` (to this server) as [`crate::api_client::send`] does; a refused
+    /// token also names where it was read from.
     pub async fn send(
         &self,
         request: reqwest::RequestBuilder,
