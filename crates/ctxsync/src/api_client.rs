@@ -136,7 +136,7 @@ async fn send_from(
     let response = match request.send().await {
         Ok(response) => response,
         Err(e) => {
-            if crate::wrong_port::answers_grpc(base).await {
+            if crate::wrong_port::is_agent_api(base, &e).await {
                 bail!(
                     "cannot talk to the chat API at {base}: this looks like the gRPC port (the \
                      agent API); this command needs the HTTP one, `chat API (HTTP)` in \

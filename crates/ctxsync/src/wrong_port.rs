@@ -2,17 +2,36 @@
 //! wrong one says so instead of a transport error: the agent API speaks only gRPC (HTTP/2),
 //! the chat API only HTTP/1.1, and each answers a probe the other cannot.
 //!
-//! Only plain `http://` addresses are probed: over TLS each listener offers only its own
-//! protocol in the handshake, so the other side's client fails there already.
+//! Only plain `http://` addresses are probed. Over TLS each listener offers only its own
+//! protocol in the handshake (ALPN), so an HTTP/1.1 client at the agent API's port is
+//! refused there with `no_application_protocol`, which is what tells that case apart.
 
 use std::time::Duration;
 
 /// How long one probe may take; a listener that answers at all answers in milliseconds.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Whether a chat command's failed request went to the agent API's port: over TLS, the
+/// handshake refused HTTP/1.1 (that listener offers only HTTP/2); in plain text, the
+/// address answers a gRPC health check.
+pub async fn is_agent_api(base: &str, error: &reqwest::Error) -> bool {
+    if base.starts_with("https://") {
+        let mut source: Option<&dyn std::error::Error> = Some(error);
+        while let Some(cause) = source {
+            // rustls names the alert so; no type of its reaches this crate's API.
+            if cause.to_string().contains("NoApplicationProtocol") {
+                return true;
+            }
+            source = cause.source();
+        }
+        return false;
+    }
+    answers_grpc(base).await
+}
+
 /// Whether `base` answers a gRPC health check: the agent API's port (its health service
 /// needs no token).
-pub async fn answers_grpc(base: &str) -> bool {
+async fn answers_grpc(base: &str) -> bool {
     if !base.starts_with("http://") {
         return false;
     }
