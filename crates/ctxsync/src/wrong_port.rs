@@ -86,7 +86,8 @@ const AGENT_PROBES: u32 = 12;
 /// Run beside the agent: when its `--server` turns out to be the chat API's port, logs
 /// once that the agent needs the gRPC one. Answering gRPC is checked first, so a
 /// balancer that serves both on one port is never taken for the wrong one; the agent
-/// itself keeps retrying as it does for any unreachable server.
+/// itself keeps retrying as it does for any unreachable server. Plain `http://` only:
+/// over TLS the publisher's own log names the refused handshake.
 pub async fn check_agent_url(url: String) {
     for _ in 0..AGENT_PROBES {
         if answers_grpc(&url).await {
