@@ -32,8 +32,10 @@ pub const LONG_ABOUT: &str = "Run a workspace agent: discover the workspace's MC
 /// `ctxsync agent`'s flags.
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// The server's agent API: https://HOST:PORT, or http://127.0.0.1:4770 on one host
-    /// (plain http to another host is warned about: the token would cross in clear).
+    /// The server's agent API (gRPC): `agent API (gRPC)` in `ctxsync server`'s output,
+    /// https://HOST:PORT, or http://127.0.0.1:4770 on one host (plain http to another host
+    /// is warned about: the token would cross in clear). Not the chat API's HTTP port
+    /// (4780) that the other client commands take.
     #[arg(long, value_name = "URL")]
     pub server: String,
     /// A PEM file of certificate authorities to trust for https, besides the system's
@@ -174,6 +176,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let reports = engine
         .as_ref()
         .map(|engine| Box::new(engine.subscribe()) as Box<dyn ReportSource>);
+    let server_url = args.server.trim_end_matches('/').to_owned();
     let config = PublisherConfig {
         server_url: args.server,
         ca_cert_files: absolute_paths(args.ca_certs)?,
@@ -223,6 +226,10 @@ pub async fn run(args: AgentArgs) -> Result<()> {
                 },
                 "agent started"
             );
+            // Logs once if `--server` is the chat API's port; ends with the agent.
+            let _port_check = AbortOnDrop(tokio::spawn(crate::wrong_port::check_agent_url(
+                server_url.clone(),
+            )));
             tokio::select! {
                 fatal = publisher.run() => Err(match fatal {
                     Err(error) => anyhow::Error::new(error),
@@ -262,6 +269,15 @@ impl CallRunner for EngineCalls {
         cancel: CancellationToken,
     ) -> CallEnd {
         self.0.call(spec, progress, cancel).await
+    }
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ctxsync_persistence::{AgentId, AgentRecord, NewAgent, Store};
+use ctxsync_persistence::{AgentId, AgentRecord, DatabaseConfig, NewAgent, Store};
 
 use crate::secret::Secret;
 
@@ -21,8 +21,10 @@ pub struct DatabaseArgs {
         conflicts_with = "data_dir"
     )]
     pub database_url: Option<Secret>,
-    /// Directory of the embedded SQLite database (default: the user data directory).
-    #[arg(long)]
+    /// Directory of the embedded SQLite database: the one `ctxsync server` was started
+    /// with (its `--data-dir`). Default: $CTXSYNC_DATA_DIR, else `$XDG_DATA_HOME/ctxsync`,
+    /// else `~/.local/share/ctxsync`.
+    #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 }
 
@@ -31,6 +33,18 @@ impl DatabaseArgs {
         let data_dir = self.data_dir.unwrap_or_else(crate::paths::default_data_dir);
         let database =
             crate::paths::database(self.database_url.as_ref().map(Secret::expose), &data_dir)?;
+        // The trap: a command given another data dir than the server's makes a database
+        // of its own, whose agents the server has never heard of. Say so.
+        if let DatabaseConfig::Sqlite { path } = &database
+            && !path.exists()
+        {
+            eprintln!(
+                "note: no database was in {dir}, so a new one is made there; a server started \
+                 with another data dir will not know these agents (give the server's \
+                 --data-dir, or set CTXSYNC_DATA_DIR for every command)",
+                dir = data_dir.display()
+            );
+        }
         Store::open(database).await.context("opening the database")
     }
 }

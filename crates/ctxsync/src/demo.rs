@@ -34,7 +34,8 @@ const DEMO_SLOW_START: Duration = Duration::from_millis(1500);
 /// `ctxsync demo`'s flags.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Finish after the first turn (exit code 0) instead of serving until Ctrl-C.
+    /// Finish after the first turn and its tool call (exit code 0) instead of serving
+    /// until Ctrl-C; no page link is printed then, as nothing would serve it.
     #[arg(long)]
     pub exit: bool,
     /// Address of the web page and chat API (default: a free loopback port).
@@ -120,13 +121,16 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         crate::context::fetch_panel_text(&server.http_url(), &chat_id, &server.api_token).await?;
     println!("\nContext panel\n-------------\n{}", for_terminal(&panel));
     let chat_uuid = chat_id.parse().context("the chat id is a UUID")?;
-    println!(
-        "Web page (one-time link; it lists the tool call): {}",
-        server.page_link(chat_uuid).await?
-    );
-    println!("Demo ready in {:.1}s.", started.elapsed().as_secs_f64());
-
-    if !args.exit {
+    if args.exit {
+        // The server stops with the demo: a link printed now could never be opened.
+        println!("Web page: not served with --exit (run `ctxsync demo` without it to open it).");
+        println!("Demo done in {:.1}s.", started.elapsed().as_secs_f64());
+    } else {
+        println!(
+            "Web page (one-time link; it lists the tool call): {}",
+            server.page_link(chat_uuid).await?
+        );
+        println!("Demo ready in {:.1}s.", started.elapsed().as_secs_f64());
         println!("Serving until Ctrl-C…");
         crate::server::wait_for_stop_signal().await;
     }

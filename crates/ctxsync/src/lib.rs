@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod agents;
 pub mod api_client;
+pub mod chats;
 pub mod context;
 pub mod demo;
 pub mod discover;
@@ -20,7 +21,9 @@ pub mod listen;
 pub mod logging;
 pub mod paths;
 pub mod probes;
+pub mod public_url;
 pub mod secret;
 pub mod server;
 pub mod terminal;
 pub mod tls;
+pub mod wrong_port;

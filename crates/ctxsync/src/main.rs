@@ -46,17 +46,28 @@ enum Command {
         #[command(subcommand)]
         command: AgentsCommand,
     },
-    /// Run a workspace agent: discover MCP servers and publish the workspace context.
+    /// Run a workspace agent: discover MCP servers and publish to the agent API (gRPC).
     #[command(long_about = ctxsync::agent::LONG_ABOUT)]
     Agent(ctxsync::agent::AgentArgs),
     /// Discover the workspace's MCP servers locally and print the report (no server needed).
     #[command(long_about = ctxsync::discover::LONG_ABOUT)]
     Discover(ctxsync::discover::DiscoverArgs),
-    /// Print a chat's context panel in the terminal.
+    /// Manage chats through a running server's chat API (HTTP).
+    Chats {
+        #[command(subcommand)]
+        command: ChatsCommand,
+    },
+    /// Prepare a chat's turn through the chat API (HTTP) and print its tools.
+    Turn(ctxsync::chats::TurnArgs),
+    /// Print a one-time link (a full URL) to a chat's web page, from the chat API (HTTP).
+    Link(ctxsync::chats::LinkArgs),
+    /// Print a chat's context panel in the terminal, from the chat API (HTTP).
     Context(ctxsync::context::ContextArgs),
-    /// Call one of a chat turn's tools and print what the model is handed.
+    /// Call one of a chat turn's tools through the chat API (HTTP) and print what the model
+    /// is handed.
     Call(ctxsync::http::tool_call::call_command::CallArgs),
-    /// List the tool-call audit log: one row per call end, newest first.
+    /// List the tool-call audit log from the chat API (HTTP): one row per call end, newest
+    /// first.
     Calls(ctxsync::http::tool_call::list_command::CallsArgs),
     /// Run the whole system on this machine: server, agent, MCP servers, a chat's first turn.
     Demo(ctxsync::demo::DemoArgs),
@@ -72,6 +83,12 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ChatsCommand {
+    /// Create a chat bound to an agent and print its id.
+    Create(ctxsync::chats::CreateChatArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -132,6 +149,11 @@ fn main() -> ExitCode {
             },
             Command::Agent(args) => ctxsync::agent::run(args).await,
             Command::Discover(args) => ctxsync::discover::run(args).await,
+            Command::Chats { command } => match command {
+                ChatsCommand::Create(args) => ctxsync::chats::create(args).await,
+            },
+            Command::Turn(args) => ctxsync::chats::turn(args).await,
+            Command::Link(args) => ctxsync::chats::link(args).await,
             Command::Context(args) => ctxsync::context::run(args).await,
             Command::Call(args) => ctxsync::http::tool_call::call_command::run(args).await,
             Command::Calls(args) => ctxsync::http::tool_call::list_command::run(args).await,

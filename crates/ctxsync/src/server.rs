@@ -23,6 +23,7 @@ use crate::http::bounds::EventStreams;
 use crate::http::{AppState, Auth};
 use crate::limits::{LimitArgs, Limits};
 use crate::listen::HttpSettings;
+use crate::public_url::PublicUrl;
 use crate::secret::Secret;
 use crate::tls::{ReloadingCert, TlsFiles};
 use tokio::sync::watch;
@@ -41,15 +42,23 @@ pub struct ServerArgs {
     /// embedded SQLite database in the data directory.
     #[arg(long, env = "CTXSYNC_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<Secret>,
-    /// Directory for the embedded database and the generated API token.
-    #[arg(long)]
+    /// Directory for the embedded database and the generated API token; default:
+    /// `$XDG_DATA_HOME/ctxsync`, else `~/.local/share/ctxsync`. The `agents` commands and
+    /// the chat commands must be given the same one (or the same CTXSYNC_DATA_DIR).
+    #[arg(long, env = "CTXSYNC_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Address of the agent API (gRPC).
+    /// Address of the agent API (gRPC): what `ctxsync agent --server` connects to.
     #[arg(long, default_value = "127.0.0.1:4770")]
     pub grpc_addr: SocketAddr,
-    /// Address of the chat API and web page (HTTP).
+    /// Address of the chat API and web page (HTTP): what `ctxsync context`, `call`,
+    /// `chats`, `turn` and `link` connect to with their `--server`.
     #[arg(long, default_value = "127.0.0.1:4780")]
     pub http_addr: SocketAddr,
+    /// Where people's browsers reach the chat API (an http or https URL, no query), so
+    /// page links are full URLs; default: the HTTP listener's address when it is
+    /// loopback, else links are paths under whatever address the caller used.
+    #[arg(long, env = "CTXSYNC_PUBLIC_URL", value_name = "URL")]
+    pub public_url: Option<PublicUrl>,
     /// Bearer token of the HTTP API; default: generated once into `<data-dir>/api-token`.
     #[arg(long, env = "CTXSYNC_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<Secret>,
@@ -194,6 +203,9 @@ pub struct ServerConfig {
     pub http_addr: SocketAddr,
     /// The HTTP API's bearer token; `None` reads or generates `<data_dir>/api-token`.
     pub api_token: Option<String>,
+    /// Where browsers reach the chat API; `None` defaults to the HTTP listener's address
+    /// when that is loopback.
+    pub public_url: Option<PublicUrl>,
     /// TLS on both listeners; `None` serves plain text.
     pub tls: Option<TlsFiles>,
     /// How often the TLS files are checked for changes.
@@ -233,6 +245,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("data_dir", &self.data_dir)
             .field("grpc_addr", &self.grpc_addr)
             .field("http_addr", &self.http_addr)
+            .field("public_url", &self.public_url)
             .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
             .field("tls", &self.tls)
             .field("discovery_budget", &self.discovery_budget)
@@ -258,6 +271,7 @@ impl ServerConfig {
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             api_token: None,
+            public_url: None,
             tls: None,
             tls_reload_interval: crate::tls::DEFAULT_RELOAD_INTERVAL,
             discovery_budget: GateConfig::default().discovery_budget,
@@ -288,6 +302,7 @@ impl ServerConfig {
             grpc_addr: args.grpc_addr,
             http_addr: args.http_addr,
             api_token: args.api_token.map(Secret::into_inner),
+            public_url: args.public_url,
             tls: args
                 .tls_cert
                 .zip(args.tls_key)
@@ -331,6 +346,9 @@ pub struct RunningServer {
     pub store: Store,
     /// The HTTP API's bearer token.
     pub api_token: String,
+    /// Where browsers reach the chat API (`--public-url`, else the loopback listener's
+    /// address); `None` when neither is known.
+    pub public_url: Option<PublicUrl>,
     /// Where the API token came from.
     pub api_token_source: TokenSource,
     /// The certificate both listeners serve, when TLS is on.
@@ -372,18 +390,19 @@ impl RunningServer {
     /// A one-time link that opens the chat's page in a browser (the browser cannot send
     /// the bearer token): it shows a button whose POST exchanges the link's token for a
     /// session cookie bound to this chat alone. The link lives in the store, so any
-    /// replica on the same database opens it.
+    /// replica on the same database opens it. Under the public URL when there is one,
+    /// else under [`Self::http_url`].
     pub async fn page_link(&self, chat: ChatId) -> Result<String> {
         let token = self
             .auth
             .mint_link_token(chat)
             .await
             .context("minting a page link")?;
-        Ok(format!(
-            "{}{}",
-            self.http_url(),
-            crate::http::page_path(chat, &token)
-        ))
+        let path = crate::http::page_path(chat, &token);
+        Ok(match &self.public_url {
+            Some(public) => public.join(&path),
+            None => format!("{}{path}", self.http_url()),
+        })
     }
 
     /// Stops accepting, ends event streams, lets in-flight requests finish within the
@@ -444,7 +463,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         calls,
         &shutdown_rx,
     );
-    let (http_addr, http_task) = serve_chat_api(&config, state, tls.as_ref(), &shutdown_rx).await?;
+    let (http_addr, public_url, http_task) =
+        serve_chat_api(&config, state, tls.as_ref(), &shutdown_rx).await?;
     tasks.push(http_task);
     if tls.is_none() {
         warn_if_exposed(agent_api.addr, http_addr);
@@ -455,6 +475,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         http_addr,
         store,
         api_token,
+        public_url,
         api_token_source,
         tls,
         auth,
@@ -563,22 +584,30 @@ fn app_state(
         find_indexes: Arc::new(ctxsync_chat_projection::ToolIndexCache::new(
             config.find_tools_cache_bytes,
         )),
+        // Known once the listener is bound (its port may be picked then).
+        public_url: None,
         stopping: shutdown_rx.clone(),
     }
 }
 
-/// Binds the chat API and web page (HTTP) and serves `state` until the shutdown signal.
+/// Binds the chat API and web page (HTTP) and serves `state` until the shutdown signal;
+/// answers the bound address and the public URL page links use.
 async fn serve_chat_api(
     config: &ServerConfig,
-    state: AppState,
+    mut state: AppState,
     tls: Option<&Arc<ReloadingCert>>,
     shutdown_rx: &watch::Receiver<bool>,
-) -> Result<(SocketAddr, JoinHandle<()>)> {
+) -> Result<(SocketAddr, Option<PublicUrl>, JoinHandle<()>)> {
     let limits = &config.limits;
     let http_listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("binding the HTTP API to {}", config.http_addr))?;
     let http_addr = http_listener.local_addr()?;
+    let public_url = config
+        .public_url
+        .clone()
+        .or_else(|| PublicUrl::for_listener(http_addr, tls.is_some()));
+    state.public_url = public_url.clone();
     let app = with_request_timeout(crate::http::router(state), limits.http_request_timeout);
     let http_tls = match tls {
         Some(cert) => Some(cert.acceptor(&[b"http/1.1"])?),
@@ -601,7 +630,7 @@ async fn serve_chat_api(
         shutdown_rx.clone(),
     ));
     tracing::info!(%http_addr, tls = tls.is_some(), "chat API and web page listening");
-    Ok((http_addr, http_task))
+    Ok((http_addr, public_url, http_task))
 }
 
 /// Deletes the audit log's rows past `retention` now and every [`AUDIT_PRUNE_INTERVAL`]
@@ -666,6 +695,11 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let server = start(ServerConfig::from_args(args)?).await?;
     say(&format!("agent API (gRPC): {}", server.agent_url()));
     say(&format!("chat API (HTTP):  {}", server.http_url()));
+    if let Some(public) = &server.public_url {
+        say(&format!(
+            "web page links:   {public}/chats/… (`ctxsync link --chat ID`)"
+        ));
+    }
     say(&match &server.api_token_source {
         TokenSource::Given => "API token: as given (--api-token / CTXSYNC_API_TOKEN)".to_string(),
         TokenSource::File(path) => format!("API token: in {}", path.display()),

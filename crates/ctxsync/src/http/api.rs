@@ -290,7 +290,8 @@ pub struct TurnRequest {
 }
 
 /// What kind of turn it is.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, ToSchema)]
+// `ValueEnum`: `ctxsync turn --mode` takes the same two names.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, ToSchema, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnModeName {
     /// A normal turn: the first-turn gate may wait (bounded) for the bound agent's
@@ -564,6 +565,10 @@ pub struct ToolCallAuditEntry {
 pub struct PageLink {
     /// A path with a one-time token; opening it sets a session cookie for this chat.
     pub url: String,
+    /// The same link as a full URL under the server's public URL (`--public-url`, or its
+    /// loopback address); absent when the server does not know where browsers reach it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
 }
 
 /// The document: every route but the page's own files, each with its errors.

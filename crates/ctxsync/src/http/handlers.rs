@@ -718,5 +718,6 @@ pub(super) async fn page_link(State(state): State<AppState>, Path(raw): Path<Str
         return Err(ApiError::not_found(format!("chat {chat} not found")));
     }
     let url = super::page_path(chat, &state.auth.mint_link_token(chat).await?);
-    Ok(Json(PageLink { url }).into_response())
+    let link = state.public_url.as_ref().map(|public| public.join(&url));
+    Ok(Json(PageLink { url, link }).into_response())
 }

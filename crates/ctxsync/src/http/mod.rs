@@ -57,6 +57,9 @@ pub struct AppState {
     pub tool_call_max: std::time::Duration,
     /// find_tools' indexes, one per distinct catalog searched (`--find-tools-cache-mib`).
     pub find_indexes: Arc<ctxsync_chat_projection::ToolIndexCache>,
+    /// Where browsers reach this server, so page links are full URLs; `None` when
+    /// neither `--public-url` nor a loopback listener says.
+    pub public_url: Option<crate::public_url::PublicUrl>,
     /// Turns true when the server stops: event streams end so the drain can finish.
     pub stopping: tokio::sync::watch::Receiver<bool>,
 }

@@ -126,7 +126,9 @@ pub(super) async fn page(
         Caller::Anonymous => {
             return message(
                 StatusCode::UNAUTHORIZED,
-                "Open this page through a link printed by ctxsync.",
+                &format!(
+                    "Open this page through a one-time link: `ctxsync link --chat {chat}` prints one."
+                ),
             );
         }
     }

@@ -9,5 +9,6 @@ mod cli;
 mod faults;
 mod hostile_input;
 mod hostile_traffic;
+mod quick_tour;
 mod tls;
 mod tool_calls;

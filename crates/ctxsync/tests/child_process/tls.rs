@@ -344,6 +344,42 @@ async fn an_agent_that_distrusts_the_certificate_logs_why_and_publishes_nothing(
     agent.kill().await.unwrap();
 }
 
+/// A chat command given the agent API's TLS port: the handshake refuses HTTP/1.1, and
+/// the command says which port it needs instead of the TLS alert.
+#[tokio::test]
+async fn a_chat_command_at_the_tls_agent_port_names_the_port_it_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("the server's CA");
+    let ca_file = write_ca(dir.path(), "ca.pem", &ca);
+    let files = CertFiles::write(dir.path(), &ca);
+    let logs = Logs::new();
+    let data_dir = dir.path().join("data");
+    let mut server =
+        Server::start(&logs, &["--data-dir", data_dir.to_str().unwrap()], &files).await;
+    let out = tokio::time::timeout(
+        WAIT,
+        ctxsync()
+            .args(["context", "--chat", "00000000-0000-4000-8000-000000000000"])
+            .args(["--server", &server.grpc, "--ca-cert"])
+            .arg(&ca_file)
+            .env("CTXSYNC_API_TOKEN", API_TOKEN)
+            .output(),
+    )
+    .await
+    .expect("the command ends")
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!(
+            "cannot talk to the chat API at {}: this looks like the gRPC port",
+            server.grpc
+        )),
+        "{stderr}"
+    );
+    server.child.kill().await.unwrap();
+}
+
 /// Waits until the agent's snapshot version exceeds `above`; returns it.
 async fn wait_version(
     server: &Server,

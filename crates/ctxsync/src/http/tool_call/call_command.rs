@@ -54,7 +54,7 @@ pub async fn run(args: CallArgs) -> Result<()> {
     let client = args.api.client()?;
     let api = Api {
         client: &client,
-        base: args.api.server.trim_end_matches('/'),
+        server: &args.api,
         token: &token,
     };
     let chat = &args.chat;
@@ -131,7 +131,7 @@ fn succeeded(call: &Value) -> bool {
 
 struct Api<'a> {
     client: &'a reqwest::Client,
-    base: &'a str,
+    server: &'a crate::api_client::ApiClientArgs,
     token: &'a str,
 }
 
@@ -145,12 +145,12 @@ impl Api<'_> {
     ) -> Result<(reqwest::StatusCode, Value)> {
         let mut request = self
             .client
-            .request(method, format!("{}{path}", self.base))
+            .request(method, format!("{}{path}", self.server.base()))
             .bearer_auth(self.token);
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let (status, text) = crate::api_client::send(request, self.base).await?;
+        let (status, text) = self.server.send(request).await?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         Ok((status, value))
     }

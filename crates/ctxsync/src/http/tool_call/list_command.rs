@@ -77,7 +77,7 @@ pub async fn fetch(args: &CallsArgs) -> Result<Value> {
     if !query.is_empty() {
         url.query_pairs_mut().extend_pairs(&query);
     }
-    let (_, text) = crate::api_client::send(client.get(url).bearer_auth(&token), base).await?;
+    let (_, text) = args.api.send(client.get(url).bearer_auth(&token)).await?;
     serde_json::from_str(&text).context("the server's answer is not JSON")
 }
 
