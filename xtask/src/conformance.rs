@@ -229,6 +229,8 @@ struct Outcome {
     suite_passed: bool,
     /// The checks it wrote, or why they could not be read.
     checks: Result<Vec<Check>>,
+    /// The client's own failure line, when it printed one.
+    client_failure: Option<String>,
 }
 
 /// One entry of the suite's `checks.json`.
@@ -242,8 +244,13 @@ struct Check {
 }
 
 impl Outcome {
+    /// The suite passed it, no check failed or warned, and at least one check passed (a
+    /// scenario whose server never saw the client records none).
     fn passed(&self) -> bool {
-        self.suite_passed && self.checks.as_ref().is_ok_and(|c| bad(c).next().is_none())
+        self.suite_passed
+            && self.checks.as_ref().is_ok_and(|checks| {
+                bad(checks).next().is_none() && checks.iter().any(|c| c.status == "SUCCESS")
+            })
     }
 
     /// One line naming the scenario and each check it failed.
@@ -265,10 +272,15 @@ impl Outcome {
                             .unwrap_or_default()
                     ));
                 }
-                if bad(checks).next().is_none() {
-                    line.push_str(" no failed check, but the suite failed the run (the client exited with an error or timed out; its output is in the log above)");
+                if bad(checks).next().is_none() && !checks.iter().any(|c| c.status == "SUCCESS") {
+                    line.push_str(" no check passed;");
                 }
             }
+        }
+        if let Some(client) = &self.client_failure {
+            line.push_str(&format!(" the client said: {client}"));
+        } else if !self.suite_passed {
+            line.push_str(" the suite failed the run (its log is above)");
         }
         line.trim_end_matches(';').to_owned()
     }
@@ -358,19 +370,34 @@ fn run_one(suite: &Suite, command: &str, scenario: &str, out: &Path) -> Outcome 
         took,
         suite_passed,
         checks: read_checks(out),
+        client_failure: client_failure(out),
     }
+}
+
+/// The client's failure line from the `stderr.txt` the suite keeps beside `checks.json`.
+fn client_failure(out: &Path) -> Option<String> {
+    let stderr = result_file(out, "stderr.txt").ok()?;
+    let text = std::fs::read_to_string(stderr).ok()?;
+    text.lines()
+        .rev()
+        .find_map(|line| line.strip_prefix(client::FAILED))
+        .map(|rest| rest.trim().to_owned())
 }
 
 /// The suite writes `checks.json` into a directory named after the scenario and the
 /// time, under `out`.
 fn read_checks(out: &Path) -> Result<Vec<Check>> {
-    let file = std::fs::read_dir(out)?
-        .filter_map(|entry| entry.ok())
-        .map(|entry| entry.path().join("checks.json"))
-        .find(|path| path.exists())
-        .with_context(|| format!("the suite wrote no checks.json under {}", out.display()))?;
+    let file = result_file(out, "checks.json")?;
     let text = std::fs::read_to_string(&file)?;
     serde_json::from_str(&text).with_context(|| format!("reading {}", file.display()))
+}
+
+fn result_file(out: &Path, name: &str) -> Result<PathBuf> {
+    std::fs::read_dir(out)?
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path().join(name))
+        .find(|path| path.exists())
+        .with_context(|| format!("the suite wrote no {name} under {}", out.display()))
 }
 
 /// The suite colours its report for a terminal; CI's log is plain text.
@@ -419,11 +446,13 @@ mod tests {
                 check("c", "INFO"),
                 check("d", "WARNING"),
             ]),
+            client_failure: None,
         };
         assert!(!outcome.passed());
         assert_eq!(
             outcome.failure(),
-            "initialize: FAILURE `b` (b described: it went wrong); WARNING `d` (d described)"
+            "initialize: FAILURE `b` (b described: it went wrong); WARNING `d` (d described); \
+             the suite failed the run (its log is above)"
         );
     }
 
@@ -435,24 +464,35 @@ mod tests {
             took: Duration::ZERO,
             suite_passed: true,
             checks: clean(),
+            client_failure: None,
         };
         assert!(passing.passed());
         let client_failed = Outcome {
+            scenario: "initialize".into(),
+            took: Duration::ZERO,
             suite_passed: false,
-            checks: clean(),
-            ..passing
+            checks: Ok(Vec::new()),
+            client_failure: Some("the agent did not connect".into()),
         };
         assert!(!client_failed.passed());
-        assert!(
-            client_failed
-                .failure()
-                .contains("client exited with an error")
+        assert_eq!(
+            client_failed.failure(),
+            "initialize: no check passed; the client said: the agent did not connect"
         );
+        // A client that exits 0 without the scenario's server seeing it passes nothing.
+        let vacuous = Outcome {
+            suite_passed: true,
+            client_failure: None,
+            ..client_failed
+        };
+        assert!(!vacuous.passed());
+        assert_eq!(vacuous.failure(), "initialize: no check passed");
         let unread = Outcome {
             scenario: "sse-retry".into(),
             took: Duration::ZERO,
             suite_passed: true,
             checks: Err(anyhow::anyhow!("no checks.json")),
+            client_failure: None,
         };
         assert!(!unread.passed());
         assert_eq!(unread.failure(), "sse-retry: no checks.json");

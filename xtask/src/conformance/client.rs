@@ -52,8 +52,20 @@ const CALLS: &[ScenarioCall] = &[
     },
 ];
 
-/// Runs the client: `args` are `--ctxsync BIN URL`.
+/// The prefix of the line the client's failure is printed on; the step quotes that line.
+pub(crate) const FAILED: &str = "conformance-client: failed:";
+
+/// Runs the client (`args` are `--ctxsync BIN URL`); on failure prints one line starting
+/// with [`FAILED`] and exits 1, once everything it started has stopped.
 pub(crate) fn run(args: &[&str]) -> Result<()> {
+    if let Err(error) = run_inner(args) {
+        eprintln!("{FAILED} {}", format!("{error:#}").replace('\n', " / "));
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn run_inner(args: &[&str]) -> Result<()> {
     let [flag, ctxsync, url] = args else {
         bail!("usage: cargo xtask conformance-client --ctxsync BIN URL");
     };
