@@ -65,7 +65,8 @@ commands:
 
 Every command installs what it needs on a fresh machine (test, test-tools and ci: all
 test prerequisites; fuzz: the Python clients; bench: the pinned Python MCP SDK;
-distill-model: the pinned numpy and the model's wheels).";
+distill-model: the pinned numpy and the model's wheels; conformance: Node 22 and the
+pinned suite).";
 
 /// The README line that precedes the test command's code block.
 const README_TEST_MARKER: &str = "<!-- readme-test-command -->";

@@ -17,11 +17,12 @@ use serde_json::{Value, json};
 
 use super::http::ChatApi;
 
-/// How long the whole client may take: below [`super::SUITE_TIMEOUT_MS`], so it always
-/// stops its processes itself.
-const BUDGET: Duration = Duration::from_secs(45);
+/// How long the client may work before it stops its processes: with two [`STOP_GRACE`]s
+/// it stays below the suite's timeout ([`super::SUITE_TIMEOUT_MS`]), so the suite never
+/// kills it and leaves the server and agent behind.
+const BUDGET: Duration = Duration::from_secs(40);
 /// How long a stopped process may take to exit after SIGTERM before it is killed.
-const STOP_GRACE: Duration = Duration::from_secs(12);
+const STOP_GRACE: Duration = Duration::from_secs(8);
 /// The server's name in the workspace's `.mcp.json`.
 const SERVER_NAME: &str = "scenario";
 
