@@ -10,7 +10,7 @@
 //! test-only command, and the step needs nothing built beyond what it already has: this
 //! very executable and the `ctxsync` binary under test.
 
-mod client;
+pub(crate) mod client;
 mod http;
 
 use std::path::{Path, PathBuf};
@@ -19,8 +19,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-
-pub(crate) use client::run as run_client;
 
 /// The client scenarios CI runs.
 pub(crate) const SCENARIOS: &[&str] = &["initialize", "tools_call", "sse-retry"];

@@ -91,7 +91,7 @@ fn main() -> Result<()> {
         ["test-tools"] => install_tools(&root, Tools::for_command("test-tools")),
         ["ci"] => ci(&root),
         ["conformance", rest @ ..] => conformance::command(&root, &cargo(), rest),
-        ["conformance-client", rest @ ..] => conformance::run_client(rest),
+        ["conformance-client", rest @ ..] => conformance::client::run(rest),
         ["self-contained"] => portable::check(&root, &cargo()),
         ["fuzz-check"] => fuzz_check(&root),
         ["tool-catalog", ctxsync] => {
