@@ -7,8 +7,8 @@
 //! server and runs `cargo xtask conformance-client` ([`client`]) with that server's URL; the
 //! client stands up a server, an agent and a chat and calls the scenario's tool. The
 //! client is an xtask subcommand, not a `ctxsync` one, so the product binary carries no
-//! test-only command, and the step needs nothing built beyond what it already has: this
-//! very executable and the `ctxsync` binary under test.
+//! test-only command, and CI builds nothing more for it: the suite starts this very
+//! executable, which drives the `ctxsync` binary under test.
 
 pub(crate) mod client;
 mod http;
@@ -28,8 +28,8 @@ const SUITE_PACKAGE: &str = "@modelcontextprotocol/conformance@0.1.16";
 const NODE_VERSION: &str = "22.23.5";
 /// How long the suite lets one client run; the client keeps within a smaller budget.
 const SUITE_TIMEOUT_MS: u64 = 60_000;
-/// Scenarios run side by side: each mostly waits on the network and its processes'
-/// start-up, so two at a time nearly halve the step on two cores.
+/// Scenarios run side by side: each mostly waits on its processes' start-up and the
+/// network, so two at a time shorten the step without crowding two cores.
 const PARALLEL: usize = 2;
 
 /// `cargo xtask conformance [--ctxsync BIN] [--scenario NAME]...`.
