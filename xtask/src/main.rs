@@ -2,6 +2,7 @@
 
 mod bench;
 mod codegen;
+mod conformance;
 mod distill;
 mod embedding;
 mod fuzz;
@@ -51,15 +52,21 @@ commands:
                      crates/ctxsync-chat-projection/model from all-MiniLM-L6-v2 (two
                      wheels pinned by sha256; numpy only, in target/tools/distill;
                      reproducible byte for byte; --out writes a variant elsewhere)
+  conformance [--ctxsync BIN] [--scenario NAME]...
+                     the official MCP conformance suite's client scenarios (Node 22 and
+                     the pinned suite installed once under the target dir) against
+                     BIN, or a debug ctxsync it builds; conformance-client is the
+                     client command the suite starts
   ci                 everything CI runs: fmt, clippy, fuzz-check, codegen check, layers,
                      workspace-hack check, embedding, tidy, the README's test command (each crate's tests
                      alone, doctests included), `bench --quick` (completes; numbers
-                     not checked), then `self-contained` on the binary the benchmarks
-                     ran; each step's wall time is printed
+                     not checked), then `self-contained` and `conformance` on the
+                     binary the benchmarks ran; each step's wall time is printed
 
 Every command installs what it needs on a fresh machine (test, test-tools and ci: all
 test prerequisites; fuzz: the Python clients; bench: the pinned Python MCP SDK;
-distill-model: the pinned numpy and the model's wheels).";
+distill-model: the pinned numpy and the model's wheels; conformance: Node 22 and the
+pinned suite).";
 
 /// The README line that precedes the test command's code block.
 const README_TEST_MARKER: &str = "<!-- readme-test-command -->";
@@ -83,6 +90,8 @@ fn main() -> Result<()> {
         ["test"] => test(&root),
         ["test-tools"] => install_tools(&root, Tools::for_command("test-tools")),
         ["ci"] => ci(&root),
+        ["conformance", rest @ ..] => conformance::command(&root, &cargo(), rest),
+        ["conformance-client", rest @ ..] => conformance::client::run(rest),
         ["self-contained"] => portable::check(&root, &cargo()),
         ["fuzz-check"] => fuzz_check(&root),
         ["tool-catalog", ctxsync] => {
@@ -323,6 +332,14 @@ fn ci(root: &Path) -> Result<()> {
             .get("ctxsync")
             .context("the benchmarks' build produced no ctxsync binary")?;
         portable::check_binary(binary)
+    })?;
+    step("conformance", &mut || {
+        conformance::run(
+            root,
+            &cargo(),
+            executables.get("ctxsync").map(PathBuf::as_path),
+            &[],
+        )
     })?;
     println!("ci: step wall times:");
     for (name, took) in &steps {
