@@ -58,7 +58,7 @@ pub(crate) fn run(
     scenarios: &[&str],
 ) -> Result<()> {
     let base = target_dir(root).join("conformance");
-    let suite = install(root, &base.join("suite"))?;
+    let suite = install(root, &suite_dir(root))?;
     let ctxsync = match ctxsync {
         Some(path) => path
             .canonicalize()
@@ -109,6 +109,16 @@ pub(crate) fn run(
         scenarios.join(", ")
     );
     Ok(())
+}
+
+/// Installs Node 22 and the pinned suite unless they are there already (CI does it beside
+/// clippy, while the scenarios' binary is still being built).
+pub(crate) fn install_suite(root: &Path) -> Result<()> {
+    install(root, &suite_dir(root)).map(drop)
+}
+
+fn suite_dir(root: &Path) -> PathBuf {
+    target_dir(root).join("conformance").join("suite")
 }
 
 /// Cargo's target dir: `CARGO_TARGET_DIR` when set, else `target/` in the workspace.

@@ -258,11 +258,14 @@ fn ci(root: &Path) -> Result<()> {
     };
     // Started first, at the lowest CPU priority: see `bench::Build::start`.
     let release_build = bench::Build::start(root, &cargo(), true)?;
-    // Downloads mostly (apt, npm, pip): they run while clippy compiles.
+    // Downloads mostly (apt, npm, pip; the conformance suite and its Node): they run
+    // while clippy compiles.
     let tools_root = root.to_owned();
     let tools = std::thread::spawn(move || {
         let started = std::time::Instant::now();
-        install_tools(&tools_root, Tools::for_command("ci")).map(|()| started.elapsed())
+        install_tools(&tools_root, Tools::for_command("ci"))?;
+        conformance::install_suite(&tools_root)?;
+        Ok::<_, anyhow::Error>(started.elapsed())
     });
     step("fmt", &mut || {
         run(root, cargo(), &["fmt", "--all", "--check"])
