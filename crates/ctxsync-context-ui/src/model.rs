@@ -461,7 +461,7 @@ pub struct McpSummary {
     pub servers_failed: usize,
     /// The counts as people read them: `3 tools from 2 servers (1 failed)`, or `none
     /// declared` when the workspace declares no MCP server (`none found: …` when a config
-    /// file has errors, see [`McpSection::no_servers_text`]).
+    /// file has errors).
     pub text: String,
 }
 
