@@ -151,6 +151,7 @@ mod tests {
                 phase,
                 ..SnapshotState::default()
             }),
+            ..Default::default()
         }))
     }
 
