@@ -9,5 +9,6 @@ mod cli;
 mod faults;
 mod hostile_input;
 mod hostile_traffic;
+mod liveness;
 mod tls;
 mod tool_calls;
