@@ -44,6 +44,7 @@ ctxsync_test_support::on_both_backends! {
     a_call_taken_on_another_replica_runs_on_the_holders_stream,
     a_replica_whose_lease_was_taken_over_closes_its_stream_and_never_delivers,
     duplicate_calls_split_over_two_replicas_run_once,
+    every_replica_sees_whether_the_agent_is_connected,
 }
 
 /// Bound on anything that must happen; never waited out when it does.
@@ -912,4 +913,75 @@ async fn duplicate_calls_split_over_two_replicas_run_once(world: World) {
     // Nothing else arrives: the one call was sent once.
     let quiet = tokio::time::timeout(Duration::from_millis(300), stream.next()).await;
     assert!(quiet.is_err(), "a second message: {quiet:?}");
+}
+
+/// Issue 49: the stream the hub holds is what "connected" means. The agent's subscribers
+/// hear it come online when the stream opens and go offline when it drops, and another
+/// replica (its own store handle) reads both, dated by the control plane's clock; a
+/// restarted process is `never` until its own stream opens.
+async fn every_replica_sees_whether_the_agent_is_connected(world: World) {
+    use ctxsync_persistence::{AgentConnection, ChangeEvent};
+
+    let holder = world.serve(quick(), None).await;
+    let other = world.replica(quick()).await;
+    let agent = holder.agent().await;
+    let connection = |store: &ctxsync_persistence::Store| {
+        let store = store.clone();
+        let id = agent.id;
+        async move {
+            store
+                .read_agent_context(id)
+                .await
+                .unwrap()
+                .expect("the agent")
+                .connection
+        }
+    };
+    let mut heard = holder.store.subscribe_agent(agent.id);
+    let mut hears = async || {
+        let event = tokio::time::timeout(DEADLINE, heard.next())
+            .await
+            .expect("a change within the deadline")
+            .expect("the subscription is open");
+        assert!(
+            matches!(event, ChangeEvent::AgentContextChanged { agent_id, .. } if agent_id == agent.id)
+                || event == ChangeEvent::Resync,
+            "{event:?}"
+        );
+    };
+    assert_eq!(connection(&other.store).await, AgentConnection::Never);
+
+    let stream = holder.open(&agent, RUN).await.unwrap();
+    hears().await;
+    assert_eq!(connection(&other.store).await, AgentConnection::Online);
+    assert_eq!(other.store.connected_agents().await.unwrap(), 1);
+
+    let dropped = std::time::SystemTime::now() - Duration::from_secs(1);
+    drop(stream);
+    hears().await;
+    let started = Instant::now();
+    let since = loop {
+        if let AgentConnection::Offline { since } = connection(&other.store).await {
+            break std::time::SystemTime::from(since);
+        }
+        assert!(started.elapsed() < DEADLINE, "never offline");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        since >= dropped,
+        "offline since {since:?}, dropped after {dropped:?}"
+    );
+    assert_eq!(other.store.connected_agents().await.unwrap(), 0);
+
+    holder
+        .startup(&agent.token, NEW_RUN)
+        .await
+        .expect("restart");
+    assert_eq!(connection(&other.store).await, AgentConnection::Never);
+    let _stream = holder.open(&agent, NEW_RUN).await.unwrap();
+    let started = Instant::now();
+    while connection(&other.store).await != AgentConnection::Online {
+        assert!(started.elapsed() < DEADLINE, "never online again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
