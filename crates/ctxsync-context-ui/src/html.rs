@@ -104,11 +104,11 @@ fn header_facts(h: &mut String, panel: &Panel) {
         (ConnectionStatus::Online, _, _) => {
             Some(r#"<span class="badge badge-online">online</span>"#.to_owned())
         }
+        // The absolute time stays; the page's script counts the relative one on.
         (ConnectionStatus::Offline, Some(since), _) => Some(format!(
-            r#"<span class="badge badge-offline">offline</span> since <time class="relative" datetime="{}" title="{}">{}</time>"#,
-            escape(since),
-            escape(&crate::builder::human_time(since)),
-            escape(&crate::builder::human_time(since))
+            r#"<span class="badge badge-offline">offline</span> since <time datetime="{at}">{human}</time> (<time class="relative" datetime="{at}" title="{human}">{human}</time>)"#,
+            at = escape(since),
+            human = escape(&crate::builder::human_time(since)),
         )),
         (ConnectionStatus::Offline, None, _) => {
             Some(r#"<span class="badge badge-offline">offline</span>"#.to_owned())

@@ -662,7 +662,7 @@ fn an_offline_agent_is_said_beside_the_phase_and_its_tools_are_marked() {
     let servers = panel.mcp.servers.as_ref().expect("the tools stay listed");
     assert_eq!(servers.iter().map(|s| s.tool_count).sum::<usize>(), 2);
     let html = render_fragment(&panel);
-    assert!(html.contains(r#"<span class="badge badge-offline">offline</span> since <time class="relative" datetime="2026-12-03T11:00:30Z""#), "{html}");
+    assert!(html.contains(r#"<span class="badge badge-offline">offline</span> since <time datetime="2026-12-03T11:00:30Z">2026-12-03 11:00:30 UTC</time> (<time class="relative" datetime="2026-12-03T11:00:30Z""#), "{html}");
     assert!(
         html.contains(r#"<p class="tools-offline" role="note">"#),
         "{html}"
