@@ -136,7 +136,8 @@ impl World {
             .to_owned()
     }
 
-    /// `POST /api/chats/{id}/turns`: the note and the listed tool names.
+    /// `POST /api/chats/{id}/turns`: the note and the listed tool names; the outcome's
+    /// `connection` agrees with the note.
     async fn turn(&self) -> (Option<String>, Vec<String>) {
         let response = self
             .http
@@ -154,7 +155,20 @@ impl World {
             .iter()
             .filter_map(|t| t["name"].as_str().map(str::to_owned))
             .collect();
-        (body["note"].as_str().map(str::to_owned), names)
+        let note = body["note"].as_str().map(str::to_owned);
+        let offline = body["mcp_discovery"]["connection"] == "offline";
+        assert_eq!(
+            offline,
+            note.as_deref()
+                .is_some_and(|n| n.contains("agent offline since")),
+            "{body:#}"
+        );
+        assert_eq!(
+            body["mcp_discovery"]["offline_since"].is_string(),
+            offline,
+            "{body:#}"
+        );
+        (note, names)
     }
 
     /// What `ctxsync context --chat ID` prints, its words joined by single spaces (long
