@@ -194,7 +194,8 @@ impl World {
     }
 }
 
-/// The page's event stream: each `panel` event's JSON panel, in order.
+/// The page's event stream: each `panel` event's JSON panel, in order, with the HTML
+/// fragment the page swaps in under `"html"`.
 async fn panel_events(world: &World) -> impl futures::Stream<Item = Value> + Unpin + use<> {
     let response = world
         .get(&format!("/api/chats/{}/context/events", world.chat))
@@ -214,7 +215,9 @@ async fn panel_events(world: &World) -> impl futures::Stream<Item = Value> + Unp
                     if event.lines().any(|l| l == "event: panel")
                         && let Ok(value) = serde_json::from_str::<Value>(&data)
                     {
-                        return Some((value["panel"].clone(), (bytes, buffer)));
+                        let mut panel = value["panel"].clone();
+                        panel["html"] = value["html"].clone();
+                        return Some((panel, (bytes, buffer)));
                     }
                     continue;
                 }
@@ -264,6 +267,13 @@ async fn a_killed_agent_reads_offline_everywhere_until_it_returns(backend: TestB
     assert_eq!(offline_panel["tone"], "warning", "{offline_panel:#}");
     // Liveness sits beside the phase, never instead of it.
     assert_eq!(offline_panel["mcp_discovery"]["phase"], "complete");
+    let html = offline_panel["html"].as_str().expect("the fragment");
+    assert!(
+        html.contains(r#"<span class="badge badge-offline">offline</span> since"#),
+        "{html}"
+    );
+    assert!(html.contains("not callable: agent offline"), "{html}");
+    assert!(html.contains("calls"), "the tools stay listed: {html}");
 
     let header = world
         .wait_for_connection(
