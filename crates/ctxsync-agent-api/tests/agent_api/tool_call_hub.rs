@@ -45,6 +45,7 @@ ctxsync_test_support::on_both_backends! {
     a_replica_whose_lease_was_taken_over_closes_its_stream_and_never_delivers,
     duplicate_calls_split_over_two_replicas_run_once,
     every_replica_sees_whether_the_agent_is_connected,
+    a_dead_replicas_agent_is_announced_offline_when_its_lease_lapses,
 }
 
 /// Bound on anything that must happen; never waited out when it does.
@@ -984,4 +985,55 @@ async fn every_replica_sees_whether_the_agent_is_connected(world: World) {
         assert!(started.elapsed() < DEADLINE, "never online again");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Issue 49: a replica that dies releases nothing. Its stream's lease lapses, and a live
+/// replica's keeper wakes the agent's subscribers, which then read it offline since the
+/// lease ran out.
+async fn a_dead_replicas_agent_is_announced_offline_when_its_lease_lapses(world: World) {
+    use ctxsync_persistence::{AgentConnection, ChangeEvent};
+
+    let config = CallHubConfig {
+        lease: Duration::from_millis(500),
+        ..quick()
+    };
+    let live = world.serve(config, None).await;
+    let agent = live.agent().await;
+    let run = RunId::new(RUN).unwrap();
+    // The dead replica registered the stream, then stopped renewing it.
+    let registered = std::time::SystemTime::now();
+    live.store
+        .register_call_stream(agent.id, &run, "dead-replica", Duration::from_millis(400))
+        .await
+        .unwrap()
+        .expect("registered");
+    let mut heard = live.store.subscribe_agent(agent.id);
+    let started = Instant::now();
+    let event = tokio::time::timeout(DEADLINE, heard.next())
+        .await
+        .expect("the keeper announces the lapse within the deadline")
+        .expect("the subscription is open");
+    assert!(
+        matches!(event, ChangeEvent::AgentContextChanged { agent_id, .. } if agent_id == agent.id)
+            || event == ChangeEvent::Resync,
+        "{event:?}"
+    );
+    let context = live
+        .store
+        .read_agent_context(agent.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let AgentConnection::Offline { since } = context.connection else {
+        panic!("offline once announced: {:?}", context.connection);
+    };
+    let since = std::time::SystemTime::from(since);
+    assert!(
+        since >= registered && since <= registered + Duration::from_secs(5),
+        "offline since {since:?}, registered at {registered:?}"
+    );
+    eprintln!(
+        "announced {:?} after the stream was registered",
+        started.elapsed()
+    );
 }

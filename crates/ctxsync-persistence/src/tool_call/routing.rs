@@ -400,6 +400,51 @@ impl Store {
         }))
     }
 
+    /// Wakes the subscribers of agents whose stream lease ran out after `after_ms` (up to
+    /// now) without being renewed or released — their replica died — so their chats
+    /// re-read and say offline without waiting for a slow re-check. Answers the end of
+    /// the window, the next call's `after_ms`; `None` only marks it. Every replica's
+    /// keeper calls it each round: a second wake-up only costs a re-read.
+    pub async fn announce_lapsed_call_streams(
+        &self,
+        after_ms: Option<i64>,
+    ) -> Result<i64, StoreError> {
+        let now = now_ms();
+        let Some(after_ms) = after_ms else {
+            return Ok(now);
+        };
+        let lapsed = move |tx: &mut Tx<'_>| -> Result<Vec<AgentId>, StoreError> {
+            let query = call_streams::table
+                .filter(call_streams::ended_at_ms.is_null())
+                .filter(call_streams::lease_until_ms.gt(after_ms))
+                .filter(call_streams::lease_until_ms.le(now))
+                .select(call_streams::agent_id);
+            Ok(on_backend!(tx, |c| query.load(c))?)
+        };
+        // Almost always nothing: look without taking a write lock.
+        let found = self
+            .with_conn(move |conn, _| conn.single_statement(lapsed))
+            .await?;
+        if found.is_empty() {
+            return Ok(now);
+        }
+        let events = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let mut events = Vec::new();
+                    for &agent in &found {
+                        let offline = agent_event(agent, None);
+                        notify_in_tx(tx, origin, &offline)?;
+                        events.push(offline);
+                    }
+                    Ok(events)
+                })
+            })
+            .await?;
+        self.deliver_all(&events);
+        Ok(now)
+    }
+
     /// How many agents are connected now ([`AgentConnection::Online`]): an open stream
     /// of the agent's current run under a live lease, on any replica (for `/metrics`).
     pub async fn connected_agents(&self) -> Result<u64, StoreError> {
