@@ -113,6 +113,10 @@ fn header_facts(h: &mut String, panel: &Panel) {
         (ConnectionStatus::Offline, None, _) => {
             Some(r#"<span class="badge badge-offline">offline</span>"#.to_owned())
         }
+        // A legacy agent reports no run and opens no stream: nothing to wait for.
+        (ConnectionStatus::Never, _, _) if header.run_id.is_none() => {
+            Some("not reported (an older agent)".to_owned())
+        }
         (ConnectionStatus::Never, _, _) => {
             Some("not connected yet (no call stream from this run)".to_owned())
         }

@@ -695,4 +695,14 @@ fn an_offline_agent_is_said_beside_the_phase_and_its_tools_are_marked() {
     assert_eq!(never.header.connection, ConnectionStatus::Never);
     assert_eq!(never.tone, online.tone);
     assert_eq!(render_json(&never)["header"]["connection"], "never");
+    assert!(render_fragment(&never).contains(
+        r#"<dt>Agent connection</dt><dd>not connected yet (no call stream from this run)</dd>"#
+    ));
+    // A legacy agent (no run id) opens no stream: not something to wait for.
+    let legacy = binding("", Some(("", DiscoveryPhase::Unspecified, resources())));
+    let legacy = build_chat_panel("c1", &ChatContext::new(None, &legacy), &legacy);
+    assert!(
+        render_fragment(&legacy)
+            .contains(r#"<dt>Agent connection</dt><dd>not reported (an older agent)</dd>"#)
+    );
 }
