@@ -33,8 +33,8 @@ impl View {
             // Liveness beside the phase, never instead of it: the tools stay listed.
             let _ = write!(
                 line,
-                " The workspace agent is offline (agent offline since {}): the tools below \
-                 cannot be called until it reconnects.",
+                " Workspace agent offline since {}: the tools below cannot be called until \
+                 it reconnects.",
                 rfc3339_utc(since)
             );
         }

@@ -400,8 +400,8 @@ fn an_offline_agent_keeps_its_view_and_the_model_is_told() {
     assert_eq!(
         offline.model_note().as_deref(),
         Some(
-            "Workspace MCP: discovery is complete. The workspace agent is offline (agent offline \
-             since 2026-12-03T11:00:30Z): the tools below cannot be called until it reconnects. \
+            "Workspace MCP: discovery is complete. Workspace agent offline since \
+             2026-12-03T11:00:30Z: the tools below cannot be called until it reconnects. \
              Discovered servers: fs (2 tools)."
         )
     );
