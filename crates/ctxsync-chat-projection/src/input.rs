@@ -10,8 +10,9 @@
 //!   the column's `''`) and `snapshot` = the snapshot row, if any: its run id,
 //!   `mcp_discovery_phase` as [`DiscoveryPhase`], `aggregate_hash`, `snapshot_error`
 //!   (empty → `None`), `received_at` as a [`SystemTime`], `pending_servers` as stored, and
-//!   every resource row as a [`Resource`] (with `ResourceBody::from_json`). A run id is
-//!   a [`RunId`] or `None`, never an empty string.
+//!   every resource row as a [`Resource`] (with `ResourceBody::from_json`), and
+//!   `connection` = the read's [`Connection`] (its `since` as a [`SystemTime`]). A run id
+//!   is a [`RunId`] or `None`, never an empty string.
 
 use std::time::SystemTime;
 
@@ -37,6 +38,46 @@ pub struct AgentState {
     pub agent_run_id: Option<RunId>,
     /// `None` until the agent has published a snapshot.
     pub snapshot: Option<SnapshotState>,
+    /// Whether that process is connected to the control plane now.
+    pub connection: Connection,
+}
+
+/// Whether the agent process is connected to the control plane now (issue 49): the
+/// control plane's own observation of the process's call stream, read with the agent
+/// row. A fact of its own: it never changes the phase, freshness or outcomes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Connection {
+    /// No stream of the agent's current run has been seen (not opened yet, or the
+    /// process takes no calls).
+    #[default]
+    Never,
+    /// The current run's stream is open.
+    Online,
+    /// The current run's stream ended at `since` (the control plane's clock): the
+    /// process is gone or cut off, and its tools cannot be called until it reconnects.
+    Offline {
+        /// When the control plane saw the stream end.
+        since: SystemTime,
+    },
+}
+
+impl Connection {
+    /// The word every surface uses: `online`, `offline` or `never`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Never => "never",
+            Self::Online => "online",
+            Self::Offline { .. } => "offline",
+        }
+    }
+
+    /// When the stream was seen to end, while offline.
+    pub fn offline_since(self) -> Option<SystemTime> {
+        match self {
+            Self::Offline { since } => Some(since),
+            Self::Never | Self::Online => None,
+        }
+    }
 }
 
 /// The agent's stored snapshot and its resources.

@@ -5,7 +5,9 @@
 //! eligible [`ToolCatalog`] with model-facing names (each tool with its title, output
 //! schema and the server's annotations kept as untrusted hints, see
 //! [`EligibleTool::model_definition`]), each server's MCP revision, info and timings, the
-//! servers still connecting while pending ([`View::pending_servers`]), the model note —
+//! servers still connecting while pending ([`View::pending_servers`]), whether the agent
+//! process is connected now ([`View::connection`], the control plane's observation of its
+//! call stream, carried through as read), the model note —
 //! plus [`find_tools`]
 //! over that catalog and the chat context pinning model ([`PinnedContext`],
 //! [`ChatContext`]). The turn, the chat API and find_tools all read this one view, so the
@@ -54,7 +56,7 @@
 //!     resources: vec![row],
 //!     ..Default::default()
 //! };
-//! let binding = Binding::Agent(AgentState { agent_run_id: RunId::new("run-1"), snapshot: Some(snapshot) });
+//! let binding = Binding::Agent(AgentState { agent_run_id: RunId::new("run-1"), snapshot: Some(snapshot), ..Default::default() });
 //!
 //! let view = project(&binding);
 //! assert_eq!(view.phase(), ViewPhase::Complete);
@@ -95,9 +97,9 @@ pub use find::{
     find_tools_in, rank_query, search_terms,
 };
 pub use index::{DEFAULT_INDEX_CACHE_BYTES, ToolIndex, ToolIndexCache};
-pub use input::{AgentState, Binding, SnapshotState};
+pub use input::{AgentState, Binding, Connection, SnapshotState};
 pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ModelTool, ToolCatalog};
-pub use note::elapsed_in_seconds;
+pub use note::{elapsed_in_seconds, rfc3339_utc};
 pub use pin::{ChatContext, PinnedContext};
 pub use view::{
     AgentPresence, ConfigView, ConnectingServer, Counts, ServerView, View, ViewPhase, classify,

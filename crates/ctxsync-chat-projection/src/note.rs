@@ -2,6 +2,7 @@
 //! placed inside the turn's `<workspace-context>` block when the view is incomplete.
 
 use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::text::{cap_bytes, one_line};
 use crate::view::{AgentPresence, View, ViewPhase};
@@ -28,6 +29,15 @@ impl View {
     pub fn summary(&self) -> String {
         let mut line = String::from(NOTE_PREFIX);
         line.push_str(state_sentence(self));
+        if let Some(since) = self.connection().offline_since() {
+            // Liveness beside the phase, never instead of it: the tools stay listed.
+            let _ = write!(
+                line,
+                " Workspace agent offline since {}: the tools below cannot be called until \
+                 it reconnects.",
+                rfc3339_utc(since)
+            );
+        }
         // Only a fresh pending view has pending servers; older snapshots carry none and
         // keep the wording they always had.
         section(
@@ -103,9 +113,11 @@ impl View {
         line
     }
 
-    /// The note for the model: [`Self::summary`] when the view is incomplete, else nothing.
+    /// The note for the model: [`Self::summary`] when the view is incomplete or the
+    /// agent is offline (its tools cannot be called), else nothing.
     pub fn model_note(&self) -> Option<String> {
-        self.incomplete().then(|| self.summary())
+        let offline = self.connection().offline_since().is_some();
+        (self.incomplete() || offline).then(|| self.summary())
     }
 
     /// The turn's system context with the model note placed before the last closing
@@ -138,6 +150,29 @@ fn state_sentence(view: &View) -> &'static str {
             "discovery status is unknown (this agent gives no completeness guarantee)."
         }
     }
+}
+
+/// A time as RFC 3339 in UTC, whole seconds (`2026-12-03T11:00:00Z`); times before 1970
+/// are given as the epoch. The note and the panel date things alike with it.
+pub fn rfc3339_utc(at: SystemTime) -> String {
+    let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, of_day) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (proleptic Gregorian), by 400-year eras.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
 }
 
 /// An elapsed time in whole seconds, as people read a wait: `<1 s`, `4 s`, `75 s`. The

@@ -5,9 +5,11 @@
 //! resources in one read transaction), mapped field by field as `input.rs` documents, so
 //! one process's agent row is never paired with another process's snapshot.
 
-use ctxsync_persistence::{AgentContext, AgentId, ChatId, ChatRecord, Store, StoreError};
+use ctxsync_persistence::{
+    AgentConnection, AgentContext, AgentId, ChatId, ChatRecord, Store, StoreError,
+};
 
-use crate::input::{AgentState, Binding, SnapshotState};
+use crate::input::{AgentState, Binding, Connection, SnapshotState};
 use crate::pin::{ChatContext, PinnedContext};
 use crate::view::{View, ViewPhase, classify, project};
 
@@ -30,6 +32,13 @@ impl Binding {
                 received_at: Some(snapshot.received_at.into()),
                 pending_servers: snapshot.pending_servers,
             }),
+            connection: match context.connection {
+                AgentConnection::Never => Connection::Never,
+                AgentConnection::Online => Connection::Online,
+                AgentConnection::Offline { since } => Connection::Offline {
+                    since: since.into(),
+                },
+            },
         })
     }
 }

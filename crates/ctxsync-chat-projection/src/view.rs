@@ -10,7 +10,7 @@ use ctxsync_protocol::{
 };
 use serde::Serialize;
 
-use crate::input::{AgentState, Binding, SnapshotState};
+use crate::input::{AgentState, Binding, Connection, SnapshotState};
 use crate::naming::{EligibleTool, ToolCatalog};
 
 /// Discovery completeness as a chat sees it.
@@ -138,6 +138,9 @@ pub struct View {
     /// Every MCP config file of the snapshot, by path, with or without a diagnostic.
     #[serde(skip)]
     config_paths: Vec<String>,
+    /// Whether the agent process is connected now (the panel says it in its words).
+    #[serde(skip)]
+    connection: Connection,
 }
 
 impl View {
@@ -213,6 +216,13 @@ impl View {
     pub fn tools(&self) -> &ToolCatalog {
         &self.tools
     }
+
+    /// Whether the agent process is connected to the control plane now, as read with
+    /// the agent row ([`Connection::Never`] without an agent). While it is offline its
+    /// tools stay listed but a call of one cannot reach it.
+    pub fn connection(&self) -> Connection {
+        self.connection
+    }
 }
 
 /// Projects what the store read into the view (SPEC §7) as of now: [`project_at`] with
@@ -226,9 +236,9 @@ pub fn project(binding: &Binding) -> View {
 /// clock, as `received_at` is) only adds the time since the snapshot was stored to each
 /// pending server's elapsed time; phase and freshness never depend on it.
 pub fn project_at(binding: &Binding, now: SystemTime) -> View {
-    let current_run = match binding {
-        Binding::Agent(agent) => agent.agent_run_id.clone(),
-        _ => None,
+    let (current_run, connection) = match binding {
+        Binding::Agent(agent) => (agent.agent_run_id.clone(), agent.connection),
+        _ => (None, Connection::Never),
     };
     let (agent, phase, stale, snapshot) = match binding {
         Binding::NoAgent => (AgentPresence::Unbound, ViewPhase::Unknown, false, None),
@@ -236,6 +246,7 @@ pub fn project_at(binding: &Binding, now: SystemTime) -> View {
         Binding::Agent(AgentState {
             agent_run_id,
             snapshot,
+            ..
         }) => {
             let decided = snapshot
                 .as_ref()
@@ -282,6 +293,7 @@ pub fn project_at(binding: &Binding, now: SystemTime) -> View {
         configs,
         tools: ToolCatalog::build(tools),
         config_paths,
+        connection,
     }
 }
 
@@ -524,6 +536,7 @@ mod golden {
                 ],
                 ..Default::default()
             }),
+            ..Default::default()
         })
     }
 

@@ -4,9 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use ctxsync_chat_projection::{AgentPresence, Binding, ChatContext, EligibleTool, View, ViewPhase};
+use ctxsync_chat_projection::{
+    AgentPresence, Binding, ChatContext, Connection, EligibleTool, View, ViewPhase,
+};
 use ctxsync_protocol::{McpServerInfo, Resource, ResourceStatus, RunId, plugin_of_source};
 
 use crate::model::*;
@@ -59,7 +61,7 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
         // More servers may appear: the counts are of what was found so far.
         summary.text.push_str(" so far");
     }
-    let header = header(view.agent(), view.current_run(), live, now);
+    let header = header(view, live, now);
     let banner = banner(state, view, summary.as_ref(), &header).config_broken(broken_configs);
     let dirty = context.is_dirty().then(|| DirtyNotice {
         text: "The workspace context changed since this chat pinned it.".into(),
@@ -292,13 +294,9 @@ fn banner(
 
 /// The header from the projection's word on the agent and, when given, the stored
 /// snapshot the context was loaded with.
-fn header(
-    agent: AgentPresence,
-    current_run: Option<&RunId>,
-    live: Option<&Binding>,
-    now: SystemTime,
-) -> PanelHeader {
-    let agent = match agent {
+fn header(view: &View, live: Option<&Binding>, now: SystemTime) -> PanelHeader {
+    let current_run = view.current_run();
+    let agent = match view.agent() {
         AgentPresence::Unbound => AgentStatus::Unbound,
         AgentPresence::Missing => AgentStatus::Missing,
         AgentPresence::NoSnapshot => AgentStatus::NoSnapshot,
@@ -336,7 +334,22 @@ fn header(
         }
         _ => {}
     }
+    let (connection, offline_since) = match view.connection() {
+        Connection::Online => (ConnectionStatus::Online, None),
+        Connection::Never => (ConnectionStatus::Never, None),
+        Connection::Offline { since } => (ConnectionStatus::Offline, Some(since)),
+    };
+    if let Some(since) = offline_since {
+        let age = now.duration_since(since).map_or(0, |age| age.as_secs());
+        text.push_str(&format!(
+            " · agent offline since {} ({})",
+            human_time(&rfc3339(since)),
+            age_text(age)
+        ));
+    }
     PanelHeader {
+        connection,
+        offline_since: offline_since.map(rfc3339),
         agent,
         run_id_short: run_id.as_deref().map(short_run_id),
         run_id,
@@ -382,27 +395,10 @@ pub(crate) fn human_time(rfc3339: &str) -> String {
     }
 }
 
-/// A time as RFC 3339 in UTC, whole seconds (`2026-12-03T11:00:00Z`); times before 1970
-/// are given as the epoch.
+/// A time as RFC 3339 in UTC, whole seconds: the projection's spelling, so the panel
+/// and the model note date things alike.
 pub(crate) fn rfc3339(at: SystemTime) -> String {
-    let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, of_day) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (proleptic Gregorian), by 400-year eras.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60
-    )
+    ctxsync_chat_projection::rfc3339_utc(at)
 }
 
 /// A tool as the panel lists it: name, title when set, and the explicit hints its server

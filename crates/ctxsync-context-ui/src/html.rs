@@ -99,6 +99,31 @@ fn header_facts(h: &mut String, panel: &Panel) {
     if let Some(when) = when {
         fact(h, "fact-snapshot", "Last snapshot", &when);
     }
+    let connection = match (header.connection, &header.offline_since, header.agent) {
+        (_, _, AgentStatus::Unbound | AgentStatus::Missing) => None,
+        (ConnectionStatus::Online, _, _) => {
+            Some(r#"<span class="badge badge-online">online</span>"#.to_owned())
+        }
+        // The absolute time stays; the page's script counts the relative one on.
+        (ConnectionStatus::Offline, Some(since), _) => Some(format!(
+            r#"<span class="badge badge-offline">offline</span> since <time datetime="{at}">{human}</time> (<time class="relative" datetime="{at}" title="{human}">{human}</time>)"#,
+            at = escape(since),
+            human = escape(&crate::builder::human_time(since)),
+        )),
+        (ConnectionStatus::Offline, None, _) => {
+            Some(r#"<span class="badge badge-offline">offline</span>"#.to_owned())
+        }
+        // A legacy agent reports no run and opens no stream: nothing to wait for.
+        (ConnectionStatus::Never, _, _) if header.run_id.is_none() => {
+            Some("not reported (an older agent)".to_owned())
+        }
+        (ConnectionStatus::Never, _, _) => {
+            Some("not connected yet (no call stream from this run)".to_owned())
+        }
+    };
+    if let Some(connection) = connection {
+        fact(h, "fact-connection", "Agent connection", &connection);
+    }
     let tools = match (&panel.mcp.summary, panel.discovery.state) {
         (Some(summary), _) => escape(&summary.text),
         (None, DiscoveryState::Stale) => "withheld".to_owned(),
@@ -352,6 +377,15 @@ fn mcp_section(h: &mut String, panel: &Panel) {
             });
         }
         Some(servers) => {
+            if panel.header.connection == ConnectionStatus::Offline {
+                // The tools stay listed (what the last process reported), marked as not
+                // callable now.
+                let _ = write!(
+                    h,
+                    r#"<p class="tools-offline" role="note">{}</p>"#,
+                    escape(OFFLINE_TOOLS_NOTE)
+                );
+            }
             h.push_str(
                 r#"<div class="tool-filter" role="search" aria-label="Tools"><label for="tool-filter">Filter tools</label> <input id="tool-filter" type="search" autocomplete="off" spellcheck="false" placeholder="name or description" aria-describedby="tool-filter-count"> <span id="tool-filter-count" class="filter-count" aria-live="polite"></span></div>"#,
             );
@@ -380,6 +414,11 @@ fn mcp_section(h: &mut String, panel: &Panel) {
                         r#"<li class="server server-{class}"><strong class="server-name">{}</strong> <span class="badge badge-{class}">{badge}</span>"#,
                         escape(&server.name)
                     );
+                    if panel.header.connection == ConnectionStatus::Offline
+                        && server.state == ServerState::Tools
+                    {
+                        h.push_str(r#" <span class="badge badge-offline">not callable: agent offline</span>"#);
+                    }
                     if let Some(total) = server.total_ms {
                         let _ = write!(h, r#" <span class="timing">ready in {total} ms</span>"#);
                     }
@@ -510,6 +549,7 @@ summary h2 { display: inline; font-size: 1.1rem; }
 .badge { font-size: 0.8rem; padding: 0 0.4rem; border-radius: 999px; background: #e2e2e2; white-space: nowrap; }
 .badge-failed, .badge-invalid, .badge-unreadable { background: #fbd5d5; } .badge-no-tools { background: #e8eefc; }
 .badge-tools { background: #e3f5e8; } .badge-stale { background: #ffe8d6; font-weight: normal; }
+.badge-online { background: #e3f5e8; } .badge-offline { background: #fbd5d5; } .tools-offline { color: #8a1c1c; }
 .issue-error .kind { color: #b42318; font-weight: 600; } .issue-warning .kind { color: #8a4b00; font-weight: 600; }
 .wrap { white-space: pre-wrap; overflow-wrap: anywhere; word-break: break-word; }
 code { overflow-wrap: anywhere; }

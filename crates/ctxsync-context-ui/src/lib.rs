@@ -5,7 +5,8 @@
 //! script.
 //!
 //! Owns: how a chat's context is presented — grouping, the discovery banner (naming the
-//! servers still connecting while pending), the Issues list, the overall tone, each
+//! servers still connecting while pending), whether the agent is connected (the header's
+//! `connection`; an offline agent's tools marked), the Issues list, the overall tone, each
 //! server's connection line (MCP revision, implementation, timings) and each tool's title
 //! and hint badges; how a tool call reads to a person (status in words, its duration) —
 //! so every surface says the same thing.
@@ -43,7 +44,7 @@
 //!     resources: vec![file],
 //!     ..Default::default()
 //! };
-//! let live = Binding::Agent(AgentState { agent_run_id: RunId::new("run-1"), snapshot: Some(snapshot) });
+//! let live = Binding::Agent(AgentState { agent_run_id: RunId::new("run-1"), snapshot: Some(snapshot), ..Default::default() });
 //! // A chat without a pin pins what it first sees.
 //! let context = ChatContext::new(None, &live);
 //!

@@ -64,6 +64,12 @@ pub struct PanelHeader {
     pub last_snapshot_at: Option<String>,
     /// The snapshot's age in whole seconds when this panel was built.
     pub last_snapshot_age_s: Option<u64>,
+    /// Whether the agent process is connected to the control plane now, as the control
+    /// plane saw its call stream (a fact beside the phase: it never changes it).
+    pub connection: ConnectionStatus,
+    /// While `offline`: when the control plane saw the stream end (RFC 3339, UTC, whole
+    /// seconds, the control plane's clock); `None` otherwise.
+    pub offline_since: Option<String>,
     /// The header on one line, e.g. `Agent run 1a2b3c4d · last snapshot
     /// 2026-12-03 11:00:00 UTC (12 s ago)`.
     pub text: String,
@@ -84,6 +90,25 @@ pub enum AgentStatus {
     /// earlier one).
     Reported,
 }
+
+/// Whether the chat's agent process is connected now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionStatus {
+    /// The process of the agent's current run holds its call stream open.
+    Online,
+    /// That process's stream ended (the process stopped, or it or its replica was cut
+    /// off): its tools stay listed but cannot be called until it reconnects.
+    Offline,
+    /// No stream of the current run has been seen: it has not connected yet, takes no
+    /// calls, or there is no agent.
+    Never,
+}
+
+/// What the panel says under the tools of an offline agent.
+pub const OFFLINE_TOOLS_NOTE: &str = "The agent is offline: these tools are listed as its \
+last process reported them, and cannot be called until it reconnects.";
 
 /// How serious something is; ordered so the worst tone is the greatest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -716,7 +741,7 @@ impl IssueKind {
 
 impl Panel {
     /// The worst tone among the banner, the issues and the snapshot error; a dirty context
-    /// is at least a warning.
+    /// or an offline agent is at least a warning.
     pub fn compute_tone(&self) -> Tone {
         let mut tone = self.discovery.tone;
         for issue in &self.issues {
@@ -727,6 +752,9 @@ impl Panel {
         }
         if self.snapshot_error.is_some() {
             tone = tone.max(Tone::Error);
+        }
+        if self.header.connection == ConnectionStatus::Offline {
+            tone = tone.max(Tone::Warning);
         }
         tone
     }

@@ -195,6 +195,11 @@ pub fn render_text(panel: &Panel) -> String {
     }
 
     write_servers(&mut t, &panel.mcp);
+    if panel.header.connection == ConnectionStatus::Offline
+        && panel.mcp.servers.as_ref().is_some_and(|s| !s.is_empty())
+    {
+        wrapped(&mut t, 2, &format!("! {OFFLINE_TOOLS_NOTE}"));
+    }
     let _ = writeln!(t, "\nIssues ({})", panel.issues.len());
     for issue in &panel.issues {
         wrapped(

@@ -14,7 +14,9 @@
 //! process still share one waiting attempt in memory.
 //!
 //! Decides nothing about phase or staleness: every read arrives as the chat
-//! projection's `View`, and the [`Outcome`] repeats its phase, `stale` and counts.
+//! projection's `View`, and the [`Outcome`] repeats its phase, `stale`, counts and
+//! whether the agent is connected (`connection`, `offline_since`); it never waits on
+//! liveness.
 //!
 //! Reads everything through [`DiscoverySource`]. [`store::StoreSource`] fills it from
 //! persistence (committed rows in one read transaction; change notifications after

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ctxsync_chat_projection::{AgentPresence, Counts, View, ViewPhase};
+use ctxsync_chat_projection::{AgentPresence, Connection, Counts, View, ViewPhase, rfc3339_utc};
 use ctxsync_protocol::RunId;
 use serde::Serialize;
 
@@ -53,6 +53,12 @@ pub struct Outcome {
     pub error: Option<String>,
     /// How long this caller waited, in milliseconds.
     pub waited_ms: u64,
+    /// Whether the agent process was connected in that view: `online`, `offline` or
+    /// `never` (the projection's word, as the panel header says it). An offline agent's
+    /// tools stay in the turn, but a call of one cannot reach it.
+    pub connection: &'static str,
+    /// While `offline`: when the control plane saw its stream end (RFC 3339, UTC).
+    pub offline_since: Option<String>,
 }
 
 impl Outcome {
@@ -66,6 +72,8 @@ impl Outcome {
             reason,
             error: None,
             waited_ms: 0,
+            connection: view.connection().as_str(),
+            offline_since: offline_since(view),
         }
     }
 
@@ -79,6 +87,8 @@ impl Outcome {
             reason,
             error,
             waited_ms: 0,
+            connection: Connection::Never.as_str(),
+            offline_since: None,
         }
     }
 
@@ -88,6 +98,8 @@ impl Outcome {
         self.phase = view.phase();
         self.stale = view.is_stale();
         self.counts = view.counts();
+        self.connection = view.connection().as_str();
+        self.offline_since = offline_since(view);
         self
     }
 
@@ -100,6 +112,10 @@ impl Outcome {
         self.waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
         self
     }
+}
+
+fn offline_since(view: &View) -> Option<String> {
+    view.connection().offline_since().map(rfc3339_utc)
 }
 
 /// What one view means for a waiter.
@@ -151,6 +167,7 @@ mod tests {
                 phase,
                 ..SnapshotState::default()
             }),
+            ..Default::default()
         }))
     }
 
@@ -281,6 +298,8 @@ mod tests {
                 "reason": "no_current_snapshot",
                 "error": null,
                 "waited_ms": 3000,
+                "connection": "never",
+                "offline_since": null,
             })
         );
     }

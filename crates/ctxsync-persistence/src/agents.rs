@@ -15,6 +15,7 @@ use crate::shared::{agent_event, load_resources, notify_in_tx};
 use crate::sql_types::{DbTime, JsonText};
 use crate::store::Store;
 use crate::token::{self, AgentToken, PresentedToken};
+use crate::tool_call::routing::agent_connection;
 
 /// Longest agent name.
 pub const MAX_AGENT_NAME_BYTES: usize = 256;
@@ -190,6 +191,12 @@ fn delete_agent(tx: &mut Tx<'_>, id: AgentId, origin: u64) -> Result<bool, Store
     // Snapshot and resources cascade; chats deliberately keep pointing at the id.
     let deleted = on_backend!(tx, |c| diesel::delete(workspace_agents::table.find(id))
         .execute(c))?;
+    // The stream row has no foreign key (see the call-routing migration): an open
+    // stream's row goes when the stream ends, an ended stream's row goes here.
+    let ended = call_streams::table
+        .find(id)
+        .filter(call_streams::ended_at_ms.is_not_null());
+    on_backend!(tx, |c| diesel::delete(ended).execute(c))?;
     if deleted > 0 {
         notify_in_tx(tx, origin, &agent_event(id, None))?;
     }
@@ -387,9 +394,11 @@ fn read_agent_context(
         .into_iter()
         .map(StoredResource::into_resource)
         .collect::<Result<_, _>>()?;
+    let connection = agent_connection(tx, agent_id, agent.agent_run_id.as_ref())?;
     Ok(Some(AgentContext {
         agent,
         snapshot: snapshot.map(SnapshotRow::into_record).transpose()?,
         resources,
+        connection,
     }))
 }

@@ -11,7 +11,8 @@
 //! notifications ([`ChangeEvent`]; in-process for SQLite, LISTEN/NOTIFY across
 //! processes for PostgreSQL), and the store's side of routed requests — tool calls —
 //! across replicas: agents' stream leases, claims, cancel requests and the sweep, each a
-//! compare-and-set ([`StreamLease`]). Bearer tokens are parsed and hashed here
+//! compare-and-set ([`StreamLease`]), and from the same rows whether each agent is
+//! connected now ([`AgentConnection`]). Bearer tokens are parsed and hashed here
 //! ([`PresentedToken`]); the gRPC service and the call hub that use them are
 //! `ctxsync-agent-api`'s.
 //!
@@ -148,8 +149,9 @@ pub use error::StoreError;
 pub use gate_attempts::GateAttemptRecord;
 pub use ids::{AgentId, ChatId, TurnId};
 pub use model::{
-    AgentContext, AgentPhaseGroup, AgentRecord, ChatRecord, MAX_RETIRED_RUN_IDS, NewAgent,
-    PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome, StoredChat,
+    AgentConnection, AgentContext, AgentPhaseGroup, AgentRecord, ChatRecord, MAX_RETIRED_RUN_IDS,
+    NewAgent, PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome,
+    StoredChat,
 };
 pub use notify::{
     AgentSubscription, CallChange, ChangeEvent, ChatCallSubscription, ChatSubscription,

@@ -92,6 +92,27 @@ pub struct AgentContext {
     pub snapshot: Option<SnapshotRecord>,
     /// Sorted by source.
     pub resources: Vec<Resource>,
+    /// Whether the agent's current run is connected now, read in the same transaction.
+    pub connection: AgentConnection,
+}
+
+/// Whether the agent process is connected to the control plane now (issue 49): what a
+/// replica saw of the call stream of the agent's current run, never the agent's clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AgentConnection {
+    /// No call stream of the agent's current run has been seen (the process has not
+    /// opened one yet, or takes no calls).
+    #[default]
+    Never,
+    /// A stream of the current run is open on some replica, under a live lease.
+    Online,
+    /// The current run's stream ended, or the replica holding it stopped renewing its
+    /// lease: `since` is when a replica saw it end, or when the lease ran out, by that
+    /// replica's clock.
+    Offline {
+        /// When the stream was seen to end.
+        since: DateTime<Utc>,
+    },
 }
 
 /// What an UpdateStartup stored.

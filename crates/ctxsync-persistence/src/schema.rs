@@ -188,6 +188,7 @@ diesel::table! {
         generation -> BigInt,
         replica -> Text,
         lease_until_ms -> BigInt,
+        ended_at_ms -> Nullable<BigInt>,
     }
 }
 

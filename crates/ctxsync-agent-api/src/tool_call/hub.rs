@@ -10,8 +10,9 @@
 //! from another replica) or on its slow re-check, and sends it. The hub's memory holds only which
 //! streams this replica serves, which calls it sent on them and who waits; waiters are
 //! woken by the calls' events and also re-read the store now and then. A lease keeper
-//! renews this replica's leases, closes a stream another replica took over, and sweeps
-//! calls whose stream or dispatcher died.
+//! renews this replica's leases, closes a stream another replica took over, sweeps
+//! calls whose stream or dispatcher died, and wakes the chats of agents whose replica
+//! died (their lease lapsed: offline from then).
 //!
 //! Must never: know gRPC (the agent API hands it domain messages and forwards what it
 //! sends); trust an agent with another agent's call; log a call's arguments or result;
@@ -165,6 +166,8 @@ struct HubState {
     /// Ends counted here lately, so a second report of one end is not counted again.
     counted: HashSet<ToolCallId>,
     counted_order: VecDeque<(Instant, ToolCallId)>,
+    /// Where the last look for lapsed leases ended (the store's milliseconds).
+    lapse_mark: Option<i64>,
 }
 
 impl HubState {
@@ -868,6 +871,11 @@ impl CallHub {
         if !held.is_empty() {
             self.recheck().await?;
         }
+        // A replica that died releases nothing: its agents' chats hear it here, once
+        // the lease runs out (issue 49).
+        let mark = self.lock().lapse_mark;
+        let mark = self.store.announce_lapsed_call_streams(mark).await?;
+        self.lock().lapse_mark = Some(mark);
         let pending_limit = self.config.reconnect_grace + self.config.deadline_slack;
         for record in self.store.sweep_tool_calls(pending_limit).await? {
             self.ended_elsewhere(record.id);

@@ -44,6 +44,8 @@ ctxsync_test_support::on_both_backends! {
     a_call_taken_on_another_replica_runs_on_the_holders_stream,
     a_replica_whose_lease_was_taken_over_closes_its_stream_and_never_delivers,
     duplicate_calls_split_over_two_replicas_run_once,
+    every_replica_sees_whether_the_agent_is_connected,
+    a_dead_replicas_agent_is_announced_offline_when_its_lease_lapses,
 }
 
 /// Bound on anything that must happen; never waited out when it does.
@@ -912,4 +914,126 @@ async fn duplicate_calls_split_over_two_replicas_run_once(world: World) {
     // Nothing else arrives: the one call was sent once.
     let quiet = tokio::time::timeout(Duration::from_millis(300), stream.next()).await;
     assert!(quiet.is_err(), "a second message: {quiet:?}");
+}
+
+/// Issue 49: the stream the hub holds is what "connected" means. The agent's subscribers
+/// hear it come online when the stream opens and go offline when it drops, and another
+/// replica (its own store handle) reads both, dated by the control plane's clock; a
+/// restarted process is `never` until its own stream opens.
+async fn every_replica_sees_whether_the_agent_is_connected(world: World) {
+    use ctxsync_persistence::{AgentConnection, ChangeEvent};
+
+    let holder = world.serve(quick(), None).await;
+    let other = world.replica(quick()).await;
+    let agent = holder.agent().await;
+    let connection = |store: &ctxsync_persistence::Store| {
+        let store = store.clone();
+        let id = agent.id;
+        async move {
+            store
+                .read_agent_context(id)
+                .await
+                .unwrap()
+                .expect("the agent")
+                .connection
+        }
+    };
+    let mut heard = holder.store.subscribe_agent(agent.id);
+    let mut hears = async || {
+        let event = tokio::time::timeout(DEADLINE, heard.next())
+            .await
+            .expect("a change within the deadline")
+            .expect("the subscription is open");
+        assert!(
+            matches!(event, ChangeEvent::AgentContextChanged { agent_id, .. } if agent_id == agent.id)
+                || event == ChangeEvent::Resync,
+            "{event:?}"
+        );
+    };
+    assert_eq!(connection(&other.store).await, AgentConnection::Never);
+
+    let stream = holder.open(&agent, RUN).await.unwrap();
+    hears().await;
+    assert_eq!(connection(&other.store).await, AgentConnection::Online);
+    assert_eq!(other.store.connected_agents().await.unwrap(), 1);
+
+    let dropped = std::time::SystemTime::now() - Duration::from_secs(1);
+    drop(stream);
+    hears().await;
+    let started = Instant::now();
+    let since = loop {
+        if let AgentConnection::Offline { since } = connection(&other.store).await {
+            break std::time::SystemTime::from(since);
+        }
+        assert!(started.elapsed() < DEADLINE, "never offline");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        since >= dropped,
+        "offline since {since:?}, dropped after {dropped:?}"
+    );
+    assert_eq!(other.store.connected_agents().await.unwrap(), 0);
+
+    holder
+        .startup(&agent.token, NEW_RUN)
+        .await
+        .expect("restart");
+    assert_eq!(connection(&other.store).await, AgentConnection::Never);
+    let _stream = holder.open(&agent, NEW_RUN).await.unwrap();
+    let started = Instant::now();
+    while connection(&other.store).await != AgentConnection::Online {
+        assert!(started.elapsed() < DEADLINE, "never online again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 49: a replica that dies releases nothing. Its stream's lease lapses, and a live
+/// replica's keeper wakes the agent's subscribers, which then read it offline since the
+/// lease ran out.
+async fn a_dead_replicas_agent_is_announced_offline_when_its_lease_lapses(world: World) {
+    use ctxsync_persistence::{AgentConnection, ChangeEvent};
+
+    let config = CallHubConfig {
+        lease: Duration::from_millis(500),
+        ..quick()
+    };
+    let live = world.serve(config, None).await;
+    let agent = live.agent().await;
+    let run = RunId::new(RUN).unwrap();
+    // The dead replica registered the stream, then stopped renewing it.
+    let registered = std::time::SystemTime::now();
+    live.store
+        .register_call_stream(agent.id, &run, "dead-replica", Duration::from_millis(400))
+        .await
+        .unwrap()
+        .expect("registered");
+    let mut heard = live.store.subscribe_agent(agent.id);
+    let started = Instant::now();
+    let event = tokio::time::timeout(DEADLINE, heard.next())
+        .await
+        .expect("the keeper announces the lapse within the deadline")
+        .expect("the subscription is open");
+    assert!(
+        matches!(event, ChangeEvent::AgentContextChanged { agent_id, .. } if agent_id == agent.id)
+            || event == ChangeEvent::Resync,
+        "{event:?}"
+    );
+    let context = live
+        .store
+        .read_agent_context(agent.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let AgentConnection::Offline { since } = context.connection else {
+        panic!("offline once announced: {:?}", context.connection);
+    };
+    let since = std::time::SystemTime::from(since);
+    assert!(
+        since >= registered && since <= registered + Duration::from_secs(5),
+        "offline since {since:?}, registered at {registered:?}"
+    );
+    eprintln!(
+        "announced {:?} after the stream was registered",
+        started.elapsed()
+    );
 }

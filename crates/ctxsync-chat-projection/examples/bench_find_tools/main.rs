@@ -612,6 +612,7 @@ fn catalog_of(servers: &[McpServerBody], rename: impl Fn(&str) -> String) -> Too
     let binding = Binding::Agent(AgentState {
         agent_run_id: RunId::new("bench"),
         snapshot: Some(snapshot),
+        ..Default::default()
     });
     project(&binding).tools().clone()
 }

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::*;
-use ctxsync_chat_projection::{Binding, View, project};
+use ctxsync_chat_projection::{Binding, Connection, View, project};
 use ctxsync_protocol::DiscoveryPhase::{Complete, Pending, Unspecified};
 use ctxsync_protocol::ResourceStatus;
 use serde_json::json;
@@ -373,4 +373,45 @@ fn snapshot_error_is_kept_and_blank_errors_are_no_errors() {
     assert_eq!(view.servers()[0].diagnostic, None);
     assert!(view.configs().is_empty());
     assert!(!view.incomplete());
+}
+
+/// Liveness (issue 49) is carried as read and said beside the phase: an offline agent's
+/// complete view keeps its phase, freshness and tools, and the model is told the tools
+/// cannot be called now.
+#[test]
+fn an_offline_agent_keeps_its_view_and_the_model_is_told() {
+    let complete = || snapshot("run-1", Complete, vec![server("fs", &["read", "write"])]);
+    let with = |connection: Connection| {
+        let mut binding = agent("run-1", Some(complete()));
+        if let Binding::Agent(state) = &mut binding {
+            state.connection = connection;
+        }
+        project(&binding)
+    };
+    let online = with(Connection::Online);
+    assert_eq!(online.connection(), Connection::Online);
+    assert_eq!(online.model_note(), None);
+
+    let since = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_295_630);
+    let offline = with(Connection::Offline { since });
+    assert_eq!(offline.connection().offline_since(), Some(since));
+    assert_eq!(offline.connection().as_str(), "offline");
+    assert_eq!(
+        (offline.phase(), offline.is_stale(), offline.tools().len()),
+        (online.phase(), online.is_stale(), online.tools().len()),
+        "liveness never rewrites the phase, freshness or tools"
+    );
+    assert!(!offline.incomplete());
+    assert_eq!(
+        offline.model_note().as_deref(),
+        Some(
+            "Workspace MCP: discovery is complete. Workspace agent offline since \
+             2026-12-03T11:00:30Z: the tools below cannot be called until it reconnects. \
+             Discovered servers: fs (2 tools)."
+        )
+    );
+
+    // Never connected, or no agent: nothing said.
+    assert_eq!(with(Connection::Never).model_note(), None);
+    assert_eq!(project(&Binding::NoAgent).connection(), Connection::Never);
 }

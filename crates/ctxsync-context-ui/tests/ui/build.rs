@@ -1,6 +1,8 @@
 //! The panel built from projected chat state: which banner, which servers, which issues.
 
-use ctxsync_chat_projection::{AgentState, Binding, ChatContext, PinnedContext, SnapshotState};
+use ctxsync_chat_projection::{
+    AgentState, Binding, ChatContext, Connection, PinnedContext, SnapshotState,
+};
 use ctxsync_context_ui::*;
 use ctxsync_protocol::*;
 use serde_json::json;
@@ -93,6 +95,7 @@ fn binding(row_run: &str, snapshot: Option<(&str, DiscoveryPhase, Vec<Resource>)
             resources,
             ..SnapshotState::default()
         }),
+        ..Default::default()
     })
 }
 
@@ -491,6 +494,7 @@ fn pending_with(servers: &[(&str, u64)]) -> Binding {
                 .collect(),
             ..SnapshotState::default()
         }),
+        ..Default::default()
     })
 }
 
@@ -716,4 +720,93 @@ fn snapshot_times_are_rfc3339_utc() {
         assert_eq!(panel.header.last_snapshot_at.as_deref(), Some(expect));
         assert_eq!(panel.header.last_snapshot_age_s, Some(0));
     }
+}
+
+#[test]
+fn an_offline_agent_is_said_beside_the_phase_and_its_tools_are_marked() {
+    let run = "7f3c9a1e-5b2d-4e8f-9a6c-1d2e3f4a5b6c";
+    let mut live = stored_at(run, run, DiscoveryPhase::Complete, 1_796_295_600);
+    let Binding::Agent(agent) = &mut live else {
+        unreachable!("an agent binding");
+    };
+    agent.connection = Connection::Online;
+    let context = ChatContext::new(None, &live);
+    let online = build_chat_panel_at("c1", &context, &live, at(1_796_295_612));
+    assert_eq!(online.header.connection, ConnectionStatus::Online);
+    assert_eq!(online.header.offline_since, None);
+    assert!(!online.header.text.contains("offline"));
+    assert!(render_fragment(&online).contains(r#"<span class="badge badge-online">online</span>"#));
+
+    if let Binding::Agent(agent) = &mut live {
+        agent.connection = Connection::Offline {
+            since: at(1_796_295_630),
+        };
+    }
+    let context = ChatContext::new(None, &live);
+    let panel = build_chat_panel_at("c1", &context, &live, at(1_796_295_642));
+    let header = &panel.header;
+    assert_eq!(header.connection, ConnectionStatus::Offline);
+    assert_eq!(
+        header.offline_since.as_deref(),
+        Some("2026-12-03T11:00:30Z")
+    );
+    assert_eq!(
+        header.text,
+        "Agent run 7f3c9a1e · last snapshot 2026-12-03 11:00:00 UTC (42 s ago) · agent offline since 2026-12-03 11:00:30 UTC (12 s ago)"
+    );
+    // The phase and the banner stay what discovery said; the tone warns at least.
+    assert_eq!(panel.discovery.state, DiscoveryState::Complete);
+    assert!(panel.tone >= Tone::Warning, "{:?}", panel.tone);
+    let json = render_json(&panel);
+    assert_eq!(json["header"]["connection"], "offline");
+    assert_eq!(json["header"]["offline_since"], "2026-12-03T11:00:30Z");
+    assert_eq!(json["mcp_discovery"]["phase"], "complete");
+
+    // The tools stay listed, marked as not callable.
+    let servers = panel.mcp.servers.as_ref().expect("the tools stay listed");
+    assert_eq!(servers.iter().map(|s| s.tool_count).sum::<usize>(), 2);
+    let html = render_fragment(&panel);
+    assert!(html.contains(r#"<span class="badge badge-offline">offline</span> since <time datetime="2026-12-03T11:00:30Z">2026-12-03 11:00:30 UTC</time> (<time class="relative" datetime="2026-12-03T11:00:30Z""#), "{html}");
+    assert!(
+        html.contains(r#"<p class="tools-offline" role="note">"#),
+        "{html}"
+    );
+    assert_eq!(
+        html.matches("not callable: agent offline").count(),
+        1,
+        "one server with tools: {html}"
+    );
+    // Long lines wrap: compare the words.
+    let text = render_text(&panel)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        text.contains("agent offline since 2026-12-03 11:00:30 UTC"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cannot be called until it reconnects"),
+        "{text}"
+    );
+
+    // Never connected: said in the JSON, no alarm.
+    if let Binding::Agent(agent) = &mut live {
+        agent.connection = Connection::Never;
+    }
+    let context = ChatContext::new(None, &live);
+    let never = build_chat_panel_at("c1", &context, &live, at(1_796_295_642));
+    assert_eq!(never.header.connection, ConnectionStatus::Never);
+    assert_eq!(never.tone, online.tone);
+    assert_eq!(render_json(&never)["header"]["connection"], "never");
+    assert!(render_fragment(&never).contains(
+        r#"<dt>Agent connection</dt><dd>not connected yet (no call stream from this run)</dd>"#
+    ));
+    // A legacy agent (no run id) opens no stream: not something to wait for.
+    let legacy = binding("", Some(("", DiscoveryPhase::Unspecified, resources())));
+    let legacy = build_chat_panel("c1", &ChatContext::new(None, &legacy), &legacy);
+    assert!(
+        render_fragment(&legacy)
+            .contains(r#"<dt>Agent connection</dt><dd>not reported (an older agent)</dd>"#)
+    );
 }

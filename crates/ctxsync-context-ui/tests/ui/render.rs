@@ -93,6 +93,8 @@ fn base(state: DiscoveryState) -> Panel {
             snapshot_run_id_short: Some("7f3c9a1e".into()),
             last_snapshot_at: Some("2026-12-03T11:00:00Z".into()),
             last_snapshot_age_s: Some(12),
+            connection: ConnectionStatus::Online,
+            offline_since: None,
             text: "Agent run 7f3c9a1e · last snapshot 2026-12-03 11:00:00 UTC (12 s ago)".into(),
         },
     };

@@ -10,6 +10,11 @@
 //! live (the agent reconnected elsewhere, or the holder stopped renewing) ends `unknown`
 //! `stream_lost`: on the new stream's registration, or by any replica's sweep.
 //!
+//! The same row says whether the agent is connected (issue 49, [`agent_connection`]): a
+//! stream that ends keeps its row, marked with when this replica saw it end, until the
+//! agent opens another; each change of it notifies the agent's topic, so the panel and
+//! the gate re-read.
+//!
 //! Must never: deliver for a replica whose lease lapsed; end a delivered call
 //! `agent_unreachable`; read a lease with another clock than milliseconds since the
 //! epoch of the replica's own clock (replicas' clocks are assumed NTP-close: a lease is
@@ -26,9 +31,10 @@ use crate::error::StoreError;
 use ctxsync_protocol::tool_call::ToolCallId;
 
 use crate::ids::{AgentId, ToolCallKey};
+use crate::model::AgentConnection;
 use crate::notify::{CallChange, ChangeEvent};
-use crate::schema::{call_streams, tool_call_ends, tool_calls};
-use crate::shared::notify_in_tx;
+use crate::schema::{call_streams, tool_call_ends, tool_calls, workspace_agents};
+use crate::shared::{agent_event, notify_in_tx};
 use crate::sql_types::DbTime;
 use crate::store::Store;
 use crate::tool_call::admission::{
@@ -95,6 +101,7 @@ impl Store {
                         call_streams::generation.eq(generation),
                         call_streams::replica.eq(&replica),
                         call_streams::lease_until_ms.eq(lease_until(lease)),
+                        call_streams::ended_at_ms.eq(None::<i64>),
                     );
                     let upsert = diesel::insert_into(call_streams::table)
                         .values(row)
@@ -104,6 +111,10 @@ impl Store {
                     on_backend!(tx, |c| upsert.execute(c))?;
                     let mut events = Vec::new();
                     let lost = end_delivered_except(tx, origin, agent, generation, &mut events)?;
+                    // The agent is connected now: its chats' panels say so.
+                    let online = agent_event(agent, None);
+                    notify_in_tx(tx, origin, &online)?;
+                    events.push(online);
                     let lease = StreamLease {
                         agent,
                         generation: generation_of(generation),
@@ -128,10 +139,13 @@ impl Store {
         let replica = replica.to_owned();
         self.with_conn(move |conn, _| {
             conn.single_statement(|tx| {
-                let update =
-                    diesel::update(call_streams::table.filter(call_streams::replica.eq(&replica)))
-                        .set(call_streams::lease_until_ms.eq(lease_until(lease)))
-                        .returning((call_streams::agent_id, call_streams::generation));
+                let update = diesel::update(
+                    call_streams::table
+                        .filter(call_streams::replica.eq(&replica))
+                        .filter(call_streams::ended_at_ms.is_null()),
+                )
+                .set(call_streams::lease_until_ms.eq(lease_until(lease)))
+                .returning((call_streams::agent_id, call_streams::generation));
                 let held: Vec<(AgentId, i64)> = on_backend!(tx, |c| update.get_results(c))?;
                 Ok(held
                     .into_iter()
@@ -145,8 +159,10 @@ impl Store {
         .await
     }
 
-    /// The stream `lease` names is gone: its row goes (unless a newer stream replaced it)
-    /// and the calls it delivered end `unknown` `stream_lost`. Answers them as ended.
+    /// The stream `lease` names is gone: unless a newer stream replaced it, its row is
+    /// marked ended now (its lease lapsed with it) and the agent's chats hear the agent
+    /// went offline; the calls it delivered end `unknown` `stream_lost`. Answers them as
+    /// ended.
     pub async fn release_call_stream(
         &self,
         lease: &StreamLease,
@@ -155,13 +171,32 @@ impl Store {
         let (lost, events) = self
             .with_conn(move |conn, origin| {
                 conn.write(|tx| {
-                    let delete = diesel::delete(
-                        call_streams::table
-                            .find(agent)
-                            .filter(call_streams::generation.eq(generation)),
-                    );
-                    on_backend!(tx, |c| delete.execute(c))?;
                     let mut events = Vec::new();
+                    let ours = call_streams::table
+                        .find(agent)
+                        .filter(call_streams::generation.eq(generation))
+                        .filter(call_streams::ended_at_ms.is_null());
+                    let agent_exists = match lock_agent(tx, agent, RowLock::Share) {
+                        Ok(_) => true,
+                        Err(StoreError::AgentNotFound(_)) => false,
+                        Err(e) => return Err(e),
+                    };
+                    let changed = if agent_exists {
+                        let at = now_ms();
+                        let end = diesel::update(ours).set((
+                            call_streams::ended_at_ms.eq(Some(at)),
+                            call_streams::lease_until_ms.eq(at),
+                        ));
+                        on_backend!(tx, |c| end.execute(c))?
+                    } else {
+                        // Nobody will ask whether a deleted agent is online.
+                        on_backend!(tx, |c| diesel::delete(ours).execute(c))?
+                    };
+                    if changed > 0 && agent_exists {
+                        let offline = agent_event(agent, None);
+                        notify_in_tx(tx, origin, &offline)?;
+                        events.push(offline);
+                    }
                     let lost = end_delivered_of(tx, origin, agent, generation, &mut events)?;
                     Ok((lost, events))
                 })
@@ -252,6 +287,7 @@ impl Store {
             conn.single_statement(|tx| {
                 let held = call_streams::table
                     .filter(call_streams::replica.eq(&replica))
+                    .filter(call_streams::ended_at_ms.is_null())
                     .select(call_streams::agent_id.nullable());
                 let query = tool_calls::table
                     .filter(tool_calls::status.eq(CallStatus::Running.as_str()))
@@ -364,6 +400,72 @@ impl Store {
         }))
     }
 
+    /// Wakes the subscribers of agents whose stream lease ran out after `after_ms` (up to
+    /// now) without being renewed or released — their replica died — so their chats
+    /// re-read and say offline without waiting for a slow re-check. Answers the end of
+    /// the window, the next call's `after_ms`; `None` only marks it. Every replica's
+    /// keeper calls it each round: a second wake-up only costs a re-read.
+    pub async fn announce_lapsed_call_streams(
+        &self,
+        after_ms: Option<i64>,
+    ) -> Result<i64, StoreError> {
+        let now = now_ms();
+        let Some(after_ms) = after_ms else {
+            return Ok(now);
+        };
+        let lapsed = move |tx: &mut Tx<'_>| -> Result<Vec<AgentId>, StoreError> {
+            let query = call_streams::table
+                .filter(call_streams::ended_at_ms.is_null())
+                .filter(call_streams::lease_until_ms.gt(after_ms))
+                .filter(call_streams::lease_until_ms.le(now))
+                .select(call_streams::agent_id);
+            Ok(on_backend!(tx, |c| query.load(c))?)
+        };
+        // Almost always nothing: look without taking a write lock.
+        let found = self
+            .with_conn(move |conn, _| conn.single_statement(lapsed))
+            .await?;
+        if found.is_empty() {
+            return Ok(now);
+        }
+        let events = self
+            .with_conn(move |conn, origin| {
+                conn.write(|tx| {
+                    let mut events = Vec::new();
+                    for &agent in &found {
+                        let offline = agent_event(agent, None);
+                        notify_in_tx(tx, origin, &offline)?;
+                        events.push(offline);
+                    }
+                    Ok(events)
+                })
+            })
+            .await?;
+        self.deliver_all(&events);
+        Ok(now)
+    }
+
+    /// How many agents are connected now ([`AgentConnection::Online`]): an open stream
+    /// of the agent's current run under a live lease, on any replica (for `/metrics`).
+    pub async fn connected_agents(&self) -> Result<u64, StoreError> {
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                let query = call_streams::table
+                    .inner_join(
+                        workspace_agents::table.on(workspace_agents::id
+                            .eq(call_streams::agent_id)
+                            .and(workspace_agents::agent_run_id.eq(call_streams::agent_run_id))),
+                    )
+                    .filter(call_streams::ended_at_ms.is_null())
+                    .filter(call_streams::lease_until_ms.gt(now_ms()))
+                    .count();
+                let count: i64 = on_backend!(tx, |c| query.get_result(c))?;
+                Ok(u64::try_from(count).unwrap_or(0))
+            })
+        })
+        .await
+    }
+
     /// Any replica's sweep for calls nobody will end otherwise, answered as ended:
     /// delivered under a stream that is no longer live (replaced, released, or its lease
     /// lapsed: its replica died) → `unknown` `stream_lost`; pending for longer than
@@ -453,6 +555,43 @@ fn sweep_candidates(
         .map(|id| (id.into(), true))
         .chain(stale.into_iter().map(|id| (id.into(), false)))
         .collect())
+}
+
+/// Whether `agent`, whose current run is `current_run`, is connected, from its stream
+/// row: none, or one of another run → never seen; ended, or its lease lapsed (its
+/// replica stopped renewing it) → offline since then; otherwise online. Times are the
+/// replicas' own clocks, never the agent's.
+pub(crate) fn agent_connection(
+    tx: &mut Tx<'_>,
+    agent: AgentId,
+    current_run: Option<&RunId>,
+) -> Result<AgentConnection, StoreError> {
+    let Some(current_run) = current_run else {
+        // A legacy agent opens no stream.
+        return Ok(AgentConnection::Never);
+    };
+    let row: Option<(String, i64, Option<i64>)> = on_backend!(tx, |c| call_streams::table
+        .find(agent)
+        .select((
+            call_streams::agent_run_id,
+            call_streams::lease_until_ms,
+            call_streams::ended_at_ms,
+        ))
+        .first(c)
+        .optional())?;
+    let Some((run, lease_until_ms, ended_at_ms)) = row else {
+        return Ok(AgentConnection::Never);
+    };
+    if run != current_run.as_str() {
+        return Ok(AgentConnection::Never);
+    }
+    let gone_at = match ended_at_ms {
+        Some(at) => at,
+        None if lease_until_ms <= now_ms() => lease_until_ms,
+        None => return Ok(AgentConnection::Online),
+    };
+    let since = chrono::DateTime::from_timestamp_millis(gone_at).unwrap_or_default();
+    Ok(AgentConnection::Offline { since })
 }
 
 fn to_generation(generation: u64) -> Result<i64, StoreError> {

@@ -5,6 +5,7 @@ mod common;
 
 mod audit;
 mod gate_attempts;
+mod liveness;
 mod migrations;
 mod page_sessions;
 mod postgres_tls;

@@ -16,13 +16,14 @@ use super::{ApiError, AppState};
 pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Agent API pushes (counts and durations), the MCP server connects agents report, the
-/// gate's waits, open event streams, how many agents are in each discovery phase, and
-/// tool calls (ends by status, durations, in flight).
+/// gate's waits, open event streams, how many agents are in each discovery phase, how
+/// many are connected now, and tool calls (ends by status, durations, in flight).
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text exposition (format 0.0.4)", content_type = "text/plain", body = String)))]
 pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     // One aggregate query, however many agents: a scrape never reads a context.
     let phases = ctxsync_chat_projection::store::agent_phase_counts(&state.store).await?;
+    let connected = state.store.connected_agents().await?;
     let mut out = Exposition::default();
     write_agent_api(&mut out, &state.agent_api);
     write_tool_calls(&mut out, &state.calls.metrics());
@@ -53,6 +54,12 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, A
             count,
         );
     }
+    out.family(
+        "ctxsync_agents_connected",
+        "gauge",
+        "Agents whose current process holds its call stream open now, on any replica.",
+    );
+    out.sample("ctxsync_agents_connected", &[], connected);
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], out.text).into_response())
 }
 

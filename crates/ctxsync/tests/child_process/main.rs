@@ -9,6 +9,7 @@ mod cli;
 mod faults;
 mod hostile_input;
 mod hostile_traffic;
+mod liveness;
 mod quick_tour;
 mod tls;
 mod tool_calls;

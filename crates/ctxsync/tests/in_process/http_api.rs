@@ -432,6 +432,7 @@ async fn find_tools_ranks_alike_over_http_in_a_call_and_in_process(h: Harness) {
             resources: servers,
             ..Default::default()
         }),
+        ..Default::default()
     }));
     let index = ToolIndex::build(view.tools());
     let names = |found: &Value| -> Vec<String> {

@@ -108,6 +108,7 @@ const FAMILIES: &[(&str, &str)] = &[
     ("ctxsync_gate_recheck_reads", "counter"),
     ("ctxsync_event_streams_open", "gauge"),
     ("ctxsync_agents", "gauge"),
+    ("ctxsync_agents_connected", "gauge"),
 ];
 
 fn assert_families(text: &str, families: &[(String, Family)]) {

@@ -124,6 +124,7 @@ pub(crate) fn agent(row_run: &str, snapshot: Option<SnapshotState>) -> Binding {
     Binding::Agent(AgentState {
         agent_run_id: RunId::new(row_run),
         snapshot,
+        ..Default::default()
     })
 }
 
