@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 
 use arbitrary::Arbitrary;
 use ctxsync_chat_projection::{
-    ActiveTools, AgentState, Binding, FindToolsError, FindToolsRequest, MAX_MATCHES, SnapshotState,
-    find_tools, project,
+    ActiveTools, AgentState, Binding, Connection, FindToolsError, FindToolsRequest, MAX_MATCHES,
+    SnapshotState, find_tools, project,
 };
 use ctxsync_protocol::{
     DiscoveryPhase, McpServerBody, McpTool, Resource, ResourceBody, ResourceStatus, RunId,
@@ -116,6 +116,7 @@ fuzz_target!(|input: Input| {
             resources: input.servers.iter().map(server_row).collect(),
             ..SnapshotState::default()
         }),
+        connection: Connection::Online,
     });
     let view = project(&binding);
     let catalog = view.tools();
