@@ -160,20 +160,7 @@ fn install(root: &Path, dir: &Path) -> Result<Suite> {
     let started = Instant::now();
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let prefix = dir.to_str().context("target path is UTF-8")?;
-    let installed = crate::run(
-        root,
-        "npm".into(),
-        &[
-            "install",
-            "--no-audit",
-            "--no-fund",
-            "--prefix",
-            prefix,
-            &node_pin,
-            SUITE_PACKAGE,
-        ],
-    );
+    let installed = crate::npm_install(root, dir, &[&node_pin, SUITE_PACKAGE]);
     if let Err(error) = installed {
         let _ = std::fs::remove_dir_all(dir);
         return Err(error).context(format!(

@@ -575,41 +575,24 @@ fn install_npm_packages(root: &Path) -> Result<()> {
     // interoperability tests.
     let everything = root.join("target/tools/node_modules/.bin/mcp-server-everything");
     if !everything.exists() {
-        let prefix = root.join("target/tools");
-        let prefix = prefix.to_str().context("target path is UTF-8")?;
-        run(
-            root,
-            "npm".into(),
-            &[
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                prefix,
-                EVERYTHING_PACKAGE,
-            ],
-        )
-        .context("installing @modelcontextprotocol/server-everything (needs npm)")?;
+        npm_install(root, &root.join("target/tools"), &[EVERYTHING_PACKAGE])
+            .context("installing @modelcontextprotocol/server-everything (needs npm)")?;
     }
     let axe = root.join("target/tools/node_modules/axe-core/axe.min.js");
     if !axe.exists() {
-        let prefix = root.join("target/tools");
-        let prefix = prefix.to_str().context("target path is UTF-8")?;
-        run(
-            root,
-            "npm".into(),
-            &[
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                prefix,
-                AXE_PACKAGE,
-            ],
-        )
-        .context("installing axe-core for the page's accessibility check (needs npm)")?;
+        npm_install(root, &root.join("target/tools"), &[AXE_PACKAGE])
+            .context("installing axe-core for the page's accessibility check (needs npm)")?;
     }
     Ok(())
+}
+
+/// `npm install` of pinned `packages` into `prefix`'s `node_modules`, without npm's audit
+/// and funding requests (they only slow a test-tool install down).
+fn npm_install(root: &Path, prefix: &Path, packages: &[&str]) -> Result<()> {
+    let prefix = prefix.to_str().context("target path is UTF-8")?;
+    let mut args = vec!["install", "--no-audit", "--no-fund", "--prefix", prefix];
+    args.extend(packages);
+    run(root, "npm".into(), &args)
 }
 
 /// A virtual environment at `dir` (under `root`) holding exactly `packages`: made when
