@@ -6,200 +6,126 @@
 
 use std::time::{Duration, Instant};
 
-use ctxsync_persistence::test_support::TestStore;
-use ctxsync_persistence::{AgentId, ChatId};
-use ctxsync_protocol::DiscoveryPhase;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::processes::{
-    AgentProcess, Logs, ServerProcess, TestBackend, WAIT, Workspace, ctxsync, database, poll,
-    wait_for_context,
-};
+use crate::processes::{AgentProcess, TestBackend, WAIT, ctxsync, poll};
+use crate::tool_calls::{API_TOKEN, World};
 
-const API_TOKEN: &str = "liveness-e2e-api-token-0123456789abcdef";
 /// The bound: every surface says offline this soon after the kill.
 const SAY_OFFLINE_WITHIN: Duration = Duration::from_secs(10);
 
-struct World {
-    store: TestStore,
-    logs: Logs,
-    server: ServerProcess,
-    agent: AgentProcess,
-    agent_id: AgentId,
-    token: String,
-    workspace: Workspace,
-    chat: ChatId,
-    http: reqwest::Client,
+// The world is the tool-call tests' (a server, an agent with the fixture's call tools, a
+// chat); these read it the ways a person and a chat product see whether its agent is
+// connected.
+
+/// `path` on the server's HTTP listener.
+fn url(world: &World, path: &str) -> String {
+    format!("{}{path}", world.server.http_url())
 }
 
-impl World {
-    async fn start(backend: TestBackend) -> Option<Self> {
-        let store = database(backend).await?;
-        let agent = store.create_agent("liveness").await.unwrap();
-        let token = agent.token.expose().to_owned();
-        let logs = Logs::new();
-        let server = ServerProcess::start_with(&store, &logs, &["--api-token", API_TOKEN]).await;
-        let workspace = Workspace::new();
-        workspace.write(
-            ".mcp.json",
-            json!({"mcpServers": {"calls": {
-                "command": env!("CARGO_BIN_EXE_ctxsync"),
-                "args": ["mcp-fixture", "--call-tools"],
-            }}})
-            .to_string(),
-        );
-        let process = AgentProcess::start(
-            &logs,
-            "agent",
-            &server.url(),
-            &workspace.path(),
-            &token,
-            &[],
-        );
-        let chat = store.create_chat(Some(agent.id)).await.unwrap().id;
-        let world = Self {
-            store,
-            logs,
-            server,
-            agent: process,
-            agent_id: agent.id,
-            token,
-            workspace,
-            chat,
-            http: reqwest::Client::new(),
-        };
-        world.discovered().await;
-        Some(world)
-    }
+async fn get(world: &World, path: &str) -> reqwest::Response {
+    let response = world
+        .http
+        .get(url(world, path))
+        .bearer_auth(API_TOKEN)
+        .send()
+        .await
+        .expect("a GET to the server");
+    assert!(response.status().is_success(), "GET {path}: {response:?}");
+    response
+}
 
-    /// Waits for the current agent process's complete snapshot; answers its run.
-    async fn discovered(&self) -> String {
-        let context = wait_for_context(
-            &self.store,
-            self.agent_id,
-            &self.logs,
-            "a complete snapshot of the current run",
-            |c| {
-                c.snapshot.as_ref().is_some_and(|s| {
-                    s.phase == DiscoveryPhase::Complete && s.agent_run_id == c.agent.agent_run_id
-                })
-            },
-        )
-        .await;
-        context.agent.agent_run_id.expect("a run id").to_string()
-    }
+/// `GET /api/chats/{id}`'s `context.header`.
+async fn header(world: &World) -> Value {
+    let chat: Value = get(world, &format!("/api/chats/{}", world.chat))
+        .await
+        .json()
+        .await
+        .unwrap();
+    chat["context"]["header"].clone()
+}
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.server.http_url())
-    }
+async fn wait_for_connection(world: &World, word: &str, within: Duration) -> Value {
+    poll(format!("the chat API to say the agent is {word}"))
+        .within(within)
+        .explain(|| world.logs.read("server"))
+        .until_some(|| async {
+            let header = header(world).await;
+            (header["connection"] == word).then_some(header)
+        })
+        .await
+}
 
-    async fn get(&self, path: &str) -> reqwest::Response {
-        let response = self
-            .http
-            .get(self.url(path))
-            .bearer_auth(API_TOKEN)
-            .send()
-            .await
-            .expect("a GET to the server");
-        assert!(response.status().is_success(), "GET {path}: {response:?}");
-        response
-    }
+async fn connected_gauge(world: &World) -> String {
+    let text = get(world, "/metrics").await.text().await.unwrap();
+    text.lines()
+        .find(|l| l.starts_with("ctxsync_agents_connected "))
+        .expect("the connected-agents gauge")
+        .to_owned()
+}
 
-    /// `GET /api/chats/{id}`'s `context.header`.
-    async fn header(&self) -> Value {
-        let chat: Value = self
-            .get(&format!("/api/chats/{}", self.chat))
-            .await
-            .json()
-            .await
-            .unwrap();
-        chat["context"]["header"].clone()
-    }
+/// `POST /api/chats/{id}/turns`: the note and the listed tool names; the outcome's
+/// `connection` agrees with the note.
+async fn turn(world: &World) -> (Option<String>, Vec<String>) {
+    let response = world
+        .http
+        .post(url(world, &format!("/api/chats/{}/turns", world.chat)))
+        .bearer_auth(API_TOKEN)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("POST turns");
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    let names = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect();
+    let note = body["note"].as_str().map(str::to_owned);
+    let offline = body["mcp_discovery"]["connection"] == "offline";
+    assert_eq!(
+        offline,
+        note.as_deref()
+            .is_some_and(|n| n.contains("agent offline since")),
+        "{body:#}"
+    );
+    assert_eq!(
+        body["mcp_discovery"]["offline_since"].is_string(),
+        offline,
+        "{body:#}"
+    );
+    (note, names)
+}
 
-    async fn wait_for_connection(&self, word: &str, within: Duration) -> Value {
-        poll(format!("the chat API to say the agent is {word}"))
-            .within(within)
-            .explain(|| self.logs.read("server"))
-            .until_some(|| async {
-                let header = self.header().await;
-                (header["connection"] == word).then_some(header)
-            })
-            .await
-    }
-
-    async fn connected_gauge(&self) -> String {
-        let text = self.get("/metrics").await.text().await.unwrap();
-        text.lines()
-            .find(|l| l.starts_with("ctxsync_agents_connected "))
-            .expect("the connected-agents gauge")
-            .to_owned()
-    }
-
-    /// `POST /api/chats/{id}/turns`: the note and the listed tool names; the outcome's
-    /// `connection` agrees with the note.
-    async fn turn(&self) -> (Option<String>, Vec<String>) {
-        let response = self
-            .http
-            .post(self.url(&format!("/api/chats/{}/turns", self.chat)))
-            .bearer_auth(API_TOKEN)
-            .json(&json!({}))
-            .send()
-            .await
-            .expect("POST turns");
-        assert_eq!(response.status(), 200);
-        let body: Value = response.json().await.unwrap();
-        let names = body["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|t| t["name"].as_str().map(str::to_owned))
-            .collect();
-        let note = body["note"].as_str().map(str::to_owned);
-        let offline = body["mcp_discovery"]["connection"] == "offline";
-        assert_eq!(
-            offline,
-            note.as_deref()
-                .is_some_and(|n| n.contains("agent offline since")),
-            "{body:#}"
-        );
-        assert_eq!(
-            body["mcp_discovery"]["offline_since"].is_string(),
-            offline,
-            "{body:#}"
-        );
-        (note, names)
-    }
-
-    /// What `ctxsync context --chat ID` prints, its words joined by single spaces (long
-    /// lines wrap).
-    async fn context_command(&self) -> String {
-        let output = ctxsync()
-            .args(["context", "--chat", &self.chat.to_string()])
-            .args(["--server", &self.server.http_url()])
-            .env("CTXSYNC_API_TOKEN", API_TOKEN)
-            .output()
-            .await
-            .expect("running ctxsync context");
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout)
-            .unwrap()
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+/// What `ctxsync context --chat ID` prints, its words joined by single spaces (long
+/// lines wrap).
+async fn context_command(world: &World) -> String {
+    let output = ctxsync()
+        .args(["context", "--chat", &world.chat.to_string()])
+        .args(["--server", &world.server.http_url()])
+        .env("CTXSYNC_API_TOKEN", API_TOKEN)
+        .output()
+        .await
+        .expect("running ctxsync context");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The page's event stream: each `panel` event's JSON panel, in order, with the HTML
 /// fragment the page swaps in under `"html"`.
 async fn panel_events(world: &World) -> impl futures::Stream<Item = Value> + Unpin + use<> {
-    let response = world
-        .get(&format!("/api/chats/{}/context/events", world.chat))
-        .await;
+    let response = get(world, &format!("/api/chats/{}/context/events", world.chat)).await;
     let bytes = response.bytes_stream();
     Box::pin(futures::stream::unfold(
         (bytes, String::new()),
@@ -229,14 +155,14 @@ async fn panel_events(world: &World) -> impl futures::Stream<Item = Value> + Unp
 }
 
 async fn a_killed_agent_reads_offline_everywhere_until_it_returns(backend: TestBackend) {
-    let Some(mut world) = World::start(backend).await else {
+    let Some(mut world) = World::start(backend, &[]).await else {
         return;
     };
     let old_run = world.discovered().await;
-    let online = world.wait_for_connection("online", WAIT).await;
+    let online = wait_for_connection(&world, "online", WAIT).await;
     assert_eq!(online["offline_since"], Value::Null, "{online:#}");
-    assert_eq!(world.connected_gauge().await, "ctxsync_agents_connected 1");
-    let (note, _) = world.turn().await;
+    assert_eq!(connected_gauge(&world).await, "ctxsync_agents_connected 1");
+    let (note, _) = turn(&world).await;
     assert!(
         !note.as_deref().unwrap_or("").contains("offline"),
         "an online agent's turn says nothing of it: {note:?}"
@@ -275,12 +201,12 @@ async fn a_killed_agent_reads_offline_everywhere_until_it_returns(backend: TestB
     assert!(html.contains("not callable: agent offline"), "{html}");
     assert!(html.contains("calls"), "the tools stay listed: {html}");
 
-    let header = world
-        .wait_for_connection(
-            "offline",
-            SAY_OFFLINE_WITHIN.saturating_sub(killed.elapsed()),
-        )
-        .await;
+    let header = wait_for_connection(
+        &world,
+        "offline",
+        SAY_OFFLINE_WITHIN.saturating_sub(killed.elapsed()),
+    )
+    .await;
     let api_after = killed.elapsed();
     let since = header["offline_since"].as_str().expect("offline_since");
     let since = chrono::DateTime::parse_from_rfc3339(since).expect("RFC 3339");
@@ -297,7 +223,7 @@ async fn a_killed_agent_reads_offline_everywhere_until_it_returns(backend: TestB
         "{header:#}"
     );
 
-    let text = world.context_command().await;
+    let text = context_command(&world).await;
     assert!(text.contains("agent offline since"), "{text}");
     assert!(
         text.contains("cannot be called until it reconnects"),
@@ -305,10 +231,10 @@ async fn a_killed_agent_reads_offline_everywhere_until_it_returns(backend: TestB
     );
     assert!(text.contains("[warning]"), "{text}");
 
-    assert_eq!(world.connected_gauge().await, "ctxsync_agents_connected 0");
+    assert_eq!(connected_gauge(&world).await, "ctxsync_agents_connected 0");
 
     // A turn now says the agent is gone; the tools stay listed, not dropped.
-    let (note, tools) = world.turn().await;
+    let (note, tools) = turn(&world).await;
     let note = note.expect("a note while the agent is offline");
     assert!(note.contains("agent offline since"), "{note}");
     assert!(tools.iter().any(|t| t == "calls__count"), "{tools:?}");
@@ -326,7 +252,7 @@ async fn a_killed_agent_reads_offline_everywhere_until_it_returns(backend: TestB
         .within(WAIT)
         .until_true(|| async { world.discovered().await != old_run })
         .await;
-    let header = world.wait_for_connection("online", WAIT).await;
+    let header = wait_for_connection(&world, "online", WAIT).await;
     assert_eq!(header["offline_since"], Value::Null, "{header:#}");
     let back = tokio::time::timeout(WAIT, async {
         while let Some(panel) = events.next().await {
@@ -342,13 +268,13 @@ async fn a_killed_agent_reads_offline_everywhere_until_it_returns(backend: TestB
     .await
     .expect("the page hears the agent is back");
     assert_eq!(back["tone"], "ok", "{back:#}");
-    let (note, _) = world.turn().await;
+    let (note, _) = turn(&world).await;
     assert!(
         !note.as_deref().unwrap_or("").contains("offline"),
         "{note:?}"
     );
-    assert!(!world.context_command().await.contains("offline"));
-    assert_eq!(world.connected_gauge().await, "ctxsync_agents_connected 1");
+    assert!(!context_command(&world).await.contains("offline"));
+    assert_eq!(connected_gauge(&world).await, "ctxsync_agents_connected 1");
     eprintln!(
         "{backend:?}: offline on the page after {page_after:?}, in the chat API after {api_after:?}"
     );

@@ -15,25 +15,26 @@ use crate::processes::{
     poll, wait_for_context,
 };
 
-const API_TOKEN: &str = "tool-calls-e2e-api-token-0123456789";
+pub(crate) const API_TOKEN: &str = "tool-calls-e2e-api-token-0123456789";
 /// A value the fixture's `env` tool prints; it is a secret of the server's entry.
 const SECRET: &str = "s3cr3t-value-from-the-entry-env-7f3a";
 
 /// One server, one agent whose workspace declares the fixture `calls` with its call tools.
-struct World {
-    store: TestStore,
-    logs: Logs,
-    server: ServerProcess,
-    agent: AgentProcess,
-    agent_id: AgentId,
-    token: String,
-    workspace: Workspace,
-    chat: ChatId,
-    http: reqwest::Client,
+/// The liveness tests stand on it too (their requests use [`API_TOKEN`]).
+pub(crate) struct World {
+    pub(crate) store: TestStore,
+    pub(crate) logs: Logs,
+    pub(crate) server: ServerProcess,
+    pub(crate) agent: AgentProcess,
+    pub(crate) agent_id: AgentId,
+    pub(crate) token: String,
+    pub(crate) workspace: Workspace,
+    pub(crate) chat: ChatId,
+    pub(crate) http: reqwest::Client,
 }
 
 impl World {
-    async fn start(backend: TestBackend, agent_args: &[&str]) -> Option<Self> {
+    pub(crate) async fn start(backend: TestBackend, agent_args: &[&str]) -> Option<Self> {
         Self::start_with(backend, agent_args, serde_json::Map::new(), MCP_TIMEOUT_MS).await
     }
 
@@ -87,8 +88,8 @@ impl World {
         Some(world)
     }
 
-    /// Waits for the current agent process's complete snapshot.
-    async fn discovered(&self) -> String {
+    /// Waits for the current agent process's complete snapshot; answers its run.
+    pub(crate) async fn discovered(&self) -> String {
         let context = wait_for_context(
             &self.store,
             self.agent_id,
