@@ -229,6 +229,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             // Logs once if `--server` is the chat API's port; ends with the agent.
             let _port_check = AbortOnDrop(tokio::spawn(crate::wrong_port::check_agent_url(
                 server_url.clone(),
+                publisher.status(),
             )));
             tokio::select! {
                 fatal = publisher.run() => Err(match fatal {

@@ -8,6 +8,9 @@
 
 use std::time::Duration;
 
+use ctxsync_agent_publication::{ConnectionState, PublisherStatus};
+use tokio::sync::watch;
+
 /// How long one probe may take; a listener that answers at all answers in milliseconds.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -84,11 +87,25 @@ const AGENT_PROBE_INTERVAL: Duration = Duration::from_secs(5);
 const AGENT_PROBES: u32 = 12;
 
 /// Run beside the agent: when its `--server` turns out to be the chat API's port, logs
-/// once that the agent needs the gRPC one. Answering gRPC is checked first, so a
-/// balancer that serves both on one port is never taken for the wrong one; the agent
-/// itself keeps retrying as it does for any unreachable server. Plain `http://` only:
-/// over TLS the publisher's own log names the refused handshake.
-pub async fn check_agent_url(url: String) {
+/// once that the agent needs the gRPC one. Nothing is probed until registering has
+/// failed (`status` says so), so an agent that registers costs the server no extra
+/// connection. Answering gRPC is checked first, so a balancer that serves both on one
+/// port is never taken for the wrong one; the agent itself keeps retrying as it does for
+/// any unreachable server. Plain `http://` only: over TLS the publisher's own log names
+/// the refused handshake.
+pub async fn check_agent_url(url: String, mut status: watch::Receiver<PublisherStatus>) {
+    loop {
+        match status.borrow_and_update().connection {
+            ConnectionState::Connecting => {}
+            ConnectionState::WaitingToRetry => break,
+            ConnectionState::Ready
+            | ConnectionState::PushesUnsupported
+            | ConnectionState::TokenRefused => return,
+        }
+        if status.changed().await.is_err() {
+            return;
+        }
+    }
     for _ in 0..AGENT_PROBES {
         if answers_grpc(&url).await {
             return;
