@@ -508,6 +508,7 @@ impl Slot {
                 warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
                 details: Some(live.details.clone()),
                 always_load: current.always_load,
+                needs_authorization: false,
             });
         }
         self.failed.as_ref().map(|(entry, error)| ServerReport {
@@ -518,6 +519,10 @@ impl Slot {
             warning: None,
             details: None,
             always_load: entry.always_load,
+            needs_authorization: self
+                .refused
+                .as_ref()
+                .is_some_and(AccessRefused::needs_sign_in),
         })
     }
 }
@@ -885,8 +890,12 @@ impl Actor {
             }
             EventKind::ConnectFailed { error, refused } if is_attempt => {
                 let (entry, task) = slot.attempt.take().expect("is_attempt");
+                // A server that asks for a sign-in no longer stands behind the tools an
+                // older connection listed: they go until a person signs in.
+                let sign_in = refused.as_ref().is_some_and(AccessRefused::needs_sign_in);
                 slot.refused = refused;
                 self.task_names.remove(&task.id);
+                let dropped = if sign_in { slot.live.take() } else { None };
                 if let Some(live) = &mut slot.live {
                     // Keep what works; the live entry keeps its old config, so the next
                     // reload sees a difference and tries the new one again.
@@ -896,6 +905,10 @@ impl Actor {
                 } else {
                     slot.failed = Some((entry, error));
                     schedule_retry(slot, &self.config.retry);
+                }
+                if let Some(old) = dropped {
+                    let join = self.cancel(old.task);
+                    self.closing.push(join);
                 }
                 self.attempt_finished(event.id);
             }

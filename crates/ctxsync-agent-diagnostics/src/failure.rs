@@ -31,6 +31,20 @@ pub enum AccessRefused {
     },
 }
 
+impl AccessRefused {
+    /// Whether a person's sign-in is what the server asks for: any 401, or a 403 whose
+    /// challenge names the error `insufficient_scope` (RFC 6750). Any other 403 refuses
+    /// credentials a sign-in would not change.
+    pub fn needs_sign_in(&self) -> bool {
+        match self {
+            Self::Unauthorized { .. } => true,
+            Self::Forbidden { challenge } => challenge
+                .as_deref()
+                .is_some_and(|c| c.to_ascii_lowercase().contains("insufficient_scope")),
+        }
+    }
+}
+
 /// Where a failure happened, as its sentence names it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Place<'a> {
@@ -390,6 +404,15 @@ mod tests {
         );
         assert!(words.contains("403 Forbidden"), "{words}");
         assert_eq!(refused, Some(AccessRefused::Forbidden { challenge: None }));
+        // A bare 403 refuses credentials a sign-in would not change.
+        assert!(!AccessRefused::Forbidden { challenge: None }.needs_sign_in());
+        assert!(
+            AccessRefused::Forbidden {
+                challenge: Some(r#"Bearer error="insufficient_scope", scope="a b""#.into())
+            }
+            .needs_sign_in()
+        );
+        assert!(AccessRefused::Unauthorized { challenge: None }.needs_sign_in());
         let (words, refused) = http_error(
             &StreamableHttpError::UnexpectedServerResponse("HTTP 404 Not Found: nothing".into()),
             server,

@@ -83,15 +83,29 @@ impl View {
         );
         section(
             &mut line,
-            "Failed servers",
+            "Not signed in",
             MAX_LISTED,
-            servers.iter().filter(|s| !s.ok).map(|s| {
+            servers.iter().filter(|s| s.needs_authorization).map(|s| {
                 format!(
-                    "{} (error: {})",
-                    clean(&s.name, MAX_NAME_BYTES),
-                    clean(s.diagnostic.as_deref().unwrap_or(""), MAX_DIAGNOSTIC_BYTES)
+                    "{} (needs a person to sign in; no tools until then)",
+                    clean(&s.name, MAX_NAME_BYTES)
                 )
             }),
+        );
+        section(
+            &mut line,
+            "Failed servers",
+            MAX_LISTED,
+            servers
+                .iter()
+                .filter(|s| !s.ok && !s.needs_authorization)
+                .map(|s| {
+                    format!(
+                        "{} (error: {})",
+                        clean(&s.name, MAX_NAME_BYTES),
+                        clean(s.diagnostic.as_deref().unwrap_or(""), MAX_DIAGNOSTIC_BYTES)
+                    )
+                }),
         );
         for (title, ok, label) in [
             ("Invalid config files", false, "error"),

@@ -63,6 +63,10 @@ pub struct ServerView {
     pub ok: bool,
     /// The tools the server listed; 0 when it failed.
     pub tool_count: usize,
+    /// Not discovered because the server asks for a person's sign-in (status
+    /// `needs_authorization`): a result, not a failure, and no tools until then.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub needs_authorization: bool,
     /// The warning of a discovered server, or the error of a failed one (sanitized
     /// upstream).
     pub diagnostic: Option<String>,
@@ -108,8 +112,11 @@ pub struct Counts {
     pub servers_ok: usize,
     /// Discovered servers with no tools (not a failure).
     pub servers_empty: usize,
-    /// Servers whose row is not OK (they failed to connect or to list their tools).
+    /// Servers whose row is not OK (they failed to connect or to list their tools), other
+    /// than those waiting for a sign-in.
     pub servers_failed: usize,
+    /// Servers that ask for a person's sign-in before they list tools.
+    pub servers_needing_authorization: usize,
     /// Config files with a non-OK status.
     pub config_errors: usize,
 }
@@ -275,6 +282,7 @@ pub fn project_at(binding: &Binding, now: SystemTime) -> View {
     let incomplete = phase == ViewPhase::Pending
         || stale
         || counts.servers_failed > 0
+        || counts.servers_needing_authorization > 0
         || counts.config_errors > 0;
     let pending_servers = match snapshot {
         Some(s) if phase == ViewPhase::Pending && !stale => connecting(s, now),
@@ -399,6 +407,7 @@ fn outcomes(
             name: name.to_owned(),
             ok,
             tool_count: if ok { body.tools.len() } else { 0 },
+            needs_authorization: resource.status == ResourceStatus::NeedsAuthorization,
             diagnostic: if ok {
                 text
             } else {
@@ -461,6 +470,7 @@ fn count(servers: &[ServerView], configs: &[ConfigView]) -> Counts {
     let mut counts = Counts::default();
     for server in servers {
         match (server.ok, server.tool_count) {
+            (false, _) if server.needs_authorization => counts.servers_needing_authorization += 1,
             (false, _) => counts.servers_failed += 1,
             (true, 0) => counts.servers_empty += 1,
             (true, _) => counts.servers_ok += 1,

@@ -198,6 +198,7 @@ fn server_items(view: &View, issues: &mut Vec<IssueItem>) -> Vec<ServerItem> {
         .iter()
         .map(|server| {
             let state = match (server.ok, server.tool_count) {
+                (false, _) if server.needs_authorization => ServerState::NeedsAuthorization,
                 (false, _) => ServerState::Failed,
                 (true, 0) => ServerState::NoTools,
                 (true, _) => ServerState::Tools,
@@ -206,7 +207,7 @@ fn server_items(view: &View, issues: &mut Vec<IssueItem>) -> Vec<ServerItem> {
                 issues.push(IssueItem {
                     kind: IssueKind::McpServer,
                     source: server.name.clone(),
-                    severity: if server.ok {
+                    severity: if server.ok || server.needs_authorization {
                         Tone::Warning
                     } else {
                         Tone::Error
@@ -262,6 +263,14 @@ fn banner(
             .iter()
             .map(|s| WaitingServer::new(&s.name, s.elapsed_ms)),
     );
+    if let Some(summary) = summary
+        && summary.servers_needing_authorization > 0
+    {
+        banner.note = Some(match summary.servers_needing_authorization {
+            1 => "1 server needs a person to sign in; it has no tools until then.".to_owned(),
+            n => format!("{n} servers need a person to sign in; they have no tools until then."),
+        });
+    }
     if let Some(summary) = summary
         && summary.servers_failed > 0
     {
@@ -463,7 +472,9 @@ fn row_issue(issues: &mut Vec<IssueItem>, kind: IssueKind, resource: &Resource) 
     let severity = match resource.status {
         ResourceStatus::Ok if resource.error.is_some() => Tone::Warning,
         ResourceStatus::Ok => return,
-        ResourceStatus::Oversize | ResourceStatus::Excluded => Tone::Warning,
+        ResourceStatus::Oversize
+        | ResourceStatus::Excluded
+        | ResourceStatus::NeedsAuthorization => Tone::Warning,
         ResourceStatus::Unreadable | ResourceStatus::Invalid => Tone::Error,
     };
     let text = resource.error.clone().unwrap_or_else(|| {
@@ -472,6 +483,7 @@ fn row_issue(issues: &mut Vec<IssueItem>, kind: IssueKind, resource: &Resource) 
             ResourceStatus::Excluded => "excluded: the snapshot reached its size or count limit",
             ResourceStatus::Unreadable => "could not be read",
             ResourceStatus::Invalid => "invalid",
+            ResourceStatus::NeedsAuthorization => "needs a person to sign in",
             ResourceStatus::Ok => unreachable!("an OK row without an error returned above"),
         }
         .into()

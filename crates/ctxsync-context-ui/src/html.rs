@@ -408,6 +408,9 @@ fn mcp_section(h: &mut String, panel: &Panel) {
                         }
                         ServerState::NoTools => ("no-tools", "no tools".to_string()),
                         ServerState::Failed => ("failed", "failed".to_string()),
+                        ServerState::NeedsAuthorization => {
+                            ("needs-authorization", "needs sign-in".to_string())
+                        }
                     };
                     let _ = write!(
                         h,
@@ -547,7 +550,7 @@ summary h2 { display: inline; font-size: 1.1rem; }
 .section { margin-top: 0.75rem; }
 .section h3 { font-size: 1rem; margin: 0.5rem 0 0.25rem; }
 .badge { font-size: 0.8rem; padding: 0 0.4rem; border-radius: 999px; background: #e2e2e2; white-space: nowrap; }
-.badge-failed, .badge-invalid, .badge-unreadable { background: #fbd5d5; } .badge-no-tools { background: #e8eefc; }
+.badge-failed, .badge-invalid, .badge-unreadable { background: #fbd5d5; } .badge-no-tools { background: #e8eefc; } .badge-needs-authorization { background: #fdecc8; }
 .badge-tools { background: #e3f5e8; } .badge-stale { background: #ffe8d6; font-weight: normal; }
 .badge-online { background: #e3f5e8; } .badge-offline { background: #fbd5d5; } .tools-offline { color: #8a1c1c; }
 .issue-error .kind { color: #b42318; font-weight: 600; } .issue-warning .kind { color: #8a4b00; font-weight: 600; }

@@ -484,6 +484,8 @@ pub struct McpSummary {
     pub servers_without_tools: usize,
     /// Servers whose discovery failed.
     pub servers_failed: usize,
+    /// Servers that ask for a person's sign-in before they list tools.
+    pub servers_needing_authorization: usize,
     /// The counts as people read them: `3 tools from 2 servers (1 failed)`, or `none
     /// declared` when the workspace declares no MCP server (`none found: …` when a config
     /// file has errors).
@@ -495,10 +497,11 @@ impl McpSummary {
     pub fn of(servers: &[ServerItem]) -> Self {
         let count = |state: ServerState| servers.iter().filter(|s| s.state == state).count();
         let tools = servers.iter().map(|s| s.tools.len()).sum();
-        let (with_tools, without_tools, failed) = (
+        let (with_tools, without_tools, failed, sign_in) = (
             count(ServerState::Tools),
             count(ServerState::NoTools),
             count(ServerState::Failed),
+            count(ServerState::NeedsAuthorization),
         );
         let text = if servers.is_empty() {
             "none declared".to_owned()
@@ -506,6 +509,9 @@ impl McpSummary {
             let mut notes = Vec::new();
             if failed > 0 {
                 notes.push(format!("{failed} failed"));
+            }
+            if sign_in > 0 {
+                notes.push(format!("{sign_in} not signed in"));
             }
             if without_tools > 0 {
                 notes.push(format!("{without_tools} with no tools"));
@@ -527,6 +533,7 @@ impl McpSummary {
             servers_with_tools: with_tools,
             servers_without_tools: without_tools,
             servers_failed: failed,
+            servers_needing_authorization: sign_in,
             text,
         }
     }
@@ -642,6 +649,9 @@ pub enum ServerState {
     NoTools,
     /// Discovery failed.
     Failed,
+    /// The server asks for a person's sign-in (HTTP 401, or 403 `insufficient_scope`): no
+    /// tools until someone signs in. A result, not a failure; nothing waits for it.
+    NeedsAuthorization,
 }
 
 /// A tool as the panel lists it.

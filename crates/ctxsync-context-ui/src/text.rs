@@ -107,6 +107,7 @@ fn write_servers(t: &mut String, mcp: &McpSection) {
                         ),
                         ServerState::NoTools => "no tools".into(),
                         ServerState::Failed => "failed".into(),
+                        ServerState::NeedsAuthorization => "needs sign-in".into(),
                     };
                     let line = match &server.diagnostic {
                         Some(d) => format!("{} [{state}]: {d}", server.name),

@@ -52,6 +52,11 @@ pub struct ServerReport {
     /// config file holds now, also while a retained previous connection serves the tools.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub always_load: bool,
+    /// The server refused the agent for want of a sign-in (HTTP 401, or 403 with
+    /// `insufficient_scope`): a person has to sign in before it has tools. Only on a server
+    /// that is not connected; `error` says the same in words.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub needs_authorization: bool,
 }
 
 impl ServerReport {
@@ -172,6 +177,13 @@ mod golden {
                     },
                 }),
                 always_load: true,
+                needs_authorization: false,
+            }, ServerReport {
+                name: "gh".into(),
+                connected: false,
+                error: Some("answered 401".into()),
+                needs_authorization: true,
+                ..ServerReport::default()
             }],
             config_outcomes: vec![ConfigFileOutcome {
                 path: "/w/.mcp.json".into(),
@@ -185,7 +197,7 @@ mod golden {
         }
     }
 
-    const JSON: &str = r#"{"phase":"pending","servers":[{"name":"fs","connected":true,"tools":[{"name":"read","description":"Reads a file.","input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"title":"Read","annotations":{"title":"Read file","read_only_hint":true,"destructive_hint":false,"open_world_hint":false},"output_schema":{"type":"object"},"icons":[{"src":"data:image/png;base64,AAAA","mime_type":"image/png","sizes":["48x48"],"theme":"dark"}],"_meta":{"ui":{"resourceUri":"ui://read"}}},{"name":"ping","description":"","input_schema":{}}],"error":null,"warning":"kept","details":{"protocol_version":"2025-11-25","name":"fs-server","version":"1.2.3","title":"Files","instructions":"Read first.","timings":{"start_ms":12,"handshake_ms":34,"tools_ms":56}},"always_load":true}],"config_outcomes":[{"path":"/w/.mcp.json","error":null,"warning":"duplicate"}],"pending":[{"name":"slow","since":{"secs_since_epoch":1,"nanos_since_epoch":500000000}}]}"#;
+    const JSON: &str = r#"{"phase":"pending","servers":[{"name":"fs","connected":true,"tools":[{"name":"read","description":"Reads a file.","input_schema":{"properties":{"path":{"type":"string"}},"type":"object"},"title":"Read","annotations":{"title":"Read file","read_only_hint":true,"destructive_hint":false,"open_world_hint":false},"output_schema":{"type":"object"},"icons":[{"src":"data:image/png;base64,AAAA","mime_type":"image/png","sizes":["48x48"],"theme":"dark"}],"_meta":{"ui":{"resourceUri":"ui://read"}}},{"name":"ping","description":"","input_schema":{}}],"error":null,"warning":"kept","details":{"protocol_version":"2025-11-25","name":"fs-server","version":"1.2.3","title":"Files","instructions":"Read first.","timings":{"start_ms":12,"handshake_ms":34,"tools_ms":56}},"always_load":true},{"name":"gh","connected":false,"tools":[],"error":"answered 401","warning":null,"needs_authorization":true}],"config_outcomes":[{"path":"/w/.mcp.json","error":null,"warning":"duplicate"}],"pending":[{"name":"slow","since":{"secs_since_epoch":1,"nanos_since_epoch":500000000}}]}"#;
 
     #[test]
     fn the_report_keeps_its_json_form() {

@@ -112,16 +112,21 @@ pub enum ResourceStatus {
     Invalid,
     /// Left out by a cap on the snapshot's content: hash and size kept, content dropped.
     Excluded,
+    /// Only an MCP server's row: the server refused the agent for want of a sign-in (HTTP
+    /// 401, or 403 `insufficient_scope`). It has no tools until a person signs in, and it is
+    /// a result (discovery does not wait for a person).
+    NeedsAuthorization,
 }
 
 impl ResourceStatus {
     /// Every status, in declaration order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Ok,
         Self::Oversize,
         Self::Unreadable,
         Self::Invalid,
         Self::Excluded,
+        Self::NeedsAuthorization,
     ];
 
     /// The lower-case name used in storage and APIs.
@@ -132,6 +137,7 @@ impl ResourceStatus {
             Self::Unreadable => "unreadable",
             Self::Invalid => "invalid",
             Self::Excluded => "excluded",
+            Self::NeedsAuthorization => "needs_authorization",
         }
     }
 
@@ -410,6 +416,7 @@ pub(crate) fn status_from_wire(value: i32) -> Option<ResourceStatus> {
         WireStatus::Unreadable => ResourceStatus::Unreadable,
         WireStatus::Invalid => ResourceStatus::Invalid,
         WireStatus::Excluded => ResourceStatus::Excluded,
+        WireStatus::NeedsAuthorization => ResourceStatus::NeedsAuthorization,
     })
 }
 
@@ -461,6 +468,7 @@ impl From<ResourceStatus> for WireStatus {
             ResourceStatus::Unreadable => Self::Unreadable,
             ResourceStatus::Invalid => Self::Invalid,
             ResourceStatus::Excluded => Self::Excluded,
+            ResourceStatus::NeedsAuthorization => Self::NeedsAuthorization,
         }
     }
 }

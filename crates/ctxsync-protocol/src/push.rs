@@ -317,6 +317,14 @@ impl Rows {
                 })?)
             }
         };
+        if status == ResourceStatus::NeedsAuthorization
+            && !matches!(body, ResourceBody::McpServer(_))
+        {
+            return Err(WireError::new(
+                field("status"),
+                Problem::Invalid("needs_authorization is only for an MCP server's row"),
+            ));
+        }
         self.total_body += body_bytes;
         if self.total_body > MAX_TOTAL_BODY_BYTES {
             let problem = Problem::TooLong {

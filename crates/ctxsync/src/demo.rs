@@ -289,6 +289,7 @@ async fn show_progress(store: ctxsync_persistence::Store, agent: AgentId, since:
                 .map(|s| {
                     let name = for_terminal(&s.name);
                     match (s.ok, s.tool_count) {
+                        (false, _) if s.needs_authorization => format!("{name} needs sign-in"),
                         (false, _) => format!("{name} failed"),
                         (true, 0) => format!("{name} no tools"),
                         (true, n) => format!("{name} {n} tools"),

@@ -104,7 +104,16 @@ fn failures(report: &Report) -> Option<String> {
         .iter()
         .filter(|outcome| outcome.error.is_some())
         .count();
-    let servers = report.servers.iter().filter(|s| !s.connected).count();
+    let sign_in = report
+        .servers
+        .iter()
+        .filter(|s| s.needs_authorization)
+        .count();
+    let servers = report
+        .servers
+        .iter()
+        .filter(|s| !s.connected && !s.needs_authorization)
+        .count();
     let mut parts = Vec::new();
     match configs {
         0 => {}
@@ -115,6 +124,11 @@ fn failures(report: &Report) -> Option<String> {
         0 => {}
         1 => parts.push("1 MCP server failed".to_owned()),
         n => parts.push(format!("{n} MCP servers failed")),
+    }
+    match sign_in {
+        0 => {}
+        1 => parts.push("1 MCP server needs a person to sign in".to_owned()),
+        n => parts.push(format!("{n} MCP servers need a person to sign in")),
     }
     (!parts.is_empty()).then(|| parts.join(" and "))
 }
@@ -229,6 +243,9 @@ fn render_table(report: &Report) -> String {
                     human_ms(t.start_ms.unwrap_or(0) + t.handshake_ms + t.tools_ms)
                 });
                 let (status, note) = match (&server.error, &server.warning) {
+                    (Some(error), _) if server.needs_authorization => {
+                        ("needs_authorization", one_line(error))
+                    }
                     (Some(error), _) if !server.connected => ("failed", one_line(error)),
                     _ if !server.connected => ("failed", "failed to connect".to_owned()),
                     (_, Some(warning)) => ("ok", format!("warning: {}", one_line(warning))),
@@ -369,6 +386,15 @@ mod tests {
                 ..ServerDetails::default()
             }),
             always_load: false,
+            needs_authorization: false,
+        }
+    }
+
+    /// A server that answered 401.
+    fn unauthorized(name: &str) -> ServerReport {
+        ServerReport {
+            needs_authorization: true,
+            ..server(name, 0, Some("answered 401 Unauthorized"), None)
         }
     }
 
@@ -402,6 +428,22 @@ mod tests {
              \n\
              CONFIG FILE   ERROR OR WARNING\n\
              /w/.mcp.json  error: \"bad\": both command and url; warning: duplicate \"fs\" ignored\n",
+        );
+    }
+
+    #[test]
+    fn a_server_that_needs_a_sign_in_says_so_in_its_status() {
+        check_table(
+            Report {
+                phase: ReportPhase::Complete,
+                servers: vec![server("fs", 1, None, None), unauthorized("gh")],
+                ..Report::default()
+            },
+            "SERVER  PLUGIN  STATUS               TOOLS  MCP         TIME  ERROR OR WARNING\n\
+             fs      -       ok                   1      2026-07-28  1.2s\n\
+             gh      -       needs_authorization  0                        answered 401 Unauthorized\n\
+             \n\
+             No problems in the MCP config files.\n",
         );
     }
 
@@ -482,6 +524,13 @@ mod tests {
                     vec![config(Some("invalid JSON at line 1, column 1: x"), None)],
                 ),
                 Some("1 MCP config file has an error and 2 MCP servers failed"),
+            ),
+            (
+                report(
+                    vec![server("a", 0, Some("x"), None), unauthorized("gh")],
+                    vec![],
+                ),
+                Some("1 MCP server failed and 1 MCP server needs a person to sign in"),
             ),
         ];
         for (report, expect) in cases {

@@ -102,10 +102,61 @@ async fn refused_credentials_are_said_in_words_and_kept_typed() {
     );
     assert!(challenge(refused.get("forbidden")).contains("insufficient_scope"));
     assert!(!refused.contains_key("unreachable"), "{refused:?}");
+    // A 401 and a 403 naming `insufficient_scope` ask for a person's sign-in; a server
+    // that is down does not.
+    for (name, sign_in) in [
+        ("header", true),
+        ("challenged", true),
+        ("forbidden", true),
+        ("unreachable", false),
+    ] {
+        assert_eq!(
+            server(&report, name).needs_authorization,
+            sign_in,
+            "{name}: {report:#?}"
+        );
+    }
     engine.close().await;
     for fixture in [header, challenged, forbidden] {
         fixture.shutdown().await;
     }
+}
+
+/// A connected server whose new entry is refused for want of a sign-in keeps no tools:
+/// unlike any other failed reconnect, the older connection is not retained.
+#[tokio::test]
+async fn a_refused_reconnect_drops_the_tools_of_the_older_connection() {
+    let guarded = serve_http(
+        FixtureConfig::new()
+            .http()
+            .tools(2)
+            .require_header("x-api-key", "k-1"),
+    )
+    .await
+    .expect("serve");
+    let ws = Workspace::new();
+    let entry = |key: &str| json!({"guarded": {"type": "http", "url": guarded.url(), "headers": {"x-api-key": key}}});
+    ws.write_servers(entry("k-1"));
+    let engine = Engine::start(ws.engine_config());
+    let report = complete(&engine).await;
+    let before = server(&report, "guarded");
+    assert!(
+        before.connected && !before.needs_authorization,
+        "{before:#?}"
+    );
+    assert_eq!(tool_names(before), ["tool_0", "tool_1"]);
+
+    ws.write_servers(entry("k-2"));
+    let report = engine.reload().await.expect("reload");
+    let after = server(&report, "guarded");
+    assert!(
+        !after.connected && after.needs_authorization && after.tools.is_empty(),
+        "{after:#?}"
+    );
+    assert!(after.warning.is_none(), "{after:#?}");
+    assert_words(after.error.as_deref().unwrap_or_default());
+    engine.close().await;
+    guarded.shutdown().await;
 }
 
 /// A server that lost the session (HTTP 404 to a request naming it) is given a new session

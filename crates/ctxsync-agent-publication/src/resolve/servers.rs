@@ -48,6 +48,7 @@ pub(super) fn sorted_servers(report: &Report) -> Vec<HashedServer<'_>> {
             // Everything else the row carries, so two outcomes under one name (the later
             // is dropped as a duplicate) sort the same whatever order discovery gave.
             key.number(u64::from(outcome.always_load));
+            key.number(u64::from(outcome.needs_authorization));
             let details = outcome
                 .details
                 .as_ref()
@@ -116,7 +117,11 @@ pub(super) fn server_row(
         notes.extend(add_details(body, server, tool_budget));
         notes.extend(fit_tools(body, &server.tools, tool_budget));
     } else {
-        row.status = ResourceStatus::Unreadable;
+        row.status = if server.needs_authorization {
+            ResourceStatus::NeedsAuthorization
+        } else {
+            ResourceStatus::Unreadable
+        };
         notes.push(
             server
                 .error
@@ -583,6 +588,7 @@ mod golden {
             warning: Some("kept".into()),
             details: Some(details()),
             always_load: true,
+            needs_authorization: false,
         }
     }
 

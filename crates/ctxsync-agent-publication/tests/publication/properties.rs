@@ -122,6 +122,8 @@ fn to_outcome(spec: &ServerSpec) -> ServerReport {
         error: spec.error.clone(),
         warning: spec.warning.clone(),
         always_load: spec.always_load,
+        // Some servers that did not connect ask for a sign-in.
+        needs_authorization: !spec.connected && spec.tools % 2 == 1,
     }
 }
 
@@ -364,6 +366,7 @@ proptest! {
                     ..Default::default()
                 }),
                 always_load: i % 4 == 1,
+                needs_authorization: i % 6 == 0,
             })
             .collect();
         let report = Report {

@@ -171,7 +171,7 @@ fn outcomes_counts_and_note_for_the_mix() {
     );
     assert_eq!(
         json["counts"],
-        json!({"servers_ok": 2, "servers_empty": 1, "servers_failed": 1, "config_errors": 1})
+        json!({"servers_ok": 2, "servers_empty": 1, "servers_failed": 1, "servers_needing_authorization": 0, "config_errors": 1})
     );
     assert_eq!(
         (
@@ -273,6 +273,41 @@ fn a_failed_plugin_server_is_named_in_the_note_like_any_other() {
         "Workspace MCP: discovery is complete. Discovered servers: kit/search (1 tool). \
          Failed servers: kit/db (error: command not found: db-server), local (error: no response within 30 s).",
     );
+}
+
+#[test]
+fn a_server_that_needs_a_sign_in_is_told_apart_from_a_failed_one() {
+    let mut github = failed("github", Some("the server answered 401 Unauthorized"));
+    github.status = ResourceStatus::NeedsAuthorization;
+    let binding = agent(
+        "run-1",
+        Some(snapshot(
+            "run-1",
+            Complete,
+            vec![server("fs", &["read"]), github, failed("db", Some("boom"))],
+        )),
+    );
+    let view = project(&binding);
+    assert_eq!(
+        view.summary(),
+        "Workspace MCP: discovery is complete. Discovered servers: fs (1 tool). \
+         Not signed in: github (needs a person to sign in; no tools until then). \
+         Failed servers: db (error: boom).",
+    );
+    let counts = view.counts();
+    assert_eq!(
+        (
+            counts.servers_ok,
+            counts.servers_failed,
+            counts.servers_needing_authorization
+        ),
+        (1, 1, 1)
+    );
+    // The model is told, and the server offers no tool.
+    assert!(view.incomplete());
+    assert!(view.tools().iter().all(|tool| tool.server == "fs"));
+    let github = view.servers().iter().find(|s| s.name == "github").unwrap();
+    assert!(github.needs_authorization && !github.ok && github.tool_count == 0);
 }
 
 #[test]

@@ -810,3 +810,62 @@ fn an_offline_agent_is_said_beside_the_phase_and_its_tools_are_marked() {
             .contains(r#"<dt>Agent connection</dt><dd>not reported (an older agent)</dd>"#)
     );
 }
+
+#[test]
+fn a_server_that_needs_a_sign_in_is_its_own_state_not_a_failure() {
+    let panel = panel(&binding(
+        "r1",
+        Some((
+            "r1",
+            DiscoveryPhase::Complete,
+            vec![
+                row("mcp:fs", ResourceStatus::Ok, None, server("fs", &["read"])),
+                row(
+                    "mcp:github",
+                    ResourceStatus::NeedsAuthorization,
+                    Some("the server at https://gh.example/mcp answered 401 Unauthorized"),
+                    server("github", &[]),
+                ),
+            ],
+        )),
+    ));
+    let servers = panel.mcp.servers.as_ref().unwrap();
+    let github = servers.iter().find(|s| s.name == "github").unwrap();
+    assert_eq!(github.state, ServerState::NeedsAuthorization);
+    assert!(github.tools.is_empty());
+    let json = render_json(&panel);
+    assert!(
+        json.to_string()
+            .contains(r#""state":"needs_authorization""#),
+        "{json}"
+    );
+    let summary = panel.mcp.summary.as_ref().unwrap();
+    assert_eq!(
+        (
+            summary.servers_failed,
+            summary.servers_needing_authorization
+        ),
+        (0, 1)
+    );
+    assert_eq!(summary.text, "1 tool from 2 servers (1 not signed in)");
+    // A person's action, not an error: a warning, and the banner says what is missing.
+    assert!(
+        panel
+            .issues
+            .iter()
+            .any(|i| i.source == "github" && i.severity == Tone::Warning),
+        "{:?}",
+        panel.issues
+    );
+    assert_eq!(
+        panel.discovery.note.as_deref(),
+        Some("1 server needs a person to sign in; it has no tools until then.")
+    );
+    let html = render_fragment(&panel);
+    assert!(
+        html.contains("badge-needs-authorization\">needs sign-in</span>"),
+        "{html}"
+    );
+    let text = render_text(&panel);
+    assert!(text.contains("github [needs sign-in]"), "{text}");
+}

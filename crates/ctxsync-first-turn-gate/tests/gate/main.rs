@@ -37,6 +37,7 @@ const COUNTS: Counts = Counts {
     servers_ok: 3,
     servers_empty: 1,
     servers_failed: 1,
+    servers_needing_authorization: 0,
     config_errors: 2,
 };
 

@@ -10,6 +10,7 @@ mod migrations;
 mod page_sessions;
 mod postgres_tls;
 mod races;
+mod sign_in_status;
 mod stored_fixture;
 mod tool_calls;
 mod turns;

@@ -199,6 +199,10 @@ pub mod context_resource {
         Unreadable = 3,
         Invalid = 4,
         Excluded = 5,
+        /// Only on an MCP server's row: the server refused the agent for want of a sign-in (an
+        /// HTTP 401, or a 403 whose challenge says `insufficient_scope`). No tools, like an
+        /// unreadable row, and terminal for discovery: a person has to sign in.
+        NeedsAuthorization = 6,
     }
     impl Status {
         /// String value of the enum field names used in the ProtoBuf definition.
@@ -213,6 +217,7 @@ pub mod context_resource {
                 Self::Unreadable => "STATUS_UNREADABLE",
                 Self::Invalid => "STATUS_INVALID",
                 Self::Excluded => "STATUS_EXCLUDED",
+                Self::NeedsAuthorization => "STATUS_NEEDS_AUTHORIZATION",
             }
         }
         /// Creates an enum from field names used in the ProtoBuf definition.
@@ -224,6 +229,7 @@ pub mod context_resource {
                 "STATUS_UNREADABLE" => Some(Self::Unreadable),
                 "STATUS_INVALID" => Some(Self::Invalid),
                 "STATUS_EXCLUDED" => Some(Self::Excluded),
+                "STATUS_NEEDS_AUTHORIZATION" => Some(Self::NeedsAuthorization),
                 _ => None,
             }
         }

@@ -282,6 +282,21 @@ fn unknown_enums_and_missing_body() {
     check("status excluded", status(Status::Excluded as i32), None);
     check("status unspecified", status(0), Some("resources[0].status"));
     check("status unknown", status(99), Some("resources[0].status"));
+    // Only an MCP server can ask for a sign-in.
+    let sign_in = Status::NeedsAuthorization as i32;
+    check(
+        "needs_authorization on a file",
+        status(sign_in),
+        Some("resources[0].status"),
+    );
+    let server = with(push(vec![resource("mcp:gh")]), |r| {
+        r.resources[0].status = sign_in;
+        r.resources[0].body = Some(Body::McpServer(v1::McpServer {
+            server_name: "gh".into(),
+            ..Default::default()
+        }));
+    });
+    check("needs_authorization on a server", server, None);
     let phase = |p| {
         with(push(vec![]), |r| {
             r.mcp_discovery = Some(McpDiscovery {

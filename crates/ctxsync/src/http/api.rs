@@ -6,7 +6,7 @@
 use ctxsync_chat_projection::{Deferral, FindToolsResponse, ModelTool, ViewPhase};
 use ctxsync_context_ui::{DiscoveryWords, Panel};
 use ctxsync_first_turn_gate::Outcome;
-use ctxsync_persistence::{AgentContext, AgentRecord, ChatTurnMode, TurnRecord};
+use ctxsync_persistence::{AgentContext, AgentId, AgentRecord, ChatTurnMode, TurnRecord};
 use ctxsync_protocol::{
     BodyKind, InstructionFileBody, McpServerBody, ResourceBody, ResourceStatus, RunId, SkillBody,
 };
@@ -129,6 +129,70 @@ pub struct AgentContextBody {
     pub snapshot: Option<SnapshotRow>,
     /// Sorted by source.
     pub resources: Vec<ResourceRow>,
+}
+
+/// `GET /api/agents/{id}/mcp-servers`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentServersBody {
+    /// The agent's id.
+    #[schema(format = Uuid)]
+    pub agent_id: String,
+    /// The servers of the agent's stored snapshot, sorted by name; empty before its first
+    /// snapshot.
+    pub servers: Vec<ServerSignIn>,
+}
+
+/// One MCP server of the agent and whether it waits for a person's sign-in.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ServerSignIn {
+    /// The server's name as the panel shows it (`<plugin>/<server>` for a plugin's).
+    pub name: String,
+    /// Whether the server asks for a sign-in.
+    pub sign_in: SignInState,
+    /// For `needs_authorization`: what the server answered, in words (sanitized by the
+    /// agent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A server's sign-in state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SignInState {
+    /// The server did not ask for a sign-in (it connected, or failed for another reason).
+    None,
+    /// The server refused the agent for want of a sign-in (HTTP 401, or 403
+    /// `insufficient_scope`): it has no tools until a person signs in.
+    NeedsAuthorization,
+}
+
+impl AgentServersBody {
+    /// The servers of `view`, the projection of `agent`'s stored snapshot.
+    pub fn of(agent: AgentId, view: &ctxsync_chat_projection::View) -> Self {
+        let servers = view
+            .servers()
+            .iter()
+            .map(|server| {
+                let sign_in = if server.needs_authorization {
+                    SignInState::NeedsAuthorization
+                } else {
+                    SignInState::None
+                };
+                ServerSignIn {
+                    name: server.name.clone(),
+                    sign_in,
+                    reason: server
+                        .diagnostic
+                        .clone()
+                        .filter(|_| sign_in == SignInState::NeedsAuthorization),
+                }
+            })
+            .collect();
+        Self {
+            agent_id: agent.to_string(),
+            servers,
+        }
+    }
 }
 
 /// The agent's stored snapshot.
@@ -590,6 +654,7 @@ pub struct PageLink {
         super::handlers::delete_agent,
         super::handlers::rotate_agent_token,
         super::handlers::agent_context,
+        super::handlers::agent_mcp_servers,
         super::handlers::create_chat,
         super::handlers::get_chat,
         super::handlers::rebind_chat,

@@ -21,9 +21,9 @@ use futures::{Stream, StreamExt};
 use serde_json::json;
 
 use super::api::{
-    AgentContextBody, AgentList, AgentSummary, AgentWithToken, ChatBody, CreateAgent, CreateChat,
-    ErrorBody, FindToolsBody, FoundTools, Health, HealthStatus, PageLink, RebindChat,
-    StoredOutcome, TurnBody, TurnModeName, TurnRequest,
+    AgentContextBody, AgentList, AgentServersBody, AgentSummary, AgentWithToken, ChatBody,
+    CreateAgent, CreateChat, ErrorBody, FindToolsBody, FoundTools, Health, HealthStatus, PageLink,
+    RebindChat, StoredOutcome, TurnBody, TurnModeName, TurnRequest,
 };
 use super::{ApiError, AppState};
 
@@ -194,6 +194,26 @@ pub(super) async fn agent_context(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("agent {agent} not found")))?;
     Ok(Json(AgentContextBody::of(context, &view)).into_response())
+}
+
+/// Each MCP server of the agent's stored snapshot with its sign-in state, from the same
+/// read and projection as every other surface. Never a token.
+#[utoipa::path(get, path = "/api/agents/{id}/mcp-servers", tag = "agents",
+    params(("id" = String, Path, format = Uuid, description = "The agent's id")),
+    responses(
+        (status = 200, description = "The agent's MCP servers, sorted by name, each with its sign-in state", body = AgentServersBody),
+        (status = 400, description = "The id is not a UUID", body = ErrorBody),
+        (status = 404, description = "No such agent", body = ErrorBody),
+    ))]
+pub(super) async fn agent_mcp_servers(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> ApiResult {
+    let agent: AgentId = parse_id(&raw, "agent")?;
+    let (_, view) = load_agent_context(&state.store, agent)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("agent {agent} not found")))?;
+    Ok(Json(AgentServersBody::of(agent, &view)).into_response())
 }
 
 #[utoipa::path(post, path = "/api/chats", tag = "chats", request_body = CreateChat,

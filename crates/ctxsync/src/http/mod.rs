@@ -76,6 +76,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/agents/{id}", delete(handlers::delete_agent))
         .route("/api/agents/{id}/token", post(handlers::rotate_agent_token))
         .route("/api/agents/{id}/context", get(handlers::agent_context))
+        .route(
+            "/api/agents/{id}/mcp-servers",
+            get(handlers::agent_mcp_servers),
+        )
         .route("/api/chats", post(handlers::create_chat))
         .route("/api/chats/{id}", get(handlers::get_chat))
         .route("/api/chats/{id}/agent", put(handlers::rebind_chat))

@@ -19,6 +19,7 @@ mod replicas;
 mod scenarios;
 mod security;
 mod sessions;
+mod sign_in;
 mod tool_calls;
 mod tool_calls_audit;
 mod turns;
