@@ -427,11 +427,11 @@ fn is_file_path(path: &Path) -> bool {
     text != ":memory:" && !text.starts_with("file:")
 }
 
-#[cfg(feature = "sqlite")]
 /// Creates the missing directories up to `dir`, each 0700 whatever the umask (the
-/// database is the agents' context and their token hashes). Directories that already
-/// exist, such as one the user chose, are left as they are.
-fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
+/// database is the agents' context and their token hashes; the secrets key file sits
+/// there too). Directories that already exist, such as one the user chose, are left as
+/// they are.
+pub(crate) fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 
     let missing: Vec<&Path> = dir

@@ -39,6 +39,19 @@ pub enum StoreError {
     /// Stored data that cannot be read back (a migration or a foreign writer broke it).
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// Sealed MCP sign-in credentials (or a client secret) that the keyring given cannot
+    /// open: sealed under a key it does not hold, or altered. Nothing was changed; the row
+    /// is kept as it was, for the right key to open.
+    #[error(
+        "the stored credentials for {subject} cannot be read with the secrets key given \
+         ({detail}): was the key file changed?"
+    )]
+    CredentialsUnreadable {
+        /// Whose credentials: the agent, server URL and issuer (or the OAuth client).
+        subject: String,
+        /// Which key sealed them and which keys were given.
+        detail: String,
+    },
     /// Opening the store could not apply the embedded migrations.
     #[error("applying migrations failed: {0}")]
     Migration(String),

@@ -12,9 +12,12 @@
 //! processes for PostgreSQL), and the store's side of routed requests — tool calls —
 //! across replicas: agents' stream leases, claims, cancel requests and the sweep, each a
 //! compare-and-set ([`StreamLease`]), and from the same rows whether each agent is
-//! connected now ([`AgentConnection`]). Bearer tokens are parsed and hashed here
-//! ([`PresentedToken`]); the gRPC service and the call hub that use them are
-//! `ctxsync-agent-api`'s.
+//! connected now ([`AgentConnection`]); and the MCP sign-in credentials an agent's
+//! servers were signed in with ([`McpCredential`], [`OAuthClient`]), their secrets
+//! encrypted at rest under a [`SecretsKey`] that is not in the database (see
+//! [`Store::save_credential`] and, for rotation, [`Store::rekey_credentials`]). Bearer
+//! tokens are parsed and hashed here ([`PresentedToken`]); the gRPC service and the call
+//! hub that use them are `ctxsync-agent-api`'s.
 //!
 //! Network and disk: PostgreSQL's `sslmode`/`sslrootcert` mean what libpq says for the
 //! pool (libpq itself) and for the LISTEN connection (OpenSSL configured to match), and
@@ -28,8 +31,9 @@
 //! ids and versions only, readers re-read committed state; pushes are parsed before any
 //! database access); store an agent token (only its sha256); let one agent touch
 //! another's rows or calls; store a call's arguments past its delivery, or its arguments or
-//! result in the audit log; print the digest key; depend on a workspace crate other than
-//! `ctxsync-protocol` and `ctxsync-mcp-model`.
+//! result in the audit log; print the digest key; store a sign-in's token or client
+//! secret other than sealed, keep a secrets key, or show either in `Debug`; depend on a
+//! workspace crate other than `ctxsync-protocol` and `ctxsync-mcp-model`.
 //!
 //! ## Blocking database work
 //!
@@ -112,6 +116,7 @@ compile_error!(
 mod agents;
 mod audit;
 mod chats;
+mod credentials;
 mod db;
 mod deployment_secrets;
 mod error;
@@ -138,6 +143,10 @@ mod turns;
 pub use agents::MAX_AGENT_NAME_BYTES;
 pub use audit::{
     AuditCursor, AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE,
+};
+pub use credentials::{
+    CredentialSecrets, CredentialSummary, KeyId, Keyring, McpCredential, OAuthClient,
+    SECRETS_KEY_BYTES, SECRETS_KEY_FILE_NAME, SecretString, SecretsKey, SecretsKeyError,
 };
 pub use db::migrations;
 pub use db::{

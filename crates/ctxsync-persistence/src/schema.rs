@@ -268,6 +268,44 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    /// MCP sign-in credentials, the secret part sealed (`credentials.rs`).
+    mcp_credentials (agent_id, server_url, issuer) {
+        agent_id -> UuidSql,
+        server_name -> Text,
+        server_url -> Text,
+        issuer -> Text,
+        account -> Nullable<Text>,
+        scopes -> Text,
+        access_expires_at -> Nullable<TimestampSql>,
+        signed_in_at -> TimestampSql,
+        signed_in_via -> Text,
+        updated_at -> TimestampSql,
+        key_id -> Text,
+        nonce -> Binary,
+        ciphertext -> Binary,
+    }
+}
+
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    /// OAuth dynamic client registrations, the client secret sealed (`credentials.rs`).
+    mcp_oauth_clients (issuer, redirect_uri) {
+        issuer -> Text,
+        redirect_uri -> Text,
+        client_id -> Text,
+        key_id -> Nullable<Text>,
+        nonce -> Nullable<Binary>,
+        client_secret_ciphertext -> Nullable<Binary>,
+        created_at -> TimestampSql,
+    }
+}
+
 diesel::joinable!(workspace_agent_context_snapshots -> workspace_agents (agent_id));
 diesel::joinable!(workspace_agent_context_resources -> workspace_agents (agent_id));
 diesel::joinable!(chat_context_resources -> chats (chat_id));
@@ -275,6 +313,7 @@ diesel::joinable!(page_links -> chats (chat_id));
 diesel::joinable!(page_sessions -> chats (chat_id));
 diesel::joinable!(tool_calls -> chat_turns (turn_id));
 diesel::joinable!(chat_turn_activations -> chat_turns (turn_id));
+diesel::joinable!(mcp_credentials -> workspace_agents (agent_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     workspace_agents,
@@ -288,4 +327,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     chat_turn_activations,
     tool_calls,
     call_streams,
+    mcp_credentials,
 );

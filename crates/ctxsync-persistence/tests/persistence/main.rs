@@ -4,6 +4,7 @@
 mod common;
 
 mod audit;
+mod credentials;
 mod gate_attempts;
 mod liveness;
 mod migrations;

@@ -22,6 +22,8 @@ const TABLES: &[&str] = &[
     "chats",
     "deployment_secrets",
     "gate_attempts",
+    "mcp_credentials",
+    "mcp_oauth_clients",
     "page_links",
     "page_sessions",
     "tool_call_audit",

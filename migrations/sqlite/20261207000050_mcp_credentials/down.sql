@@ -1,0 +1,2 @@
+DROP TABLE mcp_oauth_clients;
+DROP TABLE mcp_credentials;
