@@ -21,7 +21,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 /// The client scenarios CI runs.
-pub(crate) const SCENARIOS: &[&str] = &["initialize", "tools_call", "sse-retry"];
+pub(crate) const SCENARIOS: &[&str] = &[
+    "initialize",
+    "tools_call",
+    "sse-retry",
+    "auth/client-credentials-basic",
+];
 /// The suite, pinned.
 const SUITE_PACKAGE: &str = "@modelcontextprotocol/conformance@0.1.16";
 /// The suite needs Node 22 (`fs.globSync`); the machine's own node may be older.
@@ -380,7 +385,7 @@ fn client_failure(out: &Path) -> Option<String> {
 }
 
 /// The suite writes `checks.json` into a directory named after the scenario and the
-/// time, under `out`.
+/// time, under `out` (an `auth/…` scenario's name makes that two levels).
 fn read_checks(out: &Path) -> Result<Vec<Check>> {
     let file = result_file(out, "checks.json")?;
     let text = std::fs::read_to_string(&file)?;
@@ -388,11 +393,21 @@ fn read_checks(out: &Path) -> Result<Vec<Check>> {
 }
 
 fn result_file(out: &Path, name: &str) -> Result<PathBuf> {
-    std::fs::read_dir(out)?
-        .filter_map(|entry| entry.ok())
-        .map(|entry| entry.path().join(name))
-        .find(|path| path.exists())
-        .with_context(|| format!("the suite wrote no {name} under {}", out.display()))
+    fn find(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
+        let file = dir.join(name);
+        if file.is_file() {
+            return Some(file);
+        }
+        if depth == 0 {
+            return None;
+        }
+        std::fs::read_dir(dir)
+            .ok()?
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+            .find_map(|entry| find(&entry.path(), name, depth - 1))
+    }
+    find(out, name, 2).with_context(|| format!("the suite wrote no {name} under {}", out.display()))
 }
 
 /// The suite colours its report for a terminal; CI's log is plain text.

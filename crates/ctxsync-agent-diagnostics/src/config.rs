@@ -34,7 +34,51 @@ pub enum TransportConfig {
         url: String,
         /// Headers sent with every request.
         headers: BTreeMap<String, String>,
+        /// The entry's `oauth` block: a client registered in advance with the server's
+        /// authorization server.
+        oauth: Option<OAuthClient>,
     },
+}
+
+/// An HTTP entry's `"oauth": {"clientId", "clientSecret"?, "scopes"?, "grant"?}`: a client
+/// registered in advance with the server's authorization server (strings take `${VAR}`
+/// expansion). `Debug` never shows the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OAuthClient {
+    /// `clientId`.
+    pub client_id: String,
+    /// `clientSecret`; `None` for a public client.
+    pub client_secret: Option<String>,
+    /// `scopes`: asked for instead of what the server suggests; empty when not given.
+    pub scopes: Vec<String>,
+    /// `grant`: how the agent signs in.
+    pub grant: OAuthGrant,
+}
+
+impl std::fmt::Debug for OAuthClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthClient")
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("scopes", &self.scopes)
+            .field("grant", &self.grant)
+            .finish()
+    }
+}
+
+/// How an [`OAuthClient`] signs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OAuthGrant {
+    /// `"authorization_code"` (the default): a person signs in from the control plane's
+    /// page.
+    #[default]
+    AuthorizationCode,
+    /// `"client_credentials"` (the MCP client-credentials extension): the agent signs in
+    /// with the client's secret, no person involved; needs `clientSecret`.
+    ClientCredentials,
 }
 
 /// One valid server declaration, variables expanded.
@@ -68,10 +112,17 @@ impl ServerEntry {
                     secrets.insert(value);
                 }
             }
-            TransportConfig::Http { url, headers } => {
+            TransportConfig::Http {
+                url,
+                headers,
+                oauth,
+            } => {
                 secrets.insert_url(url);
                 for value in headers.values() {
                     secrets.insert_header_value(value);
+                }
+                if let Some(secret) = oauth.as_ref().and_then(|o| o.client_secret.as_ref()) {
+                    secrets.insert(secret);
                 }
             }
         }
@@ -555,7 +606,13 @@ fn parse_entry(
             problems.push(format!("unknown type {other:?}"));
             None
         }
-        (_, Some(command), None) => Some(stdio(entry, command, &mut expander, &mut problems)),
+        (_, Some(command), None) => {
+            if entry.contains_key("oauth") {
+                problems
+                    .push("\"oauth\" is only for an HTTP server (an entry with \"url\")".into());
+            }
+            Some(stdio(entry, command, &mut expander, &mut problems))
+        }
         (_, None, Some(url)) => Some(http(entry, url, &mut expander, &mut problems)),
         // A present but mistyped command/url was reported by string_field.
         (_, None, None) => None,
@@ -626,7 +683,97 @@ fn http(
         }
         headers.insert(name, value);
     }
-    TransportConfig::Http { url, headers }
+    let oauth = oauth(entry, expander, problems);
+    TransportConfig::Http {
+        url,
+        headers,
+        oauth,
+    }
+}
+
+/// The entry's `oauth` block, if any; its problems in words.
+fn oauth(
+    entry: &Map<String, Value>,
+    expander: &mut Expander<'_>,
+    problems: &mut Vec<String>,
+) -> Option<OAuthClient> {
+    let block = match entry.get("oauth")? {
+        Value::Object(block) => block,
+        _ => {
+            problems.push("\"oauth\" is not an object".into());
+            return None;
+        }
+    };
+    let mut found = Vec::new();
+    let text = |field: &str, found: &mut Vec<String>| match block.get(field) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(value)) => Some(value.clone()),
+        Some(_) => {
+            found.push(format!("\"oauth.{field}\" is not a string"));
+            None
+        }
+    };
+    let client_id = text("clientId", &mut found).map(|id| expander.expand(&id));
+    let client_secret = text("clientSecret", &mut found).map(|secret| expander.expand(&secret));
+    let scopes = match block.get("scopes") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(scopes)) => expander
+            .expand(scopes)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
+        Some(Value::Array(scopes)) => scopes
+            .iter()
+            .filter_map(|scope| match scope {
+                Value::String(scope) => Some(expander.expand(scope)),
+                _ => {
+                    found.push("\"oauth.scopes\" contains a non-string".into());
+                    None
+                }
+            })
+            .collect(),
+        Some(_) => {
+            found.push(
+                "\"oauth.scopes\" is neither a list of strings nor a space-separated string".into(),
+            );
+            Vec::new()
+        }
+    };
+    let grant = match text("grant", &mut found).as_deref() {
+        None | Some("authorization_code") => OAuthGrant::AuthorizationCode,
+        Some("client_credentials") => OAuthGrant::ClientCredentials,
+        Some(other) => {
+            found.push(format!(
+                "\"oauth.grant\" {other:?} is unknown (use \"authorization_code\" or \"client_credentials\")"
+            ));
+            OAuthGrant::AuthorizationCode
+        }
+    };
+    let client_id = match client_id {
+        Some(id) if !id.trim().is_empty() => Some(id),
+        Some(_) => {
+            found.push("\"oauth.clientId\" is empty".into());
+            None
+        }
+        None if !block.contains_key("clientId") => {
+            found.push("\"oauth\" needs \"clientId\"".into());
+            None
+        }
+        None => None,
+    };
+    let client_secret = client_secret.filter(|secret| !secret.is_empty());
+    if grant == OAuthGrant::ClientCredentials && client_secret.is_none() {
+        found.push("\"oauth.grant\" \"client_credentials\" needs \"clientSecret\"".into());
+    }
+    let none_found = found.is_empty();
+    problems.append(&mut found);
+    Some(OAuthClient {
+        client_id: client_id?,
+        client_secret,
+        scopes,
+        grant,
+    })
+    .filter(|_| none_found)
 }
 
 #[cfg(test)]
@@ -654,9 +801,14 @@ mod tests {
                 TransportConfig::Stdio { command, args, env } => {
                     format!("{} stdio {command} {args:?} {env:?}", entry.name)
                 }
-                TransportConfig::Http { url, headers } => {
-                    format!("{} http {url} {headers:?}", entry.name)
-                }
+                TransportConfig::Http {
+                    url,
+                    headers,
+                    oauth,
+                } => match oauth {
+                    Some(oauth) => format!("{} http {url} {headers:?} {oauth:?}", entry.name),
+                    None => format!("{} http {url} {headers:?}", entry.name),
+                },
             })
             .collect();
         if let Some(outcome) = outcome {
@@ -1158,18 +1310,81 @@ mod tests {
             transport: TransportConfig::Http {
                 url: "https://u:pass-1234@h/p-secret?k=q-secret".into(),
                 headers: [("authorization".into(), "Bearer tok-abcd".into())].into(),
+                oauth: Some(OAuthClient {
+                    client_id: "c-1".into(),
+                    client_secret: Some("cs-secret".into()),
+                    scopes: Vec::new(),
+                    grant: OAuthGrant::ClientCredentials,
+                }),
             },
             source: PathBuf::from("x"),
             always_load: false,
             plugin: None,
         };
         let out = crate::sanitize::sanitize_diagnostic(
-            "pass-1234 at /p-secret q-secret tok-abcd Bearer tok-abcd",
+            "pass-1234 at /p-secret q-secret tok-abcd Bearer tok-abcd cs-secret",
             &entry.secrets(),
         );
         assert_eq!(
             out,
-            "[redacted] at /p-secret [redacted] [redacted] [redacted]"
+            "[redacted] at /p-secret [redacted] [redacted] [redacted] [redacted]"
         );
+        assert!(!format!("{entry:?}").contains("cs-secret"));
+    }
+
+    /// `(name, oauth block as Debug)` of the entries `json` declares, and its outcome's
+    /// error.
+    fn oauth_of(json: &str) -> (Vec<(String, String)>, Option<String>) {
+        let (entries, outcome) =
+            parse_config_bytes(Path::new("/w/.mcp.json"), json.as_bytes(), &env());
+        let entries = entries
+            .into_iter()
+            .map(|e| match e.transport {
+                TransportConfig::Http { oauth, .. } => (e.name, format!("{oauth:?}")),
+                TransportConfig::Stdio { .. } => (e.name, "stdio".into()),
+            })
+            .collect();
+        (entries, outcome.and_then(|o| o.error))
+    }
+
+    #[test]
+    fn an_oauth_block_is_read_with_its_variables_and_its_secret_kept_out_of_debug() {
+        let (entries, error) = oauth_of(
+            r#"{"mcpServers": {"a": {"url": "https://h/mcp", "oauth": {"clientId": "id-${HOST}", "clientSecret": "${TOKEN}", "scopes": ["read", "write"], "grant": "client_credentials"}}, "b": {"url": "https://h/mcp", "oauth": {"clientId": "pub", "scopes": "x y"}}, "c": {"url": "https://h/mcp"}}}"#,
+        );
+        assert_eq!(error, None);
+        assert_eq!(
+            entries,
+            [
+                (
+                    "a".into(),
+                    r#"Some(OAuthClient { client_id: "id-example.com", client_secret: Some("<redacted>"), scopes: ["read", "write"], grant: ClientCredentials })"#.into()
+                ),
+                (
+                    "b".into(),
+                    r#"Some(OAuthClient { client_id: "pub", client_secret: None, scopes: ["x", "y"], grant: AuthorizationCode })"#.into()
+                ),
+                ("c".into(), "None".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_wrong_oauth_block_rejects_its_entry_in_words() {
+        let (entries, error) = oauth_of(
+            r#"{"mcpServers": {"ok": {"url": "https://h/mcp"}, "s": {"command": "srv", "oauth": {"clientId": "x"}}, "n": {"url": "https://h/mcp", "oauth": {}}, "g": {"url": "https://h/mcp", "oauth": {"clientId": "x", "grant": "device"}}, "c": {"url": "https://h/mcp", "oauth": {"clientId": "x", "grant": "client_credentials"}}, "t": {"url": "https://h/mcp", "oauth": "x"}}}"#,
+        );
+        assert_eq!(entries, [("ok".to_owned(), "None".to_owned())]);
+        let error = error.expect("the entries are rejected");
+        ctxsync_test_support::assert_in_words(&error);
+        for expect in [
+            r#""s": "oauth" is only for an HTTP server (an entry with "url")"#,
+            r#""n": "oauth" needs "clientId""#,
+            r#""g": "oauth.grant" "device" is unknown (use "authorization_code" or "client_credentials")"#,
+            r#""c": "oauth.grant" "client_credentials" needs "clientSecret""#,
+            r#""t": "oauth" is not an object"#,
+        ] {
+            assert!(error.contains(expect), "{expect}\n{error}");
+        }
     }
 }

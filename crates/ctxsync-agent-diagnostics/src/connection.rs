@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::{ServerEntry, TransportConfig},
+    config::{OAuthGrant, ServerEntry, TransportConfig},
     failure::{self, AccessRefused, Place},
     lifecycle::{McpLifecycle, ProbeDeadline, ProbeWatch},
     line_limit::MAX_MESSAGE_BYTES,
@@ -33,6 +33,7 @@ use crate::{
     sanitize::{
         MAX_DIAGNOSTIC_BYTES, SecretSet, bound_to, redact_known, redact_tools, sanitize_diagnostic,
     },
+    sign_in,
     tool_call::{CallTargets, ProgressRoutes},
 };
 
@@ -596,7 +597,11 @@ impl ConnectionTask {
                 .reading(reading);
                 client.serve_with_lifecycle(transport, mode).await
             }
-            TransportConfig::Http { url, headers } => {
+            TransportConfig::Http {
+                url,
+                headers,
+                oauth,
+            } => {
                 let headers: HashMap<http::HeaderName, http::HeaderValue> = headers
                     .iter()
                     .filter_map(|(name, value)| {
@@ -609,6 +614,17 @@ impl ConnectionTask {
                     .collect();
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone())
                     .custom_headers(headers);
+                if let Some(client) = oauth
+                    .as_ref()
+                    .filter(|client| client.grant == OAuthGrant::ClientCredentials)
+                {
+                    // A fresh token on every connect: a reconnect after the server refused an
+                    // expired one signs in again.
+                    let token = sign_in::client_credentials_token(url, client)
+                        .await
+                        .map_err(ConnectError::Spawn)?;
+                    config = config.auth_header(token);
+                }
                 // A stream the server closes is resumed (GET with Last-Event-ID after the
                 // server's `retry`, SEP-1699); when resuming fails, the next try waits
                 // longer, but never more than this, so a server back after an outage is

@@ -66,12 +66,13 @@ mod process;
 mod progress;
 mod safe_file;
 mod sanitize;
+mod sign_in;
 pub mod tool_call;
 mod watch;
 
 pub use config::{
-    ConfigFile, MAX_SERVER_NAME_BYTES, ServerEntry, TransportConfig, load_config_files,
-    parse_config_bytes, parse_config_file,
+    ConfigFile, MAX_SERVER_NAME_BYTES, OAuthClient, OAuthGrant, ServerEntry, TransportConfig,
+    load_config_files, parse_config_bytes, parse_config_file,
 };
 pub use connection::{
     MAX_INSTRUCTIONS_BYTES, MAX_TOOL_NAME_BYTES, MAX_TOOL_PAGES, MAX_TOOLS_PER_SERVER,

@@ -801,7 +801,12 @@ fn http(entry: &Map<String, Value>, problems: &mut Vec<String>) -> Option<Transp
         }
         Some(_) => problems.push("\"headers\" is not an object".into()),
     }
-    Some(TransportConfig::Http { url, headers })
+    // A plugin's server signs in with what its headers carry; it has no `oauth` block.
+    Some(TransportConfig::Http {
+        url,
+        headers,
+        oauth: None,
+    })
 }
 
 fn is_loopback(url: &url::Url) -> bool {
@@ -942,7 +947,7 @@ mod tests {
                         entry.name,
                         launch.cwd.display()
                     ),
-                    TransportConfig::Http { url, headers } => {
+                    TransportConfig::Http { url, headers, .. } => {
                         format!("{} {url} {headers:?}", entry.name)
                     }
                 };

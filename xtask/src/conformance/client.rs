@@ -118,10 +118,8 @@ impl Run<'_> {
 
         let workspace = self.scratch.path.join("workspace");
         std::fs::create_dir_all(&workspace)?;
-        let config = json!({"mcpServers": {SERVER_NAME: {"type": "http", "url": url}}});
-        std::fs::write(workspace.join(".mcp.json"), config.to_string())
-            .context("writing the workspace's .mcp.json")?;
-        self.start_agent(&agent_url, &agent_token, &workspace)?;
+        let secrets = write_workspace(&workspace, scenario, url)?;
+        self.start_agent(&agent_url, &agent_token, &workspace, &secrets)?;
 
         self.await_discovery(&api, &agent_id)?;
         let chat = self.expect(
@@ -138,7 +136,7 @@ impl Run<'_> {
             .with_context(|| {
                 format!("the chat's context panel does not list the server `{SERVER_NAME}`")
             })?;
-        if server["state"] == "failed" {
+        if server["state"] != "tools" && server["state"] != "no_tools" {
             bail!(
                 "the agent did not connect to the scenario's server: {}",
                 server["diagnostic"]
@@ -271,8 +269,15 @@ impl Run<'_> {
         Ok((agent_url.unwrap_or_default(), api))
     }
 
-    fn start_agent(&mut self, agent_url: &str, token: &str, workspace: &Path) -> Result<()> {
+    fn start_agent(
+        &mut self,
+        agent_url: &str,
+        token: &str,
+        workspace: &Path,
+        env: &[(&str, String)],
+    ) -> Result<()> {
         let mut command = Command::new(&self.ctxsync);
+        command.envs(env.iter().map(|(name, value)| (name, value)));
         command
             .arg("agent")
             .args(["--server", agent_url, "--no-plugins"])
@@ -354,6 +359,42 @@ fn text(body: &Value, field: &str) -> Result<String> {
         .as_str()
         .map(str::to_owned)
         .with_context(|| format!("the chat API's answer has no `{field}`"))
+}
+
+/// Writes the workspace's `.mcp.json` naming the scenario's server; answers the
+/// environment the agent needs for it (a client-credentials scenario's client).
+fn write_workspace(
+    workspace: &Path,
+    scenario: &str,
+    url: &str,
+) -> Result<Vec<(&'static str, String)>> {
+    let mut entry = json!({"type": "http", "url": url});
+    let mut secrets = Vec::new();
+    if scenario.starts_with("auth/client-credentials") {
+        // The workspace is given the client the suite registered, as a person would
+        // configure it: the id and secret in the agent's environment, named by the
+        // entry's `oauth` block, never written into the file.
+        let context: Value =
+            serde_json::from_str(&std::env::var("MCP_CONFORMANCE_CONTEXT").unwrap_or_default())
+                .context("the suite gave no client in MCP_CONFORMANCE_CONTEXT")?;
+        let field = |name: &str| {
+            context[name]
+                .as_str()
+                .map(str::to_owned)
+                .with_context(|| format!("the suite's MCP_CONFORMANCE_CONTEXT has no `{name}`"))
+        };
+        secrets.push(("CONFORMANCE_CLIENT_ID", field("client_id")?));
+        secrets.push(("CONFORMANCE_CLIENT_SECRET", field("client_secret")?));
+        entry["oauth"] = json!({
+            "clientId": "${CONFORMANCE_CLIENT_ID}",
+            "clientSecret": "${CONFORMANCE_CLIENT_SECRET}",
+            "grant": "client_credentials",
+        });
+    }
+    let config = json!({"mcpServers": {SERVER_NAME: entry}});
+    std::fs::write(workspace.join(".mcp.json"), config.to_string())
+        .context("writing the workspace's .mcp.json")?;
+    Ok(secrets)
 }
 
 /// 128 random bits, hex: the run's API token.

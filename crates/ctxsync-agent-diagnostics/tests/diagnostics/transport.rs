@@ -247,3 +247,39 @@ async fn a_closed_event_stream_is_resumed_after_the_servers_retry() {
     engine.close().await;
     cutting.shutdown().await;
 }
+
+/// An entry whose `oauth` block signs in with client credentials, at a server with no
+/// authorization server: the failure says so in words, and never shows the secret.
+#[tokio::test]
+async fn a_failed_client_credentials_sign_in_is_said_in_words() {
+    let plain = serve_http(FixtureConfig::new().http().tools(1))
+        .await
+        .expect("serve");
+    let ws = Workspace::new();
+    ws.write_servers(json!({
+        "machine": {
+            "type": "http",
+            "url": plain.url(),
+            "oauth": {"clientId": "c-1", "clientSecret": "cs-canary-7731", "grant": "client_credentials"},
+        },
+    }));
+    let engine = Engine::start(ws.engine_config());
+    let report = complete(&engine).await;
+    let machine = server(&report, "machine");
+    assert!(!machine.connected, "{machine:#?}");
+    let error = machine.error.clone().unwrap_or_default();
+    assert_words(&error);
+    assert!(
+        error.contains(&format!(
+            "signing in to the server at {} with the client credentials in its \"oauth\" block failed",
+            plain.url()
+        )),
+        "{error}"
+    );
+    assert!(
+        !format!("{report:?}").contains("cs-canary-7731"),
+        "{report:#?}"
+    );
+    engine.close().await;
+    plain.shutdown().await;
+}
