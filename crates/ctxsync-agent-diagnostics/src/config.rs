@@ -36,7 +36,7 @@ pub enum TransportConfig {
         headers: BTreeMap<String, String>,
         /// The entry's `oauth` block: a client registered in advance with the server's
         /// authorization server.
-        oauth: Option<OAuthClient>,
+        oauth: Option<PreregisteredClient>,
     },
 }
 
@@ -44,7 +44,7 @@ pub enum TransportConfig {
 /// registered in advance with the server's authorization server (strings take `${VAR}`
 /// expansion). `Debug` never shows the secret.
 #[derive(Clone, PartialEq, Eq)]
-pub struct OAuthClient {
+pub struct PreregisteredClient {
     /// `clientId`.
     pub client_id: String,
     /// `clientSecret`; `None` for a public client.
@@ -55,9 +55,9 @@ pub struct OAuthClient {
     pub grant: OAuthGrant,
 }
 
-impl std::fmt::Debug for OAuthClient {
+impl std::fmt::Debug for PreregisteredClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OAuthClient")
+        f.debug_struct("PreregisteredClient")
             .field("client_id", &self.client_id)
             .field(
                 "client_secret",
@@ -69,7 +69,7 @@ impl std::fmt::Debug for OAuthClient {
     }
 }
 
-/// How an [`OAuthClient`] signs in.
+/// How an [`PreregisteredClient`] signs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OAuthGrant {
     /// `"authorization_code"` (the default): a person signs in from the control plane's
@@ -696,7 +696,7 @@ fn oauth(
     entry: &Map<String, Value>,
     expander: &mut Expander<'_>,
     problems: &mut Vec<String>,
-) -> Option<OAuthClient> {
+) -> Option<PreregisteredClient> {
     let block = match entry.get("oauth")? {
         Value::Object(block) => block,
         _ => {
@@ -767,7 +767,7 @@ fn oauth(
     }
     let none_found = found.is_empty();
     problems.append(&mut found);
-    Some(OAuthClient {
+    Some(PreregisteredClient {
         client_id: client_id?,
         client_secret,
         scopes,
@@ -1310,7 +1310,7 @@ mod tests {
             transport: TransportConfig::Http {
                 url: "https://u:pass-1234@h/p-secret?k=q-secret".into(),
                 headers: [("authorization".into(), "Bearer tok-abcd".into())].into(),
-                oauth: Some(OAuthClient {
+                oauth: Some(PreregisteredClient {
                     client_id: "c-1".into(),
                     client_secret: Some("cs-secret".into()),
                     scopes: Vec::new(),
@@ -1358,11 +1358,11 @@ mod tests {
             [
                 (
                     "a".into(),
-                    r#"Some(OAuthClient { client_id: "id-example.com", client_secret: Some("<redacted>"), scopes: ["read", "write"], grant: ClientCredentials })"#.into()
+                    r#"Some(PreregisteredClient { client_id: "id-example.com", client_secret: Some("<redacted>"), scopes: ["read", "write"], grant: ClientCredentials })"#.into()
                 ),
                 (
                     "b".into(),
-                    r#"Some(OAuthClient { client_id: "pub", client_secret: None, scopes: ["x", "y"], grant: AuthorizationCode })"#.into()
+                    r#"Some(PreregisteredClient { client_id: "pub", client_secret: None, scopes: ["x", "y"], grant: AuthorizationCode })"#.into()
                 ),
                 ("c".into(), "None".into()),
             ]

@@ -71,8 +71,8 @@ pub mod tool_call;
 mod watch;
 
 pub use config::{
-    ConfigFile, MAX_SERVER_NAME_BYTES, OAuthClient, OAuthGrant, ServerEntry, TransportConfig,
-    load_config_files, parse_config_bytes, parse_config_file,
+    ConfigFile, MAX_SERVER_NAME_BYTES, OAuthGrant, PreregisteredClient, ServerEntry,
+    TransportConfig, load_config_files, parse_config_bytes, parse_config_file,
 };
 pub use connection::{
     MAX_INSTRUCTIONS_BYTES, MAX_TOOL_NAME_BYTES, MAX_TOOL_PAGES, MAX_TOOLS_PER_SERVER,

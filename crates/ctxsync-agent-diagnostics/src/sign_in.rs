@@ -9,13 +9,13 @@
 
 use rmcp::transport::auth::{AuthError, AuthorizationManager, ClientCredentialsConfig};
 
-use crate::config::OAuthClient;
+use crate::config::PreregisteredClient;
 
 /// An access token for the server at `url`, from its authorization server by the
 /// client-credentials grant with `client`'s id and secret; or why not, in words.
 pub(crate) async fn client_credentials_token(
     url: &str,
-    client: &OAuthClient,
+    client: &PreregisteredClient,
 ) -> Result<String, String> {
     let words = |error: AuthError| {
         format!(
