@@ -402,55 +402,7 @@ fn mcp_section(h: &mut String, panel: &Panel) {
                     }
                 }
                 for server in servers {
-                    let (class, badge) = match server.state {
-                        ServerState::Tools => {
-                            ("tools", plural(server.tools.len(), "tool", "tools"))
-                        }
-                        ServerState::NoTools => ("no-tools", "no tools".to_string()),
-                        ServerState::Failed => ("failed", "failed".to_string()),
-                        ServerState::NeedsAuthorization => {
-                            ("needs-authorization", "needs sign-in".to_string())
-                        }
-                    };
-                    let _ = write!(
-                        h,
-                        r#"<li class="server server-{class}"><strong class="server-name">{}</strong> <span class="badge badge-{class}">{badge}</span>"#,
-                        escape(&server.name)
-                    );
-                    if panel.header.connection == ConnectionStatus::Offline
-                        && server.state == ServerState::Tools
-                    {
-                        h.push_str(r#" <span class="badge badge-offline">not callable: agent offline</span>"#);
-                    }
-                    if let Some(total) = server.total_ms {
-                        let _ = write!(h, r#" <span class="timing">ready in {total} ms</span>"#);
-                    }
-                    if let Some(connection) = &server.connection {
-                        let _ = write!(
-                            h,
-                            r#" <span class="connection">{}</span>"#,
-                            escape(connection)
-                        );
-                    }
-                    if let Some(diagnostic) = &server.diagnostic {
-                        let _ = write!(
-                            h,
-                            r#" <span class="diagnostic wrap">{}</span>"#,
-                            escape(diagnostic)
-                        );
-                    }
-                    if !server.tools.is_empty() {
-                        let _ = write!(
-                            h,
-                            r#"<ul class="tools" aria-label="Tools of {}">"#,
-                            escape(&server.name)
-                        );
-                        for tool in &server.tools {
-                            tool_entry(h, tool);
-                        }
-                        h.push_str("</ul>");
-                    }
-                    h.push_str("</li>");
+                    server_item(h, panel, server);
                 }
                 h.push_str("</ul>");
             }
@@ -458,6 +410,54 @@ fn mcp_section(h: &mut String, panel: &Panel) {
         }
     }
     h.push_str("</details>");
+}
+
+/// One server of the MCP section: its state badge, timing, connection line, diagnostic
+/// and tools.
+fn server_item(h: &mut String, panel: &Panel, server: &ServerItem) {
+    let (class, badge) = match server.state {
+        ServerState::Tools => ("tools", plural(server.tools.len(), "tool", "tools")),
+        ServerState::NoTools => ("no-tools", "no tools".to_string()),
+        ServerState::Failed => ("failed", "failed".to_string()),
+        ServerState::NeedsAuthorization => ("needs-authorization", "needs sign-in".to_string()),
+    };
+    let _ = write!(
+        h,
+        r#"<li class="server server-{class}"><strong class="server-name">{}</strong> <span class="badge badge-{class}">{badge}</span>"#,
+        escape(&server.name)
+    );
+    if panel.header.connection == ConnectionStatus::Offline && server.state == ServerState::Tools {
+        h.push_str(r#" <span class="badge badge-offline">not callable: agent offline</span>"#);
+    }
+    if let Some(total) = server.total_ms {
+        let _ = write!(h, r#" <span class="timing">ready in {total} ms</span>"#);
+    }
+    if let Some(connection) = &server.connection {
+        let _ = write!(
+            h,
+            r#" <span class="connection">{}</span>"#,
+            escape(connection)
+        );
+    }
+    if let Some(diagnostic) = &server.diagnostic {
+        let _ = write!(
+            h,
+            r#" <span class="diagnostic wrap">{}</span>"#,
+            escape(diagnostic)
+        );
+    }
+    if !server.tools.is_empty() {
+        let _ = write!(
+            h,
+            r#"<ul class="tools" aria-label="Tools of {}">"#,
+            escape(&server.name)
+        );
+        for tool in &server.tools {
+            tool_entry(h, tool);
+        }
+        h.push_str("</ul>");
+    }
+    h.push_str("</li>");
 }
 
 /// One tool: its name, its title when set, its hint badges (each saying it is the
