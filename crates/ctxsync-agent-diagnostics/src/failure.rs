@@ -224,7 +224,7 @@ fn http_error(error: &HttpError, server: &str) -> (String, Option<AccessRefused>
     let unauthorized = |challenge: Option<String>| {
         (
             format!(
-                "{server} answered 401 Unauthorized: it needs a sign-in; give it credentials (e.g. an Authorization header in its entry in .mcp.json)"
+                "{server} answered 401 Unauthorized: it needs a sign-in; give it credentials in its entry in .mcp.json (an Authorization header, or an \"oauth\" block with client credentials)"
             ),
             Some(AccessRefused::Unauthorized { challenge }),
         )

@@ -294,6 +294,7 @@ mod tests {
                 "servers_ok": 0,
                 "servers_empty": 0,
                 "servers_failed": 0,
+                "servers_needing_authorization": 0,
                 "config_errors": 0,
                 "reason": "no_current_snapshot",
                 "error": null,
