@@ -212,7 +212,7 @@ fn find<'a, E: Error + 'static>(error: &'a (dyn Error + 'static)) -> Option<&'a 
 
 /// The innermost cause of `error`: the words that say what happened on the wire (e.g.
 /// "Connection refused (os error 111)"), without the layers around it.
-fn innermost(error: &(dyn Error + 'static)) -> String {
+pub(crate) fn innermost(error: &(dyn Error + 'static)) -> String {
     let mut current = error;
     while let Some(source) = current.source() {
         current = source;

@@ -10,6 +10,7 @@
 use rmcp::transport::auth::{AuthError, AuthorizationManager, ClientCredentialsConfig};
 
 use crate::config::PreregisteredClient;
+use crate::failure;
 
 /// An access token for the server at `url`, from its authorization server by the
 /// client-credentials grant with `client`'s id and secret; or why not, in words.
@@ -59,13 +60,8 @@ pub(crate) async fn client_credentials_token(
 /// failed request (which says what the network did).
 fn in_words(error: &AuthError) -> String {
     let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    let mut innermost = None;
-    while let Some(cause) = source {
-        innermost = Some(cause.to_string());
-        source = cause.source();
-    }
-    if let Some(cause) = innermost.filter(|cause| !text.contains(cause.as_str())) {
+    let cause = failure::innermost(error);
+    if !text.contains(&cause) {
         text.push_str(": ");
         text.push_str(&cause);
     }

@@ -16,7 +16,9 @@ use ctxsync_context_ui::{
     DiscoveryWords, build_chat_panel, render_fragment, render_json, render_text,
 };
 use ctxsync_first_turn_gate::TurnMode;
-use ctxsync_persistence::{AgentId, ChatId, ChatTurnMode, NewTurn, ToolOrigin, TurnId, TurnOrigin};
+use ctxsync_persistence::{
+    AgentContext, AgentId, ChatId, ChatTurnMode, NewTurn, ToolOrigin, TurnId, TurnOrigin,
+};
 use futures::{Stream, StreamExt};
 use serde_json::json;
 
@@ -189,11 +191,21 @@ pub(super) async fn agent_context(
     State(state): State<AppState>,
     Path(raw): Path<String>,
 ) -> ApiResult {
-    let agent: AgentId = parse_id(&raw, "agent")?;
+    let (_, context, view) = agent_and_view(&state, &raw).await?;
+    Ok(Json(AgentContextBody::of(context, &view)).into_response())
+}
+
+/// The agent `raw` names, its stored rows and the projection's view of them (one read);
+/// 400 for an id that is no UUID, 404 for an unknown agent.
+async fn agent_and_view(
+    state: &AppState,
+    raw: &str,
+) -> Result<(AgentId, AgentContext, ctxsync_chat_projection::View), ApiError> {
+    let agent: AgentId = parse_id(raw, "agent")?;
     let (context, view) = load_agent_context(&state.store, agent)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("agent {agent} not found")))?;
-    Ok(Json(AgentContextBody::of(context, &view)).into_response())
+    Ok((agent, context, view))
 }
 
 /// Each MCP server of the agent's stored snapshot with its sign-in state, from the same
@@ -209,10 +221,7 @@ pub(super) async fn agent_mcp_servers(
     State(state): State<AppState>,
     Path(raw): Path<String>,
 ) -> ApiResult {
-    let agent: AgentId = parse_id(&raw, "agent")?;
-    let (_, view) = load_agent_context(&state.store, agent)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("agent {agent} not found")))?;
+    let (agent, _, view) = agent_and_view(&state, &raw).await?;
     Ok(Json(AgentServersBody::of(agent, &view)).into_response())
 }
 
