@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -163,6 +164,19 @@ impl Build {
             Command::new(cargo)
         };
         crate::portable::hide_system_libraries(root, &mut command)?;
+        // The debug build's OpenSSL when there is one (the same flags; see
+        // `prebuilt_openssl`): compiling it again was the release build's longest step.
+        let openssl = crate::embedding::prebuilt_openssl(root);
+        if let Some(env) = openssl
+            .as_deref()
+            .and_then(crate::embedding::prebuilt_openssl_env)
+        {
+            eprintln!(
+                "bench: the release build links the OpenSSL built in {}",
+                env[1].1
+            );
+            command.envs(env);
+        }
         let stdout = std::fs::File::create(&messages)
             .with_context(|| format!("creating {}", messages.display()))?;
         let stderr = match &log {
@@ -225,6 +239,86 @@ impl Build {
             }
         }
         Ok(executables)
+    }
+}
+
+/// CI's release build before it starts: it waits for the debug build's OpenSSL (which
+/// it links, see [`Build::start`]) or for [`PendingBuild::go`], whichever comes first.
+/// Dropped before it started, it never starts; dropped after, the build is stopped.
+pub(crate) struct PendingBuild {
+    signal: Arc<(Mutex<Signal>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<Result<Option<Build>>>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    Wait,
+    Go,
+    Abandon,
+}
+
+impl PendingBuild {
+    /// Starts waiting, in the background (see [`PendingBuild`]).
+    pub(crate) fn after_openssl(root: &Path, cargo: &Path) -> Self {
+        let signal = Arc::new((Mutex::new(Signal::Wait), Condvar::new()));
+        let (root, cargo, shared) = (root.to_owned(), cargo.to_owned(), Arc::clone(&signal));
+        let thread = std::thread::spawn(move || {
+            let (lock, wake) = &*shared;
+            let mut state = lock
+                .lock()
+                .map_err(|_| anyhow::anyhow!("a lock was poisoned"))?;
+            while *state == Signal::Wait && crate::embedding::prebuilt_openssl(&root).is_none() {
+                state = wake
+                    .wait_timeout(state, std::time::Duration::from_secs(2))
+                    .map_err(|_| anyhow::anyhow!("a lock was poisoned"))?
+                    .0;
+            }
+            if *state == Signal::Abandon {
+                return Ok(None);
+            }
+            drop(state);
+            Build::start(&root, &cargo, true).map(Some)
+        });
+        Self {
+            signal,
+            thread: Some(thread),
+        }
+    }
+
+    /// Starts the build now if it has not started (no OpenSSL to wait for any more).
+    pub(crate) fn go(&self) {
+        self.signal(Signal::Go);
+    }
+
+    /// The started build.
+    pub(crate) fn started(mut self) -> Result<Build> {
+        self.go();
+        self.thread
+            .take()
+            .context("the release build was already taken")?
+            .join()
+            .map_err(|_| anyhow::anyhow!("starting the release build panicked"))??
+            .context("the release build was abandoned")
+    }
+
+    fn signal(&self, to: Signal) {
+        let (lock, wake) = &*self.signal;
+        if let Ok(mut state) = lock.lock()
+            && *state == Signal::Wait
+        {
+            *state = to;
+        }
+        wake.notify_all();
+    }
+}
+
+impl Drop for PendingBuild {
+    fn drop(&mut self) {
+        self.signal(Signal::Abandon);
+        if let Some(thread) = self.thread.take() {
+            // A build that had started is dropped here, which stops it.
+            let _ = thread.join();
+        }
     }
 }
 

@@ -75,14 +75,13 @@ pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
     let openssl = prebuilt_openssl(root);
-    let openssl_env: Vec<(&str, &str)> = match openssl.as_deref().and_then(Path::to_str) {
-        Some(dir) => {
-            println!("embedding: the checks use the OpenSSL already built in {dir}");
-            vec![
-                ("OPENSSL_NO_VENDOR", "1"),
-                ("OPENSSL_DIR", dir),
-                ("OPENSSL_STATIC", "1"),
-            ]
+    let openssl_env: Vec<(&str, &str)> = match openssl.as_deref().and_then(prebuilt_openssl_env) {
+        Some(env) => {
+            println!(
+                "embedding: the checks use the OpenSSL already built in {}",
+                env[1].1
+            );
+            env.to_vec()
         }
         None => Vec::new(),
     };
@@ -142,13 +141,16 @@ pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The OpenSSL that clippy's build (the workspace-hack's features) compiled from source,
-/// if there is one. A crate checked alone resolves its own host build dependencies (`cc`
-/// and `libc` with fewer features than the unified set), so its `openssl-sys` build
-/// script differs and would compile OpenSSL again: about 2.5 minutes on two cores, for a
-/// type check that links nothing. Pointing `openssl-sys` at the built copy checks the same
-/// Rust code against the same headers.
-fn prebuilt_openssl(root: &Path) -> Option<std::path::PathBuf> {
+/// The OpenSSL that the debug build (the workspace-hack's features, as clippy's and the
+/// tests') compiled from source, once its build script has finished. A crate checked alone
+/// resolves its own host build dependencies (`cc` and `libc` with fewer features than the
+/// unified set), so its `openssl-sys` build script differs and would compile OpenSSL again:
+/// about 2.5 minutes on two cores, for a type check that links nothing. Pointing
+/// `openssl-sys` at the built copy checks the same Rust code against the same headers.
+/// CI's release build links it too: `openssl-src` compiles OpenSSL with the same flags in
+/// every profile (its own `-O2`, whatever the profile's level), so the copy is the one a
+/// release build would compile.
+pub(crate) fn prebuilt_openssl(root: &Path) -> Option<std::path::PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), std::path::PathBuf::from);
     let builds = std::fs::read_dir(target.join("debug").join("build")).ok()?;
@@ -160,6 +162,8 @@ fn prebuilt_openssl(root: &Path) -> Option<std::path::PathBuf> {
                 .to_string_lossy()
                 .starts_with("openssl-sys-")
         })
+        // Cargo writes `output` when the build script has exited: the install is whole.
+        .filter(|entry| entry.path().join("output").is_file())
         .map(|entry| entry.path().join("out/openssl-build/install"))
         .filter(|install| {
             install.join("include/openssl/ssl.h").exists() && install.join("lib/libssl.a").exists()
@@ -169,6 +173,15 @@ fn prebuilt_openssl(root: &Path) -> Option<std::path::PathBuf> {
                 .and_then(|meta| meta.modified())
                 .ok()
         })
+}
+
+/// The variables that point `openssl-sys` at [`prebuilt_openssl`]'s copy, linked statically.
+pub(crate) fn prebuilt_openssl_env(install: &Path) -> Option<[(&'static str, &str); 3]> {
+    Some([
+        ("OPENSSL_NO_VENDOR", "1"),
+        ("OPENSSL_DIR", install.to_str()?),
+        ("OPENSSL_STATIC", "1"),
+    ])
 }
 
 /// How a promise's build is named in messages.

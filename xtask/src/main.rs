@@ -256,8 +256,9 @@ fn ci(root: &Path) -> Result<()> {
         steps.push((name, took));
         Ok(())
     };
-    // Started first, at the lowest CPU priority: see `bench::Build::start`.
-    let release_build = bench::Build::start(root, &cargo(), true)?;
+    // At the lowest CPU priority (see `bench::Build::start`), as soon as clippy's build has
+    // compiled OpenSSL, which the release build then links instead of compiling it again.
+    let release_build = bench::PendingBuild::after_openssl(root, &cargo());
     // Downloads mostly (apt, npm, pip; the conformance suite and its Node): they run
     // while clippy compiles.
     let tools_root = root.to_owned();
@@ -265,6 +266,8 @@ fn ci(root: &Path) -> Result<()> {
         let started = std::time::Instant::now();
         install_tools(&tools_root, Tools::for_command("ci"))?;
         conformance::install_suite(&tools_root)?;
+        // The benchmarks' tool catalog: its servers, not yet the discovery.
+        tool_catalog::install(&tools_root)?;
         Ok::<_, anyhow::Error>(started.elapsed())
     });
     step("fmt", &mut || {
@@ -287,6 +290,7 @@ fn ci(root: &Path) -> Result<()> {
             ],
         )
     })?;
+    release_build.go();
     // The table shows the wait beyond clippy; the line below, the installs' own time.
     let mut tools = Some(tools);
     step("install test tools (the part after clippy)", &mut || {
@@ -315,7 +319,7 @@ fn ci(root: &Path) -> Result<()> {
     // A smoke run: the benchmarks build in release mode and complete; their numbers are
     // printed for the log, never checked (CI machines are too noisy to gate on them).
     let mut executables = std::collections::HashMap::new();
-    let mut release_build = Some(release_build);
+    let mut release_build = Some(release_build.started()?);
     step(
         "bench --quick (the rest of the release build included)",
         &mut || {

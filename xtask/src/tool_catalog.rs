@@ -149,10 +149,8 @@ const DIR: &str = "target/tools/catalog";
 /// server, when any declared server did not connect: a partial catalog would change what
 /// the benchmark measures without saying so.
 pub(crate) fn assemble(root: &Path, ctxsync: &Path) -> Result<PathBuf> {
+    install(root)?;
     let dir = root.join(DIR);
-    install_npm(root, &dir)?;
-    super::python_env(root, &format!("{DIR}/py"), PYPI_PACKAGES)
-        .context("installing the catalog's PyPI MCP servers (needs python3 with venv and pip)")?;
 
     let workspace = dir.join("workspace");
     std::fs::create_dir_all(&workspace)
@@ -233,6 +231,15 @@ pub(crate) fn assemble(root: &Path, ctxsync: &Path) -> Result<PathBuf> {
     let path = dir.join("report.json");
     std::fs::write(&path, &output.stdout).context("writing the catalog report")?;
     Ok(path)
+}
+
+/// Installs the catalog's npm and PyPI servers unless the pinned lists are there already
+/// (CI does it beside the checks, long before the benchmarks run).
+pub(crate) fn install(root: &Path) -> Result<()> {
+    install_npm(root, &root.join(DIR))?;
+    super::python_env(root, &format!("{DIR}/py"), PYPI_PACKAGES)
+        .context("installing the catalog's PyPI MCP servers (needs python3 with venv and pip)")?;
+    Ok(())
 }
 
 /// `npm install` of every npm server into `<dir>/node`, skipped when the stamp shows the
