@@ -99,13 +99,104 @@ pub(crate) fn build(
     root: &Path,
     cargo: &Path,
 ) -> Result<std::collections::HashMap<String, PathBuf>> {
-    Build::start(root, cargo, false)?.finish()
+    Build::start(root, cargo, Release::Everything, false)?.finish()
 }
 
-/// The one release build of every benchmark program and helper binary. One invocation
-/// means one feature resolution: built one by one, each package's examples (and a binary
-/// built alone) unify their dependencies' features differently, and each rebuild took
-/// minutes on CI. The build hides the system's libpq and OpenSSL, so `self-contained`
+/// What a release [`Build`] builds.
+#[derive(Clone, Copy)]
+pub(crate) enum Release {
+    /// Every benchmark program and helper binary (`cargo xtask bench`, `self-contained`).
+    Everything,
+    /// Only the `ctxsync` binary, as `cargo install` builds it: CI's one release build.
+    /// CI's benchmark run drives it with the programs the tests' build already compiled
+    /// ([`Programs::TestBuildAgainst`]); compiling those again at `-O3` was about a
+    /// quarter of the release build, for figures CI never checks.
+    ProductBinary,
+}
+
+/// Where the benchmark programs [`run`] runs come from.
+pub(crate) enum Programs {
+    /// One release build of every program and helper, here and now.
+    Release,
+    /// The programs and the MCP fixture from the tests' (debug) build, driving the
+    /// `ctxsync` of a [`Release::ProductBinary`] build started earlier. The figures are
+    /// a smoke run's: the programs' own side is unoptimized.
+    TestBuildAgainst(Build),
+}
+
+/// The benchmark programs and helper binaries of the tests' build (`--features` as the
+/// README's test command, so nothing is compiled again), by target name.
+fn test_build_programs(
+    root: &Path,
+    cargo: &Path,
+) -> Result<std::collections::HashMap<String, PathBuf>> {
+    let mut args: Vec<&str> = vec![
+        "build",
+        "--features",
+        crate::workspace_hack::UNIFY,
+        "--message-format=json-render-diagnostics",
+    ];
+    args.extend(program_targets());
+    eprintln!("bench: $ cargo {}", args.join(" "));
+    let output = Command::new(cargo)
+        .args(&args)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo build for the benchmark programs")?;
+    if !output.status.success() {
+        bail!(
+            "building the benchmark programs failed with {}",
+            output.status
+        );
+    }
+    Ok(executables_in(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// Cargo's target arguments for every benchmark program and helper binary.
+fn program_targets() -> Vec<&'static str> {
+    let mut args = Vec::new();
+    let mut packages: Vec<&str> = PROGRAMS.iter().map(|(package, _)| *package).collect();
+    packages.extend(HELPERS.iter().map(|(package, _, _)| *package));
+    packages.sort_unstable();
+    packages.dedup();
+    for package in packages {
+        args.extend(["-p", package]);
+    }
+    for (_, example) in PROGRAMS {
+        args.extend(["--example", example]);
+    }
+    for (_, binary, _) in HELPERS {
+        args.extend(["--bin", binary]);
+    }
+    args
+}
+
+/// The executables cargo's JSON messages name, by target name.
+fn executables_in(messages: &str) -> std::collections::HashMap<String, PathBuf> {
+    let mut executables = std::collections::HashMap::new();
+    for line in messages.lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" {
+            continue;
+        }
+        if let (Some(name), Some(path)) = (
+            message["target"]["name"].as_str(),
+            message["executable"].as_str(),
+        ) {
+            executables.insert(name.to_owned(), PathBuf::from(path));
+        }
+    }
+    executables
+}
+
+/// A release build: of every benchmark program and helper binary, or of the product
+/// binary alone ([`Release`]). One invocation means one feature resolution: built one by
+/// one, each package's examples (and a binary built alone) unify their dependencies'
+/// features differently, and each rebuild took minutes on CI. The build hides the system's libpq and OpenSSL, so `self-contained`
 /// checks this very `ctxsync` (a second release build with another `PATH` and target set
 /// rebuilt everything).
 pub(crate) struct Build {
@@ -120,28 +211,24 @@ pub(crate) struct Build {
 
 impl Build {
     /// Starts the build. In the `background` it runs at the lowest CPU priority with its
-    /// progress in a file: CI starts it before the checks, and it takes the cores only
+    /// progress in a file: CI starts it during the checks, and it takes the cores only
     /// while they would idle (tests waiting on processes, sockets and the database), so
     /// most of it is done by the time the benchmarks run. Release and debug builds lock
     /// separate profile directories, so it never blocks the checks' own builds.
-    pub(crate) fn start(root: &Path, cargo: &Path, background: bool) -> Result<Self> {
+    pub(crate) fn start(
+        root: &Path,
+        cargo: &Path,
+        what: Release,
+        background: bool,
+    ) -> Result<Self> {
         let mut args: Vec<&str> = vec![
             "build",
             "--release",
             "--message-format=json-render-diagnostics",
         ];
-        let mut packages: Vec<&str> = PROGRAMS.iter().map(|(package, _)| *package).collect();
-        packages.extend(HELPERS.iter().map(|(package, _, _)| *package));
-        packages.sort_unstable();
-        packages.dedup();
-        for package in packages {
-            args.extend(["-p", package]);
-        }
-        for (_, example) in PROGRAMS {
-            args.extend(["--example", example]);
-        }
-        for (_, binary, _) in HELPERS {
-            args.extend(["--bin", binary]);
+        match what {
+            Release::Everything => args.extend(program_targets()),
+            Release::ProductBinary => args.extend(["-p", "ctxsync", "--bin", "ctxsync"]),
         }
         let dir = root.join("target").join("bench-build");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -223,22 +310,7 @@ impl Build {
         eprintln!("bench: the release build finished {took:.0?} after it started");
         let messages = std::fs::read_to_string(&self.messages)
             .with_context(|| format!("reading {}", self.messages.display()))?;
-        let mut executables = std::collections::HashMap::new();
-        for line in messages.lines() {
-            let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            if message["reason"] != "compiler-artifact" {
-                continue;
-            }
-            if let (Some(name), Some(path)) = (
-                message["target"]["name"].as_str(),
-                message["executable"].as_str(),
-            ) {
-                executables.insert(name.to_owned(), PathBuf::from(path));
-            }
-        }
-        Ok(executables)
+        Ok(executables_in(&messages))
     }
 }
 
@@ -277,7 +349,7 @@ impl PendingBuild {
                 return Ok(None);
             }
             drop(state);
-            Build::start(&root, &cargo, true).map(Some)
+            Build::start(&root, &cargo, Release::ProductBinary, true).map(Some)
         });
         Self {
             signal,
@@ -334,21 +406,27 @@ impl Drop for Build {
 
 /// Builds and runs every benchmark; returns the executables built (by target name), so a
 /// caller can check the very binary that ran.
-/// `started_build` is a build [`Build::start`]ed earlier (CI's, in the background); without
-/// one the build runs here.
 pub(crate) fn run(
     root: &Path,
     cargo: &Path,
     quick: bool,
     json: Option<&Path>,
-    started_build: Option<Build>,
+    programs: Programs,
 ) -> Result<std::collections::HashMap<String, PathBuf>> {
     let started = std::time::Instant::now();
     crate::install_tools(root, crate::Tools::for_command("bench"))?;
     let build_started = std::time::Instant::now();
-    let executables = match started_build {
-        Some(build) => build.finish()?,
-        None => build(root, cargo)?,
+    let executables = match programs {
+        Programs::Release => build(root, cargo)?,
+        Programs::TestBuildAgainst(release) => {
+            let mut executables = test_build_programs(root, cargo)?;
+            let product = release
+                .finish()?
+                .remove("ctxsync")
+                .context("the release build produced no ctxsync binary")?;
+            executables.insert("ctxsync".to_owned(), product);
+            executables
+        }
     };
     eprintln!(
         "bench: waited {:.0?} for the release build",

@@ -59,9 +59,10 @@ commands:
                      client command the suite starts
   ci                 everything CI runs: fmt, clippy, fuzz-check, codegen check, layers,
                      workspace-hack check, embedding, tidy, the README's test command (each crate's tests
-                     alone, doctests included), `bench --quick` (completes; numbers
-                     not checked), then `self-contained` and `conformance` on the
-                     binary the benchmarks ran; each step's wall time is printed
+                     alone, doctests included), `bench --quick` (the programs the
+                     tests built, against a release ctxsync; completes, numbers not
+                     checked), then `self-contained` and `conformance` on that
+                     release ctxsync; each step's wall time is printed
 
 Every command installs what it needs on a fresh machine (test, test-tools and ci: all
 test prerequisites; fuzz: the Python clients; bench: the pinned Python MCP SDK;
@@ -118,7 +119,14 @@ fn main() -> Result<()> {
             {
                 bail!("usage: cargo xtask bench [--quick] [--json FILE]");
             }
-            bench::run(&root, &cargo(), quick, json.map(Path::new), None).map(drop)
+            bench::run(
+                &root,
+                &cargo(),
+                quick,
+                json.map(Path::new),
+                bench::Programs::Release,
+            )
+            .map(drop)
         }
         ["distill-model", rest @ ..] => distill::run(&root, rest),
         ["help" | "--help" | "-h"] | [] => {
@@ -316,8 +324,9 @@ fn ci(root: &Path) -> Result<()> {
         println!("ci: running the README's test command: {command}");
         run(root, "bash".into(), &["-c", &command])
     })?;
-    // A smoke run: the benchmarks build in release mode and complete; their numbers are
-    // printed for the log, never checked (CI machines are too noisy to gate on them).
+    // A smoke run: the benchmark programs the tests built complete against the release
+    // `ctxsync`; their numbers are printed for the log, never checked (CI machines are
+    // too noisy to gate on them, and the programs' own side is unoptimized here).
     let mut executables = std::collections::HashMap::new();
     let mut release_build = Some(release_build.started()?);
     step(
@@ -328,7 +337,11 @@ fn ci(root: &Path) -> Result<()> {
                 &cargo(),
                 true,
                 Some(&root.join("target").join("bench-quick.json")),
-                release_build.take(),
+                bench::Programs::TestBuildAgainst(
+                    release_build
+                        .take()
+                        .context("the release build was already taken")?,
+                ),
             )?;
             Ok(())
         },
