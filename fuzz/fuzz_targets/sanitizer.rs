@@ -14,8 +14,7 @@ use libfuzzer_sys::fuzz_target;
 const MIN_SECRET_CHARS: usize = 4;
 /// Values never treated as secrets, whatever holds them (compared ignoring case).
 const ORDINARY_VALUES: &[&str] = &[
-    "true", "false", "null", "none", "yes", "trace", "debug", "info", "warn", "warning",
-    "error",
+    "true", "false", "null", "none", "yes", "trace", "debug", "info", "warn", "warning", "error",
 ];
 /// Characters of the `[redacted]` and `... [truncated]` markers: a secret made of other
 /// characters can only survive by a real leak, never by matching a marker.

@@ -279,7 +279,19 @@ fn ci(root: &Path) -> Result<()> {
         Ok::<_, anyhow::Error>(started.elapsed())
     });
     step("fmt", &mut || {
-        run(root, cargo(), &["fmt", "--all", "--check"])
+        run(root, cargo(), &["fmt", "--all", "--check"])?;
+        // `fuzz/` is its own workspace, which `--all` does not reach.
+        run(
+            root,
+            cargo(),
+            &[
+                "fmt",
+                "--manifest-path",
+                "fuzz/Cargo.toml",
+                "--all",
+                "--check",
+            ],
+        )
     })?;
     step("clippy", &mut || {
         run(
