@@ -226,7 +226,14 @@ fn json_error(bytes: &[u8], error: &serde_json::Error) -> String {
     let what = message
         .strip_suffix(&format!(" at line {line} column {column}"))
         .unwrap_or(&message);
-    format!("invalid JSON at line {line}, column {column}: {what}")
+    // Column 0 is serde_json's "just after a line break", typically a file cut short after
+    // its last newline: where the parser stood is the end of the line before.
+    let position = if column == 0 && line > 1 {
+        format!("the end of line {}", line - 1)
+    } else {
+        format!("line {line}, column {column}")
+    };
+    format!("invalid JSON at {position}: {what}")
 }
 
 fn parse_bytes(path: &Path, bytes: &[u8], env: &BTreeMap<String, String>) -> FileRead {
@@ -957,6 +964,10 @@ mod tests {
         check(
             "{",
             &["error: invalid JSON at line 1, column 1: EOF while parsing an object"],
+        );
+        check(
+            "{\n  \"mcpServers\": {}\n",
+            &["error: invalid JSON at the end of line 2: EOF while parsing an object"],
         );
         check("[]", &["error: the top level is not a JSON object"]);
         check(

@@ -259,11 +259,15 @@ impl ConnectionTask {
             }
             Ok(Err(error)) if error.closed => None,
             Ok(Err(error)) => {
-                self.relist_failed(why, &format!("failed: {}", error.message));
+                // The message says what failed ("tools/list failed: …") in its own words.
+                self.relist_failed(why, &error.message);
                 Some(MIN_TOOLS_TTL)
             }
             Err(_) => {
-                let detail = format!("no response within {}", human_duration(self.timeout));
+                let detail = format!(
+                    "tools/list got no response within {}",
+                    human_duration(self.timeout)
+                );
                 self.relist_failed(why, &detail);
                 Some(MIN_TOOLS_TTL)
             }
@@ -308,8 +312,9 @@ impl ConnectionTask {
     }
 
     fn relist_failed(&self, why: &str, detail: &str) {
-        let warning =
-            format!("re-listing tools after {why} {detail}; tools are from the previous list");
+        let warning = format!(
+            "re-listing tools after {why} did not work, so the tools are from the previous list: {detail}"
+        );
         let warning = self.sanitize(&warning);
         self.send(EventKind::RelistFailed { warning });
     }

@@ -128,8 +128,16 @@ async fn a_failed_relist_keeps_the_previous_tools_with_a_warning() {
     assert!(s.connected, "{s:#?}");
     assert_eq!(tool_names(s), ["tool_0", "tool_1"], "the previous list");
     let warning = s.warning.as_deref().unwrap_or_default();
-    assert!(warning.contains("re-listing tools"), "{warning}");
-    assert!(warning.contains("previous"), "{warning}");
+    assert!(
+        warning.starts_with("re-listing tools after ")
+            && warning.contains(" did not work, so the tools are from the previous list: "),
+        "{warning}"
+    );
+    assert_eq!(
+        warning.matches("failed").count(),
+        1,
+        "one cause, said once: {warning}"
+    );
     engine.close().await;
 }
 

@@ -444,7 +444,7 @@ async fn a_json_typo_keeps_the_tools_and_the_panel_says_where(s: Scenario) {
     let turn = s.turn("default").await;
     assert_eq!(tool_names(&turn), ["docs__search"]);
 
-    // The closing brace of the server map is missing: line 3, column 1 ends the file.
+    // The closing brace of the server map is missing: the file ends after line 2.
     std::fs::write(
         s.workspace.path().join(".mcp.json"),
         format!("{{\"mcpServers\": {{\n\"docs\": {docs}\n"),
@@ -470,7 +470,7 @@ async fn a_json_typo_keeps_the_tools_and_the_panel_says_where(s: Scenario) {
         .await;
     let diagnostic = config_error(&chat).unwrap();
     assert!(
-        diagnostic.starts_with("invalid JSON at line 3, column 0: EOF while parsing an object"),
+        diagnostic.starts_with("invalid JSON at the end of line 2: EOF while parsing an object"),
         "{diagnostic}"
     );
     assert!(
@@ -490,7 +490,10 @@ async fn a_json_typo_keeps_the_tools_and_the_panel_says_where(s: Scenario) {
         .unwrap_or_else(|| panic!("the kept server's warning: {issues:?}"));
     assert_eq!(kept["severity"], "warning");
     assert!(
-        kept["text"].as_str().unwrap().contains("line 3, column 0"),
+        kept["text"]
+            .as_str()
+            .unwrap()
+            .contains("at the end of line 2"),
         "{kept}"
     );
     for issue in issues {
