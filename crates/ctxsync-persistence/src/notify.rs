@@ -71,7 +71,7 @@ pub enum CallChange {
 }
 
 impl CallChange {
-    /// Every change, in a fixed order (the wire code is the index).
+    /// Every change, in a fixed order.
     pub const ALL: [Self; 5] = [
         Self::Pending,
         Self::Delivered,
@@ -80,6 +80,8 @@ impl CallChange {
         Self::Ended,
     ];
 
+    /// The one-letter wire code in a PostgreSQL NOTIFY payload (the only wire it has).
+    #[cfg(feature = "postgres")]
     pub(crate) fn code(self) -> char {
         match self {
             Self::Pending => 'p',
@@ -90,6 +92,7 @@ impl CallChange {
         }
     }
 
+    #[cfg(feature = "postgres")]
     pub(crate) fn from_code(code: &str) -> Option<Self> {
         Self::ALL
             .into_iter()
