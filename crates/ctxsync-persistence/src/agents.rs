@@ -15,7 +15,7 @@ use crate::shared::{agent_event, load_resources, notify_in_tx};
 use crate::sql_types::{DbTime, JsonText};
 use crate::store::Store;
 use crate::token::{self, AgentToken, PresentedToken};
-use crate::tool_call::routing::agent_connection;
+use crate::tool_call::routing::{agent_connection, connection_of, stream_states};
 
 /// Longest agent name.
 pub const MAX_AGENT_NAME_BYTES: usize = 256;
@@ -97,6 +97,29 @@ impl Store {
     /// All agents, oldest first.
     pub async fn list_agents(&self) -> Result<Vec<AgentRecord>, StoreError> {
         self.with_conn(|conn, _| conn.read(list_agents)).await
+    }
+
+    /// All agents, oldest first, each with whether its current run is connected now,
+    /// read in one transaction.
+    pub async fn list_agents_with_connection(
+        &self,
+    ) -> Result<Vec<(AgentRecord, AgentConnection)>, StoreError> {
+        self.with_conn(|conn, _| {
+            conn.read(|tx| {
+                let agents = list_agents(tx)?;
+                let streams = stream_states(tx)?;
+                let now = crate::tool_call::routing::now_ms();
+                Ok(agents
+                    .into_iter()
+                    .map(|agent| {
+                        let row = streams.get(&agent.id);
+                        let connection = connection_of(row, agent.agent_run_id.as_ref(), now);
+                        (agent, connection)
+                    })
+                    .collect())
+            })
+        })
+        .await
     }
 
     /// Every agent counted by run freshness and snapshot phase, in one aggregate query

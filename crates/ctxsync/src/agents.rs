@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ctxsync_persistence::{AgentId, AgentRecord, DatabaseConfig, NewAgent, Store};
+use ctxsync_persistence::{AgentConnection, AgentId, AgentRecord, DatabaseConfig, NewAgent, Store};
 
 use crate::secret::Secret;
 
@@ -102,9 +102,15 @@ pub async fn create(args: CreateArgs) -> Result<()> {
 /// Prints every agent, oldest first, as a table or JSON; never a token.
 pub async fn list(args: ListArgs) -> Result<()> {
     let store = args.database.open().await?;
-    let agents = store.list_agents().await.context("listing the agents")?;
+    let agents = store
+        .list_agents_with_connection()
+        .await
+        .context("listing the agents")?;
     if args.json {
-        let rows: Vec<_> = agents.iter().map(agent_json).collect();
+        let rows: Vec<_> = agents
+            .iter()
+            .map(|(agent, connection)| agent_json(agent, *connection))
+            .collect();
         let text = serde_json::Value::Array(rows).to_string();
         // Agent names are the operator's text: no control sequence reaches the terminal.
         println!("{}", crate::terminal::json_for_terminal(&text));
@@ -118,7 +124,7 @@ pub async fn list(args: ListArgs) -> Result<()> {
         "{:<36}  {:<20}  {:<25}  NAME",
         "ID", "CREATED", "LAST STARTED"
     );
-    for agent in &agents {
+    for (agent, _) in &agents {
         let started = agent.started_at.map_or_else(
             || "never".to_owned(),
             |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
@@ -187,9 +193,10 @@ fn print_token(agent: &NewAgent, json: bool) {
 }
 
 /// An agent as `--json` and `GET /api/agents` show it: never its token or digest.
-pub fn agent_json(agent: &AgentRecord) -> serde_json::Value {
+pub fn agent_json(agent: &AgentRecord, connection: AgentConnection) -> serde_json::Value {
     // The HTTP API's type, so the two never differ.
-    serde_json::to_value(crate::http::api::AgentSummary::from(agent)).expect("an agent serializes")
+    serde_json::to_value(crate::http::api::AgentSummary::of(agent, connection))
+        .expect("an agent serializes")
 }
 
 /// `text` with control characters escaped, so a name cannot drive the terminal.

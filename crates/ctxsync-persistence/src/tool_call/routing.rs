@@ -558,19 +558,17 @@ fn sweep_candidates(
 }
 
 /// Whether `agent`, whose current run is `current_run`, is connected, from its stream
-/// row: none, or one of another run → never seen; ended, or its lease lapsed (its
-/// replica stopped renewing it) → offline since then; otherwise online. Times are the
-/// replicas' own clocks, never the agent's.
+/// row (see [`connection_of`]).
 pub(crate) fn agent_connection(
     tx: &mut Tx<'_>,
     agent: AgentId,
     current_run: Option<&RunId>,
 ) -> Result<AgentConnection, StoreError> {
-    let Some(current_run) = current_run else {
+    if current_run.is_none() {
         // A legacy agent opens no stream.
         return Ok(AgentConnection::Never);
-    };
-    let row: Option<(String, i64, Option<i64>)> = on_backend!(tx, |c| call_streams::table
+    }
+    let row: Option<StreamState> = on_backend!(tx, |c| call_streams::table
         .find(agent)
         .select((
             call_streams::agent_run_id,
@@ -579,19 +577,52 @@ pub(crate) fn agent_connection(
         ))
         .first(c)
         .optional())?;
-    let Some((run, lease_until_ms, ended_at_ms)) = row else {
-        return Ok(AgentConnection::Never);
+    Ok(connection_of(row.as_ref(), current_run, now_ms()))
+}
+
+/// Every agent's stream row, in one read (for a list of agents: one query, not one each).
+pub(crate) fn stream_states(
+    tx: &mut Tx<'_>,
+) -> Result<std::collections::HashMap<AgentId, StreamState>, StoreError> {
+    let rows: Vec<(AgentId, String, i64, Option<i64>)> = on_backend!(tx, |c| call_streams::table
+        .select((
+            call_streams::agent_id,
+            call_streams::agent_run_id,
+            call_streams::lease_until_ms,
+            call_streams::ended_at_ms,
+        ))
+        .load(c))?;
+    Ok(rows
+        .into_iter()
+        .map(|(agent, run, lease, ended)| (agent, (run, lease, ended)))
+        .collect())
+}
+
+/// A stream row's run id, lease end and end (milliseconds since the epoch).
+pub(crate) type StreamState = (String, i64, Option<i64>);
+
+/// Whether an agent whose current run is `current_run` is connected at `now_ms`, from its
+/// stream row: none, or one of another run → never seen; ended, or its lease lapsed (its
+/// replica stopped renewing it) → offline since then; otherwise online. Times are the
+/// replicas' own clocks, never the agent's.
+pub(crate) fn connection_of(
+    row: Option<&StreamState>,
+    current_run: Option<&RunId>,
+    now_ms: i64,
+) -> AgentConnection {
+    let (Some((run, lease_until_ms, ended_at_ms)), Some(current_run)) = (row, current_run) else {
+        return AgentConnection::Never;
     };
     if run != current_run.as_str() {
-        return Ok(AgentConnection::Never);
+        return AgentConnection::Never;
     }
-    let gone_at = match ended_at_ms {
+    let gone_at = match *ended_at_ms {
         Some(at) => at,
-        None if lease_until_ms <= now_ms() => lease_until_ms,
-        None => return Ok(AgentConnection::Online),
+        None if *lease_until_ms <= now_ms => *lease_until_ms,
+        None => return AgentConnection::Online,
     };
     let since = chrono::DateTime::from_timestamp_millis(gone_at).unwrap_or_default();
-    Ok(AgentConnection::Offline { since })
+    AgentConnection::Offline { since }
 }
 
 fn to_generation(generation: u64) -> Result<i64, StoreError> {
@@ -651,4 +682,56 @@ fn end_delivered(
     rows.into_iter()
         .map(|row| end_row(tx, origin, row, &end, now, events)?.into_record())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(run: &str, lease_until_ms: i64, ended_at_ms: Option<i64>) -> StreamState {
+        (run.to_owned(), lease_until_ms, ended_at_ms)
+    }
+
+    #[test]
+    fn a_stream_row_reads_as_its_runs_connection() {
+        let run = RunId::new("run-2").expect("a run id");
+        let now = 10_000;
+        let at = |ms| chrono::DateTime::from_timestamp_millis(ms).expect("a time");
+        let cases = [
+            (None, Some(&run), AgentConnection::Never),
+            (
+                Some(row("run-1", 20_000, None)),
+                Some(&run),
+                AgentConnection::Never,
+            ),
+            (
+                Some(row("run-2", 20_000, None)),
+                None,
+                AgentConnection::Never,
+            ),
+            (
+                Some(row("run-2", 20_000, None)),
+                Some(&run),
+                AgentConnection::Online,
+            ),
+            (
+                Some(row("run-2", 20_000, Some(9_000))),
+                Some(&run),
+                AgentConnection::Offline { since: at(9_000) },
+            ),
+            // The replica stopped renewing: offline since the lease ran out.
+            (
+                Some(row("run-2", 8_000, None)),
+                Some(&run),
+                AgentConnection::Offline { since: at(8_000) },
+            ),
+        ];
+        for (stream, current, expected) in cases {
+            assert_eq!(
+                connection_of(stream.as_ref(), current, now),
+                expected,
+                "{stream:?} of {current:?}"
+            );
+        }
+    }
 }

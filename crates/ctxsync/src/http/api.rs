@@ -4,9 +4,11 @@
 //! [`OPENAPI_PATH`]; a committed copy (`crates/ctxsync/openapi.json`) is checked by a test.
 
 use ctxsync_chat_projection::{Deferral, FindToolsResponse, ModelTool, ViewPhase};
-use ctxsync_context_ui::{DiscoveryWords, Panel};
+use ctxsync_context_ui::{ConnectionStatus, DiscoveryWords, Panel};
 use ctxsync_first_turn_gate::Outcome;
-use ctxsync_persistence::{AgentContext, AgentId, AgentRecord, ChatTurnMode, TurnRecord};
+use ctxsync_persistence::{
+    AgentConnection, AgentContext, AgentId, AgentRecord, ChatTurnMode, TurnRecord,
+};
 use ctxsync_protocol::{
     BodyKind, InstructionFileBody, McpServerBody, ResourceBody, ResourceStatus, RunId, SkillBody,
 };
@@ -86,11 +88,29 @@ pub struct AgentSummary {
     /// When the agent's record last changed (RFC 3339).
     #[schema(format = DateTime)]
     pub updated_at: String,
+    /// Whether the process of the agent's current run is connected now, as a chat's
+    /// panel header says it.
+    pub connection: ConnectionStatus,
+    /// While `offline`: when the control plane saw that process's stream end (RFC 3339,
+    /// UTC, whole seconds, the control plane's clock); `null` otherwise.
+    #[schema(format = DateTime)]
+    pub offline_since: Option<String>,
 }
 
-impl From<&AgentRecord> for AgentSummary {
-    fn from(agent: &AgentRecord) -> Self {
+impl AgentSummary {
+    /// The agent's row, and whether its current run is connected now.
+    pub fn of(agent: &AgentRecord, connection: AgentConnection) -> Self {
+        let (connection, offline_since) = match connection {
+            AgentConnection::Never => (ConnectionStatus::Never, None),
+            AgentConnection::Online => (ConnectionStatus::Online, None),
+            AgentConnection::Offline { since } => (
+                ConnectionStatus::Offline,
+                Some(ctxsync_chat_projection::rfc3339_utc(since.into())),
+            ),
+        };
         Self {
+            connection,
+            offline_since,
             id: agent.id.to_string(),
             name: agent.name.clone(),
             agent_run_id: RunId::edge(agent.agent_run_id.as_ref()).to_owned(),

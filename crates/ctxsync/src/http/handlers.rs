@@ -134,8 +134,11 @@ pub(super) async fn create_agent(
 #[utoipa::path(get, path = "/api/agents", tag = "agents",
     responses((status = 200, description = "Every agent, oldest first", body = AgentList)))]
 pub(super) async fn list_agents(State(state): State<AppState>) -> ApiResult {
-    let agents = state.store.list_agents().await?;
-    let agents = agents.iter().map(AgentSummary::from).collect();
+    let agents = state.store.list_agents_with_connection().await?;
+    let agents = agents
+        .iter()
+        .map(|(agent, connection)| AgentSummary::of(agent, *connection))
+        .collect();
     Ok(Json(AgentList { agents }).into_response())
 }
 

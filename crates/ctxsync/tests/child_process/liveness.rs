@@ -57,6 +57,19 @@ async fn wait_for_connection(world: &World, word: &str, within: Duration) -> Val
         .await
 }
 
+/// Checks the world's agent as `GET /api/agents` lists it: its `connection` and
+/// `offline_since`.
+async fn assert_listed(world: &World, connection: &str, offline_since: &Value) {
+    let list: Value = get(world, "/api/agents").await.json().await.unwrap();
+    let id = world.agent_id.to_string();
+    let listed = list["agents"]
+        .as_array()
+        .and_then(|agents| agents.iter().find(|a| a["id"] == id.as_str()))
+        .unwrap_or_else(|| panic!("the agent in the list: {list:#}"));
+    assert_eq!(listed["connection"], connection, "{listed:#}");
+    assert_eq!(&listed["offline_since"], offline_since, "{listed:#}");
+}
+
 async fn connected_gauge(world: &World) -> String {
     let text = get(world, "/metrics").await.text().await.unwrap();
     text.lines()
@@ -162,6 +175,7 @@ async fn a_killed_agent_reads_offline_everywhere_until_it_returns(backend: TestB
     let online = wait_for_connection(&world, "online", WAIT).await;
     assert_eq!(online["offline_since"], Value::Null, "{online:#}");
     assert_eq!(connected_gauge(&world).await, "ctxsync_agents_connected 1");
+    assert_listed(&world, "online", &Value::Null).await;
     let (note, _) = turn(&world).await;
     assert!(
         !note.as_deref().unwrap_or("").contains("offline"),
@@ -232,6 +246,8 @@ async fn a_killed_agent_reads_offline_everywhere_until_it_returns(backend: TestB
     assert!(text.contains("[warning]"), "{text}");
 
     assert_eq!(connected_gauge(&world).await, "ctxsync_agents_connected 0");
+    // The list of agents says it too, with the same time as the chat's header.
+    assert_listed(&world, "offline", &header["offline_since"]).await;
 
     // A turn now says the agent is gone; the tools stay listed, not dropped.
     let (note, tools) = turn(&world).await;
@@ -275,6 +291,7 @@ async fn a_killed_agent_reads_offline_everywhere_until_it_returns(backend: TestB
     );
     assert!(!context_command(&world).await.contains("offline"));
     assert_eq!(connected_gauge(&world).await, "ctxsync_agents_connected 1");
+    assert_listed(&world, "online", &Value::Null).await;
     eprintln!(
         "{backend:?}: offline on the page after {page_after:?}, in the chat API after {api_after:?}"
     );

@@ -154,6 +154,19 @@ async fn agents_are_created_and_their_context_summarised(h: Harness) {
         .find(|r| r["kind"] == "mcp_server")
         .unwrap();
     assert_eq!(fs["body"]["tools"][0]["name"], "read");
+
+    // Pushed, but no call stream of its run was ever opened: listed as never connected.
+    let (status, list) = h.call(Method::GET, "/api/agents", None).await;
+    assert_eq!(status, 200, "{list}");
+    let listed = list["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == id)
+        .unwrap_or_else(|| panic!("{list}"));
+    assert_eq!(listed["connection"], "never", "{listed}");
+    assert_eq!(listed["offline_since"], Value::Null, "{listed}");
+    assert!(listed.get("token").is_none(), "{listed}");
 }
 
 async fn chats_are_created_and_read(h: Harness) {
