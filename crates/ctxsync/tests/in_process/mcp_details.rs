@@ -109,24 +109,10 @@ async fn check_pending_in_the_apis(h: &Harness, agent: AgentId, chat: &str) {
     );
 }
 
-/// The chat's context panel in the format `accept` asks for.
-async fn panel_as(h: &Harness, chat: &str, accept: &str) -> String {
-    h.http
-        .get(h.url(&format!("/api/chats/{chat}/context")))
-        .bearer_auth(&h.server.api_token)
-        .header("accept", accept)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// The panel as HTML and text: the waiting list, the tool's title and hint badges,
 /// the server's revision and timings; the hostile name escaped.
 async fn check_pending_panel(h: &Harness, chat: &str) {
-    let html = panel_as(h, chat, "text/html").await;
+    let html = h.panel_as(chat, "text/html").await;
     assert!(html.contains("<code>github</code> ("), "{html}");
     assert!(!html.contains("<img"), "{html}");
     assert!(html.contains("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;"));
@@ -138,7 +124,7 @@ async fn check_pending_panel(h: &Harness, chat: &str) {
             "MCP 2026-07-28 · jira-mcp 1.4.2 · start 120 ms · handshake 35 ms · tools 4 ms"
         )
     );
-    let text = panel_as(h, chat, "text/plain").await;
+    let text = h.panel_as(chat, "text/plain").await;
     assert!(text.contains("Waiting for: "), "{text}");
     assert!(text.contains("github ("), "{text}");
     assert!(

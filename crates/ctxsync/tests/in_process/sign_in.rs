@@ -105,17 +105,7 @@ async fn a_server_that_needs_a_sign_in_says_so_everywhere() {
     );
     assert_eq!(tools.len(), 1, "{turn}");
 
-    let html = h
-        .http
-        .get(h.url(&format!("/api/chats/{chat}/context")))
-        .bearer_auth(&h.server.api_token)
-        .header("accept", "text/html")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = h.panel_as(&chat, "text/html").await;
     assert!(
         html.contains(r#"<span class="badge badge-needs-authorization">needs sign-in</span>"#),
         "{html}"

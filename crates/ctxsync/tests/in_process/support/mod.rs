@@ -103,6 +103,20 @@ impl Harness {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// The chat's context panel in the format `accept` asks for.
+    pub(crate) async fn panel_as(&self, chat: &str, accept: &str) -> String {
+        self.http
+            .get(self.url(&format!("/api/chats/{chat}/context")))
+            .bearer_auth(&self.server.api_token)
+            .header("accept", accept)
+            .send()
+            .await
+            .expect("request is sent")
+            .text()
+            .await
+            .expect("the panel's body is read")
+    }
+
     pub(crate) async fn new_agent(&self) -> AgentId {
         self.server
             .store
