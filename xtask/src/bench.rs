@@ -124,11 +124,14 @@ pub(crate) enum Programs {
     TestBuildAgainst(Build),
 }
 
-/// The benchmark programs and helper binaries of the tests' build (`--features` as the
-/// README's test command, so nothing is compiled again), by target name.
-fn test_build_programs(
+/// The executables of `targets` in the tests' debug build (`--features` as the README's
+/// test command, so nothing is compiled again), by target name; `what` names them in the
+/// error when the build fails.
+pub(crate) fn test_build(
     root: &Path,
     cargo: &Path,
+    targets: &[&str],
+    what: &str,
 ) -> Result<std::collections::HashMap<String, PathBuf>> {
     let mut args: Vec<&str> = vec![
         "build",
@@ -136,20 +139,17 @@ fn test_build_programs(
         crate::workspace_hack::UNIFY,
         "--message-format=json-render-diagnostics",
     ];
-    args.extend(program_targets());
-    eprintln!("bench: $ cargo {}", args.join(" "));
+    args.extend(targets);
+    eprintln!("$ cargo {}", args.join(" "));
     let output = Command::new(cargo)
         .args(&args)
         .current_dir(root)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .context("running cargo build for the benchmark programs")?;
+        .context("running cargo build")?;
     if !output.status.success() {
-        bail!(
-            "building the benchmark programs failed with {}",
-            output.status
-        );
+        bail!("building {what} failed (cargo's errors are above)");
     }
     Ok(executables_in(&String::from_utf8_lossy(&output.stdout)))
 }
@@ -196,9 +196,9 @@ fn executables_in(messages: &str) -> std::collections::HashMap<String, PathBuf> 
 /// A release build: of every benchmark program and helper binary, or of the product
 /// binary alone ([`Release`]). One invocation means one feature resolution: built one by
 /// one, each package's examples (and a binary built alone) unify their dependencies'
-/// features differently, and each rebuild took minutes on CI. The build hides the system's libpq and OpenSSL, so `self-contained`
-/// checks this very `ctxsync` (a second release build with another `PATH` and target set
-/// rebuilt everything).
+/// features differently, and each rebuild took minutes on CI. The build hides the
+/// system's libpq and OpenSSL, so `self-contained` checks this very `ctxsync` (a second
+/// release build with another `PATH` and target set rebuilt everything).
 pub(crate) struct Build {
     child: Option<std::process::Child>,
     /// Cargo's JSON messages (in a file: a pipe nobody reads while the build runs in the
@@ -254,13 +254,13 @@ impl Build {
         // The debug build's OpenSSL when there is one (the same flags; see
         // `prebuilt_openssl`): compiling it again was the release build's longest step.
         let openssl = crate::embedding::prebuilt_openssl(root);
-        if let Some(env) = openssl
+        if let Some((install, env)) = openssl
             .as_deref()
-            .and_then(crate::embedding::prebuilt_openssl_env)
+            .and_then(|install| Some((install, crate::embedding::prebuilt_openssl_env(install)?)))
         {
             eprintln!(
                 "bench: the release build links the OpenSSL built in {}",
-                env[1].1
+                install.display()
             );
             command.envs(env);
         }
@@ -419,7 +419,8 @@ pub(crate) fn run(
     let executables = match programs {
         Programs::Release => build(root, cargo)?,
         Programs::TestBuildAgainst(release) => {
-            let mut executables = test_build_programs(root, cargo)?;
+            let mut executables =
+                test_build(root, cargo, &program_targets(), "the benchmark programs")?;
             let product = release
                 .finish()?
                 .remove("ctxsync")

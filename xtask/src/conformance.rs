@@ -192,32 +192,14 @@ fn install(root: &Path, dir: &Path) -> Result<Suite> {
 /// Builds the debug `ctxsync` with the tests' feature set (so it reuses their artifacts)
 /// and answers its path.
 fn build_ctxsync(root: &Path, cargo: &Path) -> Result<PathBuf> {
-    let args = [
-        "build",
-        "-p",
-        "ctxsync",
-        "--bin",
-        "ctxsync",
-        "--features",
-        crate::workspace_hack::UNIFY,
-        "--message-format=json-render-diagnostics",
-    ];
-    println!("$ cargo {}", args.join(" "));
-    let output = Command::new(cargo)
-        .args(args)
-        .current_dir(root)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .context("running cargo build")?;
-    if !output.status.success() {
-        bail!("building ctxsync for the conformance step failed (cargo's errors are above)");
-    }
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "ctxsync")
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo build named no ctxsync executable")
+    crate::bench::test_build(
+        root,
+        cargo,
+        &["-p", "ctxsync", "--bin", "ctxsync"],
+        "ctxsync for the conformance step",
+    )?
+    .remove("ctxsync")
+    .context("cargo build named no ctxsync executable")
 }
 
 /// What the suite said about one scenario.

@@ -75,11 +75,14 @@ pub(crate) fn check(root: &Path, cargo: &Path) -> Result<()> {
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
     let openssl = prebuilt_openssl(root);
-    let openssl_env: Vec<(&str, &str)> = match openssl.as_deref().and_then(prebuilt_openssl_env) {
-        Some(env) => {
+    let prebuilt = openssl
+        .as_deref()
+        .and_then(|install| Some((install, prebuilt_openssl_env(install)?)));
+    let openssl_env: Vec<(&str, &str)> = match prebuilt {
+        Some((install, env)) => {
             println!(
                 "embedding: the checks use the OpenSSL already built in {}",
-                env[1].1
+                install.display()
             );
             env.to_vec()
         }
