@@ -36,5 +36,5 @@ pub use service::{
 pub use tool_call::{
     CALL_QUEUE, CALL_SECONDS_BUCKETS, CallHub, CallHubConfig, CallMetricsSnapshot, CallStart,
     DEFAULT_CALL_LEASE, DEFAULT_CANCEL_WAIT, DEFAULT_DEADLINE_SLACK, DEFAULT_RECONNECT_GRACE,
-    PROGRESS_FLUSH,
+    PROGRESS_FLUSH, SignInSettings,
 };

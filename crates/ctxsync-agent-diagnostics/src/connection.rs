@@ -24,6 +24,8 @@ use rmcp::{
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+mod signed_in;
+
 use crate::{
     config::{OAuthGrant, ServerEntry, TransportConfig},
     failure::{self, AccessRefused, Place},
@@ -33,7 +35,7 @@ use crate::{
     sanitize::{
         MAX_DIAGNOSTIC_BYTES, SecretSet, bound_to, redact_known, redact_tools, sanitize_diagnostic,
     },
-    sign_in,
+    sign_in::{self, SignIns},
     tool_call::{CallTargets, ProgressRoutes},
 };
 
@@ -112,6 +114,9 @@ pub(crate) enum EventKind {
     RelistFailed { warning: String },
     /// A connected server went away (sanitized, bounded).
     Lost { error: String },
+    /// The sign-in this live connection sent was renewed or dropped: the server connects
+    /// anew with what is held now.
+    SignInChanged,
 }
 
 /// Everything one connection task needs.
@@ -131,6 +136,10 @@ pub(crate) struct ConnectionTask {
     pub groups: Arc<ProcessGroups>,
     /// Where this connection registers for tool calls once connected.
     pub calls: Arc<CallTargets>,
+    /// The sign-ins people made, which an HTTP server's connect sends.
+    pub sign_ins: Arc<SignIns>,
+    /// The held sign-in's access token this attempt sends, once chosen.
+    pub bearer: std::sync::Mutex<Option<String>>,
 }
 
 /// Receives `notifications/tools/list_changed` and the tool calls' progress for one
@@ -164,6 +173,8 @@ impl ClientHandler for Client {
 }
 
 type Session = rmcp::service::RunningService<RoleClient, Client>;
+/// A connected server: its session, first listing and self-description.
+type Connected = (Session, Listing, ServerDetails);
 
 /// Why a connect attempt failed (unsanitized; rendered by [`ConnectionTask::failure`]).
 enum ConnectError {
@@ -238,7 +249,7 @@ impl ConnectionTask {
     /// sanitized.
     fn clean(&self, listing: Listing) -> (Arc<[McpTool]>, Option<String>) {
         let mut tools = listing.tools;
-        redact_tools(&mut tools, &self.tool_secrets);
+        redact_tools(&mut tools, &self.tool_secrets());
         let warning = listing.warning.map(|warning| self.sanitize(&warning));
         (tools.into(), warning)
     }
@@ -295,7 +306,8 @@ impl ConnectionTask {
 
     /// The server's self-description with its own secrets redacted, bounded.
     fn redact_details(&self, details: ServerDetails) -> ServerDetails {
-        let clean = |text: &str, max: usize| bound_to(&redact_known(text, &self.tool_secrets), max);
+        let secrets = self.tool_secrets();
+        let clean = |text: &str, max: usize| bound_to(&redact_known(text, &secrets), max);
         ServerDetails {
             protocol_version: clean(&details.protocol_version, MAX_SERVER_LABEL_BYTES),
             name: clean(&details.name, MAX_SERVER_LABEL_BYTES),
@@ -330,6 +342,17 @@ impl ConnectionTask {
         if let TransportConfig::Stdio { command, .. } = &self.entry.transport {
             secrets.remove(command);
         }
+        secrets.extend(&self.sign_ins.secrets());
+        secrets
+    }
+
+    /// What this server's tools are checked against: its own secrets, the agent's and the
+    /// sign-in's token it was sent.
+    fn tool_secrets(&self) -> SecretSet {
+        let mut secrets = (*self.tool_secrets).clone();
+        if let Some(token) = self.sent_bearer() {
+            secrets.insert(&token);
+        }
         secrets
     }
 
@@ -344,27 +367,15 @@ impl ConnectionTask {
         let mut process: Option<ServerProcess> = None;
         let attempt = tokio::select! {
             () = self.cancel.cancelled() => Err(ConnectError::Cancelled),
-            result = tokio::time::timeout(self.timeout, self.connect(client, &mut process)) => {
+            result = tokio::time::timeout(self.timeout, self.connect_signed_in(client, &mut process)) => {
                 result.unwrap_or(Err(ConnectError::Timeout))
             }
         };
         let (session, listing, details) = match attempt {
             Ok(connected) => connected,
-            Err(error) => {
-                let refused = match &error {
-                    ConnectError::Initialize { refused, .. } => refused.clone(),
-                    _ => None,
-                };
-                let message = self.failure(error, &mut process).await;
-                if let Some(process) = process.take() {
-                    process.shutdown().await;
-                }
-                if let Some(error) = message {
-                    self.send(EventKind::ConnectFailed { error, refused });
-                }
-                return;
-            }
+            Err(error) => return self.connect_failed(error, process).await,
         };
+        let mut renew_at = self.renewal_at();
         let mut refresh_at = listing
             .refresh_in
             .map(|delay| tokio::time::Instant::now() + delay);
@@ -438,6 +449,10 @@ impl ConnectionTask {
                 () = sleep_until_some(refresh_at) => {
                     refresh_at = self.relist(&peer, "the tool list's ttlMs expired").await;
                 }
+                () = sleep_until_some(renew_at) => tokio::select! {
+                    () = self.cancel.cancelled() => break None,
+                    at = self.renew() => renew_at = at,
+                },
             }
         };
         self.calls.remove(self.id);
@@ -455,6 +470,21 @@ impl ConnectionTask {
         }
     }
 
+    /// Tells the engine why the attempt failed (nothing when it was cancelled).
+    async fn connect_failed(&self, error: ConnectError, mut process: Option<ServerProcess>) {
+        let refused = match &error {
+            ConnectError::Initialize { refused, .. } => refused.clone(),
+            _ => None,
+        };
+        let message = self.failure(error, &mut process).await;
+        if let Some(process) = process.take() {
+            process.shutdown().await;
+        }
+        if let Some(error) = message {
+            self.send(EventKind::ConnectFailed { error, refused });
+        }
+    }
+
     /// Connects and lists the tools. A slow server is connected on its first connection
     /// (see `ProbeDeadline`); only a 2026-07-28-only server that was sent the fallback
     /// `initialize` and refused it (see [`ProbeWatch::modern_after_all`]) is tried once
@@ -464,7 +494,7 @@ impl ConnectionTask {
         &self,
         client: Client,
         process: &mut Option<ServerProcess>,
-    ) -> Result<(Session, Listing, ServerDetails), ConnectError> {
+    ) -> Result<Connected, ConnectError> {
         let started = std::time::Instant::now();
         let mut start_ms = None;
         let watch = ProbeWatch::default();
@@ -629,6 +659,8 @@ impl ConnectionTask {
                         .await
                         .map_err(ConnectError::Spawn)?;
                     config = config.auth_header(token);
+                } else if let Some(token) = self.sent_bearer() {
+                    config = config.auth_header(token);
                 }
                 // A stream the server closes is resumed (GET with Last-Event-ID after the
                 // server's `retry`, SEP-1699); when resuming fails, the next try waits
@@ -658,7 +690,17 @@ impl ConnectionTask {
     fn place(&self) -> Place<'_> {
         match &self.entry.transport {
             TransportConfig::Stdio { .. } => Place::Stdio,
-            TransportConfig::Http { url, .. } => Place::Http(url),
+            TransportConfig::Http {
+                url,
+                headers,
+                oauth,
+            } => Place::Http {
+                url,
+                own_credentials: !headers.is_empty()
+                    || oauth
+                        .as_ref()
+                        .is_some_and(|client| client.grant == OAuthGrant::ClientCredentials),
+            },
         }
     }
 

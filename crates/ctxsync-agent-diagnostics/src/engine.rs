@@ -18,6 +18,8 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
+mod signed_in;
+
 use crate::{
     config::{ConfigFile, LoadedConfig, ServerEntry, load_config, quote_name},
     connection::{ConnectionTask, EventKind, ServerEvent},
@@ -26,6 +28,7 @@ use crate::{
     process::ProcessGroups,
     progress::Progress,
     sanitize::{SecretSet, sanitize_diagnostic},
+    sign_in::{SignInUpdate, SignIns, Target},
     tool_call::CallTargets,
 };
 
@@ -136,6 +139,9 @@ pub struct EngineConfig {
     pub plugin_dirs: Vec<PathBuf>,
     /// Under which each plugin gets its persistent data directory (`PLUGIN_DATA`).
     pub plugin_data_dir: PathBuf,
+    /// Where each renewal of a person's sign-in goes (and each one that could not be
+    /// renewed), for the control plane to keep; none by default.
+    pub sign_in_updates: Option<mpsc::UnboundedSender<SignInUpdate>>,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -154,6 +160,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("poll_interval", &self.poll_interval)
             .field("plugin_dirs", &self.plugin_dirs)
             .field("plugin_data_dir", &self.plugin_data_dir)
+            .field("sign_in_updates", &self.sign_in_updates.is_some())
             .finish()
     }
 }
@@ -184,6 +191,7 @@ impl EngineConfig {
             watch: true,
             watch_debounce: DEFAULT_WATCH_DEBOUNCE,
             poll_interval: DEFAULT_CONFIG_POLL_INTERVAL,
+            sign_in_updates: None,
         }
     }
 
@@ -235,6 +243,10 @@ pub(crate) enum Command {
     Reload(Waiter),
     FilesChanged,
     Close(oneshot::Sender<()>),
+    /// What a sign-in to the named server needs to know of it.
+    SignInTarget(String, oneshot::Sender<Option<Target>>),
+    /// The named server's held sign-in changed: connect it anew.
+    SignInChanged(String),
 }
 
 impl From<crate::watch::FilesChanged> for Command {
@@ -253,6 +265,7 @@ pub struct Engine {
     progress: watch::Receiver<Progress>,
     groups: Arc<ProcessGroups>,
     calls: Arc<CallTargets>,
+    sign_ins: Arc<SignIns>,
     actor: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -272,6 +285,7 @@ impl Engine {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let groups = Arc::new(ProcessGroups::default());
         let calls = Arc::new(CallTargets::default());
+        let sign_ins = Arc::new(SignIns::new(config.sign_in_updates.clone()));
         let files = config.files();
         let (watcher, poller) = if config.watch {
             let paths: Vec<PathBuf> = files.iter().map(|file| file.path.clone()).collect();
@@ -321,6 +335,7 @@ impl Engine {
             progress_tx,
             groups: groups.clone(),
             calls: calls.clone(),
+            sign_ins: sign_ins.clone(),
             closing: Vec::new(),
             debounce: None,
             _watcher: watcher,
@@ -334,6 +349,7 @@ impl Engine {
             progress,
             groups,
             calls,
+            sign_ins,
             actor: Mutex::new(Some(actor)),
         }
     }
@@ -466,6 +482,18 @@ impl Slot {
             .chain(self.failed.as_ref().map(|(entry, _)| entry))
     }
 
+    /// The entry the file holds now: connecting, kept beside an older live connection,
+    /// live, or failed.
+    fn current_entry(&self) -> Option<&ServerEntry> {
+        let live = self.live.as_ref();
+        self.attempt
+            .as_ref()
+            .map(|(entry, _)| entry)
+            .or(live.and_then(|live| live.retained.as_ref().map(|(entry, _)| entry)))
+            .or(live.map(|live| &live.entry))
+            .or(self.failed.as_ref().map(|(entry, _)| entry))
+    }
+
     /// The file the server's current declaration came from.
     fn source(&self) -> Option<&std::path::Path> {
         let entry = self
@@ -567,6 +595,8 @@ struct Actor {
     groups: Arc<ProcessGroups>,
     /// Which connection of each server tool calls go to.
     calls: Arc<CallTargets>,
+    /// The credentials people's sign-ins gave.
+    sign_ins: Arc<SignIns>,
     /// Connections being closed in the background (replaced ones).
     closing: Vec<JoinHandle<()>>,
     debounce: Option<Instant>,
@@ -599,6 +629,10 @@ impl Actor {
                         let _ = done.send(());
                         return;
                     }
+                    Some(Command::SignInTarget(name, reply)) => {
+                        let _ = reply.send(self.sign_in_target(&name));
+                    }
+                    Some(Command::SignInChanged(name)) => self.reconnect_signed_in(&name),
                 },
                 Some(event) = self.events_rx.recv() => self.on_event(event),
                 () = sleep_until_opt(self.debounce) => {
@@ -832,6 +866,8 @@ impl Actor {
             cancel: cancel.clone(),
             groups: self.groups.clone(),
             calls: self.calls.clone(),
+            sign_ins: self.sign_ins.clone(),
+            bearer: Mutex::default(),
         };
         let join = tokio::spawn(task.run());
         self.task_names.insert(id, name.to_owned());
@@ -942,6 +978,11 @@ impl Actor {
                     }
                     self.closing.push(live.task.join);
                     self.publish();
+                }
+            }
+            EventKind::SignInChanged => {
+                if slot.live.as_ref().is_some_and(|l| l.task.id == event.id) {
+                    self.reconnect_signed_in(&name);
                 }
             }
             // A connect result for a task that is no longer this slot's attempt.

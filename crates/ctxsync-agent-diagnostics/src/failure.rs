@@ -43,6 +43,15 @@ impl AccessRefused {
                 .is_some_and(|c| c.to_ascii_lowercase().contains("insufficient_scope")),
         }
     }
+
+    /// The server's `WWW-Authenticate` challenge, when it sent one.
+    pub fn challenge(&self) -> Option<&str> {
+        match self {
+            Self::Unauthorized { challenge } | Self::Forbidden { challenge } => {
+                challenge.as_deref()
+            }
+        }
+    }
 }
 
 /// Where a failure happened, as its sentence names it.
@@ -50,15 +59,17 @@ impl AccessRefused {
 pub(crate) enum Place<'a> {
     /// A server run as a process on stdio, or one whose transport the sentence need not name.
     Stdio,
-    /// A server at this URL (sanitized with the rest of the sentence).
-    Http(&'a str),
+    /// A server at `url` (sanitized with the rest of the sentence); `own_credentials` when
+    /// its entry sends credentials of its own (headers, or an `oauth` block's client
+    /// credentials), which a 401 then asks to fix; else a person signs in.
+    Http { url: &'a str, own_credentials: bool },
 }
 
 impl Place<'_> {
     fn server(self) -> String {
         match self {
             Place::Stdio => "the server".to_owned(),
-            Place::Http(url) => format!("the server at {url}"),
+            Place::Http { url, .. } => format!("the server at {url}"),
         }
     }
 }
@@ -184,7 +195,7 @@ fn rpc_error(data: &ErrorData) -> String {
 fn transport(error: &(dyn Error + 'static), place: Place<'_>) -> (String, Option<AccessRefused>) {
     let server = place.server();
     if let Some(http) = find::<HttpError>(error) {
-        return http_error(http, &server);
+        return http_error(http, place);
     }
     if let Some(io) = find::<std::io::Error>(error) {
         return (
@@ -220,12 +231,22 @@ pub(crate) fn innermost(error: &(dyn Error + 'static)) -> String {
     current.to_string()
 }
 
-fn http_error(error: &HttpError, server: &str) -> (String, Option<AccessRefused>) {
+fn http_error(error: &HttpError, place: Place<'_>) -> (String, Option<AccessRefused>) {
+    let server = &place.server();
     let unauthorized = |challenge: Option<String>| {
+        let remedy = match place {
+            Place::Http {
+                own_credentials: false,
+                ..
+            } => {
+                "it needs a person to sign in (from the chat's page, or POST /api/agents/{id}/mcp-servers/{name}/authorization)"
+            }
+            _ => {
+                "it needs a sign-in; give it credentials in its entry in .mcp.json (an Authorization header, or an \"oauth\" block with client credentials)"
+            }
+        };
         (
-            format!(
-                "{server} answered 401 Unauthorized: it needs a sign-in; give it credentials in its entry in .mcp.json (an Authorization header, or an \"oauth\" block with client credentials)"
-            ),
+            format!("{server} answered 401 Unauthorized: {remedy}"),
             Some(AccessRefused::Unauthorized { challenge }),
         )
     };
@@ -349,7 +370,10 @@ mod tests {
 
     #[test]
     fn handshake_failures_read_as_words() {
-        let url = Place::Http("http://127.0.0.1:9/mcp");
+        let url = Place::Http {
+            url: "http://127.0.0.1:9/mcp",
+            own_credentials: false,
+        };
         for (error, expect) in [
             (
                 ClientInitializeError::ExpectedInitResult(Some(
@@ -385,18 +409,30 @@ mod tests {
 
     #[test]
     fn unchallenged_refusals_are_typed() {
-        let server = "the server at http://x/mcp";
-        let (words, refused) = http_error(
-            &StreamableHttpError::UnexpectedServerResponse("HTTP 401 Unauthorized: go away".into()),
-            server,
-        );
+        let server = Place::Http {
+            url: "http://x/mcp",
+            own_credentials: false,
+        };
+        let unauthorized =
+            StreamableHttpError::UnexpectedServerResponse("HTTP 401 Unauthorized: go away".into());
+        let (words, refused) = http_error(&unauthorized, server);
         assert!(
-            words.contains("401 Unauthorized: it needs a sign-in"),
+            words.contains("the server at http://x/mcp answered 401 Unauthorized: it needs a person to sign in (from the chat's page"),
             "{words}"
         );
         assert_eq!(
             refused,
             Some(AccessRefused::Unauthorized { challenge: None })
+        );
+        // An entry with credentials of its own is told to fix them.
+        let own = Place::Http {
+            url: "http://x/mcp",
+            own_credentials: true,
+        };
+        let (words, _) = http_error(&unauthorized, own);
+        assert!(
+            words.contains("give it credentials in its entry"),
+            "{words}"
         );
         let (words, refused) = http_error(
             &StreamableHttpError::UnexpectedServerResponse("HTTP 403 Forbidden: no".into()),

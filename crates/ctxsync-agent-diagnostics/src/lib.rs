@@ -18,7 +18,13 @@
 //! `<plugin>/<server>`, launched with an allow-listed environment, never the agent's own.
 //! [`Engine::caller`] gives a [`ToolCaller`] ([`tool_call`]) that runs a tool call on a
 //! connected server (its deadline, `notifications/cancelled`, progress, the whole result
-//! capped and sanitized) without touching discovery.
+//! capped and sanitized) without touching discovery. A person's sign-in to an HTTP server
+//! (OAuth authorization code) goes through the engine too: [`Engine::begin_sign_in`] makes
+//! the authorization URL and [`Engine::finish_sign_in`] exchanges the code (every OAuth
+//! request through rmcp, from the agent); the credential is held in memory only, sent as
+//! the server's bearer, renewed before it expires and after a 401 (each result a
+//! [`SignInUpdate`] for the control plane to keep), and given back after a restart with
+//! [`Engine::restore_sign_in`].
 //!
 //! Must never: know about protobuf, gRPC or databases; depend on a ctxsync crate other than
 //! `ctxsync-mcp-model` (the records it reports with and the tool call's envelope; tests also
@@ -96,4 +102,5 @@ pub use safe_file::{
     MAX_CONFIG_FILE_BYTES, RegularFile, SafeFileError, open_regular_file, read_regular_file,
 };
 pub use sanitize::{MAX_DIAGNOSTIC_BYTES, REDACTED, SecretSet, sanitize_diagnostic};
+pub use sign_in::SignInUpdate;
 pub use tool_call::{DEFAULT_MAX_RESULT_BYTES, ToolCaller};

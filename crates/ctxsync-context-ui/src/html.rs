@@ -446,6 +446,15 @@ fn server_item(h: &mut String, panel: &Panel, server: &ServerItem) {
             escape(diagnostic)
         );
     }
+    if server.state == ServerState::NeedsAuthorization {
+        // The page's script starts the sign-in (the agent's id is on the panel's root)
+        // and sends the browser to the authorization server.
+        let name = escape(&server.name);
+        let _ = write!(
+            h,
+            r#" <button type="button" class="sign-in" data-server="{name}" aria-label="Sign in to {name}">Sign in</button><span class="sign-in-status" role="status"></span>"#
+        );
+    }
     if !server.tools.is_empty() {
         let _ = write!(
             h,
@@ -551,6 +560,7 @@ summary h2 { display: inline; font-size: 1.1rem; }
 .section h3 { font-size: 1rem; margin: 0.5rem 0 0.25rem; }
 .badge { font-size: 0.8rem; padding: 0 0.4rem; border-radius: 999px; background: #e2e2e2; white-space: nowrap; }
 .badge-failed, .badge-invalid, .badge-unreadable { background: #fbd5d5; } .badge-no-tools { background: #e8eefc; } .badge-needs-authorization { background: #fdecc8; }
+.sign-in { font: inherit; margin-left: 0.25rem; } .sign-in-status { margin-left: 0.5rem; color: #8a4b00; }
 .badge-tools { background: #e3f5e8; } .badge-stale { background: #ffe8d6; font-weight: normal; }
 .badge-online { background: #e3f5e8; } .badge-offline { background: #fbd5d5; } .tools-offline { color: #8a1c1c; }
 .issue-error .kind { color: #b42318; font-weight: 600; } .issue-warning .kind { color: #8a4b00; font-weight: 600; }
@@ -696,6 +706,37 @@ pub const PAGE_SCRIPT: &str = r#"
     filterText = event.target.value;
     applyFilter();
   });
+  // A server that needs a person: the chat's page session asks for the authorization
+  // URL, and the browser goes there (the authorization server sends it back to the
+  // server's callback, which says whether it worked).
+  root.addEventListener('click', function (event) {
+    const button = event.target.closest('button.sign-in');
+    if (!button) return;
+    const status = button.nextElementSibling;
+    const say = function (words) { if (status) status.textContent = words; };
+    const agent = root.dataset.agent;
+    if (!agent) { say('This page does not know the chat\'s agent; reload it.'); return; }
+    button.disabled = true;
+    say('Starting the sign-in…');
+    const url = '/api/agents/' + encodeURIComponent(agent) + '/mcp-servers/' +
+      encodeURIComponent(button.dataset.server) + '/authorization';
+    fetch(url, { method: 'POST', credentials: 'same-origin' })
+      .then(function (response) {
+        return response.json().then(function (body) { return { ok: response.ok, body: body }; });
+      })
+      .then(function (answer) {
+        if (answer.ok && answer.body.authorization_url) {
+          say('Opening the sign-in page…');
+          window.location.assign(answer.body.authorization_url);
+        } else {
+          say(answer.body.error || 'The sign-in could not start.');
+          button.disabled = false;
+        }
+      }, function () {
+        say('The sign-in could not start: the server did not answer.');
+        button.disabled = false;
+      });
+  });
   root.addEventListener('click', function (event) {
     const button = event.target.closest('button.refresh');
     if (!button) return;
@@ -837,14 +878,33 @@ pub fn render_page(panel: &Panel) -> String {
 /// current from the chat's server-sent events, keeping open sections open and the tool
 /// filter applied. Its calls list starts empty: [`render_page_with_calls`] fills it.
 pub fn render_page_for(panel: &Panel, agent_name: Option<&str>) -> String {
-    render_page_with_calls(panel, agent_name, &[])
+    page_html(panel, agent_name, None, &[])
+}
+
+/// The chat's agent as its page names it.
+#[derive(Clone, Copy, Debug)]
+pub struct PageAgent<'a> {
+    /// The agent's id: the page's sign-in requests name it.
+    pub id: &'a str,
+    /// The agent's name, in the page's header.
+    pub name: &'a str,
 }
 
 /// [`render_page_for`] with the chat's recent tool calls (newest first) listed under the
 /// panel ([`render_tool_calls`]); the stream's `tool_call` events keep the list current.
+/// With the agent's id the page's **Sign in** buttons work.
 pub fn render_page_with_calls(
     panel: &Panel,
+    agent: Option<PageAgent<'_>>,
+    calls: &[ToolCallItem],
+) -> String {
+    page_html(panel, agent.map(|a| a.name), agent.map(|a| a.id), calls)
+}
+
+fn page_html(
+    panel: &Panel,
     agent_name: Option<&str>,
+    agent_id: Option<&str>,
     calls: &[ToolCallItem],
 ) -> String {
     let chat = escape(&panel.chat_id);
@@ -866,8 +926,11 @@ pub fn render_page_with_calls(
         sub: Some(&sub),
         script: true,
     };
+    let agent = agent_id
+        .map(|id| format!(" data-agent=\"{}\"", escape(id)))
+        .unwrap_or_default();
     shell.render(&format!(
-        "<div id=\"panel-root\" data-chat=\"{chat}\">{}</div>\n{}",
+        "<div id=\"panel-root\" data-chat=\"{chat}\"{agent}>{}</div>\n{}",
         render_fragment(panel),
         render_tool_calls(calls)
     ))

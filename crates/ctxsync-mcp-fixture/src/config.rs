@@ -5,7 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{Parser, ValueEnum};
 use serde_json::Value;
 
-use crate::tool_spec::ToolSpec;
+use crate::{oauth::OAuthConfig, tool_spec::ToolSpec};
 
 /// How the fixture talks MCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -245,6 +245,13 @@ pub struct FixtureConfig {
     /// does (e.g. 404 or 405).
     #[arg(long, value_name = "STATUS", value_parser = clap::value_parser!(u16).range(400..500))]
     discover_http_status: Option<u16>,
+    /// HTTP mode: be an OAuth 2.1 authorization server on the same listener (metadata,
+    /// `/register`, `/authorize`, `/token`) and require its bearer tokens on the MCP
+    /// endpoint; the `--oauth-*` flags shape it.
+    #[arg(long)]
+    oauth: bool,
+    #[command(flatten)]
+    oauth_settings: OAuthConfig,
 }
 
 impl Default for FixtureConfig {
@@ -392,7 +399,8 @@ impl FixtureConfig {
         args
     }
 
-    /// The flags of how the server starts and which protocol it speaks (see [`to_args`]).
+    /// The flags of how the server starts, which protocol it speaks and whom it lets in
+    /// (see [`to_args`]).
     ///
     /// [`to_args`]: FixtureConfig::to_args
     fn start_and_protocol_args(&self, flag: &mut impl FnMut(&str, Option<String>)) {
@@ -413,6 +421,10 @@ impl FixtureConfig {
         }
         if self.close_stream_once {
             flag("close-stream-once", None);
+        }
+        if self.oauth {
+            flag("oauth", None);
+            self.oauth_settings.push_args(flag);
         }
     }
 
@@ -616,6 +628,13 @@ impl FixtureConfig {
         self.discover_http_status = Some(status);
         self
     }
+    /// HTTP mode: be an OAuth 2.1 authorization server shaped by `config` and require its
+    /// bearer tokens on the MCP endpoint (see `--oauth`).
+    pub fn oauth(mut self, config: OAuthConfig) -> Self {
+        self.oauth = true;
+        self.oauth_settings = config;
+        self
+    }
     /// Also offer the call tools (see `--call-tools`).
     pub fn call_tools(mut self) -> Self {
         self.call_tools = true;
@@ -737,6 +756,9 @@ impl FixtureConfig {
     pub(crate) fn discover_http_status_value(&self) -> Option<u16> {
         self.discover_http_status
     }
+    pub(crate) fn oauth_value(&self) -> Option<&OAuthConfig> {
+        self.oauth.then_some(&self.oauth_settings)
+    }
     pub(crate) fn call_tools_enabled(&self) -> bool {
         self.call_tools
     }
@@ -788,6 +810,7 @@ fn environment_report() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::oauth::OAuthClient;
 
     fn check(config: FixtureConfig) {
         let args = config.to_args();
@@ -840,6 +863,22 @@ mod tests {
         check(FixtureConfig::new().http().discover_http_status(405));
         check(FixtureConfig::new().http().deny_status(403));
         check(FixtureConfig::new().protocol_version("2099-01-01"));
+        check(FixtureConfig::new().http().oauth(OAuthConfig::default()));
+        check(FixtureConfig::new().http().oauth(OAuthConfig {
+            token_ttl: Duration::from_secs(2),
+            refresh_tokens: false,
+            registration: false,
+            client_id_metadata_documents: true,
+            required_scopes: vec!["tools:read".into(), "tools:call".into()],
+            scopes_supported: vec!["tools:read".into()],
+            token_endpoint_auth_methods: vec!["client_secret_post".into()],
+            clients: vec![
+                OAuthClient::confidential("ctxsync", "s3cret:with:colons"),
+                OAuthClient::public("cli"),
+            ],
+            deny: true,
+            issuer_in_response: true,
+        }));
         for lifecycle in FixtureLifecycle::value_variants() {
             check(FixtureConfig::new().lifecycle(*lifecycle));
         }
@@ -863,6 +902,11 @@ mod tests {
             vec!["--require-header", "no-colon"],
             vec!["--transport", "carrier-pigeon"],
             vec!["--malformed-stdout", "politely-wrong"],
+            vec!["--oauth-cimd"],
+            vec!["--oauth", "--oauth-auth-method", "private_key_jwt"],
+            vec!["--oauth", "--oauth-client", ":secret"],
+            vec!["--oauth", "--oauth-client", "id:"],
+            vec!["--oauth", "--oauth-token-ttl-secs", "1.5"],
         ] {
             assert!(FixtureConfig::from_args(&args).is_err(), "{args:?}");
         }

@@ -1,4 +1,5 @@
-//! Streamable HTTP serving on a loopback port, optionally guarded by a required header.
+//! Streamable HTTP serving on a loopback port, optionally guarded by a required header or
+//! by OAuth bearer tokens (with the fixture's own authorization server beside it).
 
 use std::{
     io,
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{FixtureConfig, FixtureLifecycle},
+    oauth::{self, AuthServer, OAuthHandle},
     server::FixtureServer,
 };
 
@@ -38,6 +40,8 @@ pub struct HttpFixture {
     forgot: Arc<AtomicBool>,
     /// What `--close-stream-once` has seen.
     cut: Arc<CutStream>,
+    /// The authorization server in OAuth mode.
+    oauth: Option<Arc<AuthServer>>,
     cancel: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -71,6 +75,12 @@ impl HttpFixture {
             .resumed_after
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// In OAuth mode ([`FixtureConfig::oauth`]), what its authorization server has seen and
+    /// the levers tests pull on it; `None` otherwise.
+    pub fn oauth(&self) -> Option<OAuthHandle> {
+        self.oauth.clone().map(OAuthHandle::new)
     }
 
     /// Stops serving and waits for the server task.
@@ -123,6 +133,13 @@ pub(crate) async fn serve(server: FixtureServer) -> io::Result<HttpFixture> {
         armed: AtomicBool::new(config.closes_stream_once()),
         ..CutStream::default()
     });
+    let oauth = config.oauth_value().map(|settings| {
+        Arc::new(AuthServer::new(
+            settings.clone(),
+            format!("http://{addr}"),
+            MCP_PATH,
+        ))
+    });
     let router = axum::Router::new()
         .nest_service(MCP_PATH, service)
         .layer(axum::middleware::from_fn_with_state(
@@ -146,7 +163,16 @@ pub(crate) async fn serve(server: FixtureServer) -> io::Result<HttpFixture> {
                 .deny_status_value()
                 .and_then(|code| StatusCode::from_u16(code).ok()),
             deny,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            oauth.clone(),
+            oauth::require_bearer,
         ));
+    // Added after the layers: the authorization server's own routes need no token.
+    let router = match &oauth {
+        Some(server) => router.merge(oauth::router(server.clone(), MCP_PATH)),
+        None => router,
+    };
 
     let task = tokio::spawn({
         let cancel = cancel.clone();
@@ -163,6 +189,7 @@ pub(crate) async fn serve(server: FixtureServer) -> io::Result<HttpFixture> {
         nonce,
         forgot,
         cut,
+        oauth,
         cancel,
         task: Some(task),
     })

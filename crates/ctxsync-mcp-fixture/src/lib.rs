@@ -12,13 +12,18 @@
 //! `{}` (the `lenient` lifecycle), a per-instance nonce, an optional required HTTP header,
 //! every HTTP request denied with a 401 or 403 challenge, a session lost once (404), an
 //! event stream cut once before its answer and resumed by `Last-Event-ID`, one
-//! protocol revision of its choice, and a slow start with a line per start in a log. With `--call-tools` it also offers tools for
+//! protocol revision of its choice, and a slow start with a line per start in a log. With
+//! `--oauth` ([`OAuthConfig`]) the HTTP listener is also an OAuth 2.1 authorization server
+//! (discovery metadata, registration, PKCE, rotating refresh tokens) whose bearer tokens the
+//! MCP endpoint then requires, and [`HttpFixture::oauth`] shows tests what it saw.
+//! With `--call-tools` it also offers tools for
 //! tool-call routing (`sleep` that honours or ignores cancellation, `sized_result`, `image`,
 //! `fail`, `progress`, `sample`, `env`, `count`), and `--call-log PATH` appends one JSON line
 //! per call event (`started`, `cancelled`, `finished`) so tests see what reached the server.
 //! Other crates' tests get the binary from [`binary_path`].
 //!
-//! The tool-call behaviour (`--call-tools`, `--call-log`) lives in one module, `tool_call`.
+//! The tool-call behaviour (`--call-tools`, `--call-log`) lives in one module, `tool_call`,
+//! and the OAuth mode in another, `oauth`.
 //!
 //! It must never be a normal dependency of a library crate (dev-dependency only; the demo
 //! binary is the one exception) and never depends on other ctxsync crates.
@@ -29,6 +34,7 @@ mod binary;
 mod config;
 mod http;
 mod malformed;
+mod oauth;
 mod process;
 mod scripted_exit;
 mod server;
@@ -39,6 +45,9 @@ mod tool_spec;
 pub use binary::{FIXTURE_BIN_ENV, binary_path};
 pub use config::{FixtureConfig, FixtureLifecycle, FixtureTransport, MalformedStdout};
 pub use http::{HttpFixture, serve_http};
+pub use oauth::{
+    AuthorizeRecord, ClientAuth, OAuthClient, OAuthConfig, OAuthHandle, TokenRequestRecord,
+};
 pub use process::run_process;
 pub use server::FixtureServer;
 pub use tool_spec::ToolSpec;

@@ -7,10 +7,11 @@
 //! its [`ReportPhase`], each [`ServerReport`], each [`ConfigFileOutcome`] and each
 //! [`PendingServer`]); and a tool call as both wings see it: the call the engine is asked
 //! to run ([`CallSpec`]) and its envelope ([`CallStatus`], [`CallReason`], [`CallEnd`],
-//! [`CallProgress`], [`model_text`]). The agent's MCP engine produces these records, its
-//! publisher and `discover --json` read them as they are, the protocol re-exports the
-//! tool and server records beside its wire conversions, and the control plane reads them
-//! back from storage, so each is written down once.
+//! [`CallProgress`], [`model_text`]); and a person's sign-in to an HTTP server as both
+//! wings see it ([`SignInStart`], [`SignInCredential`]). The agent's MCP engine produces
+//! these records, its publisher and `discover --json` read them as they are, the protocol
+//! re-exports the tool and server records beside its wire conversions, and the control
+//! plane reads them back from storage, so each is written down once.
 //!
 //! Must never: depend on a runtime, a wire format or a database (no tokio, rmcp, prost,
 //! tonic, diesel or axum); validate, bound or redact (the engine redacts, the protocol
@@ -52,10 +53,12 @@
 #![deny(missing_docs)]
 
 mod report;
+mod sign_in;
 mod tool;
 mod tool_call;
 
 pub use report::{ConfigFileOutcome, PendingServer, Report, ReportPhase, ServerReport};
+pub use sign_in::{SignInCredential, SignInStart};
 pub use tool::{McpIcon, McpSpelling, McpTool, McpToolAnnotations, mcp_spelling};
 pub use tool_call::{
     CallEnd, CallError, CallProgress, CallReason, CallSpec, CallStatus, cut_text, model_text,

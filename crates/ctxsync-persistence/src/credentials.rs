@@ -4,8 +4,8 @@
 //! redirect URI (`mcp_oauth_clients`).
 //!
 //! What a page may show (server, account, scopes, expiry, when and how the sign-in
-//! happened) is plaintext; the access and refresh tokens, the token type and any client
-//! secret exist in the database only sealed ([`seal`]: ChaCha20-Poly1305, a random nonce
+//! happened) is plaintext; the access and refresh tokens, the token type, the client id
+//! and any client secret exist in the database only sealed ([`seal`]: ChaCha20-Poly1305, a random nonce
 //! per seal, associated data binding the ciphertext to its row and key id) under a
 //! [`SecretsKey`] that is not in the database. Each operation is handed the
 //! [`Keyring`]; the store keeps no key.
@@ -29,7 +29,7 @@
 
 mod keys;
 mod records;
-mod seal;
+pub(crate) mod seal;
 
 use chrono::Utc;
 use diesel::prelude::*;
@@ -59,9 +59,9 @@ const MAX_SCOPES_BYTES: usize = 4096;
 /// Longest `signed_in_via`.
 const MAX_VIA_BYTES: usize = 128;
 /// Longest sealed secret, its 16-byte tag included (the columns' CHECK).
-const MAX_SEALED_BYTES: usize = 65536;
+pub(crate) const MAX_SEALED_BYTES: usize = 65536;
 /// Bytes the AEAD adds to a plaintext.
-const TAG_BYTES: usize = 16;
+pub(crate) const TAG_BYTES: usize = 16;
 
 /// The sealed plaintext of a credential.
 #[derive(Serialize, Deserialize)]
@@ -70,6 +70,9 @@ struct SecretsPlaintext {
     refresh_token: Option<String>,
     token_type: String,
     client_secret: Option<String>,
+    /// Absent from rows sealed before the client id was kept.
+    #[serde(default)]
+    client_id: Option<String>,
 }
 
 #[derive(Queryable, Selectable)]
@@ -166,16 +169,9 @@ impl Store {
         credential: &McpCredential,
         keyring: &Keyring,
     ) -> Result<(), StoreError> {
+        let plaintext = check_credential(credential)?;
         let summary = credential.summary.clone();
-        check_summary(&summary)?;
-        let agent_text = agent.to_string();
-        let row = [agent_text.as_str(), &summary.server_url, &summary.issuer];
-        let sealed = seal::seal(
-            keyring,
-            Purpose::Credential,
-            &row,
-            &plaintext(&credential.secrets)?,
-        )?;
+        let sealed = seal_credential(keyring, agent, &summary, &plaintext)?;
         self.with_conn(move |conn, _| {
             conn.single_statement(|tx| upsert_credential(tx, agent, &summary, &sealed))
         })
@@ -231,6 +227,60 @@ impl Store {
                     .select(SummaryRow::as_select())
                     .load(c))?;
                 Ok(rows.into_iter().map(CredentialSummary::from).collect())
+            })
+        })
+        .await
+    }
+
+    /// Every credential `agent` holds, opened with `keyring`, by server name, URL and
+    /// issuer (what a restarted agent is handed back). Empty for an agent without any (or
+    /// unknown). [`StoreError::CredentialsUnreadable`] when the keyring cannot open one of
+    /// them: nothing is answered and every row is left as it is.
+    pub async fn agent_credentials(
+        &self,
+        agent: AgentId,
+        keyring: &Keyring,
+    ) -> Result<Vec<McpCredential>, StoreError> {
+        let rows: Vec<(SummaryRow, SealedRow)> = self
+            .with_conn(move |conn, _| {
+                conn.single_statement(|tx| {
+                    Ok(on_backend!(tx, |c| mcp_credentials::table
+                        .filter(mcp_credentials::agent_id.eq(agent))
+                        .order((
+                            mcp_credentials::server_name,
+                            mcp_credentials::server_url,
+                            mcp_credentials::issuer,
+                        ))
+                        .select((SummaryRow::as_select(), SealedRow::as_select()))
+                        .load(c))?)
+                })
+            })
+            .await?;
+        rows.into_iter()
+            .map(|(summary, sealed)| {
+                let summary = CredentialSummary::from(summary);
+                let secrets = open_credential(keyring, agent, &summary, &sealed.into())?;
+                Ok(McpCredential { summary, secrets })
+            })
+            .collect()
+    }
+
+    /// Deletes every credential `agent` holds for the server it names `server_name`,
+    /// whatever its URL or issuer (signing the server out); answers how many.
+    pub async fn forget_server_credentials(
+        &self,
+        agent: AgentId,
+        server_name: &str,
+    ) -> Result<u64, StoreError> {
+        let name = server_name.to_owned();
+        self.with_conn(move |conn, _| {
+            conn.single_statement(|tx| {
+                let delete = diesel::delete(
+                    mcp_credentials::table
+                        .filter(mcp_credentials::agent_id.eq(agent))
+                        .filter(mcp_credentials::server_name.eq(&name)),
+                );
+                Ok(on_backend!(tx, |c| delete.execute(c))? as u64)
             })
         })
         .await
@@ -337,7 +387,10 @@ impl Store {
     }
 }
 
-fn upsert_credential(
+/// Writes `agent`'s credential (sealed by [`seal_credential`]) in place of the one with
+/// the same server URL and issuer, if any. [`StoreError::AgentNotFound`] for an unknown
+/// agent.
+pub(crate) fn upsert_credential(
     tx: &mut Tx<'_>,
     agent: AgentId,
     summary: &CredentialSummary,
@@ -421,9 +474,7 @@ fn rekey(tx: &mut Tx<'_>, keyring: &Keyring) -> Result<u64, StoreError> {
     for (agent, summary, sealed) in rows {
         let summary = CredentialSummary::from(summary);
         let secrets = open_credential(keyring, agent, &summary, &sealed.into())?;
-        let agent_text = agent.to_string();
-        let row = [agent_text.as_str(), &summary.server_url, &summary.issuer];
-        let fresh = seal::seal(keyring, Purpose::Credential, &row, &plaintext(&secrets)?)?;
+        let fresh = seal_credential(keyring, agent, &summary, &plaintext(&secrets)?)?;
         let update =
             diesel::update(m::mcp_credentials.find((agent, &summary.server_url, &summary.issuer)))
                 .set((
@@ -466,12 +517,35 @@ fn client_row<'a>(issuer: &'a str, redirect_uri: &'a str, client_id: &'a str) ->
     [issuer, redirect_uri, client_id]
 }
 
+/// `credential` checked to fit its row, and its secrets' sealed plaintext: everything
+/// that can refuse it before any database work.
+pub(crate) fn check_credential(credential: &McpCredential) -> Result<Vec<u8>, StoreError> {
+    check_summary(&credential.summary)?;
+    plaintext(&credential.secrets)
+}
+
+/// Seals a credential's `plaintext` ([`check_credential`]) for `agent`'s row of `summary`
+/// under the keyring's current key.
+pub(crate) fn seal_credential(
+    keyring: &Keyring,
+    agent: AgentId,
+    summary: &CredentialSummary,
+    plaintext: &[u8],
+) -> Result<Sealed, StoreError> {
+    let agent_text = agent.to_string();
+    let row = [agent_text.as_str(), &summary.server_url, &summary.issuer];
+    seal::seal(keyring, Purpose::Credential, &row, plaintext)
+}
+
 /// The sealed plaintext of `secrets`, checked to fit the column.
 fn plaintext(secrets: &CredentialSecrets) -> Result<Vec<u8>, StoreError> {
     if secrets.access_token.expose().is_empty() || secrets.token_type.is_empty() {
         return Err(StoreError::InvalidInput(
             "a credential needs an access token and a token type".into(),
         ));
+    }
+    if let Some(client_id) = &secrets.client_id {
+        check_len("client_id", client_id, 1..=MAX_NAME_BYTES)?;
     }
     let json = serde_json::to_vec(&SecretsPlaintext {
         access_token: secrets.access_token.expose().to_owned(),
@@ -484,6 +558,7 @@ fn plaintext(secrets: &CredentialSecrets) -> Result<Vec<u8>, StoreError> {
             .client_secret
             .as_ref()
             .map(|s| s.expose().to_owned()),
+        client_id: secrets.client_id.clone(),
     })
     .expect("strings serialize");
     if json.len() + TAG_BYTES > MAX_SEALED_BYTES {
@@ -524,6 +599,7 @@ fn open_credential(
         refresh_token: parsed.refresh_token.map(SecretString::from),
         token_type: parsed.token_type,
         client_secret: parsed.client_secret.map(SecretString::from),
+        client_id: parsed.client_id,
     })
 }
 
@@ -556,7 +632,12 @@ fn open_client_secret(
 }
 
 /// The error for a sealed row `keyring` cannot open, saying which key sealed it.
-fn unreadable(subject: String, keyring: &Keyring, sealed: &Sealed, error: OpenError) -> StoreError {
+pub(crate) fn unreadable(
+    subject: String,
+    keyring: &Keyring,
+    sealed: &Sealed,
+    error: OpenError,
+) -> StoreError {
     let detail = match error {
         OpenError::UnknownKey => format!(
             "they were sealed under key {}, and the keys given are {}",
@@ -572,7 +653,7 @@ fn unreadable(subject: String, keyring: &Keyring, sealed: &Sealed, error: OpenEr
 }
 
 /// `text`'s length is within `range`, else [`StoreError::InvalidInput`] naming `field`.
-fn check_len(
+pub(crate) fn check_len(
     field: &str,
     text: &str,
     range: std::ops::RangeInclusive<usize>,
@@ -625,6 +706,7 @@ mod tests {
             refresh_token: None,
             token_type: "Bearer".into(),
             client_secret: None,
+            client_id: Some("client".into()),
         };
         assert!(plaintext(&secrets("t")).is_ok());
         let error = plaintext(&secrets("")).unwrap_err();
@@ -633,5 +715,36 @@ mod tests {
         let error = plaintext(&secrets(&huge)).unwrap_err().to_string();
         assert!(error.contains("at most"), "{error}");
         assert!(!error.contains("xxxx"), "{error}");
+        let mut empty_client = secrets("t");
+        empty_client.client_id = Some(String::new());
+        let error = plaintext(&empty_client).unwrap_err().to_string();
+        assert!(error.contains("client_id"), "{error}");
+    }
+
+    #[test]
+    fn secrets_sealed_before_the_client_id_was_kept_still_open() {
+        let keyring = Keyring::new(SecretsKey::from_bytes([7; SECRETS_KEY_BYTES]));
+        let agent = AgentId::new_random();
+        let summary = CredentialSummary {
+            server_name: "docs".into(),
+            server_url: "https://mcp.example/".into(),
+            issuer: "https://as.example/".into(),
+            account: None,
+            scopes: String::new(),
+            access_expires_at: None,
+            signed_in_at: Utc::now(),
+            signed_in_via: "api_token".into(),
+        };
+        let old = br#"{"access_token":"a","refresh_token":null,"token_type":"Bearer","client_secret":null}"#;
+        let sealed = seal_credential(&keyring, agent, &summary, old).unwrap();
+        let opened = open_credential(&keyring, agent, &summary, &sealed).unwrap();
+        assert_eq!(opened.access_token.expose(), "a");
+        assert_eq!(opened.client_id, None);
+
+        let mut current = opened.clone();
+        current.client_id = Some("client-1".into());
+        let sealed = seal_credential(&keyring, agent, &summary, &plaintext(&current).unwrap());
+        let reopened = open_credential(&keyring, agent, &summary, &sealed.unwrap()).unwrap();
+        assert_eq!(reopened, current);
     }
 }

@@ -1,4 +1,4 @@
-//! Typed ids for agents, chats and turns, stored as the backend-neutral [`UuidSql`].
+//! Typed ids for agents, chats, turns and sign-ins, stored as the backend-neutral [`UuidSql`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -96,6 +96,10 @@ uuid_id!(
 uuid_id!(
     /// A turn of a chat (a row of `chat_turns`).
     pub TurnId
+);
+uuid_id!(
+    /// A person's sign-in to one of an agent's MCP servers (a row of `mcp_sign_ins`).
+    pub SignInId
 );
 uuid_id!(
     /// A tool call's id as its rows hold it (`tool_calls.id`): protocol's

@@ -15,7 +15,9 @@
 //! connected now ([`AgentConnection`]); and the MCP sign-in credentials an agent's
 //! servers were signed in with ([`McpCredential`], [`OAuthClient`]), their secrets
 //! encrypted at rest under a [`SecretsKey`] that is not in the database (see
-//! [`Store::save_credential`] and, for rotation, [`Store::rekey_credentials`]). Bearer
+//! [`Store::save_credential`] and, for rotation, [`Store::rekey_credentials`]), and the
+//! sign-ins that make them, each a routed request from the replica a person asked on to the
+//! one holding the agent's stream ([`Store::request_sign_in`], [`CallbackOutcome`]). Bearer
 //! tokens are parsed and hashed here ([`PresentedToken`]); the gRPC service and the call
 //! hub that use them are `ctxsync-agent-api`'s.
 //!
@@ -31,8 +33,9 @@
 //! ids and versions only, readers re-read committed state; pushes are parsed before any
 //! database access); store an agent token (only its sha256); let one agent touch
 //! another's rows or calls; store a call's arguments past its delivery, or its arguments or
-//! result in the audit log; print the digest key; store a sign-in's token or client
-//! secret other than sealed, keep a secrets key, or show either in `Debug`; depend on a
+//! result in the audit log; print the digest key; store a sign-in's token, client secret,
+//! code or pending state other than sealed (its OAuth state only as a hash), keep a
+//! secrets key, or show either in `Debug`; depend on a
 //! workspace crate other than `ctxsync-protocol` and `ctxsync-mcp-model`.
 //!
 //! ## Blocking database work
@@ -132,6 +135,7 @@ mod pg_tls;
 mod push;
 mod schema;
 mod shared;
+mod sign_in;
 mod sql_types;
 mod store;
 #[cfg(feature = "test-support")]
@@ -156,7 +160,7 @@ pub use db::{
 };
 pub use error::StoreError;
 pub use gate_attempts::GateAttemptRecord;
-pub use ids::{AgentId, ChatId, TurnId};
+pub use ids::{AgentId, ChatId, SignInId, TurnId};
 pub use model::{
     AgentConnection, AgentContext, AgentPhaseGroup, AgentRecord, ChatRecord, MAX_RETIRED_RUN_IDS,
     NewAgent, PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome,
@@ -166,6 +170,11 @@ pub use notify::{
     AgentSubscription, CallChange, ChangeEvent, ChatCallSubscription, ChatSubscription,
 };
 pub use page_sessions::{MAX_LIVE_PAGE_LINKS, MAX_LIVE_PAGE_SESSIONS};
+pub use sign_in::{
+    CallbackOutcome, CallbackParams, ClaimedSignIn, MAX_SIGN_INS_PER_WINDOW, NewSignIn,
+    SIGN_IN_CLAIM_TIMEOUT, SIGN_IN_LIFETIME, SIGN_IN_RATE_WINDOW, SignInRef, SignInStage,
+    SignInStatus, SignInTask,
+};
 pub use store::Store;
 pub use token::{AgentToken, PresentedToken, TokenDigest};
 pub use tool_call::admission::{

@@ -306,6 +306,56 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    // Declared twice, as `tool_calls` is (diesel's 16-column limit): here the sign-in as
+    // asked for, looked up and polled; as `mcp_sign_in_steps` the columns its steps
+    // write, the sealed state among them (`sign_in.rs`).
+    mcp_sign_ins (id) {
+        id -> UuidSql,
+        agent_id -> UuidSql,
+        server_name -> Text,
+        status -> Text,
+        via -> Text,
+        browser -> Nullable<Text>,
+        state_hash -> Nullable<Text>,
+        authorization_url -> Nullable<Text>,
+        error -> Nullable<Text>,
+        claimed_by -> Nullable<Text>,
+        claimed_at -> Nullable<TimestampSql>,
+        created_at -> TimestampSql,
+        expires_at -> TimestampSql,
+        updated_at -> TimestampSql,
+    }
+}
+
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
+    /// The columns of `mcp_sign_ins` (see there) its steps write, for those statements.
+    #[sql_name = "mcp_sign_ins"]
+    mcp_sign_in_steps (id) {
+        id -> UuidSql,
+        agent_id -> UuidSql,
+        server_name -> Text,
+        status -> Text,
+        state_hash -> Nullable<Text>,
+        authorization_url -> Nullable<Text>,
+        issuer -> Nullable<Text>,
+        server_url -> Nullable<Text>,
+        error -> Nullable<Text>,
+        key_id -> Nullable<Text>,
+        nonce -> Nullable<Binary>,
+        ciphertext -> Nullable<Binary>,
+        claimed_by -> Nullable<Text>,
+        claimed_at -> Nullable<TimestampSql>,
+        updated_at -> TimestampSql,
+    }
+}
+
 diesel::joinable!(workspace_agent_context_snapshots -> workspace_agents (agent_id));
 diesel::joinable!(workspace_agent_context_resources -> workspace_agents (agent_id));
 diesel::joinable!(chat_context_resources -> chats (chat_id));
@@ -314,6 +364,7 @@ diesel::joinable!(page_sessions -> chats (chat_id));
 diesel::joinable!(tool_calls -> chat_turns (turn_id));
 diesel::joinable!(chat_turn_activations -> chat_turns (turn_id));
 diesel::joinable!(mcp_credentials -> workspace_agents (agent_id));
+diesel::joinable!(mcp_sign_ins -> workspace_agents (agent_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     workspace_agents,
@@ -328,4 +379,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     tool_calls,
     call_streams,
     mcp_credentials,
+    mcp_sign_ins,
 );

@@ -9,9 +9,9 @@
 //! digest of delta pushes ([`BodyDigest`], [`DeltaBase`]), so agents and servers compute
 //! it one way, and the requests the server routes to an agent: tool calls
 //! ([`tool_call`]: their messages, [`ToolCallId`](tool_call::ToolCallId) and the
-//! canonical [`CallArguments`](tool_call::CallArguments)). A further kind of routed
-//! request (an authorization exchange, a prompt, a resource read) gets its own module
-//! beside `tool_call`.
+//! canonical [`CallArguments`](tool_call::CallArguments)) and a person's sign-ins to an
+//! agent's HTTP servers ([`sign_in`]), whose messages travel the same stream. A further
+//! kind of routed request (a prompt, a resource read) gets its own module beside them.
 //!
 //! Must never: touch a database, a file system or the MCP engine; hold state; check a
 //! message in one pass and convert it in another. A wire message is parsed once: the
@@ -31,8 +31,9 @@
 //! 7. `encoded_size`: wire and domain bodies' encoded sizes, JSON text lengths.
 //! 8. `digest`: [`BodyDigest`] and [`DeltaBase`].
 //! 9. `push`: [`Push`] and a push's conversion from the wire.
-//! 10. `tool_call`: the tool-call channel.
-//! 11. `precheck`: each message's walk of its encoded bytes before decoding.
+//! 10. `sign_in`: the sign-in messages.
+//! 11. `tool_call`: the tool-call channel, which carries them too.
+//! 12. `precheck`: each message's walk of its encoded bytes before decoding.
 //!
 //! # Example
 //!
@@ -79,6 +80,7 @@ pub mod limits;
 mod precheck;
 mod push;
 mod run_id;
+pub mod sign_in;
 pub mod tool_call;
 
 pub use digest::{BODY_DIGEST_BYTES, BodyDigest, DELTA_DIGEST_SCHEME, DeltaBase};

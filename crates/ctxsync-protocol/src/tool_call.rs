@@ -18,6 +18,9 @@ use uuid::Uuid;
 use crate::error::{Problem, WireError};
 use crate::limits::{MAX_ERROR_BYTES, MAX_RUN_ID_BYTES};
 use crate::run_id::RunId;
+use crate::sign_in::{
+    self, BeginSignIn, ExchangeSignIn, SignInOutcome, SignInRequestId, StoredSignIn,
+};
 use crate::v1;
 
 /// Largest canonical arguments of one call.
@@ -195,6 +198,12 @@ pub enum ServerCall {
     },
     /// Nothing moved; the stream is alive.
     Heartbeat,
+    /// Start a person's sign-in to one of the agent's HTTP servers.
+    BeginSignIn(BeginSignIn),
+    /// Finish one with the code the person's browser brought back.
+    ExchangeSignIn(ExchangeSignIn),
+    /// A credential the server kept for the agent, or one to forget.
+    Credential(StoredSignIn),
 }
 
 /// What the agent sends on the call stream.
@@ -228,6 +237,15 @@ pub enum AgentCall {
     },
     /// Nothing moved; the stream is alive.
     Heartbeat,
+    /// What became of a sign-in the server asked for.
+    SignIn {
+        /// The sign-in's id.
+        id: SignInRequestId,
+        /// Its outcome.
+        outcome: SignInOutcome,
+    },
+    /// A credential the agent refreshed, or lost (its refresh was refused).
+    Credential(StoredSignIn),
 }
 
 /// How deep `value` nests: 0 for a scalar, 1 for a flat object or array. Iterative, so
@@ -313,6 +331,9 @@ impl TryFrom<v1::ServerCallMessage> for ServerCall {
                 id: ToolCallId::from_wire("cancel.id", &cancel.id)?,
             }),
             Some(Kind::Heartbeat(_)) => Ok(Self::Heartbeat),
+            Some(Kind::BeginSignIn(begin)) => Ok(Self::BeginSignIn(begin.try_into()?)),
+            Some(Kind::ExchangeSignIn(exchange)) => Ok(Self::ExchangeSignIn(exchange.try_into()?)),
+            Some(Kind::Credential(stored)) => Ok(Self::Credential(stored.try_into()?)),
             None => Err(WireError::new("kind", Problem::Missing)),
         }
     }
@@ -360,6 +381,11 @@ impl TryFrom<v1::AgentCallMessage> for AgentCall {
                 })
             }
             Some(Kind::Heartbeat(_)) => Ok(Self::Heartbeat),
+            Some(Kind::SignIn(answer)) => {
+                let (id, outcome) = sign_in::answer(answer)?;
+                Ok(Self::SignIn { id, outcome })
+            }
+            Some(Kind::Credential(stored)) => Ok(Self::Credential(stored.try_into()?)),
             None => Err(WireError::new("kind", Problem::Missing)),
         }
     }
@@ -428,6 +454,9 @@ impl From<ServerCall> for v1::ServerCallMessage {
             }),
             ServerCall::Cancel { id } => Kind::Cancel(v1::CallCancel { id: id.to_string() }),
             ServerCall::Heartbeat => Kind::Heartbeat(v1::Heartbeat {}),
+            ServerCall::BeginSignIn(begin) => Kind::BeginSignIn(begin.into()),
+            ServerCall::ExchangeSignIn(exchange) => Kind::ExchangeSignIn(exchange.into()),
+            ServerCall::Credential(stored) => Kind::Credential(stored.into()),
         };
         Self { kind: Some(kind) }
     }
@@ -465,6 +494,8 @@ impl From<AgentCall> for v1::AgentCallMessage {
                 })
             }
             AgentCall::Heartbeat => Kind::Heartbeat(v1::Heartbeat {}),
+            AgentCall::SignIn { id, outcome } => Kind::SignIn(sign_in::answer_to_wire(id, outcome)),
+            AgentCall::Credential(stored) => Kind::Credential(stored.into()),
         };
         Self { kind: Some(kind) }
     }

@@ -3,17 +3,19 @@
 //! SIGTERM closes the engine so no MCP server outlives it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ctxsync_agent_diagnostics::{Engine, EngineConfig, ToolCaller};
+use ctxsync_agent_diagnostics::{Engine, EngineConfig, SignInUpdate, ToolCaller};
 use ctxsync_agent_publication::{
     CallGlob, CallPolicy, CallRunner, DEFAULT_MAX_WATCHED_DIRS, DEFAULT_TOOL_RESULT_MAX_BYTES,
     MIN_TOOL_RESULT_BYTES, Publisher, PublisherConfig, ReportSource, ScanConfig, Timing,
     ToolCallConfig,
 };
-use ctxsync_mcp_model::{CallEnd, CallProgress, CallSpec};
+use ctxsync_mcp_model::{CallEnd, CallProgress, CallSpec, SignInCredential, SignInStart};
+use ctxsync_protocol::sign_in::{BeginSignIn, ExchangeSignIn, StoredSignIn};
 use ctxsync_protocol::tool_call::MAX_CALL_RESULT_BYTES;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc;
@@ -164,14 +166,18 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let roots = absolute_paths(args.roots)?;
     let plugins = args.plugins.setup(&workspace)?;
 
+    // Refreshed sign-in credentials go to the control plane over the call stream.
+    let (sign_in_updates, sign_in_updates_rx) = mpsc::unbounded_channel();
     let engine = (!args.no_mcp).then(|| {
-        Engine::start(engine_config(
+        let mut config = engine_config(
             &workspace,
             &mcp_configs,
             &plugins,
             Duration::from_millis(args.mcp_timeout_ms),
             &token,
-        ))
+        );
+        config.sign_in_updates = Some(sign_in_updates);
+        Arc::new(Engine::start(config))
     });
     let reports = engine
         .as_ref()
@@ -205,7 +211,14 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         ..ToolCallConfig::default()
     };
     let publisher = Publisher::new(config, reports).and_then(|publisher| match &engine {
-        Some(engine) => publisher.with_tool_calls(EngineCalls(engine.caller()), calls),
+        Some(engine) => publisher.with_tool_calls(
+            EngineCalls {
+                caller: engine.caller(),
+                engine: Arc::clone(engine),
+                updates: Arc::new(tokio::sync::Mutex::new(sign_in_updates_rx)),
+            },
+            calls,
+        ),
         // Without discovery there is no run id to route calls by: nothing is declared.
         None => Ok(publisher),
     });
@@ -252,15 +265,20 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     result
 }
 
-/// The MCP engine's tool caller as the publisher's call runner: the one place engine and
-/// publisher meet for tool calls (a newtype, as both the trait and the caller are another
-/// crate's).
-#[derive(Clone, Debug)]
-struct EngineCalls(ToolCaller);
+/// The MCP engine as the publisher's call runner: the one place engine and publisher
+/// meet for tool calls and sign-ins (a newtype, as both the trait and the engine are
+/// another crate's).
+#[derive(Clone)]
+struct EngineCalls {
+    caller: ToolCaller,
+    engine: Arc<Engine>,
+    /// The engine's refreshed (or lost) credentials, taken one at a time by the wing.
+    updates: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<SignInUpdate>>>,
+}
 
 impl CallRunner for EngineCalls {
     fn lists(&self, server: &str, tool: &str) -> bool {
-        self.0.lists(server, tool)
+        self.caller.lists(server, tool)
     }
 
     async fn call(
@@ -269,7 +287,47 @@ impl CallRunner for EngineCalls {
         progress: mpsc::Sender<CallProgress>,
         cancel: CancellationToken,
     ) -> CallEnd {
-        self.0.call(spec, progress, cancel).await
+        self.caller.call(spec, progress, cancel).await
+    }
+
+    async fn begin_sign_in(&self, begin: BeginSignIn) -> Result<SignInStart, String> {
+        self.engine
+            .begin_sign_in(
+                &begin.server,
+                &begin.redirect_uri,
+                begin.client_metadata_url.as_deref(),
+            )
+            .await
+    }
+
+    async fn finish_sign_in(&self, exchange: ExchangeSignIn) -> Result<SignInCredential, String> {
+        self.engine
+            .finish_sign_in(
+                &exchange.server,
+                &exchange.pending,
+                &exchange.code,
+                exchange.iss.as_deref(),
+            )
+            .await
+    }
+
+    fn restore_sign_in(&self, stored: StoredSignIn) {
+        match stored.credential {
+            Some(credential) => self.engine.restore_sign_in(&stored.server, credential),
+            None => self.engine.forget_sign_in(&stored.server),
+        }
+    }
+
+    async fn next_sign_in_update(&self) -> StoredSignIn {
+        let mut updates = self.updates.lock().await;
+        match updates.recv().await {
+            Some(update) => StoredSignIn {
+                server: update.server,
+                credential: update.credential,
+            },
+            // The engine is gone, and with it anything to refresh.
+            None => std::future::pending().await,
+        }
     }
 }
 

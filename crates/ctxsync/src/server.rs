@@ -3,19 +3,19 @@
 //! TLS when given a certificate (see [`crate::tls`]).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use std::sync::Arc;
 
-use ctxsync_agent_api::{AgentApi, AgentApiMetrics, CallHub, CallHubConfig};
+use ctxsync_agent_api::{AgentApi, AgentApiMetrics, CallHub, CallHubConfig, SignInSettings};
 use ctxsync_first_turn_gate::GateConfig;
 use ctxsync_first_turn_gate::store::StoreGate;
 use ctxsync_persistence::{
-    ChatId, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, DatabaseConfig, Store,
-    StoreOptions,
+    ChatId, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, DatabaseConfig, Keyring,
+    SecretsKey, Store, StoreOptions,
 };
 
 use crate::http::api_token::TokenSource;
@@ -151,9 +151,58 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = DEFAULT_FIND_TOOLS_CACHE_MIB, value_name = "MIB",
         value_parser = clap::value_parser!(u64).range(0..=MAX_FIND_TOOLS_CACHE_MIB))]
     pub find_tools_cache_mib: u64,
+    /// The key that seals MCP sign-in credentials in the database: a file of 32 random
+    /// bytes, raw (`head -c 32 /dev/urandom > FILE`), readable by the server alone, the
+    /// same file on every replica. Required for sign-in with --database-url; the embedded
+    /// default generates one into the data directory.
+    #[arg(long, env = "CTXSYNC_SECRETS_KEY_FILE", value_name = "FILE")]
+    pub secrets_key_file: Option<PathBuf>,
+    /// During a key rotation, the previous --secrets-key-file: what it sealed still
+    /// opens (see the README's key rotation).
+    #[arg(
+        long,
+        env = "CTXSYNC_PREVIOUS_SECRETS_KEY_FILE",
+        value_name = "FILE",
+        requires = "secrets_key_file"
+    )]
+    pub previous_secrets_key_file: Option<PathBuf>,
+    /// The https URL of a client id metadata document naming this server as an OAuth
+    /// client (SEP-991), offered to authorization servers that accept one; default:
+    /// `{public-url}/oauth/client-metadata.json` when the public URL is https.
+    #[arg(long, env = "CTXSYNC_OAUTH_CLIENT_METADATA_URL", value_name = "URL", value_parser = https_url)]
+    pub oauth_client_metadata_url: Option<String>,
     /// What one caller can cost, and the shutdown grace.
     #[command(flatten)]
     pub limits: LimitArgs,
+}
+
+/// An https URL with a path (what a client id metadata document's URL must be).
+fn https_url(text: &str) -> Result<String, String> {
+    let rest = text
+        .strip_prefix("https://")
+        .ok_or("the URL must start with https://")?;
+    match rest.split_once('/') {
+        Some((host, path)) if !host.is_empty() && !path.is_empty() => Ok(text.to_owned()),
+        _ => Err(
+            "the URL needs a host and a path (e.g. https://example.com/oauth/client.json)".into(),
+        ),
+    }
+}
+
+/// Where the key sealing sign-in credentials comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretsKeySource {
+    /// No key: sign-in answers 503 saying how to give one.
+    Off,
+    /// The embedded default's data directory (generated there on first use, mode 0600).
+    DataDir,
+    /// A key file, and during a rotation the previous one.
+    File {
+        /// The current key.
+        current: PathBuf,
+        /// The key being rotated out.
+        previous: Option<PathBuf>,
+    },
 }
 
 /// `--find-tools-cache-mib`'s default.
@@ -236,6 +285,10 @@ pub struct ServerConfig {
     pub tool_call_audit_retention: Duration,
     /// At most this many bytes of find_tools indexes are kept.
     pub find_tools_cache_bytes: usize,
+    /// The key that seals sign-in credentials.
+    pub secrets_key: SecretsKeySource,
+    /// `--oauth-client-metadata-url`.
+    pub oauth_client_metadata_url: Option<String>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -257,6 +310,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("tool_call_max", &self.tool_call_max)
             .field("tool_call_audit_retention", &self.tool_call_audit_retention)
             .field("find_tools_cache_bytes", &self.find_tools_cache_bytes)
+            .field("secrets_key", &self.secrets_key)
             .finish_non_exhaustive()
     }
 }
@@ -264,7 +318,7 @@ impl std::fmt::Debug for ServerConfig {
 impl ServerConfig {
     /// An embedded-SQLite server in `data_dir` on free loopback ports with the default
     /// budgets and a generated API token: the demo, tests and benchmarks start from this.
-    pub fn ephemeral(data_dir: &std::path::Path) -> Self {
+    pub fn ephemeral(data_dir: &Path) -> Self {
         Self {
             database: DatabaseConfig::sqlite_in(data_dir),
             data_dir: data_dir.to_path_buf(),
@@ -287,12 +341,24 @@ impl ServerConfig {
             find_tools_cache_bytes: ctxsync_chat_projection::DEFAULT_INDEX_CACHE_BYTES,
             calls: CallHubConfig::default(),
             tool_call_audit_retention: days(DEFAULT_TOOL_CALL_AUDIT_DAYS),
+            secrets_key: SecretsKeySource::DataDir,
+            oauth_client_metadata_url: None,
         }
     }
 
     /// The configuration the flags describe; fails on an invalid `--database-url`.
     pub fn from_args(args: ServerArgs) -> Result<Self> {
         let data_dir = args.data_dir.unwrap_or_else(crate::paths::default_data_dir);
+        let secrets_key = match (args.secrets_key_file, &args.database_url) {
+            (Some(current), _) => SecretsKeySource::File {
+                current,
+                previous: args.previous_secrets_key_file,
+            },
+            // The embedded default keeps its own key beside its database.
+            (None, None) => SecretsKeySource::DataDir,
+            // A shared database: every replica must be given the same key.
+            (None, Some(_)) => SecretsKeySource::Off,
+        };
         Ok(Self {
             database: crate::paths::database(
                 args.database_url.as_ref().map(Secret::expose),
@@ -332,6 +398,8 @@ impl ServerConfig {
             tool_call_audit_retention: days(args.tool_call_audit_days),
             find_tools_cache_bytes: usize::try_from(args.find_tools_cache_mib << 20)
                 .unwrap_or(usize::MAX),
+            secrets_key,
+            oauth_client_metadata_url: args.oauth_client_metadata_url,
         })
     }
 }
@@ -435,8 +503,19 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         Some(files) => Some(ReloadingCert::load(files.clone())?),
         None => None,
     };
+    // Bound first: sign-in's redirect URI names the public URL, which may name the port.
+    let http_listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding the HTTP API to {}", config.http_addr))?;
+    let http_addr = http_listener.local_addr()?;
+    let public_url = config
+        .public_url
+        .clone()
+        .or_else(|| PublicUrl::for_listener(http_addr, tls.is_some()));
     // One hub per process: the agent API's call streams and the HTTP routes share it.
-    let calls = CallHub::new(store.clone(), config.calls.clone());
+    let mut hub_config = config.calls.clone();
+    hub_config.sign_in = sign_in_settings(&config, public_url.as_ref())?;
+    let calls = CallHub::new(store.clone(), hub_config);
     let mut tasks = Vec::new();
     if let Some(cert) = &tls {
         tasks.push(tokio::spawn(
@@ -463,8 +542,13 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
         calls,
         &shutdown_rx,
     );
-    let (http_addr, public_url, http_task) =
-        serve_chat_api(&config, state, tls.as_ref(), &shutdown_rx).await?;
+    let http_task = serve_chat_api(
+        &config,
+        state,
+        (http_listener, public_url.clone()),
+        tls.as_ref(),
+        &shutdown_rx,
+    )?;
     tasks.push(http_task);
     if tls.is_none() {
         warn_if_exposed(agent_api.addr, http_addr);
@@ -590,24 +674,18 @@ fn app_state(
     }
 }
 
-/// Binds the chat API and web page (HTTP) and serves `state` until the shutdown signal;
-/// answers the bound address and the public URL page links use.
-async fn serve_chat_api(
+/// Serves the chat API and web page (HTTP) on its bound listener until the shutdown
+/// signal, with the public URL page links use.
+fn serve_chat_api(
     config: &ServerConfig,
     mut state: AppState,
+    (http_listener, public_url): (tokio::net::TcpListener, Option<PublicUrl>),
     tls: Option<&Arc<ReloadingCert>>,
     shutdown_rx: &watch::Receiver<bool>,
-) -> Result<(SocketAddr, Option<PublicUrl>, JoinHandle<()>)> {
+) -> Result<JoinHandle<()>> {
     let limits = &config.limits;
-    let http_listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
-        .with_context(|| format!("binding the HTTP API to {}", config.http_addr))?;
     let http_addr = http_listener.local_addr()?;
-    let public_url = config
-        .public_url
-        .clone()
-        .or_else(|| PublicUrl::for_listener(http_addr, tls.is_some()));
-    state.public_url = public_url.clone();
+    state.public_url = public_url;
     let app = with_request_timeout(crate::http::router(state), limits.http_request_timeout);
     let http_tls = match tls {
         Some(cert) => Some(cert.acceptor(&[b"http/1.1"])?),
@@ -630,7 +708,53 @@ async fn serve_chat_api(
         shutdown_rx.clone(),
     ));
     tracing::info!(%http_addr, tls = tls.is_some(), "chat API and web page listening");
-    Ok((http_addr, public_url, http_task))
+    Ok(http_task)
+}
+
+/// How sign-ins are routed: the key that seals credentials and the callback the agent
+/// names; `None` (sign-in answers 503 saying why) without a key or a public URL.
+fn sign_in_settings(
+    config: &ServerConfig,
+    public_url: Option<&PublicUrl>,
+) -> Result<Option<SignInSettings>> {
+    let read = |path: &Path| {
+        SecretsKey::from_file(path)
+            .with_context(|| format!("reading the secrets key file {}", path.display()))
+    };
+    let keyring = match &config.secrets_key {
+        SecretsKeySource::Off => {
+            tracing::info!("MCP sign-in is off: with --database-url it needs --secrets-key-file");
+            return Ok(None);
+        }
+        SecretsKeySource::DataDir => Keyring::new(
+            SecretsKey::load_or_create(&config.data_dir)
+                .context("making the secrets key in the data directory")?,
+        ),
+        SecretsKeySource::File { current, previous } => {
+            let keyring = Keyring::new(read(current)?);
+            match previous {
+                Some(previous) => keyring.with_previous(read(previous)?),
+                None => keyring,
+            }
+        }
+    };
+    let Some(public) = public_url else {
+        tracing::warn!(
+            "MCP sign-in is off: it needs --public-url (where browsers reach this server) for its callback"
+        );
+        return Ok(None);
+    };
+    let client_metadata_url = config.oauth_client_metadata_url.clone().or_else(|| {
+        public
+            .as_str()
+            .starts_with("https://")
+            .then(|| public.join(crate::http::sign_in::CLIENT_METADATA_PATH))
+    });
+    Ok(Some(SignInSettings {
+        keyring,
+        redirect_uri: public.join(crate::http::sign_in::CALLBACK_PATH),
+        client_metadata_url,
+    }))
 }
 
 /// Deletes the audit log's rows past `retention` now and every [`AUDIT_PRUNE_INTERVAL`]

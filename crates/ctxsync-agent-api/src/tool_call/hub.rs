@@ -40,6 +40,10 @@ use ctxsync_protocol::tool_call::ToolCallId;
 
 use crate::metrics::Histogram;
 
+mod sign_in;
+
+pub use sign_in::SignInSettings;
+
 /// How long a call waits for its agent's stream when the agent declared calls but is not
 /// connected, before it is refused `agent_unreachable`.
 pub const DEFAULT_RECONNECT_GRACE: Duration = Duration::from_secs(5);
@@ -84,6 +88,9 @@ pub struct CallHubConfig {
     pub cancel_wait: Duration,
     /// See [`DEFAULT_CALL_LEASE`].
     pub lease: Duration,
+    /// How sign-ins are routed; `None` (no secrets key): sign-ins are not routed and
+    /// kept credentials not sent.
+    pub sign_in: Option<SignInSettings>,
 }
 
 impl Default for CallHubConfig {
@@ -96,6 +103,7 @@ impl Default for CallHubConfig {
             deadline_slack: DEFAULT_DEADLINE_SLACK,
             cancel_wait: DEFAULT_CANCEL_WAIT,
             lease: DEFAULT_CALL_LEASE,
+            sign_in: None,
         }
     }
 }
@@ -168,6 +176,8 @@ struct HubState {
     counted_order: VecDeque<(Instant, ToolCallId)>,
     /// Where the last look for lapsed leases ended (the store's milliseconds).
     lapse_mark: Option<i64>,
+    /// Sign-ins sent to agents here and not yet answered.
+    sign_ins: HashMap<ctxsync_protocol::sign_in::SignInRequestId, sign_in::SignInFlight>,
 }
 
 impl HubState {
@@ -814,17 +824,22 @@ impl CallHub {
         let session = Session {
             hub: Arc::clone(&hub),
             lease,
-            link,
+            link: Arc::clone(&link),
             known: HashSet::new(),
             pending: HashMap::new(),
         };
         tokio::spawn(session.run(inbound));
-        // Calls that waited for this stream (within their grace) go now.
+        // Calls that waited for this stream (within their grace) go now, after the
+        // credentials kept for the agent, and sign-ins waiting for it.
         tokio::spawn(async move {
+            for message in hub.kept_credentials(agent).await {
+                link.try_send(message);
+            }
             match hub.store.pending_calls_of_agent(agent).await {
                 Ok(ids) => ids.into_iter().for_each(|id| hub.offer(id, agent)),
                 Err(error) => tracing::warn!(%agent, %error, "reading pending calls failed"),
             }
+            hub.run_sign_ins().await;
         });
         Ok(Some(ReceiverStream::new(rx)))
     }
@@ -871,6 +886,7 @@ impl CallHub {
         if !held.is_empty() {
             self.recheck().await?;
         }
+        self.run_sign_ins().await;
         // A replica that died releases nothing: its agents' chats hear it here, once
         // the lease runs out (issue 49).
         let mark = self.lock().lapse_mark;
@@ -1065,11 +1081,26 @@ impl Session {
     }
 
     async fn received(&mut self, message: AgentCall) {
+        // Sign-ins are not calls: stored off the stream's task, so a slow write does not
+        // hold its messages.
+        let message = match message {
+            AgentCall::SignIn { id, outcome } => {
+                let (hub, agent) = (Arc::clone(&self.hub), self.lease.agent);
+                tokio::spawn(async move { hub.sign_in_answered(agent, id, outcome).await });
+                return;
+            }
+            AgentCall::Credential(stored) => {
+                let (hub, agent) = (Arc::clone(&self.hub), self.lease.agent);
+                tokio::spawn(async move { hub.credential_from_agent(agent, stored).await });
+                return;
+            }
+            message => message,
+        };
         let id = match &message {
             AgentCall::Accepted { id }
             | AgentCall::Progress { id, .. }
             | AgentCall::Ended { id, .. } => *id,
-            AgentCall::Heartbeat => return,
+            AgentCall::Heartbeat | AgentCall::SignIn { .. } | AgentCall::Credential(_) => return,
             AgentCall::Hello { .. } => {
                 tracing::debug!(agent = %self.lease.agent, "a second hello ignored");
                 return;
@@ -1093,7 +1124,10 @@ impl Session {
                     .await
                     .map(drop)
             }
-            AgentCall::Heartbeat | AgentCall::Hello { .. } => Ok(()),
+            AgentCall::Heartbeat
+            | AgentCall::Hello { .. }
+            | AgentCall::SignIn { .. }
+            | AgentCall::Credential(_) => Ok(()),
         };
         if let Err(error) = result {
             tracing::warn!(agent = %self.lease.agent, call = %id, %error, "recording an agent's call message failed");

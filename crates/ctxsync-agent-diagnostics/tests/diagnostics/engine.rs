@@ -653,7 +653,7 @@ async fn http_server_with_required_header() {
         .clone()
         .unwrap_or_default();
     assert!(
-        anonymous.contains("answered 401 Unauthorized: it needs a sign-in"),
+        anonymous.contains("answered 401 Unauthorized: it needs a person to sign in"),
         "{anonymous}"
     );
     engine.close().await;

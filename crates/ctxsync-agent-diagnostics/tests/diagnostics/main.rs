@@ -8,6 +8,7 @@ mod hostile;
 mod lifecycle;
 mod loose_ends;
 mod plugins;
+mod sign_in;
 mod third_party;
 mod tool_calls;
 mod transport;

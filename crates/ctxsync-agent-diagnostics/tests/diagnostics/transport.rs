@@ -54,7 +54,7 @@ async fn refused_credentials_are_said_in_words_and_kept_typed() {
         let error = error(name);
         assert!(
             error.contains(&format!(
-                "the server at {url} answered 401 Unauthorized: it needs a sign-in"
+                "the server at {url} answered 401 Unauthorized: it needs a person to sign in"
             )),
             "{error}"
         );

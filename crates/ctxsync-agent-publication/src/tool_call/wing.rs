@@ -2,7 +2,9 @@
 //! the server's silence limit and reopening with backoff; admitting each call (run id,
 //! `--no-tool-calls`, the policy, the runner's listing, the running and waiting limits,
 //! each call id once per run), running it through the [`CallRunner`] with its deadline,
-//! cancellation and progress, and sending its end.
+//! cancellation and progress, and sending its end; and the sign-ins the server routes the
+//! same way (begun and finished by the runner, kept credentials handed to it, refreshed
+//! ones sent back).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
@@ -15,6 +17,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ctxsync_mcp_model::{CallEnd, CallProgress, CallReason, CallSpec, CallStatus};
+use ctxsync_protocol::sign_in::SignInOutcome;
 use ctxsync_protocol::tool_call::{AgentCall, CallRequest, ServerCall, ToolCallId};
 use ctxsync_protocol::{RunId, v1};
 use serde_json::{Map, Value};
@@ -262,6 +265,10 @@ impl<R: CallRunner> Wing<R> {
                     warn!(silent_for = ?self.config.silence_limit, "the server went silent on the tool call stream; cancelling the calls it held");
                     return StreamEnd::Lost { heard };
                 }
+                // A refresh made while no stream was open waits in the runner for this one.
+                update = self.runner.next_sign_in_update() => {
+                    out.send(AgentCall::Credential(update)).await;
+                }
             }
         }
     }
@@ -279,6 +286,33 @@ impl<R: CallRunner> Wing<R> {
                     debug!(call = %id, "the server cancelled a call");
                     token.cancel();
                 }
+            }
+            Ok(ServerCall::BeginSignIn(begin)) => {
+                info!(server = %begin.server, "starting a sign-in the server asked for");
+                let (runner, out, id) = (self.runner.clone(), out.clone(), begin.id);
+                // OAuth requests take network time: the stream goes on meanwhile.
+                tokio::spawn(async move {
+                    let outcome = match runner.begin_sign_in(begin).await {
+                        Ok(start) => SignInOutcome::Started(start),
+                        Err(error) => SignInOutcome::Failed(error),
+                    };
+                    out.send(AgentCall::SignIn { id, outcome }).await;
+                });
+            }
+            Ok(ServerCall::ExchangeSignIn(exchange)) => {
+                info!(server = %exchange.server, "finishing a sign-in with the person's code");
+                let (runner, out, id) = (self.runner.clone(), out.clone(), exchange.id);
+                tokio::spawn(async move {
+                    let outcome = match runner.finish_sign_in(exchange).await {
+                        Ok(credential) => SignInOutcome::SignedIn(credential),
+                        Err(error) => SignInOutcome::Failed(error),
+                    };
+                    out.send(AgentCall::SignIn { id, outcome }).await;
+                });
+            }
+            Ok(ServerCall::Credential(stored)) => {
+                debug!(server = %stored.server, kept = stored.credential.is_some(), "the server sent a kept credential");
+                self.runner.restore_sign_in(stored);
             }
             // The one parse of the arguments: a call whose arguments are not an object is
             // as malformed as any other bad field.

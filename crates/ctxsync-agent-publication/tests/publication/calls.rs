@@ -225,7 +225,10 @@ impl Agent {
                 AgentCall::Accepted { id: of }
                 | AgentCall::Progress { id: of, .. }
                 | AgentCall::Ended { id: of, .. } => *of == call_id(id),
-                AgentCall::Hello { .. } | AgentCall::Heartbeat => false,
+                AgentCall::Hello { .. }
+                | AgentCall::Heartbeat
+                | AgentCall::SignIn { .. }
+                | AgentCall::Credential(_) => false,
             })
             .collect()
     }

@@ -866,6 +866,23 @@ fn a_server_that_needs_a_sign_in_is_its_own_state_not_a_failure() {
         html.contains("badge-needs-authorization\">needs sign-in</span>"),
         "{html}"
     );
+    // The page offers the sign-in for that server only, naming it for screen readers; the
+    // page's root names the agent the script's request goes to.
+    assert_eq!(html.matches("class=\"sign-in\"").count(), 1, "{html}");
+    assert!(
+        html.contains(r#"data-server="github" aria-label="Sign in to github">Sign in</button>"#),
+        "{html}"
+    );
+    let page = render_page_with_calls(
+        &panel,
+        Some(PageAgent {
+            id: "agent-1",
+            name: "box",
+        }),
+        &[],
+    );
+    assert!(page.contains(r#"data-agent="agent-1""#), "{page}");
+    assert!(!render_page(&panel).contains("data-agent"));
     let text = render_text(&panel);
     assert!(text.contains("github [needs sign-in]"), "{text}");
 }

@@ -53,6 +53,9 @@ pub struct CredentialSecrets {
     pub token_type: String,
     /// The client secret the tokens were obtained with, when the client has one.
     pub client_secret: Option<SecretString>,
+    /// The OAuth client id the tokens were issued to (a refresh needs it); `None` for
+    /// credentials kept before the client id was.
+    pub client_id: Option<String>,
 }
 
 /// The plaintext part of a sign-in: what a page or an API answer may show. Holds no
@@ -88,7 +91,8 @@ pub struct McpCredential {
 }
 
 /// A dynamic client registration (RFC 7591) with an authorization server, reused for
-/// every sign-in through that issuer and redirect URI.
+/// every sign-in through that issuer and redirect URI. (`ctxsync_mcp_fixture::OAuthClient`
+/// is another thing: a client the test authorization server knows.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OAuthClient {
     /// The authorization server (part of the identity).
@@ -114,10 +118,13 @@ mod tests {
             refresh_token: Some("canary-refresh".into()),
             token_type: "Bearer".into(),
             client_secret: Some(SecretString::new("canary-client")),
+            client_id: Some("visible-client".into()),
         };
         let debug = format!("{secrets:?} {:#?}", secrets);
         assert!(!debug.contains("canary"), "{debug}");
         assert!(debug.contains("SecretString(<redacted>)"), "{debug}");
+        // The client id is no secret: it shows.
+        assert!(debug.contains("visible-client"), "{debug}");
         assert_eq!(secrets.access_token.expose(), "canary-access");
     }
 }

@@ -18,13 +18,15 @@ pub(super) const NONCE_BYTES: usize = 12;
 /// What a sealed secret is; its label starts the associated data, so a secret of one kind
 /// never opens as another.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Purpose {
+pub(crate) enum Purpose {
     /// The secret part of a `mcp_credentials` row; the row is (agent id, server URL,
     /// issuer).
     Credential,
     /// The client secret of a `mcp_oauth_clients` row; the row is (issuer, redirect URI,
     /// client id).
     OAuthClientSecret,
+    /// The pending state (and code) of a `mcp_sign_ins` row; the row is its id.
+    SignIn,
 }
 
 impl Purpose {
@@ -32,23 +34,24 @@ impl Purpose {
         match self {
             Self::Credential => b"ctxsync mcp_credentials v1",
             Self::OAuthClientSecret => b"ctxsync mcp_oauth_clients.client_secret v1",
+            Self::SignIn => b"ctxsync mcp_sign_ins v1",
         }
     }
 }
 
 /// A sealed secret as its columns hold it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Sealed {
+pub(crate) struct Sealed {
     /// The [`super::keys::KeyId`] of the key that sealed it, in hex.
-    pub(super) key_id: String,
-    pub(super) nonce: Vec<u8>,
+    pub(crate) key_id: String,
+    pub(crate) nonce: Vec<u8>,
     /// The ciphertext with its 16-byte tag at the end.
-    pub(super) ciphertext: Vec<u8>,
+    pub(crate) ciphertext: Vec<u8>,
 }
 
 /// Why a sealed secret did not open.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum OpenError {
+pub(crate) enum OpenError {
     /// The keyring holds no key of the stored key id.
     UnknownKey,
     /// The key is there but the tag does not verify: another key of the same id (never in
@@ -57,7 +60,7 @@ pub(super) enum OpenError {
 }
 
 /// Seals `plaintext` for `row` under the keyring's current key.
-pub(super) fn seal(
+pub(crate) fn seal(
     keyring: &Keyring,
     purpose: Purpose,
     row: &[&str],
@@ -87,7 +90,7 @@ pub(super) fn seal(
 }
 
 /// Opens what [`seal`] sealed for the same purpose and row.
-pub(super) fn open(
+pub(crate) fn open(
     keyring: &Keyring,
     purpose: Purpose,
     row: &[&str],
@@ -164,13 +167,9 @@ mod tests {
             &sealed,
             OpenError::Rejected,
         );
-        check(
-            &keys,
-            Purpose::OAuthClientSecret,
-            ROW,
-            &sealed,
-            OpenError::Rejected,
-        );
+        for other in [Purpose::OAuthClientSecret, Purpose::SignIn] {
+            check(&keys, other, ROW, &sealed, OpenError::Rejected);
+        }
         check(
             &ring(2),
             Purpose::Credential,

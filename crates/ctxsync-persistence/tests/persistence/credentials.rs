@@ -40,6 +40,7 @@ ctxsync_test_support::on_both_backends! {
     rotating_an_agent_token_keeps_its_credentials,
     no_secret_is_stored_or_shown_in_plaintext,
     fields_out_of_bounds_are_refused_before_the_database,
+    an_agents_credentials_open_together_or_not_at_all,
 }
 
 fn key(byte: u8) -> SecretsKey {
@@ -67,6 +68,7 @@ fn credential(issuer: &str, access: &str) -> McpCredential {
             refresh_token: Some(REFRESH_CANARY.into()),
             token_type: "Bearer".into(),
             client_secret: Some(CLIENT_SECRET_CANARY.into()),
+            client_id: Some("client-123".into()),
         },
     }
 }
@@ -111,7 +113,7 @@ fn assert_no_canary(text: &str) {
 }
 
 /// A connection of its own to the test database, beside the store's.
-enum RawConn {
+pub(crate) enum RawConn {
     Pg(PgConnection),
     Sqlite(SqliteConnection),
 }
@@ -123,7 +125,7 @@ struct TextRow {
 }
 
 impl RawConn {
-    fn open(db: &TestStore) -> Self {
+    pub(crate) fn open(db: &TestStore) -> Self {
         match db.config() {
             DatabaseConfig::Postgres { url } => Self::Pg(PgConnection::establish(url).unwrap()),
             DatabaseConfig::Sqlite { path } => {
@@ -135,7 +137,7 @@ impl RawConn {
         }
     }
 
-    fn execute(&mut self, sql: &str) {
+    pub(crate) fn execute(&mut self, sql: &str) {
         match self {
             Self::Pg(c) => c.batch_execute(sql),
             Self::Sqlite(c) => c.batch_execute(sql),
@@ -144,7 +146,7 @@ impl RawConn {
     }
 
     /// The one text column, named `text`, of `sql`'s rows.
-    fn texts(&mut self, sql: &str) -> Vec<String> {
+    pub(crate) fn texts(&mut self, sql: &str) -> Vec<String> {
         let query = diesel::sql_query(sql);
         match self {
             Self::Pg(c) => query.load::<TextRow>(c),
@@ -565,7 +567,7 @@ async fn no_secret_is_stored_or_shown_in_plaintext(db: TestStore) {
 }
 
 /// The SQLite database file and its `-wal` and `-shm` siblings, as they are on disk.
-fn sqlite_bytes(dir: &Path) -> Vec<u8> {
+pub(crate) fn sqlite_bytes(dir: &Path) -> Vec<u8> {
     let mut bytes = Vec::new();
     for suffix in ["", "-wal", "-shm"] {
         let path = dir.join(format!("{SQLITE_FILE_NAME}{suffix}"));
@@ -579,7 +581,7 @@ fn sqlite_bytes(dir: &Path) -> Vec<u8> {
 }
 
 /// `pg_dump` of the database at `url`; `None`, with a note, when pg_dump is not on PATH.
-fn pg_dump(url: &str) -> Option<Vec<u8>> {
+pub(crate) fn pg_dump(url: &str) -> Option<Vec<u8>> {
     let output = match std::process::Command::new("pg_dump")
         .args(["--no-owner", "--dbname", url])
         .output()
@@ -602,7 +604,7 @@ fn pg_dump(url: &str) -> Option<Vec<u8>> {
     Some(output.stdout)
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+pub(crate) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack
         .windows(needle.len())
         .any(|window| window == needle)
@@ -630,6 +632,63 @@ async fn fields_out_of_bounds_are_refused_before_the_database(db: TestStore) {
         .unwrap_err();
     assert!(matches!(error, StoreError::InvalidInput(_)), "{error:?}");
     assert!(db.credential_summaries(agent).await.unwrap().is_empty());
+}
+
+async fn an_agents_credentials_open_together_or_not_at_all(db: TestStore) {
+    let (agent, other) = (agent(&db).await, agent(&db).await);
+    let keys = Keyring::new(key(1));
+    let docs = credential(ISSUER, ACCESS_CANARY);
+    let wiki = McpCredential {
+        summary: CredentialSummary {
+            server_name: "wiki".into(),
+            server_url: "https://wiki.example.test/mcp".into(),
+            ..docs.summary.clone()
+        },
+        ..credential(ISSUER, "wiki-access")
+    };
+    let old_docs = credential("https://old.example.test/", "old-access");
+    for saved in [&wiki, &docs, &old_docs] {
+        db.save_credential(agent, saved, &keys).await.unwrap();
+    }
+    db.save_credential(other, &docs, &keys).await.unwrap();
+    // By server name, then URL and issuer.
+    let all = db.agent_credentials(agent, &keys).await.unwrap();
+    assert_eq!(all, vec![docs.clone(), old_docs, wiki.clone()]);
+    assert!(
+        db.agent_credentials(AgentId::new_random(), &keys)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // One the keyring cannot open fails the whole answer, naming it.
+    let mut raw = RawConn::open(&db);
+    raw.execute(&format!(
+        "UPDATE mcp_credentials SET ciphertext = \
+           (SELECT ciphertext FROM mcp_credentials WHERE agent_id = '{other}') \
+         WHERE agent_id = '{agent}' AND server_name = 'wiki'"
+    ));
+    let error = db.agent_credentials(agent, &keys).await.unwrap_err();
+    assert_unreadable(&error, "https://wiki.example.test/mcp");
+
+    // Forgetting a server forgets it under every URL and issuer, and only for this agent.
+    assert_eq!(
+        db.forget_server_credentials(agent, "docs").await.unwrap(),
+        2
+    );
+    assert_eq!(
+        db.forget_server_credentials(agent, "docs").await.unwrap(),
+        0
+    );
+    assert_eq!(
+        db.forget_server_credentials(agent, "wiki").await.unwrap(),
+        1
+    );
+    assert!(db.agent_credentials(agent, &keys).await.unwrap().is_empty());
+    assert_eq!(
+        db.agent_credentials(other, &keys).await.unwrap(),
+        vec![docs]
+    );
 }
 
 // ---- the key file (no database) ------------------------------------------------------

@@ -12,6 +12,7 @@ mod page_sessions;
 mod postgres_tls;
 mod races;
 mod sign_in_status;
+mod sign_ins;
 mod stored_fixture;
 mod tool_calls;
 mod turns;

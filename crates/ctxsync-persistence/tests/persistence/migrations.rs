@@ -24,6 +24,7 @@ const TABLES: &[&str] = &[
     "gate_attempts",
     "mcp_credentials",
     "mcp_oauth_clients",
+    "mcp_sign_ins",
     "page_links",
     "page_sessions",
     "tool_call_audit",

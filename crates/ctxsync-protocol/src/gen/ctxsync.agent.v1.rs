@@ -374,7 +374,7 @@ pub struct McpIcon {
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct AgentCallMessage {
     /// Which message the agent sends (the server's are `server_call_message::Kind`).
-    #[prost(oneof = "agent_call_message::Kind", tags = "1, 2, 3, 4, 5")]
+    #[prost(oneof = "agent_call_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7")]
     pub kind: ::core::option::Option<agent_call_message::Kind>,
 }
 /// Nested message and enum types in `AgentCallMessage`.
@@ -397,13 +397,19 @@ pub mod agent_call_message {
         /// Keeps the stream alive while no call is moving.
         #[prost(message, tag = "5")]
         Heartbeat(super::Heartbeat),
+        /// What became of a sign-in the server asked for (SignInBegin, SignInExchange).
+        #[prost(message, tag = "6")]
+        SignIn(super::SignInAnswer),
+        /// A credential the agent refreshed (or lost: its refresh was refused), to keep.
+        #[prost(message, tag = "7")]
+        Credential(super::StoredSignIn),
     }
 }
 /// What the server sends on ToolCalls.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ServerCallMessage {
     /// Which message the server sends (the agent's are `agent_call_message::Kind`).
-    #[prost(oneof = "server_call_message::Kind", tags = "1, 2, 3")]
+    #[prost(oneof = "server_call_message::Kind", tags = "1, 2, 3, 4, 5, 6")]
     pub kind: ::core::option::Option<server_call_message::Kind>,
 }
 /// Nested message and enum types in `ServerCallMessage`.
@@ -419,6 +425,16 @@ pub mod server_call_message {
         Cancel(super::CallCancel),
         #[prost(message, tag = "3")]
         Heartbeat(super::Heartbeat),
+        /// Start a person's sign-in to one of the agent's HTTP servers.
+        #[prost(message, tag = "4")]
+        BeginSignIn(super::SignInBegin),
+        /// Finish it with the code the person's browser brought back.
+        #[prost(message, tag = "5")]
+        ExchangeSignIn(super::SignInExchange),
+        /// A credential the server kept for this agent (sent when the stream opens), or,
+        /// without one, a credential to forget.
+        #[prost(message, tag = "6")]
+        Credential(super::StoredSignIn),
     }
 }
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -496,6 +512,109 @@ pub struct CallEnded {
     /// How long the MCP call took on the agent.
     #[prost(uint64, tag = "8")]
     pub duration_ms: u64,
+}
+/// A person's sign-in to an HTTP MCP server (OAuth 2.1 authorization code). The agent
+/// makes every OAuth request; the server keeps what comes back, sealed.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SignInBegin {
+    /// The server-assigned id of the sign-in (a UUID); the answer names it.
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    /// The MCP server's name as the agent reported it.
+    #[prost(string, tag = "2")]
+    pub server: ::prost::alloc::string::String,
+    /// Where the authorization server sends the person back (the server's callback).
+    #[prost(string, tag = "3")]
+    pub redirect_uri: ::prost::alloc::string::String,
+    /// The client id metadata document's URL, when the server has one (SEP-991).
+    #[prost(string, optional, tag = "4")]
+    pub client_metadata_url: ::core::option::Option<::prost::alloc::string::String>,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SignInExchange {
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub server: ::prost::alloc::string::String,
+    /// What the agent's SignInStarted carried in `pending`, unchanged.
+    #[prost(string, tag = "3")]
+    pub pending: ::prost::alloc::string::String,
+    /// The authorization code, and the `iss` parameter when the callback had one.
+    #[prost(string, tag = "4")]
+    pub code: ::prost::alloc::string::String,
+    #[prost(string, optional, tag = "5")]
+    pub iss: ::core::option::Option<::prost::alloc::string::String>,
+}
+/// The wire form of `ctxsync_mcp_model::SignInCredential`.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SignInCredential {
+    #[prost(string, tag = "1")]
+    pub server_url: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub issuer: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub client_id: ::prost::alloc::string::String,
+    #[prost(string, optional, tag = "4")]
+    pub client_secret: ::core::option::Option<::prost::alloc::string::String>,
+    #[prost(string, tag = "5")]
+    pub access_token: ::prost::alloc::string::String,
+    #[prost(string, optional, tag = "6")]
+    pub refresh_token: ::core::option::Option<::prost::alloc::string::String>,
+    #[prost(string, tag = "7")]
+    pub token_type: ::prost::alloc::string::String,
+    /// Unix seconds.
+    #[prost(int64, optional, tag = "8")]
+    pub expires_at: ::core::option::Option<i64>,
+    #[prost(string, repeated, tag = "9")]
+    pub scopes: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    #[prost(string, optional, tag = "10")]
+    pub account: ::core::option::Option<::prost::alloc::string::String>,
+}
+/// The wire form of `ctxsync_mcp_model::SignInStart`.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SignInStarted {
+    #[prost(string, tag = "1")]
+    pub authorization_url: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub state: ::prost::alloc::string::String,
+    #[prost(string, optional, tag = "3")]
+    pub issuer: ::core::option::Option<::prost::alloc::string::String>,
+    #[prost(string, tag = "4")]
+    pub server_url: ::prost::alloc::string::String,
+    /// Opaque to the server: kept sealed and handed back in SignInExchange.
+    #[prost(string, tag = "5")]
+    pub pending: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SignInAnswer {
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(oneof = "sign_in_answer::Outcome", tags = "2, 3, 4")]
+    pub outcome: ::core::option::Option<sign_in_answer::Outcome>,
+}
+/// Nested message and enum types in `SignInAnswer`.
+pub mod sign_in_answer {
+    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
+    pub enum Outcome {
+        /// SignInBegin's answer.
+        #[prost(message, tag = "2")]
+        Started(super::SignInStarted),
+        /// SignInExchange's answer.
+        #[prost(message, tag = "3")]
+        SignedIn(super::SignInCredential),
+        /// Why either failed, in words (sanitized).
+        #[prost(string, tag = "4")]
+        Error(::prost::alloc::string::String),
+    }
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StoredSignIn {
+    /// The MCP server's name as the agent reports it.
+    #[prost(string, tag = "1")]
+    pub server: ::prost::alloc::string::String,
+    /// Absent: forget the server's credential.
+    #[prost(message, optional, tag = "2")]
+    pub credential: ::core::option::Option<SignInCredential>,
 }
 /// Generated client implementations.
 #[cfg(feature = "grpc")]

@@ -170,9 +170,55 @@ pub struct ServerSignIn {
     /// Whether the server asks for a sign-in.
     pub sign_in: SignInState,
     /// For `needs_authorization`: what the server answered, in words (sanitized by the
-    /// agent).
+    /// agent); for `failed`: why the last sign-in failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// For `signed_in`: the sign-in, never a token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signed_in: Option<SignedInBody>,
+}
+
+/// Who signed a server in, as what, and until when; never a token.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignedInBody {
+    /// The account the token response named, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// The scopes granted.
+    pub scopes: Vec<String>,
+    /// When the access token expires (RFC 3339), if the server said; the agent refreshes
+    /// it before then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// When the person signed in (RFC 3339).
+    pub signed_in_at: String,
+    /// Who started the sign-in: `api_token`, or `page` (a chat's page).
+    pub signed_in_via: String,
+    /// For `page`: the chat whose page it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = Uuid)]
+    pub signed_in_chat_id: Option<String>,
+}
+
+impl SignedInBody {
+    fn of(summary: &ctxsync_persistence::CredentialSummary) -> Self {
+        let (via, chat) = match summary.signed_in_via.strip_prefix("chat:") {
+            Some(chat) => ("page", Some(chat.to_owned())),
+            None => (summary.signed_in_via.as_str(), None),
+        };
+        Self {
+            account: summary.account.clone(),
+            scopes: summary
+                .scopes
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
+            expires_at: summary.access_expires_at.map(|at| at.to_rfc3339()),
+            signed_in_at: summary.signed_in_at.to_rfc3339(),
+            signed_in_via: via.to_owned(),
+            signed_in_chat_id: chat,
+        }
+    }
 }
 
 /// A server's sign-in state.
@@ -184,27 +230,40 @@ pub enum SignInState {
     /// The server refused the agent for want of a sign-in (HTTP 401, or 403
     /// `insufficient_scope`): it has no tools until a person signs in.
     NeedsAuthorization,
+    /// A person signed in; the agent connects with the credential.
+    SignedIn,
+    /// The last sign-in failed (`reason` says why), and the server still needs one.
+    Failed,
 }
 
 impl AgentServersBody {
-    /// The servers of `view`, the projection of `agent`'s stored snapshot.
-    pub fn of(agent: AgentId, view: &ctxsync_chat_projection::View) -> Self {
+    /// The servers of `view`, the projection of `agent`'s stored snapshot, with the
+    /// credentials the store keeps for the agent and its servers' failed sign-ins.
+    pub fn of(
+        agent: AgentId,
+        view: &ctxsync_chat_projection::View,
+        credentials: &[ctxsync_persistence::CredentialSummary],
+        failures: &[(String, String)],
+    ) -> Self {
         let servers = view
             .servers()
             .iter()
             .map(|server| {
-                let sign_in = if server.needs_authorization {
-                    SignInState::NeedsAuthorization
-                } else {
-                    SignInState::None
+                let credential = credentials.iter().find(|c| c.server_name == server.name);
+                let failure = failures.iter().find(|(name, _)| *name == server.name);
+                let (sign_in, reason) = match (server.needs_authorization, credential, failure) {
+                    (true, _, Some((_, why))) => (SignInState::Failed, Some(why.clone())),
+                    (true, _, None) => (SignInState::NeedsAuthorization, server.diagnostic.clone()),
+                    (false, Some(_), _) => (SignInState::SignedIn, None),
+                    (false, None, _) => (SignInState::None, None),
                 };
                 ServerSignIn {
                     name: server.name.clone(),
                     sign_in,
-                    reason: server
-                        .diagnostic
-                        .clone()
-                        .filter(|_| sign_in == SignInState::NeedsAuthorization),
+                    reason,
+                    signed_in: credential
+                        .filter(|_| sign_in == SignInState::SignedIn)
+                        .map(SignedInBody::of),
                 }
             })
             .collect();
@@ -675,6 +734,8 @@ pub struct PageLink {
         super::handlers::rotate_agent_token,
         super::handlers::agent_context,
         super::handlers::agent_mcp_servers,
+        super::sign_in::start,
+        super::sign_in::forget,
         super::handlers::create_chat,
         super::handlers::get_chat,
         super::handlers::rebind_chat,

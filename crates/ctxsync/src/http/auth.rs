@@ -17,6 +17,8 @@ pub(super) const SESSION_COOKIE: &str = "ctxsync_session";
 /// The session cookie's name over TLS: the `__Host-` prefix makes the browser refuse it
 /// unless it is `Secure`, `Path=/` and has no `Domain`, so no other host can set it.
 pub(super) const SECURE_SESSION_COOKIE: &str = "__Host-ctxsync_session";
+/// The cookie binding a page's sign-in to its browser (see [`Auth::sign_in_cookie`]).
+const SIGN_IN_COOKIE: &str = "ctxsync_sign_in";
 /// How long a printed page link stays usable.
 const LINK_TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
 /// How long a browser session lasts.
@@ -96,14 +98,10 @@ impl Auth {
                 },
             );
         }
-        // Browsers send every cookie of the host, including those of other servers on
-        // other ports under the same name: the first live session wins.
-        for session in cookies(headers, self.cookie_name()).take(MAX_SESSION_COOKIES) {
-            if let Some(chat) = self.session_chat(session).await? {
-                return Ok(Caller::Page(chat));
-            }
-        }
-        Ok(Caller::Anonymous)
+        Ok(match self.page_session(headers).await? {
+            Some(chat) => Caller::Page(chat),
+            None => Caller::Anonymous,
+        })
     }
 
     /// Mints a one-time token for a link to `chat`'s page. [`StoreError::LimitReached`]
@@ -128,6 +126,36 @@ impl Auth {
         self.store
             .exchange_page_link(chat, token, SESSION_TTL)
             .await
+    }
+
+    /// The `Set-Cookie` value binding a sign-in a page started to this browser: sent back
+    /// on the authorization server's redirect to the callback (`SameSite=Lax`, which a
+    /// top-level navigation from another site carries; the page's own session cookie is
+    /// `Strict` and would not be), for the callback only, for the state's 10 minutes.
+    pub fn sign_in_cookie(&self, binding: &str) -> String {
+        let secure = if self.secure_cookies { "; Secure" } else { "" };
+        format!(
+            "{SIGN_IN_COOKIE}={binding}; HttpOnly; SameSite=Lax; Path=/oauth/callback; Max-Age=600{secure}"
+        )
+    }
+
+    /// The sign-in bindings the request carries (at most a few).
+    pub fn sign_in_bindings<'a>(&self, headers: &'a HeaderMap) -> Vec<&'a str> {
+        cookies(headers, SIGN_IN_COOKIE)
+            .take(MAX_SESSION_COOKIES)
+            .collect()
+    }
+
+    /// The chat of the page session the request's cookie names, if one is live. Browsers
+    /// send every cookie of the host, including those of other servers on other ports
+    /// under the same name: the first live session wins.
+    pub async fn page_session(&self, headers: &HeaderMap) -> Result<Option<ChatId>, StoreError> {
+        for session in cookies(headers, self.cookie_name()).take(MAX_SESSION_COOKIES) {
+            if let Some(chat) = self.session_chat(session).await? {
+                return Ok(Some(chat));
+            }
+        }
+        Ok(None)
     }
 
     /// The chat a live session is bound to.

@@ -200,7 +200,7 @@ pub(super) async fn agent_context(
 
 /// The agent `raw` names, its stored rows and the projection's view of them (one read);
 /// 400 for an id that is no UUID, 404 for an unknown agent.
-async fn agent_and_view(
+pub(super) async fn agent_and_view(
     state: &AppState,
     raw: &str,
 ) -> Result<(AgentId, AgentContext, ctxsync_chat_projection::View), ApiError> {
@@ -225,7 +225,15 @@ pub(super) async fn agent_mcp_servers(
     Path(raw): Path<String>,
 ) -> ApiResult {
     let (agent, _, view) = agent_and_view(&state, &raw).await?;
-    Ok(Json(AgentServersBody::of(agent, &view)).into_response())
+    let credentials = state.store.credential_summaries(agent).await?;
+    let failures: Vec<(String, String)> = state
+        .store
+        .latest_sign_in_failures(agent)
+        .await?
+        .into_iter()
+        .map(|(server, error, _)| (server, error))
+        .collect();
+    Ok(Json(AgentServersBody::of(agent, &view, &credentials, &failures)).into_response())
 }
 
 #[utoipa::path(post, path = "/api/chats", tag = "chats", request_body = CreateChat,

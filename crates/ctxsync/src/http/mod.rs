@@ -8,6 +8,7 @@ pub mod bounds;
 mod handlers;
 mod metrics;
 mod page;
+pub(crate) mod sign_in;
 pub mod tool_call;
 
 use std::sync::Arc;
@@ -115,6 +116,14 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(handlers::healthz))
         .route(api::OPENAPI_PATH, get(handlers::openapi_json))
+        // Sign-in checks its own callers (the API token, or a page session of a chat of
+        // that agent); the callback is the person's browser coming back, with no credential.
+        .route(
+            "/api/agents/{id}/mcp-servers/{name}/authorization",
+            post(sign_in::start).delete(sign_in::forget),
+        )
+        .route(sign_in::CALLBACK_PATH, get(sign_in::callback))
+        .route(sign_in::CLIENT_METADATA_PATH, get(sign_in::client_metadata))
         // The page authenticates itself: a one-time link token becomes a session cookie.
         .route("/chats/{id}", get(page::page))
         .route("/chats/{id}/session", post(page::exchange))

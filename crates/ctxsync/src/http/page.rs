@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use ctxsync_chat_projection::store::load_chat;
 use ctxsync_context_ui::{
-    PAGE_SCRIPT, PAGE_STYLE, PageShell, build_chat_panel, escape, render_page_with_calls,
+    PAGE_SCRIPT, PAGE_STYLE, PageAgent, PageShell, build_chat_panel, escape, render_page_with_calls,
 };
 use ctxsync_persistence::ChatId;
 use serde::Deserialize;
@@ -138,9 +138,9 @@ pub(super) async fn page(
         Err(e) => return ApiError::from(e).into_response(),
     };
     // The header's agent name: read once per page load (the panel below it updates live).
-    let agent_name = match loaded.chat.agent_id {
+    let agent = match loaded.chat.agent_id {
         Some(agent) => match state.store.get_agent(agent).await {
-            Ok(record) => record.map(|a| a.name),
+            Ok(record) => record.map(|a| (agent.to_string(), a.name)),
             Err(e) => return ApiError::from(e).into_response(),
         },
         None => None,
@@ -152,12 +152,8 @@ pub(super) async fn page(
         Err(e) => return ApiError::from(e).into_response(),
     };
     let panel = build_chat_panel(&chat.to_string(), &loaded.context, &loaded.binding);
-    Html(render_page_with_calls(
-        &panel,
-        agent_name.as_deref(),
-        &calls,
-    ))
-    .into_response()
+    let agent = agent.as_ref().map(|(id, name)| PageAgent { id, name });
+    Html(render_page_with_calls(&panel, agent, &calls)).into_response()
 }
 
 /// `POST /chats/{id}/session` (the link page's form, `token=…`): uses the token up, starts

@@ -11,5 +11,6 @@ mod hostile_input;
 mod hostile_traffic;
 mod liveness;
 mod quick_tour;
+mod sign_in;
 mod tls;
 mod tool_calls;

@@ -1,16 +1,11 @@
-//! The agent's side of signing in to an HTTP MCP server (OAuth 2.1, through rmcp's `auth`
-//! feature): today the client-credentials grant of an entry's `oauth` block, which needs no
-//! person. The metadata, the token request and the token itself stay on the agent's network
-//! and in its memory; nothing is written to disk.
-//!
-//! Must never: put a secret or token into a sentence (the engine sanitizes with the
-//! entry's secrets, which include the client secret), or follow metadata to a link-local
-//! or reserved address (rmcp refuses those).
+//! The client-credentials grant of an entry's `oauth` block (the MCP client-credentials
+//! extension): a token on every connect with the client's id and secret, no person
+//! involved; kept in memory only.
 
 use rmcp::transport::auth::{AuthError, AuthorizationManager, ClientCredentialsConfig};
 
+use super::in_words;
 use crate::config::PreregisteredClient;
-use crate::failure;
 
 /// An access token for the server at `url`, from its authorization server by the
 /// client-credentials grant with `client`'s id and secret; or why not, in words.
@@ -54,16 +49,4 @@ pub(crate) async fn client_credentials_token(
         .map_err(words)?;
     // The manager keeps the token it was given (in memory only) and hands it out.
     manager.get_access_token().await.map_err(words)
-}
-
-/// rmcp's error as a person reads it: its own sentence, and the innermost cause of a
-/// failed request (which says what the network did).
-fn in_words(error: &AuthError) -> String {
-    let mut text = error.to_string();
-    let cause = failure::innermost(error);
-    if !text.contains(&cause) {
-        text.push_str(": ");
-        text.push_str(&cause);
-    }
-    text
 }

@@ -1,0 +1,309 @@
+//! A person's sign-in end to end (issue 50): a real `ctxsync server` with a secrets key
+//! file, a real `ctxsync agent`, and the fixture as a remote MCP server behind its own
+//! OAuth authorization server; the test plays the person's browser (it follows the
+//! authorization URL's redirect to the server's callback).
+
+use std::time::{Duration, Instant};
+
+use ctxsync_mcp_fixture::{FixtureConfig, HttpFixture, OAuthConfig, serve_http};
+use ctxsync_persistence::AgentId;
+use ctxsync_persistence::test_support::TestStore;
+use ctxsync_protocol::{ResourceBody, ResourceStatus};
+use serde_json::Value;
+
+use crate::processes::{
+    AgentProcess, Logs, ServerProcess, TestBackend, WAIT, Workspace, database, poll,
+    wait_for_context,
+};
+
+const API_TOKEN: &str = "sign-in-e2e-api-token-0123456789abcdef";
+/// The remote server's name in the workspace.
+const REMOTE: &str = "remote";
+
+struct World {
+    store: TestStore,
+    logs: Logs,
+    server: ServerProcess,
+    agent: AgentProcess,
+    agent_id: AgentId,
+    token: String,
+    workspace: Workspace,
+    fixture: HttpFixture,
+    /// A browser: it does not follow redirects, so the test sees each hop.
+    browser: reqwest::Client,
+    _key_dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn start(backend: TestBackend, oauth: OAuthConfig) -> Option<Self> {
+        let store = database(backend).await?;
+        let agent = store.create_agent("remote-box").await.unwrap();
+        let token = agent.token.expose().to_owned();
+        let logs = Logs::new();
+        let key_dir = tempfile::tempdir().unwrap();
+        let key = key_dir.path().join("secrets.key");
+        write_key(&key);
+        let server = ServerProcess::start_with(
+            &store,
+            &logs,
+            &[
+                "--api-token",
+                API_TOKEN,
+                "--secrets-key-file",
+                key.to_str().unwrap(),
+            ],
+        )
+        .await;
+        let fixture = serve_http(FixtureConfig::new().http().oauth(oauth))
+            .await
+            .expect("the OAuth fixture starts");
+        let workspace = Workspace::new();
+        workspace.write(
+            ".mcp.json",
+            serde_json::json!({"mcpServers": {REMOTE: {"type": "http", "url": fixture.url()}}})
+                .to_string(),
+        );
+        let agent_process = AgentProcess::start(
+            &logs,
+            "agent",
+            &server.url(),
+            &workspace.path(),
+            &token,
+            &[],
+        );
+        let world = Self {
+            store,
+            logs,
+            server,
+            agent: agent_process,
+            agent_id: agent.id,
+            token,
+            workspace,
+            fixture,
+            browser: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+            _key_dir: key_dir,
+        };
+        world
+            .wait_for_remote(ResourceStatus::NeedsAuthorization)
+            .await;
+        Some(world)
+    }
+
+    fn api(&self, path: &str) -> String {
+        format!("{}{path}", self.server.http_url())
+    }
+
+    fn authorization_path(&self) -> String {
+        format!(
+            "/api/agents/{}/mcp-servers/{REMOTE}/authorization",
+            self.agent_id
+        )
+    }
+
+    /// The agent's servers as `GET …/mcp-servers` lists them.
+    async fn servers(&self) -> Value {
+        let path = format!("/api/agents/{}/mcp-servers", self.agent_id);
+        let response = self
+            .browser
+            .get(self.api(&path))
+            .bearer_auth(API_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        body["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == REMOTE)
+            .cloned()
+            .expect("the remote server is listed")
+    }
+
+    /// Starts a sign-in with the API token: the authorization URL.
+    async fn start_sign_in(&self) -> String {
+        let response = self
+            .browser
+            .post(self.api(&self.authorization_path()))
+            .bearer_auth(API_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, 200, "{body}\n{}", self.logs.read("agent"));
+        assert!(body["expires_at"].is_string(), "{body}");
+        body["authorization_url"].as_str().unwrap().to_owned()
+    }
+
+    /// The person's browser at the authorization server: where it is sent back to.
+    async fn authorize(&self, authorization_url: &str) -> String {
+        let response = self.browser.get(authorization_url).send().await.unwrap();
+        assert_eq!(response.status(), 302, "{}", response.text().await.unwrap());
+        response.headers()["location"].to_str().unwrap().to_owned()
+    }
+
+    /// The browser at the server's callback: its status and page.
+    async fn come_back(&self, callback: &str) -> (u16, String) {
+        let response = self.browser.get(callback).send().await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    /// Waits until the stored snapshot of the agent's current run shows the remote
+    /// server with `status`.
+    async fn wait_for_remote(&self, status: ResourceStatus) {
+        wait_for_context(
+            &self.store,
+            self.agent_id,
+            &self.logs,
+            "the remote server's state",
+            |context| {
+                let current = context
+                    .snapshot
+                    .as_ref()
+                    .is_some_and(|s| s.agent_run_id == context.agent.agent_run_id);
+                current
+                    && context.resources.iter().any(|r| {
+                        matches!(&r.body, ResourceBody::McpServer(s) if s.server_name == REMOTE)
+                            && r.status == status
+                    })
+            },
+        )
+        .await;
+    }
+
+    /// Stops the agent and starts another process of it; returns once the new process
+    /// has registered (so the next wait sees its snapshots, not the old run's).
+    async fn restart_agent(&mut self) {
+        let old = self.run().await;
+        let status = self.agent.terminate().await;
+        assert!(status.success(), "{status:?}\n{}", self.logs.read("agent"));
+        self.agent = AgentProcess::start(
+            &self.logs,
+            "agent2",
+            &self.server.url(),
+            &self.workspace.path(),
+            &self.token,
+            &[],
+        );
+        wait_for_context(
+            &self.store,
+            self.agent_id,
+            &self.logs,
+            "the new agent process to register",
+            |context| context.agent.agent_run_id != old,
+        )
+        .await;
+    }
+
+    async fn run(&self) -> Option<ctxsync_protocol::RunId> {
+        self.store
+            .read_agent_context(self.agent_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .agent
+            .agent_run_id
+    }
+}
+
+/// 32 random bytes, raw, readable by the owner alone (as `head -c 32 /dev/urandom` makes).
+fn write_key(path: &std::path::Path) {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut key)
+        .unwrap();
+    std::fs::write(path, key).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_signs_in_and_the_agent_keeps_the_tools_across_restarts_sqlite() {
+    signs_in_and_keeps_the_tools(TestBackend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_signs_in_and_the_agent_keeps_the_tools_across_restarts_postgres() {
+    signs_in_and_keeps_the_tools(TestBackend::Postgres).await;
+}
+
+async fn signs_in_and_keeps_the_tools(backend: TestBackend) {
+    let Some(mut world) = World::start(backend, OAuthConfig::default()).await else {
+        return;
+    };
+    assert_eq!(world.servers().await["sign_in"], "needs_authorization");
+    let oauth = world.fixture.oauth().expect("the fixture speaks OAuth");
+
+    let url = world.start_sign_in().await;
+    let callback = world.authorize(&url).await;
+    assert!(
+        callback.starts_with(&world.api("/oauth/callback?")),
+        "{callback}"
+    );
+    let came_back = Instant::now();
+    let (status, page) = world.come_back(&callback).await;
+    assert_eq!(status, 200, "{page}\n{}", world.logs.read("agent"));
+    assert!(page.contains("Signed in to remote"), "{page}");
+    world.wait_for_remote(ResourceStatus::Ok).await;
+    eprintln!("callback to tools: {} ms", came_back.elapsed().as_millis());
+    let signed_in = world.servers().await;
+    assert_eq!(signed_in["sign_in"], "signed_in", "{signed_in}");
+    assert_eq!(signed_in["signed_in"]["signed_in_via"], "api_token");
+    assert!(
+        signed_in["signed_in"]["expires_at"].is_string(),
+        "{signed_in}"
+    );
+    assert_eq!(oauth.authorize_requests().len(), 1);
+
+    // The state is single-use: the same callback again stores nothing and says why.
+    let (status, page) = world.come_back(&callback).await;
+    assert_eq!(status, 400, "{page}");
+    assert!(page.contains("used already"), "{page}");
+    // A server that needs no sign-in now is a conflict.
+    let again = world
+        .browser
+        .post(world.api(&world.authorization_path()))
+        .bearer_auth(API_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409);
+
+    // A restarted agent gets its credential back over its stream: no person involved.
+    world.restart_agent().await;
+    world.wait_for_remote(ResourceStatus::Ok).await;
+    assert_eq!(oauth.authorize_requests().len(), 1);
+
+    // The authorization server stops taking the access token: the restarted agent's
+    // connect gets 401, refreshes, and connects.
+    oauth.expire_access_tokens();
+    world.restart_agent().await;
+    world.wait_for_remote(ResourceStatus::Ok).await;
+    let refreshes = oauth
+        .token_requests()
+        .iter()
+        .filter(|r| r.grant_type.as_deref() == Some("refresh_token") && r.error.is_none())
+        .count();
+    assert!(refreshes >= 1, "{:?}", oauth.token_requests());
+
+    // With the refresh token revoked too, the server needs a person again, and the
+    // credential is forgotten.
+    oauth.expire_access_tokens();
+    oauth.revoke_refresh_tokens();
+    world.restart_agent().await;
+    world
+        .wait_for_remote(ResourceStatus::NeedsAuthorization)
+        .await;
+    poll("the refused credential to be forgotten")
+        .within(WAIT)
+        .every(Duration::from_millis(50))
+        .until_true(|| async { world.servers().await["sign_in"] == "needs_authorization" })
+        .await;
+}
