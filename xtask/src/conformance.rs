@@ -21,11 +21,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-/// The client scenarios CI runs. The `auth/` ones other than client credentials have the
-/// conformance client sign in as a person would ([`client`]). Not listed yet, as ctxsync
-/// fails them: `auth/scope-step-up` (a call's 403 `insufficient_scope` does not ask for a
-/// sign-in with the wider scopes) and `auth/2025-03-26-oauth-metadata-backcompat` (the
-/// agent refuses the metadata's issuer, which is not the URL it was fetched from).
+/// The client scenarios CI runs: every client scenario of the suite's tier-1 auth list,
+/// its two 2025-03-26 back-compat ones and client credentials, beside the three core
+/// ones. The `auth/` ones other than client credentials have the conformance client sign
+/// in as a person would ([`client`]).
 pub(crate) const SCENARIOS: &[&str] = &[
     "initialize",
     "tools_call",
@@ -38,11 +37,13 @@ pub(crate) const SCENARIOS: &[&str] = &[
     "auth/scope-from-www-authenticate",
     "auth/scope-from-scopes-supported",
     "auth/scope-omitted-when-undefined",
+    "auth/scope-step-up",
     "auth/scope-retry-limit",
     "auth/token-endpoint-auth-basic",
     "auth/token-endpoint-auth-post",
     "auth/token-endpoint-auth-none",
     "auth/pre-registration",
+    "auth/2025-03-26-oauth-metadata-backcompat",
     "auth/2025-03-26-oauth-endpoint-fallback",
     "auth/client-credentials-basic",
 ];

@@ -112,8 +112,12 @@ pub(crate) enum EventKind {
     /// A re-list after `tools/list_changed` failed on a working connection: the previous
     /// list stands (sanitized, bounded).
     RelistFailed { warning: String },
-    /// A connected server went away (sanitized, bounded).
-    Lost { error: String },
+    /// A connected server went away (sanitized, bounded); one that refused a request for
+    /// want of credentials (a tool call's 403 `insufficient_scope`) says so in `refused`.
+    Lost {
+        error: String,
+        refused: Option<AccessRefused>,
+    },
     /// The sign-in this live connection sent was renewed or dropped: the server connects
     /// anew with what is held now.
     SignInChanged,
@@ -140,6 +144,8 @@ pub(crate) struct ConnectionTask {
     pub sign_ins: Arc<SignIns>,
     /// The held sign-in's access token this attempt sends, once chosen.
     pub bearer: std::sync::Mutex<Option<String>>,
+    /// An HTTP server's last refusal of a request for want of credentials.
+    pub refusals: crate::lifecycle::Refusals,
 }
 
 /// Receives `notifications/tools/list_changed` and the tool calls' progress for one
@@ -387,8 +393,14 @@ impl ConnectionTask {
             // A tool result too large for a message now costs only its call.
             stdout.tolerate_oversized();
         }
-        self.calls
-            .insert(self.id, session.peer().clone(), names, progress, stdout);
+        self.calls.insert(
+            self.id,
+            session.peer().clone(),
+            names,
+            progress,
+            stdout,
+            self.refusals.clone(),
+        );
         let modern = !session
             .peer()
             .peer_info()
@@ -419,10 +431,13 @@ impl ConnectionTask {
             tokio::select! {
                 () = self.cancel.cancelled() => break None,
                 status = exit_of(&mut process) => {
-                    break Some(exited(&status, process.as_mut()).await);
+                    break Some((exited(&status, process.as_mut()).await, None));
                 }
                 _ = &mut closed => {
                     session_ended = true;
+                    if let Some(refused) = self.refused_request() {
+                        break Some(refused);
+                    }
                     let message = match process.as_mut() {
                         Some(child) if child.sent_oversized_message() => oversized(child),
                         Some(child) => match tokio::time::timeout(EXIT_STATUS_GRACE, child.wait()).await {
@@ -431,7 +446,7 @@ impl ConnectionTask {
                         },
                         None => "the server closed the connection".to_owned(),
                     };
-                    break Some(message);
+                    break Some((message, None));
                 }
                 changed = next_tools_change(&mut listening) => {
                     if !changed {
@@ -449,6 +464,13 @@ impl ConnectionTask {
                 () = sleep_until_some(refresh_at) => {
                     refresh_at = self.relist(&peer, "the tool list's ttlMs expired").await;
                 }
+                // A request refused for want of credentials (a call's 403
+                // `insufficient_scope`): the server waits for a person's sign-in.
+                () = self.refusals.noticed() => {
+                    if let Some(refused) = self.refused_request() {
+                        break Some(refused);
+                    }
+                }
                 () = sleep_until_some(renew_at) => tokio::select! {
                     () = self.cancel.cancelled() => break None,
                     at = self.renew() => renew_at = at,
@@ -464,10 +486,35 @@ impl ConnectionTask {
             // Let rmcp finish its close (e.g. an HTTP session DELETE), briefly.
             let _ = tokio::time::timeout(CLOSE_GRACE, &mut closed).await;
         }
-        if let Some(error) = lost {
+        if let Some((error, refused)) = lost {
             let error = self.sanitize(&error);
-            self.send(EventKind::Lost { error });
+            self.send(EventKind::Lost { error, refused });
         }
+    }
+
+    /// Why an HTTP connection ended when the server refused a request for want of
+    /// credentials: a tool call needing a scope the sign-in did not grant (the refusal: a
+    /// person must sign in again), or a token no longer taken (none: the reconnect renews
+    /// it).
+    fn refused_request(&self) -> Option<(String, Option<AccessRefused>)> {
+        let refused = self.refusals.last().filter(AccessRefused::needs_sign_in)?;
+        let server = match &self.entry.transport {
+            TransportConfig::Http { url, .. } => format!("the server at {url}"),
+            TransportConfig::Stdio { .. } => "the server".to_owned(),
+        };
+        let words = match &refused {
+            AccessRefused::Forbidden { .. } => format!(
+                "{server} refused a request for want of a scope the sign-in did not grant (403 insufficient_scope): a person must sign in again (from the chat's page, or POST /api/agents/{{id}}/mcp-servers/{{name}}/authorization)"
+            ),
+            // The reconnect renews the sign-in (or finds that a person must sign in).
+            AccessRefused::Unauthorized { .. } => {
+                return Some((
+                    format!("{server} stopped accepting the sign-in (401 Unauthorized)"),
+                    None,
+                ));
+            }
+        };
+        Some((words, Some(refused)))
     }
 
     /// Tells the engine why the attempt failed (nothing when it was cancelled).
@@ -678,8 +725,9 @@ impl ConnectionTask {
                     ),
                     None => StreamableHttpClientTransport::from_config(config),
                 };
-                let transport =
-                    ProbeDeadline::new(transport, probe_timeout, watch.clone()).holding_fallback();
+                let transport = ProbeDeadline::new(transport, probe_timeout, watch.clone())
+                    .holding_fallback()
+                    .recording_refusals(self.refusals.clone());
                 client.serve_with_lifecycle(transport, mode).await
             }
         };

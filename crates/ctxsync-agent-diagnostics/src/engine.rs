@@ -868,6 +868,7 @@ impl Actor {
             calls: self.calls.clone(),
             sign_ins: self.sign_ins.clone(),
             bearer: Mutex::default(),
+            refusals: crate::lifecycle::Refusals::default(),
         };
         let join = tokio::spawn(task.run());
         self.task_names.insert(id, name.to_owned());
@@ -962,7 +963,7 @@ impl Actor {
                     self.publish();
                 }
             }
-            EventKind::Lost { error } => {
+            EventKind::Lost { error, refused } => {
                 if slot.live.as_ref().is_some_and(|l| l.task.id == event.id) {
                     let live = slot.live.take().expect("checked");
                     self.task_names.remove(&event.id);
@@ -974,7 +975,13 @@ impl Actor {
                         // now, not the one this connection was made with.
                         let entry = live.retained.map_or(live.entry, |(current, _)| current);
                         slot.failed = Some((entry, error));
-                        schedule_retry(slot, &self.config.retry);
+                        if refused.is_some() {
+                            // Reconnecting would list tools a call cannot use: the server
+                            // waits for a person's sign-in, which reconnects it.
+                            slot.refused = refused;
+                        } else {
+                            schedule_retry(slot, &self.config.retry);
+                        }
                     }
                     self.closing.push(live.task.join);
                     self.publish();

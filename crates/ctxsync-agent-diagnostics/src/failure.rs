@@ -231,6 +231,17 @@ pub(crate) fn innermost(error: &(dyn Error + 'static)) -> String {
     current.to_string()
 }
 
+/// The refusal for want of credentials (HTTP 401, or 403 with a challenge) somewhere in
+/// `error`'s chain, if any.
+pub(crate) fn refusal_in(error: &(dyn Error + 'static)) -> Option<AccessRefused> {
+    let error = find::<HttpError>(error)?;
+    let place = Place::Http {
+        url: "",
+        own_credentials: false,
+    };
+    http_error(error, place).1
+}
+
 fn http_error(error: &HttpError, place: Place<'_>) -> (String, Option<AccessRefused>) {
     let server = &place.server();
     let unauthorized = |challenge: Option<String>| {

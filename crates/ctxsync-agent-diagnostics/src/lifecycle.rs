@@ -252,6 +252,41 @@ pub(crate) struct ProbeDeadline<T> {
     /// The replaced fallback was never sent, so `notifications/initialized` is not either.
     skip_initialized: bool,
     watch: ProbeWatch,
+    /// Where an HTTP server's refusal of a request for want of credentials goes (a 403
+    /// `insufficient_scope` to a tool call ends the connection; only this says why).
+    refusals: Option<Refusals>,
+}
+
+/// The last refusal for want of credentials a connection's requests met, and a wake-up
+/// for the connection's task when one comes (rmcp's HTTP transport fails that request
+/// alone and keeps the connection).
+pub(crate) type Refusals = Arc<RefusalCell>;
+
+/// See [`Refusals`].
+#[derive(Debug, Default)]
+pub(crate) struct RefusalCell {
+    refused: Mutex<Option<crate::failure::AccessRefused>>,
+    noticed: tokio::sync::Notify,
+}
+
+impl RefusalCell {
+    fn record(&self, refused: crate::failure::AccessRefused) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(refused);
+        self.noticed.notify_one();
+    }
+
+    /// The last refusal, if any.
+    pub(crate) fn last(&self) -> Option<crate::failure::AccessRefused> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Resolves when a refusal is recorded (at once for one recorded before the wait).
+    pub(crate) async fn noticed(&self) {
+        self.noticed.notified().await;
+    }
 }
 
 impl<T> ProbeDeadline<T> {
@@ -271,7 +306,14 @@ impl<T> ProbeDeadline<T> {
             replaced: None,
             skip_initialized: false,
             watch,
+            refusals: None,
         }
+    }
+
+    /// Keeps in `refusals` a send the server refused for want of credentials.
+    pub(crate) fn recording_refusals(mut self, refusals: Refusals) -> Self {
+        self.refusals = Some(refusals);
+        self
     }
 
     /// Starts the probe's clock only once the server has read the probe from `stdin` (a
@@ -451,11 +493,18 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for ProbeDeadline<T> {
             item = None;
         }
         let send = item.map(|item| self.inner.send(item));
+        let refusals = self.refusals.clone();
         async move {
-            match send {
+            let sent = match send {
                 Some(send) => send.await,
                 None => Ok(()),
+            };
+            if let (Err(error), Some(refusals)) = (&sent, refusals)
+                && let Some(refused) = crate::failure::refusal_in(error)
+            {
+                refusals.record(refused);
             }
+            sent
         }
     }
 

@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    failure::AccessRefused,
     line_limit::{MAX_MESSAGE_BYTES, StdoutWatch},
     sanitize::{SecretSet, redact, sanitize_diagnostic},
 };
@@ -52,6 +53,8 @@ const REDACTION_MARGIN: usize = 256 * 1024;
 const CUT_MARKER: &str = "\n... [truncated]";
 /// The error text of a call whose connection closed under it.
 const CLOSED: &str = "the MCP server's connection closed during the call";
+/// A call an HTTP server refused for want of a scope (it ends the connection).
+const REFUSED_FOR_SCOPE: &str = "the MCP server refused the call for want of a scope the sign-in did not grant (403 insufficient_scope): a person must sign in again, then call it again";
 
 /// Calls tools on the engine's connected servers. Cheap to clone; lives as long as any
 /// clone, but calls only servers the engine holds connected.
@@ -129,7 +132,13 @@ impl ToolCaller {
                 return CallEnd::bare(CallStatus::TimedOut);
             }
         };
+        let refused = || target.refusals.last().filter(AccessRefused::needs_sign_in);
         match response {
+            Err(_) | Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)))
+                if refused().is_some() =>
+            {
+                CallEnd::error(0, REFUSED_FOR_SCOPE)
+            }
             Err(_) => CallEnd::error(0, CLOSED),
             Ok(Err(error)) => service_error(&error, &secrets),
             Ok(Ok(result)) => finish(result, spec.max_result_bytes, &secrets),
@@ -230,6 +239,9 @@ struct Target {
     routes: Arc<ProgressRoutes>,
     /// A stdio server's stdout, which notes the messages dropped for their size.
     stdout: Option<Arc<StdoutWatch>>,
+    /// An HTTP server's refusal of a request for want of credentials, which ends the
+    /// connection: why a call that saw it close failed.
+    refusals: crate::lifecycle::Refusals,
 }
 
 #[derive(Default)]
@@ -276,12 +288,14 @@ impl CallTargets {
         tools: impl IntoIterator<Item = String>,
         routes: Arc<ProgressRoutes>,
         stdout: Option<Arc<StdoutWatch>>,
+        refusals: crate::lifecycle::Refusals,
     ) {
         let target = Target {
             peer,
             tools: Arc::new(tools.into_iter().collect()),
             routes,
             stdout,
+            refusals,
         };
         self.lock().by_task.insert(task, target);
     }

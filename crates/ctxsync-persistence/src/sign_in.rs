@@ -13,9 +13,14 @@
 //! [`MAX_SIGN_INS_PER_WINDOW`] within [`SIGN_IN_RATE_WINDOW`], and its rows expired for
 //! an hour are deleted when it is asked for the next.
 //!
+//! An agent's requests are counted under a lock on its row in a READ COMMITTED
+//! transaction ([`committed_write`]), so a burst of them from several replicas waits in
+//! turn rather than failing to serialize; every other step is one compare-and-set.
+//!
 //! Must never: keep a secret once the sign-in ended (a `failed` or `signed_in` row has no
-//! sealed blob, as the table's CHECK says); store the state, the code, the pending state
-//! or a browser binding in plaintext; accept a state twice.
+//! sealed blob, as the table's CHECKs say); keep the authorization URL, which carries the
+//! state, past `started`; store the state, the code, the pending state or a browser
+//! binding in plaintext otherwise; accept a state twice.
 
 mod callback;
 mod records;
@@ -35,7 +40,6 @@ pub use records::{
 use secret::{Kept, hash_hex, open_kept, seal_kept, sealed_of};
 
 use crate::credentials::seal::Sealed;
-
 use crate::credentials::{
     Keyring, McpCredential, check_credential, check_len, seal_credential, upsert_credential,
 };
@@ -78,11 +82,11 @@ const MAX_ERROR_BYTES: usize = 2048;
 /// Agents per look-up statement: far below either backend's bind limit.
 const AGENTS_PER_STATEMENT: usize = 500;
 
-const ASKING: &str = "asking";
-const STARTED: &str = "started";
-const EXCHANGING: &str = "exchanging";
-const SIGNED_IN: &str = "signed_in";
-const FAILED: &str = "failed";
+const ASKING: &str = SignInStage::Asking.as_str();
+const STARTED: &str = SignInStage::Started.as_str();
+const EXCHANGING: &str = SignInStage::Exchanging.as_str();
+const SIGNED_IN: &str = SignInStage::SignedIn.as_str();
+const FAILED: &str = SignInStage::Failed.as_str();
 
 /// A constant [`Duration`] as chrono's.
 fn delta(duration: Duration) -> TimeDelta {

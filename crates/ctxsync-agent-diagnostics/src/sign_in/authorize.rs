@@ -109,12 +109,21 @@ pub(crate) async fn begin(
     let mut manager = AuthorizationManager::new_allowing_private_addresses(url)
         .await
         .map_err(words)?;
-    let resolution = manager
+    let metadata = match manager
         .resolve_metadata_from_challenge(target.challenge.as_deref())
         .await
-        .map_err(words)?;
-    let metadata = resolution.metadata.clone();
-    manager.set_metadata(resolution.metadata);
+    {
+        Ok(resolution) => resolution.metadata,
+        Err(AuthError::AuthorizationServerMismatch {
+            expected_issuer, ..
+        }) if expected_issuer.trim_end_matches('/') == origin(url) => {
+            march_2025_metadata(url).await.map_err(|error| {
+                format!("starting a sign-in to the server at {url} failed: {error}")
+            })?
+        }
+        Err(error) => return Err(words(error)),
+    };
+    manager.set_metadata(metadata.clone());
     let states = InMemoryStateStore::new();
     manager.set_state_store(states.clone());
     let scopes = match preregistered.filter(|client| !client.scopes.is_empty()) {
@@ -287,6 +296,56 @@ async fn exchange(
             scopes: &pending.state.requested_scopes,
         },
     )
+}
+
+/// Longest authorization server metadata document read.
+const MAX_METADATA_BYTES: usize = 256 * 1024;
+/// How long fetching that document may take.
+const METADATA_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The 2025-03-26 layout: a server without protected-resource metadata whose own origin
+/// serves the authorization server's metadata, naming an issuer of another path (that
+/// revision had no issuer rule; RFC 8414's is for metadata a resource pointed to). rmcp
+/// refuses the mismatch, so the document is read here, from the server's origin only.
+async fn march_2025_metadata(url: &str) -> Result<AuthorizationMetadata, String> {
+    let document = format!("{}/.well-known/oauth-authorization-server", origin(url));
+    let client = reqwest::Client::builder()
+        .timeout(METADATA_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|_| "no HTTP client could be made".to_owned())?;
+    let mut response = client
+        .get(&document)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(|error| {
+            format!(
+                "reading {document} failed: {}",
+                crate::failure::innermost(&error)
+            )
+        })?;
+    if !response.status().is_success() {
+        return Err(format!("{document} answered {}", response.status()));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|error| {
+        format!(
+            "reading {document} failed: {}",
+            crate::failure::innermost(&error)
+        )
+    })? {
+        if body.len() + chunk.len() > MAX_METADATA_BYTES {
+            return Err(format!(
+                "{document} is larger than {} KiB",
+                MAX_METADATA_BYTES / 1024
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    // rmcp checks the rest (PKCE S256 on offer) when the client is configured.
+    serde_json::from_slice(&body)
+        .map_err(|_| format!("{document} is not authorization server metadata (JSON)"))
 }
 
 /// Whether the authorization server takes a Client ID Metadata Document's URL as a client

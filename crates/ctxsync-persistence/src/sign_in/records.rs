@@ -55,7 +55,7 @@ pub enum SignInStage {
 
 impl SignInStage {
     /// The stored label.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Self::Asking => "asking",
             Self::Started => "started",

@@ -15,8 +15,8 @@ use ctxsync_persistence::test_support::TestStore;
 use ctxsync_persistence::{AgentContext, AgentId};
 use ctxsync_protocol::{DiscoveryPhase, ResourceStatus};
 use processes::{
-    AgentProcess, Logs, MCP_TIMEOUT_MS, ServerProcess, TestBackend, Workspace, ctxsync, database,
-    wait_for_context,
+    AgentProcess, Logs, MCP_TIMEOUT_MS, ServerProcess, TestBackend, Workspace, bytes_under,
+    contains, ctxsync, database, wait_for_context,
 };
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -271,24 +271,6 @@ fn assert_exercised(place: &str, text: &str) {
         text.contains(ORDINARY_LINE),
         "CI=true must leave \"true\" readable in {place}:\n{text}"
     );
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-/// Every file under `dir`, concatenated (the SQLite database, its WAL and journal).
-fn bytes_under(dir: &std::path::Path) -> Vec<u8> {
-    let mut all = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("the data dir").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            all.extend(bytes_under(&path));
-        } else if let Ok(bytes) = std::fs::read(&path) {
-            all.extend(bytes);
-        }
-    }
-    all
 }
 
 #[tokio::test]

@@ -12,8 +12,8 @@ use ctxsync_protocol::{ResourceBody, ResourceStatus};
 use serde_json::Value;
 
 use crate::processes::{
-    AgentProcess, Logs, ServerProcess, TestBackend, WAIT, Workspace, database, poll,
-    wait_for_context,
+    AgentProcess, Logs, ServerProcess, TestBackend, WAIT, Workspace, bytes_under, contains,
+    database, poll, wait_for_context,
 };
 
 const API_TOKEN: &str = "sign-in-e2e-api-token-0123456789abcdef";
@@ -200,6 +200,63 @@ impl World {
         .await;
     }
 
+    /// The fixture's tokens, codes and client secrets carry these prefixes: none may be
+    /// in the database's bytes, the logs or the API's answers.
+    async fn assert_no_secret_anywhere(&self) {
+        const SECRETS: [&str; 4] = ["fxat_", "fxrt_", "fxcode_", "fxsecret_"];
+        let database = match self.store.postgres_database() {
+            Some(database) => {
+                let dump = std::process::Command::new("pg_dump")
+                    .arg(database.url())
+                    .output()
+                    .expect("pg_dump runs (PostgreSQL's client tools are installed)");
+                assert!(dump.status.success(), "{dump:?}");
+                dump.stdout
+            }
+            None => bytes_under(self.store.sqlite_data_dir().expect("a SQLite data dir")),
+        };
+        assert!(
+            contains(&database, b"mcp_credentials"),
+            "the database's bytes were read"
+        );
+        let mut api = String::new();
+        for path in [
+            format!("/api/agents/{}/mcp-servers", self.agent_id),
+            format!("/api/agents/{}/context", self.agent_id),
+            "/api/agents".to_owned(),
+        ] {
+            let response = self
+                .browser
+                .get(self.api(&path))
+                .bearer_auth(API_TOKEN)
+                .send()
+                .await
+                .unwrap();
+            api.push_str(&response.text().await.unwrap());
+        }
+        let logs = format!(
+            "{}{}{}",
+            self.logs.read("server"),
+            self.logs.read("agent"),
+            self.logs.read("agent2")
+        );
+        for (place, text) in [
+            ("the database", database.as_slice()),
+            ("the API's answers", api.as_bytes()),
+            ("the logs", logs.as_bytes()),
+        ] {
+            for secret in SECRETS {
+                assert!(
+                    !contains(text, secret.as_bytes()),
+                    "{place} hold a {secret}… value"
+                );
+            }
+        }
+        // Exercised: the credential's row is there, sealed.
+        let servers = self.servers().await;
+        assert_eq!(servers["sign_in"], "signed_in", "{servers}");
+    }
+
     async fn run(&self) -> Option<ctxsync_protocol::RunId> {
         self.store
             .read_agent_context(self.agent_id)
@@ -261,6 +318,8 @@ async fn signs_in_and_keeps_the_tools(backend: TestBackend) {
         "{signed_in}"
     );
     assert_eq!(oauth.authorize_requests().len(), 1);
+
+    world.assert_no_secret_anywhere().await;
 
     // The state is single-use: the same callback again stores nothing and says why.
     let (status, page) = world.come_back(&callback).await;

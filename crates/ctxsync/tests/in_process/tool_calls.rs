@@ -704,7 +704,11 @@ async fn fake_agent(
                     // `unknown`) until the test is done with it.
                     return (seen, Some((tx, inbound)));
                 }
-                ServerCall::Heartbeat => {}
+                // No sign-in is asked of this agent; kept credentials are none here.
+                ServerCall::Heartbeat
+                | ServerCall::BeginSignIn(_)
+                | ServerCall::ExchangeSignIn(_)
+                | ServerCall::Credential(_) => {}
             }
         }
         (seen, None)

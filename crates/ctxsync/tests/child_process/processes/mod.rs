@@ -381,3 +381,22 @@ pub(crate) async fn wait_for_log(logs: &Logs, name: &str, needle: &str) -> Strin
         })
         .await
 }
+
+/// Whether `haystack` holds `needle` anywhere.
+pub(crate) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Every file under `dir`, concatenated (the SQLite database, its WAL and journal).
+pub(crate) fn bytes_under(dir: &Path) -> Vec<u8> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("the data dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            all.extend(bytes_under(&path));
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            all.extend(bytes);
+        }
+    }
+    all
+}
