@@ -34,7 +34,8 @@ impl fmt::Debug for SignInStart {
 }
 
 /// The tokens one sign-in gave for one HTTP MCP server, and the client they were issued
-/// to (a refresh needs it).
+/// to (a refresh needs it). On the agent's stream it travels as the generated
+/// `ctxsync_protocol::v1::SignInCredential`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SignInCredential {
     /// The MCP server's URL.

@@ -1,11 +1,17 @@
-//! The tool-call audit log (issue 37): one append-only row per call end, written in the
-//! transaction that stores the end, listed newest first and deleted only by age, so it
-//! outlives turn pruning and the deletion of the call's chat or agent (the rows keep
-//! their ids as plain values).
-//! The arguments appear only as their keyed digest (`deployment_secrets`).
+//! The audit log, one for every kind (issues 37 and 50): a table per kind, each row
+//! appended in the transaction that stores what it records, deleted only by age, so it
+//! outlives turn pruning and the deletion of its chat or agent (the rows keep their ids
+//! as plain values). Here the tool-call log — one row per call end, the arguments only as
+//! their keyed digest (`deployment_secrets`) — and what every kind shares: the page
+//! bounds, the cursor (a position in the newest-first order by time, then id) and
+//! pruning. The sign-in entries are [`sign_in`]'s; one listing of every kind is
+//! [`listing`]'s.
 //!
-//! Must never: hold a call's arguments or result (only the keyed digest and sizes), or
-//! tie a row to anything by a foreign key.
+//! Must never: hold a call's arguments or result (only the keyed digest and sizes), a
+//! token, code, state or verifier, or tie a row to anything by a foreign key.
+
+mod listing;
+pub(crate) mod sign_in;
 
 use std::fmt;
 use std::str::FromStr;
@@ -19,6 +25,9 @@ use diesel::prelude::*;
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use ctxsync_protocol::tool_call::ToolCallId;
+
+pub use listing::{AuditEntry, AuditKind, AuditLogPage, AuditLogQuery};
+pub use sign_in::{AuditVia, SignInAuditRecord, SignInAuditStatus};
 
 use crate::ids::{AgentId, ChatId, ToolCallKey, TurnId};
 use crate::model::stored_u64;
@@ -79,11 +88,11 @@ pub(crate) fn record_end(tx: &mut Tx<'_>, call: ToolCallId) -> Result<(), StoreE
 /// Which audit rows to list: every filter given must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AuditQuery {
-    /// Only calls that went to this agent.
+    /// Only calls that went to this agent (sign-ins: of its servers).
     pub agent: Option<AgentId>,
-    /// Only calls of this chat.
+    /// Only calls of this chat (sign-ins: asked for from its page).
     pub chat: Option<ChatId>,
-    /// Only calls that ended at or after this time.
+    /// Only calls that ended (entries recorded) at or after this time.
     pub since: Option<DateTime<Utc>>,
     /// Rows per page: 1..=[`MAX_AUDIT_PAGE`], default [`DEFAULT_AUDIT_PAGE`].
     pub limit: Option<u32>,
@@ -91,17 +100,18 @@ pub struct AuditQuery {
     pub cursor: Option<AuditCursor>,
 }
 
-/// Where a page of the audit log ended. Its text form is opaque: give back what a page
-/// answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where a page of the audit log ended: the last entry's time and id (a tool call's, or
+/// another entry's own), the log's newest-first order, which every kind shares. Its text
+/// form is opaque: give back what a page answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AuditCursor {
-    ended_at: DateTime<Utc>,
-    tool_call_id: ToolCallId,
+    at: DateTime<Utc>,
+    id: uuid::Uuid,
 }
 
 impl fmt::Display for AuditCursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = format!("{}/{}", self.ended_at.timestamp_micros(), self.tool_call_id);
+        let text = format!("{}/{}", self.at.timestamp_micros(), self.id.hyphenated());
         f.write_str(&URL_SAFE_NO_PAD.encode(text))
     }
 }
@@ -118,16 +128,13 @@ impl FromStr for AuditCursor {
         let decoded = URL_SAFE_NO_PAD.decode(text).map_err(|_| invalid())?;
         let decoded = String::from_utf8(decoded).map_err(|_| invalid())?;
         let (micros, id) = decoded.split_once('/').ok_or_else(invalid)?;
-        let ended_at = micros
+        let at = micros
             .parse::<i64>()
             .ok()
             .and_then(DateTime::from_timestamp_micros)
             .ok_or_else(invalid)?;
-        let tool_call_id = id.parse::<ToolCallId>().map_err(|_| invalid())?;
-        Ok(Self {
-            ended_at,
-            tool_call_id,
-        })
+        let id = uuid::Uuid::parse_str(id).map_err(|_| invalid())?;
+        Ok(Self { at, id })
     }
 }
 
@@ -210,6 +217,16 @@ fn truncated() -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
     diesel::dsl::sql::<diesel::sql_types::Bool>("tool_call_audit.truncated")
 }
 
+impl AuditRecord {
+    /// The row's place in the log's order.
+    fn position(&self) -> AuditCursor {
+        AuditCursor {
+            at: self.ended_at,
+            id: self.tool_call_id.as_uuid(),
+        }
+    }
+}
+
 impl AuditRow {
     fn into_record(self, truncated: bool) -> Result<AuditRecord, StoreError> {
         let id = ToolCallId::from(self.tool_call_id);
@@ -252,40 +269,77 @@ impl Store {
     /// A page of the audit log, newest first. [`StoreError::InvalidInput`] naming `limit`
     /// for a limit outside 1..=[`MAX_AUDIT_PAGE`].
     pub async fn list_tool_call_audit(&self, query: &AuditQuery) -> Result<AuditPage, StoreError> {
-        let limit = query.limit.unwrap_or(DEFAULT_AUDIT_PAGE);
-        if !(1..=MAX_AUDIT_PAGE).contains(&limit) {
-            return Err(StoreError::InvalidInput(format!(
-                "limit: {limit} is outside 1..={MAX_AUDIT_PAGE}"
-            )));
-        }
+        let limit = page_limit(query)?;
         let query = query.clone();
-        self.with_conn(move |conn, _| conn.single_statement(|tx| list(tx, &query, limit)))
-            .await
+        let rows = self
+            .with_conn(move |conn, _| {
+                conn.single_statement(|tx| tool_call_rows(tx, &query, fetch(limit)))
+            })
+            .await?;
+        let (rows, next_cursor) = paged(rows, limit, AuditRecord::position);
+        Ok(AuditPage { rows, next_cursor })
     }
 
-    /// Deletes the audit rows of calls that ended before `older_than`, a batch per
-    /// statement, and answers how many went.
+    /// Deletes the audit log's entries of every kind recorded before `older_than` (a
+    /// call's at its end), a batch per statement, and answers how many went.
     pub async fn prune_tool_call_audit(
         &self,
         older_than: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
         let mut pruned = 0;
-        loop {
-            let deleted = self
-                .with_conn(move |conn, _| conn.single_statement(|tx| prune_batch(tx, older_than)))
-                .await?;
-            pruned += deleted as u64;
-            if (deleted as i64) < PRUNE_BATCH {
-                return Ok(pruned);
+        for prune in [prune_batch, sign_in::prune_batch] {
+            loop {
+                let deleted = self
+                    .with_conn(move |conn, _| conn.single_statement(|tx| prune(tx, older_than)))
+                    .await?;
+                pruned += deleted as u64;
+                if (deleted as i64) < PRUNE_BATCH {
+                    break;
+                }
             }
         }
+        Ok(pruned)
     }
 }
 
-fn list(tx: &mut Tx<'_>, query: &AuditQuery, limit: u32) -> Result<AuditPage, StoreError> {
+/// The query's page size, checked: [`StoreError::InvalidInput`] naming `limit` outside
+/// 1..=[`MAX_AUDIT_PAGE`].
+fn page_limit(query: &AuditQuery) -> Result<u32, StoreError> {
+    let limit = query.limit.unwrap_or(DEFAULT_AUDIT_PAGE);
+    if !(1..=MAX_AUDIT_PAGE).contains(&limit) {
+        return Err(StoreError::InvalidInput(format!(
+            "limit: {limit} is outside 1..={MAX_AUDIT_PAGE}"
+        )));
+    }
+    Ok(limit)
+}
+
+/// Rows to read for a page of `limit`: one more than asked, which says whether a next
+/// page exists.
+fn fetch(limit: u32) -> i64 {
+    i64::from(limit) + 1
+}
+
+/// The first `limit` of `rows` (newest first, [`fetch`] of them at most), and the cursor
+/// after the last of them when more were read.
+fn paged<T>(
+    mut rows: Vec<T>,
+    limit: u32,
+    position: impl Fn(&T) -> AuditCursor,
+) -> (Vec<T>, Option<AuditCursor>) {
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next_cursor = more.then(|| rows.last().map(position)).flatten();
+    (rows, next_cursor)
+}
+
+/// Up to `fetch` tool-call rows `query` finds (its limit aside), newest first.
+fn tool_call_rows(
+    tx: &mut Tx<'_>,
+    query: &AuditQuery,
+    fetch: i64,
+) -> Result<Vec<AuditRecord>, StoreError> {
     use tool_call_audit::dsl as a;
-    // One more than asked: whether a next page exists.
-    let fetch = i64::from(limit) + 1;
     let rows: Vec<(AuditRow, bool)> = on_backend!(tx, |c| {
         let mut select = a::tool_call_audit
             .select((AuditRow::as_select(), truncated()))
@@ -301,27 +355,19 @@ fn list(tx: &mut Tx<'_>, query: &AuditQuery, limit: u32) -> Result<AuditPage, St
         if let Some(since) = query.since {
             select = select.filter(a::ended_at.ge(DbTime(since)));
         }
-        if let Some(cursor) = query.cursor {
-            let at = DbTime(cursor.ended_at);
+        if let Some(AuditCursor { at, id }) = query.cursor {
+            let (at, id) = (DbTime(at), ToolCallKey::from_uuid(id));
             select = select.filter(
-                a::ended_at.lt(at).or(a::ended_at
-                    .eq(at)
-                    .and(a::tool_call_id.lt(ToolCallKey::from(cursor.tool_call_id)))),
+                a::ended_at
+                    .lt(at)
+                    .or(a::ended_at.eq(at).and(a::tool_call_id.lt(id))),
             );
         }
         select.load(c)
     })?;
-    let more = rows.len() as i64 == fetch;
-    let rows = rows
-        .into_iter()
-        .take(limit as usize)
+    rows.into_iter()
         .map(|(row, truncated)| row.into_record(truncated))
-        .collect::<Result<Vec<_>, _>>()?;
-    let next_cursor = more.then(|| rows.last()).flatten().map(|last| AuditCursor {
-        ended_at: last.ended_at,
-        tool_call_id: last.tool_call_id,
-    });
-    Ok(AuditPage { rows, next_cursor })
+        .collect()
 }
 
 /// Deletes up to [`PRUNE_BATCH`] rows that ended before `older_than`, oldest first. The
@@ -346,8 +392,8 @@ mod tests {
     #[test]
     fn cursors_read_back_and_refuse_what_no_page_answered() {
         let cursor = AuditCursor {
-            ended_at: DateTime::from_timestamp_micros(1_780_000_000_123_456).unwrap(),
-            tool_call_id: ToolCallId::new_random(),
+            at: DateTime::from_timestamp_micros(1_780_000_000_123_456).unwrap(),
+            id: uuid::Uuid::new_v4(),
         };
         assert_eq!(cursor.to_string().parse::<AuditCursor>().unwrap(), cursor);
         let forged = URL_SAFE_NO_PAD.encode("12/not-a-uuid");

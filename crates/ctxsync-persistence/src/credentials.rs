@@ -43,6 +43,8 @@ pub use keys::{
 pub use records::{CredentialSecrets, CredentialSummary, McpCredential, OAuthClient, SecretString};
 use seal::{OpenError, Purpose, Sealed};
 
+use crate::audit::sign_in::SignInEvent;
+use crate::audit::{self, AuditVia, SignInAuditStatus};
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
 use crate::ids::AgentId;
@@ -58,6 +60,9 @@ const MAX_NAME_BYTES: usize = 1024;
 const MAX_SCOPES_BYTES: usize = 4096;
 /// Longest `signed_in_via`.
 const MAX_VIA_BYTES: usize = 128;
+/// Why the agent forgets a credential, as the audit log records it: the only reason it
+/// does.
+const REFUSED_REFRESH: &str = "the authorization server refused the refresh";
 /// Longest sealed secret, its 16-byte tag included (the columns' CHECK).
 pub(crate) const MAX_SEALED_BYTES: usize = 65536;
 /// Bytes the AEAD adds to a plaintext.
@@ -266,21 +271,45 @@ impl Store {
     }
 
     /// Deletes every credential `agent` holds for the server it names `server_name`,
-    /// whatever its URL or issuer (signing the server out); answers how many.
+    /// whatever its URL or issuer (signing the server out), and answers how many. When
+    /// there were any, the same transaction audits them `forgotten` as asked for `via`:
+    /// `api_token`, `chat:<chat id>` (that chat's page), or `agent` (the agent lost the
+    /// credential: the authorization server refused its refresh, the reason recorded).
+    /// [`StoreError::InvalidInput`] for another `via`, before any database work.
     pub async fn forget_server_credentials(
         &self,
         agent: AgentId,
         server_name: &str,
+        via: &str,
     ) -> Result<u64, StoreError> {
+        let asked_via = AuditVia::parse(via).ok_or_else(|| {
+            StoreError::InvalidInput(format!(
+                "via must be api_token, chat:<chat id> or agent, not {via:?}"
+            ))
+        })?;
+        let reason = (asked_via == AuditVia::Agent).then_some(REFUSED_REFRESH);
         let name = server_name.to_owned();
         self.with_conn(move |conn, _| {
-            conn.single_statement(|tx| {
+            conn.write(|tx| {
                 let delete = diesel::delete(
                     mcp_credentials::table
                         .filter(mcp_credentials::agent_id.eq(agent))
                         .filter(mcp_credentials::server_name.eq(&name)),
                 );
-                Ok(on_backend!(tx, |c| delete.execute(c))? as u64)
+                let forgotten = on_backend!(tx, |c| delete.execute(c))? as u64;
+                if forgotten > 0 {
+                    let event = SignInEvent {
+                        agent,
+                        sign_in: None,
+                        server: &name,
+                        status: SignInAuditStatus::Forgotten,
+                        via: asked_via,
+                        issuer: None,
+                        reason,
+                    };
+                    audit::sign_in::record(tx, &event)?;
+                }
+                Ok(forgotten)
             })
         })
         .await

@@ -1,4 +1,5 @@
-//! Typed ids for agents, chats, turns and sign-ins, stored as the backend-neutral [`UuidSql`].
+//! Typed ids for agents, chats, turns, sign-ins and audit entries, stored as the
+//! backend-neutral [`UuidSql`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -100,6 +101,10 @@ uuid_id!(
 uuid_id!(
     /// A person's sign-in to one of an agent's MCP servers (a row of `mcp_sign_ins`).
     pub SignInId
+);
+uuid_id!(
+    /// An entry of the audit log other than a tool call's end (a row of `sign_in_audit`).
+    pub AuditEntryId
 );
 uuid_id!(
     /// A tool call's id as its rows hold it (`tool_calls.id`): protocol's

@@ -7,7 +7,9 @@
 //! reads, chats and their pinned context, chat turns with their tools' origins and their
 //! find_tools activations, the turns' tool calls, and the tool-call audit log that outlives
 //! them ([`AuditRecord`]: one row per call end, kept by age, the arguments only as a digest
-//! keyed with a secret the deployment creates in its database on first use), change
+//! keyed with a secret the deployment creates in its database on first use; beside it the
+//! sign-in entries, [`SignInAuditRecord`], and one listing of every kind,
+//! [`Store::list_audit_log`]), change
 //! notifications ([`ChangeEvent`]; in-process for SQLite, LISTEN/NOTIFY across
 //! processes for PostgreSQL), and the store's side of routed requests — tool calls —
 //! across replicas: agents' stream leases, claims, cancel requests and the sweep, each a
@@ -146,7 +148,9 @@ mod turns;
 
 pub use agents::MAX_AGENT_NAME_BYTES;
 pub use audit::{
-    AuditCursor, AuditPage, AuditQuery, AuditRecord, DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE,
+    AuditCursor, AuditEntry, AuditKind, AuditLogPage, AuditLogQuery, AuditPage, AuditQuery,
+    AuditRecord, AuditVia, DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE, SignInAuditRecord,
+    SignInAuditStatus,
 };
 pub use credentials::{
     CredentialSecrets, CredentialSummary, KeyId, Keyring, McpCredential, OAuthClient,
@@ -160,7 +164,7 @@ pub use db::{
 };
 pub use error::StoreError;
 pub use gate_attempts::GateAttemptRecord;
-pub use ids::{AgentId, ChatId, SignInId, TurnId};
+pub use ids::{AgentId, AuditEntryId, ChatId, SignInId, TurnId};
 pub use model::{
     AgentConnection, AgentContext, AgentPhaseGroup, AgentRecord, ChatRecord, MAX_RETIRED_RUN_IDS,
     NewAgent, PushChanges, PushOutcome, ResourceChanges, SnapshotRecord, StartupOutcome,

@@ -261,6 +261,25 @@ diesel::table! {
     use diesel::sql_types::*;
     use crate::sql_types::*;
 
+    /// The audit log's sign-in entries (`audit/sign_in.rs`).
+    sign_in_audit (id) {
+        id -> UuidSql,
+        agent_id -> UuidSql,
+        sign_in_id -> Nullable<UuidSql>,
+        server -> Text,
+        status -> Text,
+        via -> Text,
+        chat_id -> Nullable<UuidSql>,
+        issuer -> Nullable<Text>,
+        reason -> Nullable<Text>,
+        recorded_at -> TimestampSql,
+    }
+}
+
+diesel::table! {
+    use diesel::sql_types::*;
+    use crate::sql_types::*;
+
     deployment_secrets (name) {
         name -> Text,
         value -> Binary,
@@ -335,13 +354,15 @@ diesel::table! {
     use diesel::sql_types::*;
     use crate::sql_types::*;
 
-    /// The columns of `mcp_sign_ins` (see there) its steps write, for those statements.
+    /// The columns of `mcp_sign_ins` (see there) its steps write, for those statements,
+    /// and `via`, which they copy into the audit log.
     #[sql_name = "mcp_sign_ins"]
     mcp_sign_in_steps (id) {
         id -> UuidSql,
         agent_id -> UuidSql,
         server_name -> Text,
         status -> Text,
+        via -> Text,
         state_hash -> Nullable<Text>,
         authorization_url -> Nullable<Text>,
         issuer -> Nullable<Text>,

@@ -17,6 +17,10 @@
 //! transaction ([`committed_write`]), so a burst of them from several replicas waits in
 //! turn rather than failing to serialize; every other step is one compare-and-set.
 //!
+//! Each step a person sees — asked for (`started` in the audit log), `signed_in`
+//! (`completed`) and `failed` — appends its audit entry in the transaction that stores it
+//! ([`crate::audit`]).
+//!
 //! Must never: keep a secret once the sign-in ended (a `failed` or `signed_in` row has no
 //! sealed blob, as the table's CHECKs say); keep the authorization URL, which carries the
 //! state, past `started`; store the state, the code, the pending state or a browser
@@ -39,6 +43,8 @@ pub use records::{
 };
 use secret::{Kept, hash_hex, open_kept, seal_kept, sealed_of};
 
+use crate::audit::sign_in::{SignInEvent, record as audit_record};
+use crate::audit::{AuditVia, SignInAuditStatus};
 use crate::credentials::seal::Sealed;
 use crate::credentials::{
     Keyring, McpCredential, check_credential, check_len, seal_credential, upsert_credential,
@@ -88,6 +94,10 @@ const EXCHANGING: &str = SignInStage::Exchanging.as_str();
 const SIGNED_IN: &str = SignInStage::SignedIn.as_str();
 const FAILED: &str = SignInStage::Failed.as_str();
 
+/// What a sign-in's step reads back from its row for the audit log: the agent, the
+/// server's name and who asked (`via` as stored).
+type StepRow = (AgentId, String, String);
+
 /// A constant [`Duration`] as chrono's.
 fn delta(duration: Duration) -> TimeDelta {
     TimeDelta::from_std(duration).expect("the module's durations are in range")
@@ -104,6 +114,7 @@ impl Store {
     /// or a `via` that is neither `api_token` nor `chat:<uuid>`.
     pub async fn request_sign_in(&self, request: &NewSignIn) -> Result<SignInId, StoreError> {
         check_request(request)?;
+        let audit_via = stored_via(&request.via)?;
         let id = SignInId::new_random();
         let agent = request.agent;
         let (server_name, via) = (request.server_name.clone(), request.via.clone());
@@ -126,7 +137,18 @@ impl Store {
                     s::updated_at.eq(DbTime(now)),
                 ));
                 on_backend!(tx, |c| insert.execute(c))?;
-                Ok(())
+                audit_record(
+                    tx,
+                    &SignInEvent {
+                        agent,
+                        sign_in: Some(id),
+                        server: &server_name,
+                        status: SignInAuditStatus::Started,
+                        via: audit_via,
+                        issuer: None,
+                        reason: None,
+                    },
+                )
             })
         })
         .await?;
@@ -240,19 +262,27 @@ impl Store {
     }
 
     /// Ends sign-in `id` `failed` with `reason` (on one line, cut to 2048 bytes): from
-    /// `asking`, `started` or `exchanging`; its sealed state is dropped and its claim
-    /// released. False, with nothing changed, when it had ended already.
+    /// `asking`, `started` or `exchanging`; its sealed state is dropped, its claim
+    /// released, and the failure audited with the reason. False, with nothing changed,
+    /// when it had ended already.
     pub async fn sign_in_failed(&self, id: SignInId, reason: &str) -> Result<bool, StoreError> {
         let error = error_text(reason);
         self.with_conn(move |conn, _| {
-            conn.single_statement(|tx| {
+            conn.write(|tx| {
+                use mcp_sign_in_steps::dsl as s;
                 let update = diesel::update(
-                    mcp_sign_in_steps::table
+                    s::mcp_sign_in_steps
                         .find(id)
-                        .filter(mcp_sign_in_steps::status.eq_any([ASKING, STARTED, EXCHANGING])),
+                        .filter(s::status.eq_any([ASKING, STARTED, EXCHANGING])),
                 )
-                .set(fail(&error, Utc::now()));
-                Ok(on_backend!(tx, |c| update.execute(c))? > 0)
+                .set(fail(&error, Utc::now()))
+                .returning((s::agent_id, s::server_name, s::via));
+                let found: Option<StepRow> = on_backend!(tx, |c| update.get_result(c).optional())?;
+                let Some(row) = found else {
+                    return Ok(false);
+                };
+                audit_step(tx, id, &row, SignInAuditStatus::Failed, None, Some(&error))?;
+                Ok(true)
             })
         })
         .await
@@ -262,7 +292,8 @@ impl Store {
     /// transaction: `exchanging` becomes `signed_in` (its sealed state dropped, its claim
     /// released) and the credential is kept for the sign-in's agent, sealed under the
     /// keyring's current key, in place of any it held for the same server name (another
-    /// URL or issuer included). False, with nothing changed, when it was not `exchanging`.
+    /// URL or issuer included), and the completion audited with the credential's issuer.
+    /// False, with nothing changed, when it was not `exchanging`.
     /// [`StoreError::InvalidInput`] for a credential out of bounds (before any database
     /// work) or one for another server than the sign-in's.
     pub async fn sign_in_completed(
@@ -289,13 +320,13 @@ impl Store {
                     release_claim(),
                     s::updated_at.eq(DbTime(now)),
                 ))
-                .returning((s::agent_id, s::server_name));
-                let found: Option<(AgentId, String)> =
-                    on_backend!(tx, |c| update.get_result(c).optional())?;
-                let Some((agent, server_name)) = found else {
+                .returning((s::agent_id, s::server_name, s::via));
+                let found: Option<StepRow> = on_backend!(tx, |c| update.get_result(c).optional())?;
+                let Some(row) = found else {
                     return Ok(false);
                 };
-                if server_name != summary.server_name {
+                let (agent, server_name) = (row.0, &row.1);
+                if *server_name != summary.server_name {
                     return Err(StoreError::InvalidInput(format!(
                         "the credential is for server {:?}, but sign-in {id} is for {server_name:?}",
                         summary.server_name
@@ -305,7 +336,7 @@ impl Store {
                 let others = diesel::delete(
                     m::mcp_credentials
                         .filter(m::agent_id.eq(agent))
-                        .filter(m::server_name.eq(&server_name))
+                        .filter(m::server_name.eq(server_name))
                         .filter(
                             m::server_url
                                 .ne(&summary.server_url)
@@ -315,6 +346,8 @@ impl Store {
                 on_backend!(tx, |c| others.execute(c))?;
                 let sealed = seal_credential(&keyring, agent, &summary, &plaintext)?;
                 upsert_credential(tx, agent, &summary, &sealed)?;
+                let issuer = Some(summary.issuer.as_str());
+                audit_step(tx, id, &row, SignInAuditStatus::Completed, issuer, None)?;
                 Ok(true)
             })
         })
@@ -559,6 +592,37 @@ fn sealed_state(tx: &mut Tx<'_>, id: SignInId) -> Result<Sealed, StoreError> {
     let row: Option<Columns> = on_backend!(tx, |c| query.first(c).optional())?;
     row.and_then(|(key_id, nonce, ciphertext)| sealed_of(key_id, nonce, ciphertext))
         .ok_or_else(|| StoreError::Corrupt(format!("sign-in {id} is under way without its state")))
+}
+
+/// `via` as a sign-in row stores it, for the audit log.
+fn stored_via(via: &str) -> Result<AuditVia, StoreError> {
+    AuditVia::parse(via)
+        .ok_or_else(|| StoreError::Corrupt(format!("a sign-in asked for via {via:?}")))
+}
+
+/// Appends the audit entry of sign-in `id`'s step `status`, whose `row` the step read
+/// back, in the step's transaction.
+fn audit_step(
+    tx: &mut Tx<'_>,
+    id: SignInId,
+    row: &StepRow,
+    status: SignInAuditStatus,
+    issuer: Option<&str>,
+    reason: Option<&str>,
+) -> Result<(), StoreError> {
+    let (agent, server, via) = row;
+    audit_record(
+        tx,
+        &SignInEvent {
+            agent: *agent,
+            sign_in: Some(id),
+            server,
+            status,
+            via: stored_via(via)?,
+            issuer,
+            reason,
+        },
+    )
 }
 
 /// The stored stage `label`.

@@ -17,7 +17,9 @@ use crate::error::{Problem, WireError};
 use crate::limits::MAX_ERROR_BYTES;
 use crate::v1;
 
-/// Longest URL on the channel (an authorization URL carries its query).
+/// Longest authorization URL or redirect URI (an authorization URL carries its query);
+/// a credential's server URL is at most [`MAX_SIGN_IN_NAME_BYTES`], as the control plane
+/// keeps it.
 pub const MAX_SIGN_IN_URL_BYTES: usize = 8192;
 /// Longest token, code, client secret or `pending` text.
 pub const MAX_SIGN_IN_SECRET_BYTES: usize = 16 * 1024;
@@ -25,6 +27,10 @@ pub const MAX_SIGN_IN_SECRET_BYTES: usize = 16 * 1024;
 pub const MAX_SIGN_IN_NAME_BYTES: usize = 2048;
 /// Most scopes one credential carries.
 pub const MAX_SIGN_IN_SCOPES: usize = 64;
+/// Longest account name (what the control plane keeps).
+pub const MAX_SIGN_IN_ACCOUNT_BYTES: usize = 1024;
+/// Longest scope list, space-separated (what the control plane keeps).
+pub const MAX_SIGN_IN_SCOPES_BYTES: usize = 4096;
 /// Longest server name (as on a call).
 const MAX_SERVER_NAME_BYTES: usize = 1024;
 
@@ -70,7 +76,8 @@ impl fmt::Debug for ExchangeSignIn {
 }
 
 /// A server's credential as it travels on the stream: kept (to the agent when its stream
-/// opens; to the server after a refresh), or `None`: forget it.
+/// opens; to the server after a refresh), or `None`: forget it. Checked from the
+/// generated `v1::StoredSignIn`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredSignIn {
     /// The MCP server's name as the agent reports it.
@@ -184,7 +191,7 @@ pub(crate) fn credential(
     wire: v1::SignInCredential,
 ) -> Result<SignInCredential, WireError> {
     let at = |name: &str| format!("{field}.{name}");
-    required(&at("server_url"), &wire.server_url, MAX_SIGN_IN_URL_BYTES)?;
+    required(&at("server_url"), &wire.server_url, MAX_SIGN_IN_NAME_BYTES)?;
     required(&at("issuer"), &wire.issuer, MAX_SIGN_IN_NAME_BYTES)?;
     required(&at("client_id"), &wire.client_id, MAX_SIGN_IN_NAME_BYTES)?;
     optional(
@@ -206,11 +213,11 @@ pub(crate) fn credential(
     optional(
         &at("account"),
         wire.account.as_ref(),
-        MAX_SIGN_IN_NAME_BYTES,
+        MAX_SIGN_IN_ACCOUNT_BYTES,
     )?;
     if wire.scopes.len() > MAX_SIGN_IN_SCOPES {
         return Err(WireError::new(
-            &at("scopes"),
+            at("scopes"),
             Problem::TooMany {
                 count: wire.scopes.len(),
                 max: MAX_SIGN_IN_SCOPES,
@@ -220,6 +227,11 @@ pub(crate) fn credential(
     for scope in &wire.scopes {
         required(&at("scopes"), scope, MAX_SIGN_IN_NAME_BYTES)?;
     }
+    bounded(
+        &at("scopes"),
+        &wire.scopes.join(" "),
+        MAX_SIGN_IN_SCOPES_BYTES,
+    )?;
     Ok(SignInCredential {
         server_url: wire.server_url,
         issuer: wire.issuer,
@@ -253,10 +265,10 @@ impl TryFrom<v1::StoredSignIn> for StoredSignIn {
 pub(crate) fn answer(
     wire: v1::SignInAnswer,
 ) -> Result<(SignInRequestId, SignInOutcome), WireError> {
-    use v1::sign_in_answer::Outcome;
+    use v1::sign_in_answer::Kind;
     let id = id("sign_in.id", &wire.id)?;
-    let outcome = match wire.outcome {
-        Some(Outcome::Started(started)) => {
+    let outcome = match wire.kind {
+        Some(Kind::Started(started)) => {
             required(
                 "sign_in.started.authorization_url",
                 &started.authorization_url,
@@ -290,14 +302,14 @@ pub(crate) fn answer(
                 pending: started.pending,
             })
         }
-        Some(Outcome::SignedIn(signed_in)) => {
+        Some(Kind::SignedIn(signed_in)) => {
             SignInOutcome::SignedIn(credential("sign_in.signed_in", signed_in)?)
         }
-        Some(Outcome::Error(error)) => {
+        Some(Kind::Error(error)) => {
             required("sign_in.error", &error, MAX_ERROR_BYTES)?;
             SignInOutcome::Failed(error)
         }
-        None => return Err(WireError::new("sign_in.outcome", Problem::Missing)),
+        None => return Err(WireError::new("sign_in.kind", Problem::Missing)),
     };
     Ok((id, outcome))
 }
@@ -355,21 +367,21 @@ impl From<StoredSignIn> for v1::StoredSignIn {
 
 /// A sign-in's answer on the wire.
 pub(crate) fn answer_to_wire(id: SignInRequestId, outcome: SignInOutcome) -> v1::SignInAnswer {
-    use v1::sign_in_answer::Outcome;
+    use v1::sign_in_answer::Kind;
     let outcome = match outcome {
-        SignInOutcome::Started(start) => Outcome::Started(v1::SignInStarted {
+        SignInOutcome::Started(start) => Kind::Started(v1::SignInStarted {
             authorization_url: start.authorization_url,
             state: start.state,
             issuer: start.issuer,
             server_url: start.server_url,
             pending: start.pending,
         }),
-        SignInOutcome::SignedIn(credential) => Outcome::SignedIn(credential.into()),
-        SignInOutcome::Failed(error) => Outcome::Error(error),
+        SignInOutcome::SignedIn(credential) => Kind::SignedIn(credential.into()),
+        SignInOutcome::Failed(error) => Kind::Error(error),
     };
     v1::SignInAnswer {
         id: id.to_string(),
-        outcome: Some(outcome),
+        kind: Some(outcome),
     }
 }
 
@@ -415,7 +427,7 @@ mod tests {
         assert_eq!(error.field, "c.access_token");
         let bad_id = v1::SignInAnswer {
             id: "nope".into(),
-            outcome: Some(v1::sign_in_answer::Outcome::Error("x".into())),
+            kind: Some(v1::sign_in_answer::Kind::Error("x".into())),
         };
         assert_eq!(answer(bad_id).unwrap_err().field, "sign_in.id");
     }

@@ -40,7 +40,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the control plane: the agent API (gRPC) and the chat API with the web page (HTTP).
-    Server(ctxsync::server::ServerArgs),
+    // Boxed: its many flags would make every other command as large.
+    Server(Box<ctxsync::server::ServerArgs>),
     /// Manage workspace agents in the database.
     Agents {
         #[command(subcommand)]
@@ -140,7 +141,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Server(args) => ctxsync::server::run(args).await,
+            Command::Server(args) => ctxsync::server::run(*args).await,
             Command::Agents { command } => match command {
                 AgentsCommand::Create(args) => ctxsync::agents::create(args).await,
                 AgentsCommand::List(args) => ctxsync::agents::list(args).await,

@@ -515,6 +515,24 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer> {
     // One hub per process: the agent API's call streams and the HTTP routes share it.
     let mut hub_config = config.calls.clone();
     hub_config.sign_in = sign_in_settings(&config, public_url.as_ref())?;
+    if let (
+        Some(settings),
+        SecretsKeySource::File {
+            previous: Some(_), ..
+        },
+    ) = (&hub_config.sign_in, &config.secrets_key)
+    {
+        // A key rotation: what the previous key sealed is sealed again under the new one,
+        // so the previous key can go once every replica has started with both.
+        let resealed = store
+            .rekey_credentials(&settings.keyring)
+            .await
+            .context("resealing the stored sign-in credentials under the new secrets key")?;
+        tracing::info!(
+            resealed,
+            "stored sign-in credentials sealed under the current secrets key"
+        );
+    }
     let calls = CallHub::new(store.clone(), hub_config);
     let mut tasks = Vec::new();
     if let Some(cert) = &tls {

@@ -63,6 +63,7 @@ fn quick() -> CallHubConfig {
         deadline_slack: Duration::from_millis(100),
         cancel_wait: Duration::from_secs(5),
         lease: Duration::from_millis(500),
+        sign_in: None,
     }
 }
 

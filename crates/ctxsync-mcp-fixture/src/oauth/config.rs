@@ -158,7 +158,8 @@ impl OAuthConfig {
     }
 }
 
-/// A client the authorization server knows without registration.
+/// A client the authorization server knows without registration: the fixture's side of
+/// what the control plane keeps as `ctxsync_persistence::OAuthClient` (a registration).
 #[derive(Clone, PartialEq, Eq)]
 pub struct OAuthClient {
     /// Its `client_id`.

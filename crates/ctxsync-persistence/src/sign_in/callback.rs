@@ -1,7 +1,7 @@
 //! The person's browser back at the redirect URI, on any replica: the sign-in is found by
 //! its state's sha256 and, in the same transaction, either keeps the code for the agent
-//! (`exchanging`) or fails with the authorization server's refusal. The state is single
-//! use: only a `started` sign-in takes a callback.
+//! (`exchanging`) or fails with the authorization server's refusal (audited, with it).
+//! The state is single use: only a `started` sign-in takes a callback.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -9,8 +9,9 @@ use diesel::prelude::*;
 use super::secret::{Kept, MAX_SECRET_BYTES, bounded_text, open_kept, same_browser, seal_kept};
 use super::{
     CallbackOutcome, CallbackParams, EXCHANGING, MAX_ERROR_BYTES, MAX_STATE_BYTES, MAX_URL_BYTES,
-    STARTED, SignInRef, fail, hash_hex, release_claim, sealed_state,
+    STARTED, SignInRef, audit_step, fail, hash_hex, release_claim, sealed_state,
 };
+use crate::audit::SignInAuditStatus;
 use crate::credentials::{Keyring, SecretString, check_len};
 use crate::db::{Tx, on_backend};
 use crate::error::StoreError;
@@ -117,7 +118,15 @@ fn take_callback(
     keyring: &Keyring,
     now: DateTime<Utc>,
 ) -> Result<CallbackOutcome, StoreError> {
-    type Row = (SignInId, AgentId, String, String, DbTime, Option<String>);
+    type Row = (
+        SignInId,
+        AgentId,
+        String,
+        String,
+        DbTime,
+        Option<String>,
+        String,
+    );
     let query = mcp_sign_ins::table
         .filter(mcp_sign_ins::state_hash.eq(state_hash))
         .select((
@@ -127,9 +136,10 @@ fn take_callback(
             mcp_sign_ins::status,
             mcp_sign_ins::expires_at,
             mcp_sign_ins::browser,
+            mcp_sign_ins::via,
         ));
     let row: Option<Row> = on_backend!(tx, |c| query.first(c).optional())?;
-    let Some((id, agent, server_name, status, expires_at, bound)) = row else {
+    let Some((id, agent, server_name, status, expires_at, bound, via)) = row else {
         return Ok(CallbackOutcome::Unknown);
     };
     if status != STARTED {
@@ -171,6 +181,10 @@ fn take_callback(
     // it makes this one fail to serialize and be retried (PostgreSQL) or wait (SQLite).
     if changed == 0 {
         return Ok(CallbackOutcome::Used);
+    }
+    if let Answer::Refused(error) = answer {
+        let row = (agent, server_name.clone(), via);
+        audit_step(tx, id, &row, SignInAuditStatus::Failed, None, Some(error))?;
     }
     let sign_in = SignInRef {
         id,

@@ -673,15 +673,21 @@ async fn an_agents_credentials_open_together_or_not_at_all(db: TestStore) {
 
     // Forgetting a server forgets it under every URL and issuer, and only for this agent.
     assert_eq!(
-        db.forget_server_credentials(agent, "docs").await.unwrap(),
+        db.forget_server_credentials(agent, "docs", "api_token")
+            .await
+            .unwrap(),
         2
     );
     assert_eq!(
-        db.forget_server_credentials(agent, "docs").await.unwrap(),
+        db.forget_server_credentials(agent, "docs", "api_token")
+            .await
+            .unwrap(),
         0
     );
     assert_eq!(
-        db.forget_server_credentials(agent, "wiki").await.unwrap(),
+        db.forget_server_credentials(agent, "wiki", "api_token")
+            .await
+            .unwrap(),
         1
     );
     assert!(db.agent_credentials(agent, &keys).await.unwrap().is_empty());

@@ -27,6 +27,7 @@ const TABLES: &[&str] = &[
     "mcp_sign_ins",
     "page_links",
     "page_sessions",
+    "sign_in_audit",
     "tool_call_audit",
     "tool_calls",
     "workspace_agent_context_resources",

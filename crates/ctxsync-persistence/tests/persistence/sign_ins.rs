@@ -317,11 +317,15 @@ async fn a_new_sign_in_replaces_the_servers_credentials(db: TestStore) {
         "the server's credential under its old issuer is gone"
     );
     assert_eq!(
-        db.forget_server_credentials(agent, SERVER).await.unwrap(),
+        db.forget_server_credentials(agent, SERVER, "api_token")
+            .await
+            .unwrap(),
         1
     );
     assert_eq!(
-        db.forget_server_credentials(agent, SERVER).await.unwrap(),
+        db.forget_server_credentials(agent, SERVER, "api_token")
+            .await
+            .unwrap(),
         0
     );
     assert_eq!(

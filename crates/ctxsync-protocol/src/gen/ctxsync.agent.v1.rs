@@ -589,13 +589,17 @@ pub struct SignInStarted {
 pub struct SignInAnswer {
     #[prost(string, tag = "1")]
     pub id: ::prost::alloc::string::String,
-    #[prost(oneof = "sign_in_answer::Outcome", tags = "2, 3, 4")]
-    pub outcome: ::core::option::Option<sign_in_answer::Outcome>,
+    /// What became of the sign-in (the stream's other messages are
+    /// `agent_call_message::Kind` and `server_call_message::Kind`).
+    #[prost(oneof = "sign_in_answer::Kind", tags = "2, 3, 4")]
+    pub kind: ::core::option::Option<sign_in_answer::Kind>,
 }
 /// Nested message and enum types in `SignInAnswer`.
 pub mod sign_in_answer {
+    /// What became of the sign-in (the stream's other messages are
+    /// `agent_call_message::Kind` and `server_call_message::Kind`).
     #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
-    pub enum Outcome {
+    pub enum Kind {
         /// SignInBegin's answer.
         #[prost(message, tag = "2")]
         Started(super::SignInStarted),
@@ -607,6 +611,7 @@ pub mod sign_in_answer {
         Error(::prost::alloc::string::String),
     }
 }
+/// The wire form of `ctxsync_protocol::sign_in::StoredSignIn`.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct StoredSignIn {
     /// The MCP server's name as the agent reports it.

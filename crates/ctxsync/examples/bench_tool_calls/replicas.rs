@@ -476,7 +476,14 @@ async fn sim_agent(replica: &Replica, index: usize) -> Result<SimAgent> {
                 }
                 // Proof of life: the server drops a stream silent for its limit.
                 Ok(ServerCall::Heartbeat) => vec![AgentCall::Heartbeat],
-                Ok(ServerCall::Cancel { .. }) | Err(_) => Vec::new(),
+                // This simulated agent has no HTTP servers to sign in to.
+                Ok(
+                    ServerCall::Cancel { .. }
+                    | ServerCall::BeginSignIn(_)
+                    | ServerCall::ExchangeSignIn(_)
+                    | ServerCall::Credential(_),
+                )
+                | Err(_) => Vec::new(),
             };
             for answer in answers {
                 if tx.send(answer.into()).await.is_err() {

@@ -176,11 +176,14 @@ pub(super) async fn forget(
     headers: HeaderMap,
 ) -> ApiResult {
     let agent: AgentId = super::handlers::parse_id(&raw, "agent")?;
-    starter(&state, &headers, agent).await?;
+    let starter = starter(&state, &headers, agent).await?;
     if state.store.get_agent(agent).await?.is_none() {
         return Err(ApiError::not_found(format!("agent {agent} not found")));
     }
-    let forgotten = state.store.forget_server_credentials(agent, &name).await?;
+    let forgotten = state
+        .store
+        .forget_server_credentials(agent, &name, &starter.via)
+        .await?;
     state.calls.forget_sign_in(agent, &name);
     tracing::info!(%agent, server = %name, forgotten, "sign-in forgotten");
     Ok(StatusCode::NO_CONTENT.into_response())

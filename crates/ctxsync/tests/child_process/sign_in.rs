@@ -31,7 +31,9 @@ struct World {
     fixture: HttpFixture,
     /// A browser: it does not follow redirects, so the test sees each hop.
     browser: reqwest::Client,
-    _key_dir: tempfile::TempDir,
+    /// The server's secrets key file (32 raw bytes).
+    key: std::path::PathBuf,
+    key_dir: tempfile::TempDir,
 }
 
 impl World {
@@ -84,7 +86,8 @@ impl World {
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap(),
-            _key_dir: key_dir,
+            key,
+            key_dir,
         };
         world
             .wait_for_remote(ResourceStatus::NeedsAuthorization)
@@ -126,9 +129,14 @@ impl World {
 
     /// Starts a sign-in with the API token: the authorization URL.
     async fn start_sign_in(&self) -> String {
+        self.start_sign_in_at(&self.server.http_url()).await
+    }
+
+    /// [`Self::start_sign_in`] on the server whose chat API is at `base`.
+    async fn start_sign_in_at(&self, base: &str) -> String {
         let response = self
             .browser
-            .post(self.api(&self.authorization_path()))
+            .post(format!("{base}{}", self.authorization_path()))
             .bearer_auth(API_TOKEN)
             .send()
             .await
@@ -364,5 +372,95 @@ async fn signs_in_and_keeps_the_tools(backend: TestBackend) {
         .within(WAIT)
         .every(Duration::from_millis(50))
         .until_true(|| async { world.servers().await["sign_in"] == "needs_authorization" })
+        .await;
+}
+
+/// Two replicas on one database: a sign-in started on the replica that does not hold the
+/// agent's stream, and finished there too (the other routes both steps to the agent);
+/// then a key rotation: every credential resealed under the new key at start, and the
+/// old key dropped without the person signing in again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_crosses_replicas_and_survives_a_key_rotation() {
+    let Some(mut world) = World::start(TestBackend::Postgres, OAuthConfig::default()).await else {
+        return;
+    };
+    let database = world
+        .store
+        .postgres_database()
+        .expect("PostgreSQL")
+        .url()
+        .to_owned();
+    let old_key = world.key.to_str().unwrap().to_owned();
+    let flags = |keys: &[&str]| {
+        let mut flags = vec!["--api-token", API_TOKEN];
+        for (flag, key) in ["--secrets-key-file", "--previous-secrets-key-file"]
+            .into_iter()
+            .zip(keys)
+        {
+            flags.extend([flag, *key]);
+        }
+        flags.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let mut other =
+        ServerProcess::start_on(&database, &world.logs, &as_args(&flags(&[&old_key]))).await;
+
+    let url = world.start_sign_in_at(&other.http_url()).await;
+    let callback = world.authorize(&url).await;
+    // The redirect URI names the replica that asked the agent; the person's browser may
+    // come back through any replica (behind one balancer they share one public URL).
+    let elsewhere = callback.replacen(&world.server.http_url(), &other.http_url(), 1);
+    assert_ne!(elsewhere, callback);
+    let (status, page) = world.come_back(&elsewhere).await;
+    assert_eq!(status, 200, "{page}\n{}", world.logs.read("server"));
+    world.wait_for_remote(ResourceStatus::Ok).await;
+    other.terminate().await;
+
+    // The rotation: a new key beside the old one (everything resealed), then alone.
+    let new_key = world.key_dir.path().join("new.key");
+    write_key(&new_key);
+    let new_key = new_key.to_str().unwrap().to_owned();
+    world.server.terminate().await;
+    world.server = ServerProcess::start_on(
+        &database,
+        &world.logs,
+        &as_args(&flags(&[&new_key, &old_key])),
+    )
+    .await;
+    wait_for_log_line(
+        &world.logs,
+        "sealed under the current secrets key resealed=1",
+    )
+    .await;
+    world.server.terminate().await;
+    world.server =
+        ServerProcess::start_on(&database, &world.logs, &as_args(&flags(&[&new_key]))).await;
+    world.restart_agent().await;
+    world.wait_for_remote(ResourceStatus::Ok).await;
+    let oauth = world.fixture.oauth().unwrap();
+    assert_eq!(
+        oauth.authorize_requests().len(),
+        1,
+        "no person signed in again"
+    );
+}
+
+fn as_args(flags: &[String]) -> Vec<&str> {
+    flags.iter().map(String::as_str).collect()
+}
+
+/// Waits until the server log holds `needle` (its words and fields, in any order).
+async fn wait_for_log_line(logs: &Logs, needle: &str) {
+    let words: Vec<&str> = needle.split(' ').collect();
+    poll(format!("`{needle}` in the server log"))
+        .within(WAIT)
+        .every(Duration::from_millis(50))
+        .explain(|| logs.read("server"))
+        .until_true(|| {
+            let log = logs.read("server");
+            let found = log
+                .lines()
+                .any(|line| words.iter().all(|w| line.contains(w)));
+            async move { found }
+        })
         .await;
 }

@@ -295,7 +295,7 @@ async fn the_page_updates_in_place_and_escapes_hostile_text() {
 }
 
 /// Generous bound for a live update in the browser (one arrives well under a second).
-const LIVE: Duration = Duration::from_secs(20);
+pub(crate) const LIVE: Duration = Duration::from_secs(20);
 /// The runs of the agent in the tests below: UUIDs, so the header shows their short form.
 const RUN_1: &str = "7f3c9a1e-5b2d-4e8f-9a6c-1d2e3f4a5b6c";
 const RUN_2: &str = "2b8d4f60-0c1a-4b7e-8d3f-5e6a7b8c9d0e";
@@ -307,7 +307,7 @@ fn screenshot_path(state: &str) -> std::path::PathBuf {
         .join(format!("panel-{state}.png"))
 }
 
-async fn save_screenshot(browser: &Browser, state: &str) {
+pub(crate) async fn save_screenshot(browser: &Browser, state: &str) {
     let path = screenshot_path(state);
     browser.screenshot(&path).await.expect("screenshot");
     let path = std::fs::canonicalize(&path).unwrap_or(path);
@@ -315,7 +315,7 @@ async fn save_screenshot(browser: &Browser, state: &str) {
 }
 
 /// axe-core as the test tools install it (`cargo xtask test-tools`).
-fn axe_source() -> String {
+pub(crate) fn axe_source() -> String {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../target/tools/node_modules/axe-core/axe.min.js");
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
@@ -326,9 +326,13 @@ fn axe_source() -> String {
     })
 }
 
-/// Runs axe-core over the page as it stands and fails on any serious or critical
-/// violation, printing every violation found.
-async fn assert_accessible(browser: &Browser, axe: &str, state: &str) {
+/// Runs axe-core over the page as it stands; prints every violation found and answers
+/// them with how many rules passed.
+async fn axe_violations(
+    browser: &Browser,
+    axe: &str,
+    state: &str,
+) -> (Vec<serde_json::Value>, u64) {
     // Injected once per document, through WebDriver (exempt from the page's CSP).
     let loaded = browser
         .eval("return typeof window.axe === 'object'")
@@ -354,10 +358,11 @@ async fn assert_accessible(browser: &Browser, axe: &str, state: &str) {
         .expect("axe-core runs");
     let list = violations["violations"]
         .as_array()
-        .unwrap_or_else(|| panic!("axe-core failed on the {state} panel: {violations}"));
+        .unwrap_or_else(|| panic!("axe-core failed on the {state} page: {violations}"));
+    let passes = violations["passes"].as_u64().unwrap_or(0);
     assert!(
-        violations["passes"].as_u64().unwrap_or(0) > 0,
-        "axe-core checked nothing on the {state} panel: {violations}"
+        passes > 0,
+        "axe-core checked nothing on the {state} page: {violations}"
     );
     for v in list {
         eprintln!(
@@ -365,6 +370,13 @@ async fn assert_accessible(browser: &Browser, axe: &str, state: &str) {
             v["id"], v["impact"], v["help"], v["nodes"]
         );
     }
+    (list.clone(), passes)
+}
+
+/// Runs axe-core over the page as it stands and fails on any serious or critical
+/// violation, printing every violation found.
+async fn assert_accessible(browser: &Browser, axe: &str, state: &str) {
+    let (list, _) = axe_violations(browser, axe, state).await;
     let serious: Vec<&serde_json::Value> = list
         .iter()
         .filter(|v| matches!(v["impact"].as_str(), Some("serious" | "critical")))
@@ -373,6 +385,17 @@ async fn assert_accessible(browser: &Browser, axe: &str, state: &str) {
         serious.is_empty(),
         "serious or critical accessibility violations on the {state} panel: {serious:#?}"
     );
+}
+
+/// Runs axe-core over the page as it stands and fails on any violation at all, whatever
+/// its impact.
+pub(crate) async fn assert_axe_clean(browser: &Browser, axe: &str, state: &str) {
+    let (list, passes) = axe_violations(browser, axe, state).await;
+    assert!(
+        list.is_empty(),
+        "accessibility violations on the {state} page: {list:#?}"
+    );
+    println!("axe ({state}): {passes} rules pass, no violation");
 }
 
 /// Reports `run` started and pushes its snapshot, with the servers still connecting.
@@ -455,7 +478,7 @@ fn complete_servers() -> Vec<ctxsync_protocol::Resource> {
 }
 
 /// Opens the chat's page through a one-time link and waits for the panel.
-async fn open_page(h: &Harness, browser: &Browser, chat: &str) {
+pub(crate) async fn open_page(h: &Harness, browser: &Browser, chat: &str) {
     let link = h.server.page_link(chat.parse().unwrap()).await.unwrap();
     browser.goto(&link).await.unwrap();
     browser
@@ -518,7 +541,7 @@ async fn visible_tools(browser: &Browser) -> serde_json::Value {
         .unwrap()
 }
 
-async fn assert_no_reload_and_no_csp_violation(browser: &Browser) {
+pub(crate) async fn assert_no_reload_and_no_csp_violation(browser: &Browser) {
     assert_eq!(
         browser.eval("return window.__noReload").await.unwrap(),
         42,

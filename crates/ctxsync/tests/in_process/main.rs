@@ -4,6 +4,7 @@
 mod support;
 
 mod browser;
+mod browser_sign_in;
 mod embedding;
 mod grpc_probes;
 mod http_api;

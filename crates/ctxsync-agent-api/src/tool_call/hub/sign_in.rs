@@ -243,7 +243,7 @@ impl CallHub {
         let result = match stored.credential {
             None => self
                 .store
-                .forget_server_credentials(agent, &stored.server)
+                .forget_server_credentials(agent, &stored.server, "agent")
                 .await
                 .map(drop),
             Some(credential) => match self.store.credential_summaries(agent).await {
