@@ -21,6 +21,7 @@ pub(crate) const PROGRAMS: &[(&str, &str)] = &[
     ("ctxsync", "bench_agent"),
     ("ctxsync", "bench_scale"),
     ("ctxsync", "bench_tool_calls"),
+    ("ctxsync", "bench_sign_in"),
 ];
 
 /// One measured figure, as a benchmark program prints it and `--json` writes it.

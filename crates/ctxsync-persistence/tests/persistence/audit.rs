@@ -36,13 +36,13 @@ const RUN: &str = "run-1";
 
 /// An agent whose run `RUN` takes calls, a chat bound to it, and a turn whose tools came
 /// from that run: `fs__read` is `read` on server `fs`.
-struct World {
-    agent: AgentId,
-    chat: ChatId,
-    turn: TurnId,
+pub(crate) struct World {
+    pub(crate) agent: AgentId,
+    pub(crate) chat: ChatId,
+    pub(crate) turn: TurnId,
 }
 
-async fn world(store: &Store) -> World {
+pub(crate) async fn world(store: &Store) -> World {
     let agent = store.create_agent("laptop").await.unwrap().id;
     let startup = Startup {
         agent_run_id: RunId::new(RUN),
@@ -93,14 +93,14 @@ async fn admit(store: &Store, call: &NewToolCall) -> CallAdmission {
     store.admit_tool_call(call).await.unwrap().unwrap()
 }
 
-async fn start(store: &Store, w: &World, call_id: &str) -> ToolCallRecord {
+pub(crate) async fn start(store: &Store, w: &World, call_id: &str) -> ToolCallRecord {
     match admit(store, &request(w, call_id, "fs__read", json!({"n": 1}))).await {
         CallAdmission::Started(record) => record,
         other => panic!("expected Started, got {other:?}"),
     }
 }
 
-fn canceled() -> CallEnd {
+pub(crate) fn canceled() -> CallEnd {
     CallEnd {
         status: CallStatus::Canceled,
         reason: None,

@@ -36,22 +36,22 @@ ctxsync_test_support::on_both_backends! {
 }
 
 const STATE: &str = "state-canary-4b1d90";
-const PENDING: &str = "pending-canary-93ae21";
+pub(crate) const PENDING: &str = "pending-canary-93ae21";
 const CODE: &str = "code-canary-c07e55";
 const ACCESS: &str = "access-canary-5e12a8";
-const REFRESH: &str = "refresh-canary-77aa03";
-const CLIENT_SECRET: &str = "client-secret-canary-0f3b";
+pub(crate) const REFRESH: &str = "refresh-canary-77aa03";
+pub(crate) const CLIENT_SECRET: &str = "client-secret-canary-0f3b";
 const BROWSER: &str = "browser-binding-canary-a1";
 /// Plaintext metadata: it must be found where the secrets must not, or the scan saw
 /// nothing.
 const VISIBLE_ACCOUNT: &str = "visible-sign-in-account-6c";
-const SERVER: &str = "docs";
+pub(crate) const SERVER: &str = "docs";
 const SERVER_URL: &str = "https://mcp.example.test/mcp";
-const ISSUER: &str = "https://auth.example.test/";
+pub(crate) const ISSUER: &str = "https://auth.example.test/";
 /// Far in the past, in a form both backends read as a timestamp.
 const LONG_AGO: &str = "2000-01-01 00:00:00+00:00";
 
-fn keys() -> Keyring {
+pub(crate) fn keys() -> Keyring {
     Keyring::new(SecretsKey::from_bytes([9; 32]))
 }
 
@@ -68,7 +68,7 @@ fn request(agent: AgentId, server: &str, browser: Option<&str>) -> NewSignIn {
     }
 }
 
-fn start(state: &str) -> SignInStart {
+pub(crate) fn start(state: &str) -> SignInStart {
     SignInStart {
         authorization_url: format!("https://auth.example.test/authorize?client_id=c&state={state}"),
         state: state.into(),
@@ -78,14 +78,14 @@ fn start(state: &str) -> SignInStart {
     }
 }
 
-fn code(code: &str) -> CallbackParams {
+pub(crate) fn code(code: &str) -> CallbackParams {
     CallbackParams::Code {
         code: code.into(),
         iss: Some(ISSUER.into()),
     }
 }
 
-fn denied() -> CallbackParams {
+pub(crate) fn denied() -> CallbackParams {
     CallbackParams::Error {
         error: "access_denied".into(),
         description: Some("The user\ndeclined\u{7} the request.".into()),
@@ -96,7 +96,7 @@ fn at(hour: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 12, 7, hour, 0, 0).unwrap()
 }
 
-fn credential(server: &str, issuer: &str, access: &str) -> McpCredential {
+pub(crate) fn credential(server: &str, issuer: &str, access: &str) -> McpCredential {
     McpCredential {
         summary: CredentialSummary {
             server_name: server.into(),
