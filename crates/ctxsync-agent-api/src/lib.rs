@@ -17,9 +17,8 @@
 //! through the store's operations (every decision about a call or a push is the store's
 //! compare-and-set, so any replica may take any request); trust an agent with another
 //! agent's calls or sign-ins; log a call's arguments or result, or a token, code or
-//! verifier; hold a lock across an
-//! await; depend on a workspace crate other than `ctxsync-persistence`,
-//! `ctxsync-protocol` and `ctxsync-mcp-model`.
+//! verifier; hold a lock across an await; depend on a workspace crate other than
+//! `ctxsync-persistence`, `ctxsync-protocol` and `ctxsync-mcp-model`.
 
 #![deny(missing_docs)]
 

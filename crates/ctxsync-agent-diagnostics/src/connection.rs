@@ -504,7 +504,7 @@ impl ConnectionTask {
         };
         let words = match &refused {
             AccessRefused::Forbidden { .. } => format!(
-                "{server} refused a request for want of a scope the sign-in did not grant (403 insufficient_scope): a person must sign in again (from the chat's page, or POST /api/agents/{{id}}/mcp-servers/{{name}}/authorization)"
+                "{server} refused a request for want of a scope the sign-in did not grant (403 insufficient_scope): a person must sign in again (the Sign in button on the chat's page, or the chat API's sign-in route)"
             ),
             // The reconnect renews the sign-in (or finds that a person must sign in).
             AccessRefused::Unauthorized { .. } => {

@@ -250,7 +250,7 @@ fn http_error(error: &HttpError, place: Place<'_>) -> (String, Option<AccessRefu
                 own_credentials: false,
                 ..
             } => {
-                "it needs a person to sign in (from the chat's page, or POST /api/agents/{id}/mcp-servers/{name}/authorization)"
+                "it needs a person to sign in (the Sign in button on the chat's page, or the chat API's sign-in route)"
             }
             _ => {
                 "it needs a sign-in; give it credentials in its entry in .mcp.json (an Authorization header, or an \"oauth\" block with client credentials)"

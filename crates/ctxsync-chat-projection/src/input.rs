@@ -20,6 +20,9 @@ use ctxsync_protocol::{DiscoveryPhase, Resource, RunId, SnapshotPendingServer};
 
 /// What a chat (or an agent-scoped read) is bound to, as read in one transaction.
 #[derive(Clone, Debug, PartialEq)]
+// One is made per read and moved along, never stored in bulk: boxing the agent's state
+// would cost an allocation per read to save bytes on the two unit variants.
+#[allow(clippy::large_enum_variant)]
 pub enum Binding {
     /// The chat has no bound agent.
     NoAgent,
@@ -40,6 +43,21 @@ pub struct AgentState {
     pub snapshot: Option<SnapshotState>,
     /// Whether that process is connected to the control plane now.
     pub connection: Connection,
+    /// The people's sign-ins the agent holds, by server name: what every chat of it shows
+    /// ("signed in as … by …"); never a secret.
+    pub sign_ins: Vec<HeldSignIn>,
+}
+
+/// A person's sign-in to one of the agent's HTTP servers, as the panel says it. The
+/// credential behind it belongs to the agent, so every chat of the agent shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeldSignIn {
+    /// The server's name in the agent's report.
+    pub server: String,
+    /// The account the token response named, if any.
+    pub account: Option<String>,
+    /// Who started it: `api_token`, or `chat:<chat id>` for a chat's page.
+    pub via: String,
 }
 
 /// Whether the agent process is connected to the control plane now (issue 49): the

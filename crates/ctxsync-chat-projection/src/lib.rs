@@ -97,7 +97,7 @@ pub use find::{
     find_tools_in, rank_query, search_terms,
 };
 pub use index::{DEFAULT_INDEX_CACHE_BYTES, ToolIndex, ToolIndexCache};
-pub use input::{AgentState, Binding, Connection, SnapshotState};
+pub use input::{AgentState, Binding, Connection, HeldSignIn, SnapshotState};
 pub use naming::{EligibleTool, MAX_TOOL_NAME_LEN, ModelTool, ToolCatalog};
 pub use note::{elapsed_in_seconds, rfc3339_utc};
 pub use pin::{ChatContext, PinnedContext};

@@ -9,7 +9,7 @@ use ctxsync_persistence::{
     AgentConnection, AgentContext, AgentId, ChatId, ChatRecord, Store, StoreError,
 };
 
-use crate::input::{AgentState, Binding, Connection, SnapshotState};
+use crate::input::{AgentState, Binding, Connection, HeldSignIn, SnapshotState};
 use crate::pin::{ChatContext, PinnedContext};
 use crate::view::{View, ViewPhase, classify, project};
 
@@ -39,6 +39,15 @@ impl Binding {
                     since: since.into(),
                 },
             },
+            sign_ins: context
+                .sign_ins
+                .into_iter()
+                .map(|summary| HeldSignIn {
+                    server: summary.server_name,
+                    account: summary.account,
+                    via: summary.signed_in_via,
+                })
+                .collect(),
         })
     }
 }

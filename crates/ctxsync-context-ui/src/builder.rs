@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use ctxsync_chat_projection::{
-    AgentPresence, Binding, ChatContext, Connection, EligibleTool, View, ViewPhase,
+    AgentPresence, Binding, ChatContext, Connection, EligibleTool, HeldSignIn, View, ViewPhase,
 };
 use ctxsync_protocol::{McpServerInfo, Resource, ResourceStatus, RunId, plugin_of_source};
 
@@ -44,7 +44,11 @@ fn build(chat_id: &str, context: &ChatContext, live: Option<&Binding>, now: Syst
     let mut issues = Vec::new();
     let (files, skills) = pinned_items(context, &mut issues);
     let configs = config_items(view, &mut issues);
-    let servers = server_items(view, &mut issues);
+    let sign_ins = match live {
+        Some(Binding::Agent(agent)) => agent.sign_ins.as_slice(),
+        _ => &[],
+    };
+    let servers = server_items(view, sign_ins, &mut issues);
     // Withheld tools are not listed, and an empty list is a claim only a completed
     // discovery can make.
     let servers = match state {
@@ -192,7 +196,11 @@ fn config_items(view: &View, issues: &mut Vec<IssueItem>) -> Vec<ConfigItem> {
 }
 
 /// Every server of the live snapshot with its tools; a diagnostic is also an issue.
-fn server_items(view: &View, issues: &mut Vec<IssueItem>) -> Vec<ServerItem> {
+fn server_items(
+    view: &View,
+    sign_ins: &[HeldSignIn],
+    issues: &mut Vec<IssueItem>,
+) -> Vec<ServerItem> {
     let tools = view.tools();
     view.servers()
         .iter()
@@ -245,9 +253,28 @@ fn server_items(view: &View, issues: &mut Vec<IssueItem>) -> Vec<ServerItem> {
                 protocol_version,
                 implementation,
                 timings,
+                // Only while it works: a server asking for a sign-in is not signed in.
+                signed_in: sign_ins
+                    .iter()
+                    .find(|s| s.server == server.name)
+                    .filter(|_| server.ok)
+                    .map(signed_in_words),
             }
         })
         .collect()
+}
+
+/// "signed in as ada by the API token", "signed in from chat …'s page".
+fn signed_in_words(sign_in: &HeldSignIn) -> String {
+    let by = match sign_in.via.strip_prefix("chat:") {
+        Some(chat) => format!("from the page of chat {chat}"),
+        None if sign_in.via == "api_token" => "with the API token".to_owned(),
+        None => format!("by {}", sign_in.via),
+    };
+    match &sign_in.account {
+        Some(account) => format!("signed in as {account} {by}"),
+        None => format!("signed in {by}"),
+    }
 }
 
 /// The discovery banner: the state, the servers still awaited, a note on failed servers,

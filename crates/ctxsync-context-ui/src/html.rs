@@ -439,6 +439,13 @@ fn server_item(h: &mut String, panel: &Panel, server: &ServerItem) {
             escape(connection)
         );
     }
+    if let Some(signed_in) = &server.signed_in {
+        let _ = write!(
+            h,
+            r#" <span class="signed-in">{}</span>"#,
+            escape(signed_in)
+        );
+    }
     if let Some(diagnostic) = &server.diagnostic {
         let _ = write!(
             h,

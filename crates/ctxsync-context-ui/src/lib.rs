@@ -65,8 +65,8 @@ mod tool_call;
 pub use builder::{build_chat_panel, build_chat_panel_at, build_panel};
 pub use escape::escape;
 pub use html::{
-    PAGE_SCRIPT, PAGE_SCRIPT_PATH, PAGE_STYLE, PAGE_STYLE_PATH, PageShell, render_fragment,
-    PageAgent, render_page, render_page_for, render_page_with_calls,
+    PAGE_SCRIPT, PAGE_SCRIPT_PATH, PAGE_STYLE, PAGE_STYLE_PATH, PageAgent, PageShell,
+    render_fragment, render_page, render_page_for, render_page_with_calls,
 };
 pub use model::*;
 pub use text::render_text;

@@ -586,6 +586,10 @@ pub struct ServerItem {
     /// The whole connect (start, handshake and tool listing) in milliseconds, when the
     /// agent measured it.
     pub total_ms: Option<u64>,
+    /// A working server a person signed in to: as whom and by what ("signed in as ada with
+    /// the API token"); never a token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signed_in: Option<String>,
 }
 
 /// Milliseconds of each step of a server's connect, as the agent measured them.

@@ -117,6 +117,9 @@ fn write_servers(t: &mut String, mcp: &McpSection) {
                     if let Some(connection) = &server.connection {
                         wrapped(t, base + 2, connection);
                     }
+                    if let Some(signed_in) = &server.signed_in {
+                        wrapped(t, base + 2, signed_in);
+                    }
                     for tool in &server.tools {
                         let mut line = tool.name.clone();
                         if let Some(title) = &tool.title {

@@ -418,10 +418,12 @@ fn read_agent_context(
         .map(StoredResource::into_resource)
         .collect::<Result<_, _>>()?;
     let connection = agent_connection(tx, agent_id, agent.agent_run_id.as_ref())?;
+    let sign_ins = crate::credentials::summaries_in(tx, agent_id)?;
     Ok(Some(AgentContext {
         agent,
         snapshot: snapshot.map(SnapshotRow::into_record).transpose()?,
         resources,
         connection,
+        sign_ins,
     }))
 }

@@ -163,6 +163,24 @@ impl ClientRow {
     }
 }
 
+/// The plaintext part of every credential `agent` holds, by server name, URL and issuer,
+/// within `tx` (the agent's context reads them with its snapshot).
+pub(crate) fn summaries_in(
+    tx: &mut Tx<'_>,
+    agent: AgentId,
+) -> Result<Vec<CredentialSummary>, StoreError> {
+    let rows: Vec<SummaryRow> = on_backend!(tx, |c| mcp_credentials::table
+        .filter(mcp_credentials::agent_id.eq(agent))
+        .order((
+            mcp_credentials::server_name,
+            mcp_credentials::server_url,
+            mcp_credentials::issuer,
+        ))
+        .select(SummaryRow::as_select())
+        .load(c))?;
+    Ok(rows.into_iter().map(CredentialSummary::from).collect())
+}
+
 impl Store {
     /// Keeps `credential` for `agent`, sealed under the keyring's current key: a new row,
     /// or in place of the one with the same server URL and issuer (a refresh, a second
@@ -220,21 +238,8 @@ impl Store {
         &self,
         agent: AgentId,
     ) -> Result<Vec<CredentialSummary>, StoreError> {
-        self.with_conn(move |conn, _| {
-            conn.single_statement(|tx| {
-                let rows: Vec<SummaryRow> = on_backend!(tx, |c| mcp_credentials::table
-                    .filter(mcp_credentials::agent_id.eq(agent))
-                    .order((
-                        mcp_credentials::server_name,
-                        mcp_credentials::server_url,
-                        mcp_credentials::issuer,
-                    ))
-                    .select(SummaryRow::as_select())
-                    .load(c))?;
-                Ok(rows.into_iter().map(CredentialSummary::from).collect())
-            })
-        })
-        .await
+        self.with_conn(move |conn, _| conn.single_statement(|tx| summaries_in(tx, agent)))
+            .await
     }
 
     /// Every credential `agent` holds, opened with `keyring`, by server name, URL and

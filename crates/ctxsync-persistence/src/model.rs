@@ -94,6 +94,9 @@ pub struct AgentContext {
     pub resources: Vec<Resource>,
     /// Whether the agent's current run is connected now, read in the same transaction.
     pub connection: AgentConnection,
+    /// The plaintext part of the sign-ins the agent holds, by server name (never a
+    /// secret), read in the same transaction.
+    pub sign_ins: Vec<crate::credentials::CredentialSummary>,
 }
 
 /// Whether the agent process is connected to the control plane now (issue 49): what a

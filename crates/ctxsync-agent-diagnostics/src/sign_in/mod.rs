@@ -94,7 +94,7 @@ pub(crate) fn applies(entry: &ServerEntry) -> bool {
 /// server needs a person again.
 pub(crate) fn lapsed_words(url: &str, why: &str) -> String {
     format!(
-        "the server at {url} answered 401 Unauthorized and its sign-in could not be renewed ({why}): a person must sign in again, from the chat's page or with POST /api/agents/{{id}}/mcp-servers/{{name}}/authorization"
+        "the server at {url} answered 401 Unauthorized and its sign-in could not be renewed ({why}): a person must sign in again (the Sign in button on the chat's page, or the chat API's sign-in route)"
     )
 }
 

@@ -1,7 +1,7 @@
 //! The panel built from projected chat state: which banner, which servers, which issues.
 
 use ctxsync_chat_projection::{
-    AgentState, Binding, ChatContext, Connection, PinnedContext, SnapshotState,
+    AgentState, Binding, ChatContext, Connection, HeldSignIn, PinnedContext, SnapshotState,
 };
 use ctxsync_context_ui::*;
 use ctxsync_protocol::*;
@@ -885,4 +885,98 @@ fn a_server_that_needs_a_sign_in_is_its_own_state_not_a_failure() {
     assert!(!render_page(&panel).contains("data-agent"));
     let text = render_text(&panel);
     assert!(text.contains("github [needs sign-in]"), "{text}");
+}
+
+#[test]
+fn a_signed_in_server_says_as_whom_and_by_what_but_only_while_it_works() {
+    let mut live = binding(
+        "r1",
+        Some((
+            "r1",
+            DiscoveryPhase::Complete,
+            vec![
+                row("mcp:fs", ResourceStatus::Ok, None, server("fs", &["read"])),
+                row(
+                    "mcp:github",
+                    ResourceStatus::NeedsAuthorization,
+                    Some("the server answered 401 Unauthorized"),
+                    server("github", &[]),
+                ),
+                row(
+                    "mcp:docs",
+                    ResourceStatus::Ok,
+                    None,
+                    server("docs", &["find"]),
+                ),
+            ],
+        )),
+    );
+    if let Binding::Agent(agent) = &mut live {
+        agent.sign_ins = vec![
+            HeldSignIn {
+                server: "fs".into(),
+                account: Some("ada".into()),
+                via: "api_token".into(),
+            },
+            // Its token was refused since: the server asks for a person again.
+            HeldSignIn {
+                server: "github".into(),
+                account: None,
+                via: "chat:c9".into(),
+            },
+            HeldSignIn {
+                server: "docs".into(),
+                account: None,
+                via: "chat:c9".into(),
+            },
+        ];
+    }
+    let panel = build_chat_panel("c1", &ChatContext::new(None, &live), &live);
+    let servers = panel.mcp.servers.as_ref().unwrap();
+    let said = |name: &str| {
+        servers
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.signed_in.clone())
+    };
+    assert_eq!(
+        said("fs").as_deref(),
+        Some("signed in as ada with the API token")
+    );
+    assert_eq!(said("github"), None);
+    assert_eq!(
+        said("docs").as_deref(),
+        Some("signed in from the page of chat c9")
+    );
+    let html = render_fragment(&panel);
+    assert!(
+        html.contains(r#"<span class="signed-in">signed in as ada with the API token</span>"#),
+        "{html}"
+    );
+    assert!(render_text(&panel).contains("signed in as ada with the API token"));
+    // A panel without sign-ins serializes as before (no `signed_in` key).
+    let plain = panel_json_without_sign_ins();
+    assert!(!plain.contains("signed_in"), "{plain}");
+}
+
+fn panel_json_without_sign_ins() -> String {
+    let live = binding(
+        "r1",
+        Some((
+            "r1",
+            DiscoveryPhase::Complete,
+            vec![row(
+                "mcp:fs",
+                ResourceStatus::Ok,
+                None,
+                server("fs", &["read"]),
+            )],
+        )),
+    );
+    render_json(&build_chat_panel(
+        "c1",
+        &ChatContext::new(None, &live),
+        &live,
+    ))
+    .to_string()
 }

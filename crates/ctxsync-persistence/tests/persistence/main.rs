@@ -11,6 +11,7 @@ mod migrations;
 mod page_sessions;
 mod postgres_tls;
 mod races;
+mod sign_in_audit;
 mod sign_in_status;
 mod sign_ins;
 mod stored_fixture;

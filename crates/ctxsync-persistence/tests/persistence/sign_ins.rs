@@ -157,7 +157,7 @@ fn column(raw: &mut RawConn, id: SignInId, column: &str) -> Vec<String> {
     ))
 }
 
-fn sha256_hex(text: &str) -> String {
+pub(crate) fn sha256_hex(text: &str) -> String {
     Sha256::digest(text.as_bytes())
         .iter()
         .map(|byte| format!("{byte:02x}"))

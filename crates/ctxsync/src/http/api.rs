@@ -703,6 +703,131 @@ pub struct ToolCallAuditEntry {
     pub ended_at: String,
 }
 
+/// `GET /api/audit`'s query: every filter given must hold; `agent`, `chat`, `since`,
+/// `limit` and `cursor` as `GET /api/tool-calls` takes them.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditParams {
+    /// Only entries of this kind; every kind without it.
+    #[param(value_type = Option<AuditKind>, inline)]
+    pub kind: Option<String>,
+    /// Only entries of this agent: the calls that went to it, the sign-ins to its servers.
+    #[param(value_type = Option<String>, format = Uuid)]
+    pub agent: Option<String>,
+    /// Only entries of this chat: its calls, and the sign-ins its page asked for.
+    #[param(value_type = Option<String>, format = Uuid)]
+    pub chat: Option<String>,
+    /// Only entries recorded at or after this time (RFC 3339; a call's at its end).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub since: Option<String>,
+    /// Entries per page: 1 to 500, default 50.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
+    pub limit: Option<String>,
+    /// A previous page's `next_cursor`: answers the page after it.
+    pub cursor: Option<String>,
+}
+
+/// A kind of audit entry.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditKind {
+    /// A tool call's end.
+    ToolCall,
+    /// A step of a person's sign-in to an agent's MCP server, or its credentials forgotten.
+    SignIn,
+}
+
+/// `GET /api/audit`'s answer: a page of the audit log, every kind together.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AuditLogPage {
+    /// Newest first: by `at`, then by the entry's id (a call's `tool_call_id`).
+    pub entries: Vec<AuditLogEntry>,
+    /// Give it back as `cursor` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// An entry of the audit log; `kind` says which.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AuditLogEntry {
+    /// A tool call's end.
+    ToolCall(ToolCallLogEntry),
+    /// A step of a person's sign-in to an agent's MCP server, or its credentials forgotten.
+    SignIn(SignInLogEntry),
+}
+
+/// Who asked for what an entry records.
+#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditVia {
+    /// The API token.
+    ApiToken,
+    /// A chat's page (the entry's `chat_id` says which).
+    Page,
+    /// The agent itself: it lost a credential.
+    Agent,
+}
+
+/// A tool call's end, as `GET /api/tool-calls` lists it (never its arguments or result).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ToolCallLogEntry {
+    /// When the call ended (its `ended_at`), RFC 3339.
+    #[schema(format = DateTime)]
+    pub at: String,
+    /// Always `api_token`: only the API token calls tools.
+    pub via: AuditVia,
+    /// The call's end, its fields inline.
+    #[serde(flatten)]
+    pub call: ToolCallAuditEntry,
+}
+
+/// What became of a sign-in.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SignInLogStatus {
+    /// A person asked for it.
+    Started,
+    /// The credential is stored: the server is signed in.
+    Completed,
+    /// It ended without a credential (`reason` says why).
+    Failed,
+    /// The server's credentials were forgotten: signed out.
+    Forgotten,
+}
+
+/// A step of a person's sign-in to an agent's MCP server, or its credentials forgotten.
+/// Never a token, code, state or verifier.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignInLogEntry {
+    /// When the step was stored, RFC 3339.
+    #[schema(format = DateTime)]
+    pub at: String,
+    /// The agent whose server it is (it may have been deleted since).
+    #[schema(format = Uuid)]
+    pub agent_id: String,
+    /// For `via` `page`: the chat whose page asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = Uuid)]
+    pub chat_id: Option<String>,
+    /// Who asked.
+    pub via: AuditVia,
+    /// The MCP server's name as the agent reports it.
+    pub server: String,
+    /// What became of the sign-in.
+    pub status: SignInLogStatus,
+    /// The sign-in (one id for its `started`, and its `completed` or `failed`); absent
+    /// for forgotten credentials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = Uuid)]
+    pub sign_in_id: Option<String>,
+    /// For `completed`: the authorization server that issued the credential.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// For `failed`, and `forgotten` by the agent: why, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// A one-time link to the chat's page.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PageLink {
@@ -746,6 +871,7 @@ pub struct PageLink {
         super::tool_call::routes::get_call,
         super::tool_call::routes::cancel_call,
         super::tool_call::audit::list_calls,
+        super::audit::list_entries,
         super::handlers::chat_panel,
         super::handlers::refresh_context,
         super::handlers::context_events,
@@ -756,6 +882,7 @@ pub struct PageLink {
         (name = "agents", description = "Workspace agents and their tokens"),
         (name = "chats", description = "Chats, their turns and their context"),
         (name = "tool calls", description = "A turn's tools, run by the workspace agent that listed them"),
+        (name = "audit", description = "The audit log of every kind: tool calls' ends and sign-ins' steps"),
         (name = "operations", description = "Health, metrics and this document"),
     )
 )]

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod api_token;
+mod audit;
 mod auth;
 pub mod bounds;
 mod handlers;
@@ -99,6 +100,7 @@ pub fn router(state: AppState) -> Router {
             get(tool_call::routes::get_call).delete(tool_call::routes::cancel_call),
         )
         .route("/api/tool-calls", get(tool_call::audit::list_calls))
+        .route("/api/audit", get(audit::list_entries))
         .route(
             "/api/chats/{id}/context",
             get(handlers::chat_panel).put(handlers::refresh_context),

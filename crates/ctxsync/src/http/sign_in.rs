@@ -306,7 +306,7 @@ async fn complete(
             StatusCode::OK,
             format!("Signed in to {server}"),
             format!(
-                "The agent now connects to {server} with this sign-in; its tools reach the chat in a few seconds. You can close this tab."
+                "The agent now connects to {server} with this sign-in; go back to the chat, whose panel shows the server's tools in a few seconds."
             ),
         ),
         SignInStage::Failed => (
@@ -447,15 +447,18 @@ fn random_token() -> Result<String, ApiError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// The callback's small page.
+/// The callback's small page, in the chat page's shell (its stylesheet, no script).
 fn page(status: StatusCode, title: &str, text: &str) -> Response {
-    use ctxsync_context_ui::escape;
-    let html = format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"></head>\
-         <body><main><h1>{title}</h1><p>{text}</p></main></body></html>\n",
-        title = escape(title),
-        text = escape(text),
+    use ctxsync_context_ui::{PageShell, escape};
+    let shell = PageShell {
+        title: &format!("{} · ctxsync", escape(title)),
+        sub: None,
+        script: false,
+    };
+    let main = format!(
+        "<h2 class=\"sign-in-result\">{}</h2>\n<p>{}</p>",
+        escape(title),
+        escape(text)
     );
-    (status, Html(html)).into_response()
+    (status, Html(shell.render(&main))).into_response()
 }

@@ -321,6 +321,31 @@ async fn signs_in_and_keeps_the_tools(backend: TestBackend) {
     let signed_in = world.servers().await;
     assert_eq!(signed_in["sign_in"], "signed_in", "{signed_in}");
     assert_eq!(signed_in["signed_in"]["signed_in_via"], "api_token");
+    // Every chat of the agent shows it, in its panel.
+    let chat = world
+        .store
+        .create_chat(Some(world.agent_id))
+        .await
+        .unwrap()
+        .id;
+    let read: Value = world
+        .browser
+        .get(world.api(&format!("/api/chats/{chat}")))
+        .bearer_auth(API_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let item = read["context"]["mcp"]["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == REMOTE)
+        .cloned()
+        .unwrap();
+    assert_eq!(item["signed_in"], "signed in with the API token", "{item}");
     assert!(
         signed_in["signed_in"]["expires_at"].is_string(),
         "{signed_in}"

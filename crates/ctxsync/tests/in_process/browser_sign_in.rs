@@ -78,7 +78,7 @@ async fn press_sign_in(h: &Harness, browser: &Browser, oauth: &OAuthHandle) -> L
         .wait_for(
             "if (location.pathname !== '/oauth/callback' || document.readyState !== 'complete') \
                return null; \
-             const h1 = document.querySelector('h1'); \
+             const h1 = document.querySelector('h2.sign-in-result'); \
              return { status: performance.getEntriesByType('navigation')[0].responseStatus, \
                       heading: h1 ? h1.textContent : '', text: document.body.innerText };",
             ROUND_TRIP,
@@ -197,7 +197,7 @@ async fn check_signed_in(
     assert_eq!(landing.status, 200, "{}", landing.text);
     assert_eq!(landing.heading, "Signed in to remote");
     assert!(
-        landing.text.contains("You can close this tab"),
+        landing.text.contains("go back to the chat"),
         "{}",
         landing.text
     );

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod audit;
 mod browser;
 mod browser_sign_in;
 mod embedding;

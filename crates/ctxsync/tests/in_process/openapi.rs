@@ -72,6 +72,7 @@ fn the_document_is_openapi_3_1_with_exact_schemas() {
         "/api/chats/{id}/turns/{turn}/tool-calls",
         "/api/chats/{id}/turns/{turn}/tool-calls/{call_id}",
         "/api/tool-calls",
+        "/api/audit",
         "/api/chats/{id}/context",
         "/api/chats/{id}/context/events",
         "/api/chats/{id}/link",
@@ -196,7 +197,8 @@ async fn schemathesis_finds_no_server_error_or_schema_violation() {
 }
 
 /// Real ids for the generator to find beside random ones: an agent with a snapshot, a
-/// chat bound to it with a turn.
+/// chat bound to it with a turn; and an audit entry of each kind (a call's end, a failed
+/// sign-in), so the audit log's answers are checked against their schemas.
 async fn seed_real_ids(h: &Harness) {
     let agent = h.new_agent().await;
     h.push(
@@ -221,6 +223,24 @@ async fn seed_real_ids(h: &Harness) {
         )
         .await;
     assert_eq!(status, 200, "{turn}");
+    let turn = turn["turn_id"].as_str().unwrap();
+    let path = format!("/api/chats/{chat}/turns/{turn}/tool-calls");
+    let body =
+        json!({ "call_id": "seed", "name": "find_tools", "arguments": { "queries": ["x"] } });
+    let (status, call) = h.call(Method::POST, &path, Some(body)).await;
+    assert_eq!(status, 200, "{call}");
+    let sign_in = ctxsync_persistence::NewSignIn {
+        agent,
+        server_name: "search".into(),
+        via: format!("chat:{chat}"),
+        browser: None,
+    };
+    let id = h.server.store.request_sign_in(&sign_in).await.unwrap();
+    let failed = h
+        .server
+        .store
+        .sign_in_failed(id, "the agent did not answer in time");
+    assert!(failed.await.unwrap());
 }
 
 /// The `st run` command line: the checks, what is left out and why, and the HAR report.

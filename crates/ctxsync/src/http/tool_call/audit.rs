@@ -1,8 +1,9 @@
 //! `GET /api/tool-calls` (issue 37): the tool-call audit log, newest first, a page at a
 //! time, for the API token alone (a page session is no credential here).
 //!
-//! Owns: the query's parsing (each bad value a 400 naming its parameter). Must never:
-//! answer a call's arguments or result (the store keeps neither in the log).
+//! Owns: the query's parsing (each bad value a 400 naming its parameter) and a call's
+//! entry as answered, both also `GET /api/audit`'s (`http::audit`). Must never: answer a
+//! call's arguments or result (the store keeps neither in the log).
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -34,7 +35,8 @@ pub(crate) async fn list_calls(
     }))
 }
 
-fn parse(params: ToolCallAuditParams) -> Result<AuditQuery, ApiError> {
+/// The query's filters, page size and cursor; a bad value is a 400 naming its parameter.
+pub(crate) fn parse(params: ToolCallAuditParams) -> Result<AuditQuery, ApiError> {
     fn uuid<T: std::str::FromStr>(name: &str, raw: Option<String>) -> Result<Option<T>, ApiError> {
         raw.map(|raw| {
             raw.parse()
@@ -80,7 +82,8 @@ fn parse(params: ToolCallAuditParams) -> Result<AuditQuery, ApiError> {
     })
 }
 
-fn entry(row: &AuditRecord) -> ToolCallAuditEntry {
+/// A call's end as the API answers it.
+pub(crate) fn entry(row: &AuditRecord) -> ToolCallAuditEntry {
     ToolCallAuditEntry {
         tool_call_id: row.tool_call_id.to_string(),
         agent_id: row.agent_id.map(|id| id.to_string()),
