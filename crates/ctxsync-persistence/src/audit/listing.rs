@@ -113,7 +113,7 @@ impl Store {
             })
             .await?;
         // Each kind's newest `fetch` past the cursor hold the newest `fetch` of all.
-        entries.sort_by_key(|entry| entry.kind() == AuditKind::ToolCall);
+        entries.sort_by_key(|entry| std::cmp::Reverse(entry.position()));
         let (entries, next_cursor) = paged(entries, limit, AuditEntry::position);
         Ok(AuditLogPage {
             entries,

@@ -18,8 +18,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use ctxsync_persistence::{
-    AgentId, CallbackOutcome, CallbackParams, NewSignIn, SecretString, SignInId, SignInStage,
-    SignInStatus,
+    AgentConnection, AgentId, CallbackOutcome, CallbackParams, NewSignIn, SecretString, SignInId,
+    SignInStage, SignInStatus,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -88,7 +88,7 @@ pub(super) async fn start(
     let starter = starter(&state, &headers, agent).await?;
     empty_body(&body)?;
     settings(&state)?;
-    let (_, _, view) = super::handlers::agent_and_view(&state, &raw).await?;
+    let (_, context, view) = super::handlers::agent_and_view(&state, &raw).await?;
     let server = view
         .servers()
         .iter()
@@ -100,6 +100,14 @@ pub(super) async fn start(
             format!(
                 "the MCP server {name:?} does not need a sign-in: it did not refuse the agent for want of one"
             ),
+        ));
+    }
+    if context.connection != AgentConnection::Online {
+        // Only the agent can start it (its network, its MCP client): say so at once
+        // rather than wait for a stream nobody holds.
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the agent is not connected: start it (or wait for it to reconnect), then sign in",
         ));
     }
     let binding = starter.binding.map(|()| random_token()).transpose()?;
