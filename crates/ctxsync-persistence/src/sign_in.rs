@@ -106,10 +106,11 @@ fn delta(duration: Duration) -> TimeDelta {
 impl Store {
     /// Stores a person's request for a sign-in, `asking`, expiring after
     /// [`SIGN_IN_LIFETIME`], and answers its id; the replica holding the agent's stream
-    /// finds it ([`Self::sign_in_tasks`]). The same transaction deletes the agent's
-    /// sign-ins expired for over an hour. [`StoreError::AgentNotFound`] for an unknown
-    /// agent; [`StoreError::LimitReached`] when the agent was asked for
-    /// [`MAX_SIGN_INS_PER_WINDOW`] within the last [`SIGN_IN_RATE_WINDOW`] already;
+    /// finds it ([`Self::sign_in_tasks`]). The same transaction audits it `started` and
+    /// deletes the agent's sign-ins expired for over an hour.
+    /// [`StoreError::AgentNotFound`] for an unknown agent; [`StoreError::LimitReached`]
+    /// when the agent was asked for [`MAX_SIGN_INS_PER_WINDOW`] within the last
+    /// [`SIGN_IN_RATE_WINDOW`] already;
     /// [`StoreError::InvalidInput`], before any database work, for a field out of bounds
     /// or a `via` that is neither `api_token` nor `chat:<uuid>`.
     pub async fn request_sign_in(&self, request: &NewSignIn) -> Result<SignInId, StoreError> {

@@ -709,7 +709,7 @@ pub struct ToolCallAuditEntry {
 #[into_params(parameter_in = Query)]
 pub struct AuditParams {
     /// Only entries of this kind; every kind without it.
-    #[param(value_type = Option<AuditKind>, inline)]
+    #[param(value_type = Option<AuditEntryKind>, inline)]
     pub kind: Option<String>,
     /// Only entries of this agent: the calls that went to it, the sign-ins to its servers.
     #[param(value_type = Option<String>, format = Uuid)]
@@ -730,7 +730,7 @@ pub struct AuditParams {
 /// A kind of audit entry.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum AuditKind {
+pub enum AuditEntryKind {
     /// A tool call's end.
     ToolCall,
     /// A step of a person's sign-in to an agent's MCP server, or its credentials forgotten.
@@ -739,7 +739,7 @@ pub enum AuditKind {
 
 /// `GET /api/audit`'s answer: a page of the audit log, every kind together.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AuditLogPage {
+pub struct AuditEntryPage {
     /// Newest first: by `at`, then by the entry's id (a call's `tool_call_id`).
     pub entries: Vec<AuditLogEntry>,
     /// Give it back as `cursor` for the next page; `null` on the last page.
@@ -759,7 +759,7 @@ pub enum AuditLogEntry {
 /// Who asked for what an entry records.
 #[derive(Clone, Copy, Debug, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum AuditVia {
+pub enum AuditEntryVia {
     /// The API token.
     ApiToken,
     /// A chat's page (the entry's `chat_id` says which).
@@ -775,7 +775,7 @@ pub struct ToolCallLogEntry {
     #[schema(format = DateTime)]
     pub at: String,
     /// Always `api_token`: only the API token calls tools.
-    pub via: AuditVia,
+    pub via: AuditEntryVia,
     /// The call's end, its fields inline.
     #[serde(flatten)]
     pub call: ToolCallAuditEntry,
@@ -810,7 +810,7 @@ pub struct SignInLogEntry {
     #[schema(format = Uuid)]
     pub chat_id: Option<String>,
     /// Who asked.
-    pub via: AuditVia,
+    pub via: AuditEntryVia,
     /// The MCP server's name as the agent reports it.
     pub server: String,
     /// What became of the sign-in.

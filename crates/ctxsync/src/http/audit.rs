@@ -14,8 +14,8 @@ use axum::extract::{Query, State};
 use ctxsync_persistence::{AuditEntry, AuditLogQuery, SignInAuditRecord, SignInAuditStatus};
 
 use crate::http::api::{
-    AuditLogEntry, AuditLogPage, AuditParams, AuditVia, ErrorBody, SignInLogEntry, SignInLogStatus,
-    ToolCallAuditParams, ToolCallLogEntry,
+    AuditEntryPage, AuditEntryVia, AuditLogEntry, AuditParams, ErrorBody, SignInLogEntry,
+    SignInLogStatus, ToolCallAuditParams, ToolCallLogEntry,
 };
 use crate::http::tool_call::audit as tool_call_audit;
 use crate::http::{ApiError, AppState};
@@ -24,18 +24,18 @@ use crate::http::{ApiError, AppState};
 #[utoipa::path(get, path = "/api/audit", tag = "audit",
     params(AuditParams),
     responses(
-        (status = 200, description = "A page of entries, newest first; `next_cursor` continues it", body = AuditLogPage),
+        (status = 200, description = "A page of entries, newest first; `next_cursor` continues it", body = AuditEntryPage),
         (status = 400, description = "A query value is not valid (the message names the parameter; for `kind`, the kinds there are)", body = ErrorBody),
         (status = 401, description = "No API token (a page session is no credential here)", body = ErrorBody),
     ))]
 pub(crate) async fn list_entries(
     State(state): State<AppState>,
     query: Result<Query<AuditParams>, QueryRejection>,
-) -> Result<Json<AuditLogPage>, ApiError> {
+) -> Result<Json<AuditEntryPage>, ApiError> {
     let Query(params) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let query = parse(params)?;
     let page = state.store.list_audit_log(&query).await?;
-    Ok(Json(AuditLogPage {
+    Ok(Json(AuditEntryPage {
         entries: page.entries.iter().map(entry).collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
     }))
@@ -76,7 +76,7 @@ fn entry(entry: &AuditEntry) -> AuditLogEntry {
     match entry {
         AuditEntry::ToolCall(row) => AuditLogEntry::ToolCall(ToolCallLogEntry {
             at: row.ended_at.to_rfc3339(),
-            via: AuditVia::ApiToken,
+            via: AuditEntryVia::ApiToken,
             call: tool_call_audit::entry(row),
         }),
         AuditEntry::SignIn(row) => AuditLogEntry::SignIn(sign_in_entry(row)),
@@ -86,9 +86,9 @@ fn entry(entry: &AuditEntry) -> AuditLogEntry {
 fn sign_in_entry(row: &SignInAuditRecord) -> SignInLogEntry {
     use ctxsync_persistence::AuditVia as Via;
     let (via, chat) = match row.via {
-        Via::ApiToken => (AuditVia::ApiToken, None),
-        Via::Page(chat) => (AuditVia::Page, Some(chat.to_string())),
-        Via::Agent => (AuditVia::Agent, None),
+        Via::ApiToken => (AuditEntryVia::ApiToken, None),
+        Via::Page(chat) => (AuditEntryVia::Page, Some(chat.to_string())),
+        Via::Agent => (AuditEntryVia::Agent, None),
     };
     SignInLogEntry {
         at: row.at.to_rfc3339(),
