@@ -117,6 +117,7 @@ fuzz_target!(|input: Input| {
             ..SnapshotState::default()
         }),
         connection: Connection::Online,
+        sign_ins: Vec::new(),
     });
     let view = project(&binding);
     let catalog = view.tools();
