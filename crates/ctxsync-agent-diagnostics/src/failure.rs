@@ -428,7 +428,7 @@ mod tests {
             StreamableHttpError::UnexpectedServerResponse("HTTP 401 Unauthorized: go away".into());
         let (words, refused) = http_error(&unauthorized, server);
         assert!(
-            words.contains("the server at http://x/mcp answered 401 Unauthorized: it needs a person to sign in (from the chat's page"),
+            words.contains("the server at http://x/mcp answered 401 Unauthorized: it needs a person to sign in (the Sign in button on the chat's page"),
             "{words}"
         );
         assert_eq!(

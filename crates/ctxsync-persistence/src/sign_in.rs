@@ -85,8 +85,8 @@ const MAX_URL_BYTES: usize = 2048;
 const MAX_STATE_BYTES: usize = 2048;
 /// Longest stored error.
 const MAX_ERROR_BYTES: usize = 2048;
-/// Agents per look-up statement: far below either backend's bind limit.
-const AGENTS_PER_STATEMENT: usize = 500;
+/// Open tasks read per round (oldest first); more wait for the next round.
+const MAX_OPEN_TASKS: i64 = 1000;
 
 const ASKING: &str = SignInStage::Asking.as_str();
 const STARTED: &str = SignInStage::Started.as_str();
@@ -158,30 +158,34 @@ impl Store {
 
     /// The sign-ins of `agents` a replica has work for: `asking` (to start) or
     /// `exchanging` (to finish), unexpired, and unclaimed or claimed over
-    /// [`SIGN_IN_CLAIM_TIMEOUT`] ago; oldest first per batch of agents. Each still has
+    /// [`SIGN_IN_CLAIM_TIMEOUT`] ago; oldest first (at most 1000 a call). Each still has
     /// to be claimed ([`Self::claim_sign_in`]).
     pub async fn sign_in_tasks(&self, agents: &[AgentId]) -> Result<Vec<SignInId>, StoreError> {
         if agents.is_empty() {
             return Ok(Vec::new());
         }
-        let agents = agents.to_vec();
+        let wanted: std::collections::HashSet<AgentId> = agents.iter().copied().collect();
         self.with_conn(move |conn, _| {
             let now = Utc::now();
             let stale = DbTime(now - delta(SIGN_IN_CLAIM_TIMEOUT));
             conn.read(|tx| {
                 use mcp_sign_ins::dsl as s;
-                let mut ids = Vec::new();
-                for batch in agents.chunks(AGENTS_PER_STATEMENT) {
-                    let query = s::mcp_sign_ins
-                        .filter(s::agent_id.eq_any(batch))
-                        .filter(s::status.eq_any([ASKING, EXCHANGING]))
-                        .filter(s::expires_at.gt(DbTime(now)))
-                        .filter(s::claimed_at.is_null().or(s::claimed_at.lt(stale)))
-                        .order((s::created_at, s::id))
-                        .select(s::id);
-                    ids.extend(on_backend!(tx, |c| query.load::<SignInId>(c))?);
-                }
-                Ok(ids)
+                // Every open task at once, then this replica's agents among them: one
+                // statement a round however many streams the replica holds (open tasks
+                // are few: each is a person waiting).
+                let query = s::mcp_sign_ins
+                    .filter(s::status.eq_any([ASKING, EXCHANGING]))
+                    .filter(s::expires_at.gt(DbTime(now)))
+                    .filter(s::claimed_at.is_null().or(s::claimed_at.lt(stale)))
+                    .order((s::created_at, s::id))
+                    .limit(MAX_OPEN_TASKS)
+                    .select((s::id, s::agent_id));
+                let open: Vec<(SignInId, AgentId)> = on_backend!(tx, |c| query.load(c))?;
+                Ok(open
+                    .into_iter()
+                    .filter(|(_, agent)| wanted.contains(agent))
+                    .map(|(id, _)| id)
+                    .collect())
             })
         })
         .await
