@@ -133,3 +133,25 @@ pub(crate) fn max_entries(
     }
     Ok(())
 }
+
+/// `text` within `max` bytes, or a [`Problem::TooLong`] naming `field`.
+pub(crate) fn bounded(field: &str, text: &str, max: usize) -> Result<(), WireError> {
+    if text.len() > max {
+        return Err(WireError::new(
+            field,
+            Problem::TooLong {
+                bytes: text.len(),
+                max,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// `text` non-empty and within `max` bytes, or the problem naming `field`.
+pub(crate) fn required(field: &str, text: &str, max: usize) -> Result<(), WireError> {
+    if text.is_empty() {
+        return Err(WireError::new(field, Problem::Empty));
+    }
+    bounded(field, text, max)
+}

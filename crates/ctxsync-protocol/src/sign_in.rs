@@ -13,7 +13,7 @@ use std::fmt;
 use ctxsync_mcp_model::{SignInCredential, SignInStart};
 use uuid::Uuid;
 
-use crate::error::{Problem, WireError};
+use crate::error::{Problem, WireError, bounded, required};
 use crate::limits::MAX_ERROR_BYTES;
 use crate::v1;
 
@@ -95,26 +95,6 @@ pub enum SignInOutcome {
     SignedIn(SignInCredential),
     /// Why either failed, in words (sanitized by the agent).
     Failed(String),
-}
-
-fn bounded(field: &str, text: &str, max: usize) -> Result<(), WireError> {
-    if text.len() > max {
-        return Err(WireError::new(
-            field,
-            Problem::TooLong {
-                bytes: text.len(),
-                max,
-            },
-        ));
-    }
-    Ok(())
-}
-
-fn required(field: &str, text: &str, max: usize) -> Result<(), WireError> {
-    if text.is_empty() {
-        return Err(WireError::new(field, Problem::Empty));
-    }
-    bounded(field, text, max)
 }
 
 fn optional(field: &str, text: Option<&String>, max: usize) -> Result<(), WireError> {

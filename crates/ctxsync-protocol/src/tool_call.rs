@@ -15,7 +15,7 @@ use ctxsync_mcp_model::{CallEnd, CallError, CallProgress, CallReason, CallStatus
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::error::{Problem, WireError};
+use crate::error::{Problem, WireError, bounded, required};
 use crate::limits::{MAX_ERROR_BYTES, MAX_RUN_ID_BYTES};
 use crate::run_id::RunId;
 use crate::sign_in::{
@@ -263,26 +263,6 @@ fn depth(value: &Value) -> usize {
         stack.extend(children.map(|child| (child, level + 1)));
     }
     deepest
-}
-
-fn bounded(field: &str, text: &str, max: usize) -> Result<(), WireError> {
-    if text.len() > max {
-        return Err(WireError::new(
-            field,
-            Problem::TooLong {
-                bytes: text.len(),
-                max,
-            },
-        ));
-    }
-    Ok(())
-}
-
-fn required(field: &str, text: &str, max: usize) -> Result<(), WireError> {
-    if text.is_empty() {
-        return Err(WireError::new(field, Problem::Empty));
-    }
-    bounded(field, text, max)
 }
 
 fn run_id(field: &str, text: String) -> Result<RunId, WireError> {
